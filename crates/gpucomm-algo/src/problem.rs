@@ -1,0 +1,257 @@
+//! What a collective computes: the [`Problem`] a schedule solves.
+
+use serde::{Deserialize, Serialize};
+
+/// A collective operation, with the buffer layout every engine uses.
+///
+/// `count` below is [`Problem::count`]; "block `r`" is element range
+/// [`block_partition`]`(count, nranks, r)`, so counts need not divide by the
+/// number of ranks (the first `count % nranks` blocks get one element more).
+///
+/// | collective | input of rank r | output of rank r |
+/// |---|---|---|
+/// | `AllReduce` | `count` | `count`: the op over all inputs |
+/// | `ReduceScatter` | `count` | block r of the op over all inputs |
+/// | `AllGather` | block r of the full vector (`block_len(r)` elements) | `count`: every rank's block in place |
+/// | `Broadcast` | `count` (only the root's is read) | `count`: the root's input |
+/// | `Reduce` | `count` | `count` on the root: the op over all inputs (other ranks: undefined, length `count`) |
+/// | `AllToAll` | `nranks * count`: block p (of `count`) goes to rank p | `nranks * count`: block p came from rank p |
+/// | `SendRecv` | `count`, sent to rank `(r + shift) % n` | `count`, received from rank `(r - shift) mod n` |
+/// | `Barrier` | 0 | 0: completes on a rank only after every rank has entered |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Collective {
+    /// Every rank ends with the reduction of all inputs.
+    AllReduce,
+    /// Rank r ends with block r of the reduction of all inputs.
+    ReduceScatter,
+    /// Every rank ends with the concatenation of all ranks' blocks.
+    AllGather,
+    /// Every rank ends with the root's input.
+    Broadcast {
+        /// The rank whose data is broadcast.
+        root: usize,
+    },
+    /// The root ends with the reduction of all inputs.
+    Reduce {
+        /// The rank that receives the result.
+        root: usize,
+    },
+    /// Rank r sends block p of its input to rank p, which stores it as block r.
+    AllToAll,
+    /// Each rank sends its input to the rank `shift` places after it (a ring
+    /// shift, as nccl-tests' sendrecv measures).
+    SendRecv {
+        /// Distance to the destination rank (taken modulo `nranks`).
+        shift: usize,
+    },
+    /// Synchronisation only.
+    Barrier,
+}
+
+impl Collective {
+    /// The short name used on command lines and in JSON (`all_reduce`, ...).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast { .. } => "broadcast",
+            Collective::Reduce { .. } => "reduce",
+            Collective::AllToAll => "all_to_all",
+            Collective::SendRecv { .. } => "sendrecv",
+            Collective::Barrier => "barrier",
+        }
+    }
+
+    /// The root of a rooted collective.
+    pub const fn root(&self) -> Option<usize> {
+        match *self {
+            Collective::Broadcast { root } | Collective::Reduce { root } => Some(root),
+            _ => None,
+        }
+    }
+
+    /// True for the collectives that combine data with a reduction op.
+    pub const fn reduces(&self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+        )
+    }
+
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw * factor
+    /// (doc/PERFORMANCE.md in NVIDIA/nccl-tests).
+    pub fn busbw_factor(&self, nranks: usize) -> f64 {
+        let n = nranks.max(1) as f64;
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::ReduceScatter | Collective::AllGather | Collective::AllToAll => {
+                (n - 1.0) / n
+            }
+            Collective::Broadcast { .. }
+            | Collective::Reduce { .. }
+            | Collective::SendRecv { .. }
+            | Collective::Barrier => 1.0,
+        }
+    }
+}
+
+/// Reduction operators. Schedules do not depend on the op (see the module
+/// docs of [`crate::Schedule`]); engines apply it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Sum divided by the number of ranks.
+    Avg,
+}
+
+impl ReduceOp {
+    /// Every op, in a fixed order.
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+
+    /// The short name (`sum`, `prod`, `min`, `max`, `avg`).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+/// Algorithms a schedule can be built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Ring, with parallel channels and chunk pipelining.
+    Ring,
+    /// NCCL's double binary tree.
+    Tree,
+    /// Recursive halving-doubling (Rabenseifner), bandwidth-optimal.
+    HalvingDoubling,
+    /// Recursive doubling, latency-optimal for small messages.
+    RecursiveDoubling,
+    /// Every peer at once.
+    Direct,
+    /// Two levels: intra-node, then inter-node per rail, then intra-node.
+    Hierarchical,
+}
+
+impl Algorithm {
+    /// Every algorithm, in a fixed order.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::HalvingDoubling,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Direct,
+        Algorithm::Hierarchical,
+    ];
+
+    /// The short name used on command lines (`ring`, `tree`, `halving_doubling`, ...).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::HalvingDoubling => "halving_doubling",
+            Algorithm::RecursiveDoubling => "recursive_doubling",
+            Algorithm::Direct => "direct",
+            Algorithm::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// Parses a name as printed by [`Algorithm::name`] (`-` accepted for `_`).
+    pub fn from_name(s: &str) -> Option<Self> {
+        let s = s.replace('-', "_").to_ascii_lowercase();
+        Self::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+/// The element range of block `index` when `count` elements are split into
+/// `parts` blocks as evenly as possible: the first `count % parts` blocks get
+/// one element more. Returns `(offset, len)`.
+///
+/// ```
+/// assert_eq!(gpucomm_algo::block_partition(10, 4, 0), (0, 3));
+/// assert_eq!(gpucomm_algo::block_partition(10, 4, 3), (8, 2));
+/// ```
+pub const fn block_partition(count: usize, parts: usize, index: usize) -> (usize, usize) {
+    if parts == 0 {
+        return (0, 0);
+    }
+    let base = count / parts;
+    let extra = count % parts;
+    let len = base + if index < extra { 1 } else { 0 };
+    let offset = index * base + if index < extra { index } else { extra };
+    (offset, len)
+}
+
+/// What a schedule computes: a collective on `count` elements of
+/// `elem_size` bytes over `nranks` ranks, `ranks_per_node` of them per node
+/// (ranks are numbered node by node: rank r is on node `r / ranks_per_node`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Problem {
+    /// The collective and its root or shift.
+    pub collective: Collective,
+    /// Elements, as defined per collective in [`Collective`].
+    pub count: usize,
+    /// Bytes per element (4 for f32).
+    pub elem_size: usize,
+    /// Number of ranks (>= 1).
+    pub nranks: usize,
+    /// Ranks per node (>= 1, divides `nranks` for hierarchical algorithms).
+    pub ranks_per_node: usize,
+}
+
+impl Problem {
+    /// A problem with 4-byte elements.
+    pub const fn new(
+        collective: Collective,
+        count: usize,
+        nranks: usize,
+        ranks_per_node: usize,
+    ) -> Self {
+        Self {
+            collective,
+            count,
+            elem_size: 4,
+            nranks,
+            ranks_per_node,
+        }
+    }
+
+    /// The same problem with another element size.
+    pub const fn with_elem_size(mut self, elem_size: usize) -> Self {
+        self.elem_size = elem_size;
+        self
+    }
+
+    /// The size nccl-tests reports for this problem, in bytes (the larger of a
+    /// rank's input and output).
+    pub fn bytes(&self) -> usize {
+        let n = self.nranks.max(1);
+        let elems = match self.collective {
+            Collective::AllToAll => self.count * n,
+            Collective::Barrier => 0,
+            _ => self.count,
+        };
+        elems * self.elem_size
+    }
+}

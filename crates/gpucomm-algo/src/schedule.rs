@@ -1,0 +1,279 @@
+//! The schedule representation: what one rank does, step by step.
+//!
+//! A [`Schedule`] is a *description* of a collective algorithm for a given
+//! [`Problem`]: it holds only the parameters (collective, counts, ranks,
+//! algorithm, channels, chunking), and produces a rank's ordered [`Step`]s on
+//! demand with [`Schedule::rank_steps`]. Nothing is stored per rank, so a
+//! 16384-rank ring costs the same to describe as a 4-rank one; only the steps of
+//! the ranks an engine actually asks for are materialised.
+//!
+//! # Semantics (shared by the runtime, the simulator and the checker)
+//!
+//! * Every rank owns three buffers of elements: [`Buf::Input`], [`Buf::Output`]
+//!   and [`Buf::Scratch`]. Their lengths are given by [`Schedule::buffer_len`].
+//!   Offsets and lengths in steps are in **elements**, never bytes; multiply by
+//!   [`Problem::elem_size`] for bytes.
+//! * A step may start once every step listed in its [`Step::deps`] (indices
+//!   into the same rank's step list, always smaller than its own index) has
+//!   completed. Steps with no dependency between them may run concurrently; an
+//!   engine is free to run them in any order.
+//! * Point-to-point matching is FIFO per `(sender, receiver, channel)`: the
+//!   k-th [`StepKind::Send`] from rank `a` to rank `b` on channel `c` (in step
+//!   order of `a`) matches the k-th receive ([`StepKind::Recv`] or
+//!   [`StepKind::RecvReduce`]) posted by `b` from `a` on channel `c`, and both
+//!   carry the same `len`.
+//! * Transfers are treated as rendezvous: a send completes when its receive
+//!   has completed. A schedule must not deadlock under that rule (the checker
+//!   proves it), so an engine with buffering is also safe.
+//! * Schedules are independent of the reduction operator: they combine
+//!   contributions with "the op". [`crate::ReduceOp::Avg`] is a sum followed by
+//!   a division by the number of ranks, applied by the engine to the elements
+//!   the collective defines as results (see [`crate::Collective`]).
+//! * Unless [`Schedule::in_place_safe`] says otherwise, engines running an
+//!   in-place call (input and output the same memory, laid out as in NCCL)
+//!   must stage the input first.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Algorithm, Problem};
+
+/// Which of a rank's buffers a [`Slice`] refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Buf {
+    /// The user's send buffer (read only for schedules).
+    Input,
+    /// The user's receive buffer.
+    Output,
+    /// Temporary space owned by the engine, `Schedule::buffer_len(rank, Buf::Scratch)` elements.
+    Scratch,
+}
+
+/// A contiguous range of elements in one of a rank's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slice {
+    /// The buffer.
+    pub buf: Buf,
+    /// First element.
+    pub offset: usize,
+    /// Number of elements.
+    pub len: usize,
+}
+
+impl Slice {
+    /// A slice of `len` elements of `buf` starting at `offset`.
+    pub const fn new(buf: Buf, offset: usize, len: usize) -> Self {
+        Self { buf, offset, len }
+    }
+
+    /// One past the last element.
+    pub const fn end(&self) -> usize {
+        self.offset + self.len
+    }
+}
+
+/// What a step does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepKind {
+    /// Send `src` to `peer`.
+    Send {
+        /// Destination rank.
+        peer: usize,
+        /// Local data sent.
+        src: Slice,
+    },
+    /// Receive from `peer` into `dst` (overwriting it).
+    Recv {
+        /// Source rank.
+        peer: usize,
+        /// Where the data lands.
+        dst: Slice,
+    },
+    /// Receive from `peer` and combine with the op: `dst[i] = src[i] op incoming[i]`.
+    /// `src` and `dst` may be the same slice (accumulate in place); keeping
+    /// them apart lets an engine reduce straight from a peer's memory into the
+    /// output without an intermediate copy.
+    RecvReduce {
+        /// Source rank.
+        peer: usize,
+        /// Local operand.
+        src: Slice,
+        /// Result.
+        dst: Slice,
+    },
+    /// Local copy `dst = src`.
+    Copy {
+        /// Source.
+        src: Slice,
+        /// Destination.
+        dst: Slice,
+    },
+    /// Local reduction `dst[i] = dst[i] op src[i]`.
+    Reduce {
+        /// Operand.
+        src: Slice,
+        /// Accumulator and result.
+        dst: Slice,
+    },
+}
+
+impl StepKind {
+    /// The peer of a communication step, `None` for local steps.
+    pub const fn peer(&self) -> Option<usize> {
+        match *self {
+            StepKind::Send { peer, .. }
+            | StepKind::Recv { peer, .. }
+            | StepKind::RecvReduce { peer, .. } => Some(peer),
+            StepKind::Copy { .. } | StepKind::Reduce { .. } => None,
+        }
+    }
+
+    /// Number of elements the step moves or combines.
+    pub const fn len(&self) -> usize {
+        match *self {
+            StepKind::Send { src, .. } => src.len,
+            StepKind::Recv { dst, .. }
+            | StepKind::RecvReduce { dst, .. }
+            | StepKind::Copy { dst, .. }
+            | StepKind::Reduce { dst, .. } => dst.len,
+        }
+    }
+
+    /// True when the step moves or combines no element.
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True for `Send`.
+    pub const fn is_send(&self) -> bool {
+        matches!(self, StepKind::Send { .. })
+    }
+
+    /// True for `Recv` and `RecvReduce`.
+    pub const fn is_recv(&self) -> bool {
+        matches!(self, StepKind::Recv { .. } | StepKind::RecvReduce { .. })
+    }
+}
+
+/// One step of one rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// What the step does.
+    #[serde(flatten)]
+    pub kind: StepKind,
+    /// Channel the step runs on. Channels are independent streams of steps
+    /// (NCCL's channels): an engine may drive each on its own connection.
+    pub channel: u16,
+    /// Indices (into the same rank's steps) of the steps that must complete
+    /// before this one starts. Each index is smaller than this step's own.
+    pub deps: Vec<u32>,
+}
+
+/// A collective algorithm instantiated for one [`Problem`]: a parametric
+/// description that yields each rank's steps on demand.
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+///
+/// let problem = Problem::new(Collective::AllReduce, 1024, 4, 4);
+/// let schedule = Schedule::new(problem, Algorithm::Ring).unwrap();
+/// let steps = schedule.rank_steps(0);
+/// assert!(!steps.is_empty());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// What is computed.
+    pub problem: Problem,
+    /// How.
+    pub algorithm: Algorithm,
+    /// Parallel channels (>= 1). The data is split between channels.
+    pub channels: u16,
+    /// Pipelining: the largest piece, in elements, one step moves (0 = no
+    /// limit). Smaller chunks mean more, shorter steps that overlap.
+    pub chunk_elems: usize,
+}
+
+impl Schedule {
+    /// Builds the schedule of `algorithm` for `problem`, with one channel and
+    /// no chunk limit. Fails if the problem is malformed (no ranks, a root out
+    /// of range, ...) or the algorithm does not implement the collective.
+    pub fn new(problem: Problem, algorithm: Algorithm) -> Result<Self, AlgoError> {
+        crate::generate::validate(&problem, algorithm)?;
+        Ok(Self {
+            problem,
+            algorithm,
+            channels: 1,
+            chunk_elems: 0,
+        })
+    }
+
+    /// The same schedule spread over `channels` parallel channels (at least 1).
+    pub fn with_channels(mut self, channels: u16) -> Self {
+        self.channels = channels.max(1);
+        self
+    }
+
+    /// The same schedule with steps of at most `chunk_elems` elements (0 = no limit).
+    pub fn with_chunk_elems(mut self, chunk_elems: usize) -> Self {
+        self.chunk_elems = chunk_elems;
+        self
+    }
+
+    /// The ordered steps of `rank`, generated on demand.
+    ///
+    /// # Panics
+    /// If `rank >= problem.nranks`.
+    pub fn rank_steps(&self, rank: usize) -> Vec<Step> {
+        assert!(rank < self.problem.nranks, "rank {rank} out of range");
+        crate::generate::rank_steps(self, rank)
+    }
+
+    /// Length in elements of `buf` on `rank` (see the table in [`crate::Collective`]).
+    pub fn buffer_len(&self, rank: usize, buf: Buf) -> usize {
+        let p = &self.problem;
+        let n = p.nranks;
+        match buf {
+            Buf::Input => match p.collective {
+                crate::Collective::AllGather => crate::block_partition(p.count, n, rank).1,
+                crate::Collective::AllToAll => p.count * n,
+                crate::Collective::Barrier => 0,
+                _ => p.count,
+            },
+            Buf::Output => match p.collective {
+                crate::Collective::ReduceScatter => crate::block_partition(p.count, n, rank).1,
+                crate::Collective::AllToAll => p.count * n,
+                crate::Collective::Barrier => 0,
+                _ => p.count,
+            },
+            Buf::Scratch => crate::generate::scratch_len(self, rank),
+        }
+    }
+
+    /// True when the schedule stays correct with input and output aliased as
+    /// NCCL lays out in-place calls (same buffer for all_reduce, broadcast,
+    /// reduce, all_to_all; the input is block r of the output for all_gather;
+    /// the output is block r of the input for reduce_scatter).
+    pub fn in_place_safe(&self) -> bool {
+        crate::generate::in_place_safe(self)
+    }
+}
+
+/// Errors building a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AlgoError {
+    /// The algorithm has no schedule for this collective (or rank layout).
+    #[error("algorithm {algorithm} does not implement {collective}{why}")]
+    Unsupported {
+        /// The collective's name.
+        collective: &'static str,
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// Extra detail, starting with ": " when present.
+        why: String,
+    },
+    /// The problem itself is malformed.
+    #[error("invalid problem: {0}")]
+    InvalidProblem(String),
+}

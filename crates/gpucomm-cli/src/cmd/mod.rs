@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod algo;
+pub mod bench;
+pub mod launch;
+pub mod sim;
+pub mod topo;

@@ -1,0 +1,5 @@
+//! The gpucomm runtime: communicators, transports and collectives.
+//!
+//! (Being built.)
+
+#![deny(unsafe_code)]
