@@ -3,3 +3,5 @@
 //! (Being built.)
 
 #![deny(unsafe_code)]
+
+pub mod env;
