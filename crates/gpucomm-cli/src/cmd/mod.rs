@@ -2,6 +2,7 @@
 
 pub mod algo;
 pub mod bench;
+pub mod common;
 pub mod launch;
 pub mod sim;
 pub mod topo;

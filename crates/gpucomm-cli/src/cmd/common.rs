@@ -1,0 +1,106 @@
+//! Helpers shared by subcommands: sizes with K/M/G suffixes and nccl-tests-style sweeps.
+
+use anyhow::{Context, bail};
+
+/// Parses a byte size as nccl-tests does: a number with an optional suffix
+/// K, M, G or T (powers of 1024; a trailing `B` or `iB` is accepted).
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let upper = t.to_ascii_uppercase();
+    let body = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (num, shift) = match body.chars().last() {
+        Some('K') => (&body[..body.len() - 1], 10),
+        Some('M') => (&body[..body.len() - 1], 20),
+        Some('G') => (&body[..body.len() - 1], 30),
+        Some('T') => (&body[..body.len() - 1], 40),
+        _ => (body, 0),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("invalid size {s:?} (expected e.g. 8, 1K, 64M, 8G)"))?;
+    n.checked_mul(1u64 << shift)
+        .with_context(|| format!("size {s:?} is too large"))
+}
+
+/// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
+/// until past `max` (`max` itself always included when the sweep is not
+/// empty). `factor` must be at least 2.
+pub fn size_sweep(min: u64, max: u64, factor: u64) -> anyhow::Result<Vec<u64>> {
+    if factor < 2 {
+        bail!("step factor must be at least 2 (got {factor})");
+    }
+    if min > max {
+        bail!("min bytes ({min}) is larger than max bytes ({max})");
+    }
+    let mut sizes = Vec::new();
+    let mut s = min;
+    while s < max {
+        sizes.push(s);
+        if s == 0 {
+            s = 1;
+            continue;
+        }
+        s = match s.checked_mul(factor) {
+            Some(v) => v,
+            None => break,
+        };
+    }
+    sizes.push(max);
+    Ok(sizes)
+}
+
+/// Formats a byte count for humans (1024-based: `64 MiB`).
+pub fn format_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 || v.fract() == 0.0 {
+        format!("{} {}", v as u64, UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("8").unwrap(), 8);
+        assert_eq!(parse_size("1K").unwrap(), 1024);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("8G").unwrap(), 8 << 30);
+        assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
+        assert_eq!(parse_size("16b").unwrap(), 16);
+        assert!(parse_size("").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn sweep_like_nccl_tests() {
+        assert_eq!(size_sweep(8, 64, 2).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(size_sweep(8, 100, 4).unwrap(), vec![8, 32, 100]);
+        assert_eq!(size_sweep(0, 4, 2).unwrap(), vec![0, 1, 2, 4]);
+        assert_eq!(size_sweep(5, 5, 2).unwrap(), vec![5]);
+        assert!(size_sweep(8, 4, 2).is_err());
+        assert!(size_sweep(8, 64, 1).is_err());
+    }
+
+    #[test]
+    fn human_bytes() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(64 << 20), "64 MiB");
+    }
+}
