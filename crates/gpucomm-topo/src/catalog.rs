@@ -302,6 +302,11 @@ pub enum LinkKind {
     /// A link between NUMA nodes whose technology is not known (discovery
     /// cannot read QPI/UPI speeds); classified SYS like the others.
     Smp,
+    /// A connection with no link of its own to model: a device integrated
+    /// in the root complex or a virtual (VM) device, as discovery finds
+    /// them. Its bandwidth is a nominal 1000 GB/s, meaning "not the
+    /// bottleneck", not a measured or specified figure.
+    Integrated,
 }
 
 /// Where a figure comes from.
@@ -318,6 +323,7 @@ const SRC_IF: Source =
     "AMD EPYC 7002/9004 architecture overviews: xGMI x16 links (16 bits/transfer)";
 const SRC_C2C: Source = "NVIDIA Grace Hopper Superchip whitepaper: NVLink-C2C 900 GB/s total";
 const SRC_SMP: Source = "assumption: unknown CPU interconnect, one UPI 10.4 GT/s link";
+const SRC_INTEGRATED: Source = "nominal: integrated or virtual device, not a bottleneck";
 
 impl LinkKind {
     /// Bandwidth per direction in GB/s.
@@ -335,6 +341,7 @@ impl LinkKind {
             }
             Self::NvLinkC2c => 450.0,
             Self::Smp => 20.8,
+            Self::Integrated => 1000.0,
         }
     }
 
@@ -354,6 +361,7 @@ impl LinkKind {
             Self::Ethernet { roce: false, .. } => 5.0,
             Self::Qpi { .. } | Self::Upi { .. } | Self::InfinityFabric { .. } | Self::Smp => 0.1,
             Self::NvLinkC2c => 0.1,
+            Self::Integrated => 0.0,
         }
     }
 
@@ -369,6 +377,7 @@ impl LinkKind {
             Self::InfinityFabric { .. } => SRC_IF,
             Self::NvLinkC2c => SRC_C2C,
             Self::Smp => SRC_SMP,
+            Self::Integrated => SRC_INTEGRATED,
         }
     }
 
@@ -410,6 +419,7 @@ impl LinkKind {
             Self::InfinityFabric { .. } => "infinity-fabric",
             Self::NvLinkC2c => "nvlink-c2c",
             Self::Smp => "smp",
+            Self::Integrated => "integrated",
         }
     }
 }
@@ -448,6 +458,7 @@ impl fmt::Display for LinkKind {
             }
             Self::NvLinkC2c => write!(f, "NVLink-C2C"),
             Self::Smp => write!(f, "SMP interconnect"),
+            Self::Integrated => write!(f, "integrated"),
         }
     }
 }

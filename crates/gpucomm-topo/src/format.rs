@@ -112,7 +112,7 @@ pub struct LinkEntry {
     /// Id of the other end.
     pub b: String,
     /// `pcie`, `nvlink`, `infiniband` (or `ib`), `ethernet`, `roce`, `qpi`,
-    /// `upi`, `infinity-fabric`, `nvlink-c2c`, `smp`.
+    /// `upi`, `infinity-fabric`, `nvlink-c2c`, `smp`, `integrated`.
     pub kind: String,
     /// Generation: PCIe 1–6, NVLink 1–5.
     #[serde(default, rename = "gen", skip_serializing_if = "Option::is_none")]
@@ -201,6 +201,7 @@ impl LinkEntry {
             "infinity-fabric",
             "nvlink-c2c",
             "smp",
+            "integrated",
         ];
         if !known.contains(&self.kind.as_str()) {
             return Err(bad(
@@ -296,6 +297,7 @@ impl LinkEntry {
                 }
             }
             "nvlink-c2c" => LinkKind::NvLinkC2c,
+            "integrated" => LinkKind::Integrated,
             _ => LinkKind::Smp,
         })
     }
@@ -334,7 +336,7 @@ impl LinkEntry {
                 e.rate_gts = Some(f64::from(mts) / 1000.0);
                 e.count = count(c.into());
             }
-            LinkKind::NvLinkC2c | LinkKind::Smp => {}
+            LinkKind::NvLinkC2c | LinkKind::Smp | LinkKind::Integrated => {}
         }
         if l.bandwidth_overridden {
             e.bandwidth = Some(l.bandwidth);
