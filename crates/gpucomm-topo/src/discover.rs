@@ -130,6 +130,62 @@ fn class_name(class: u32) -> &'static str {
     }
 }
 
+/// NVIDIA GPU names by PCI device id (from the PCI ID repository,
+/// pci-ids.ucw.cz); others print as "NVIDIA GPU [10de:xxxx]".
+fn nvidia_gpu_name(device: u32) -> Option<&'static str> {
+    Some(match device {
+        0x1db1 => "Tesla V100 SXM2 16GB",
+        0x1db5 => "Tesla V100 SXM2 32GB",
+        0x1db4 => "Tesla V100 PCIe 16GB",
+        0x20b0 => "A100 SXM4 40GB",
+        0x20b2 => "A100 SXM4 80GB",
+        0x20b5 => "A100 PCIe 80GB",
+        0x20f1 => "A100 PCIe 40GB",
+        0x2330 => "H100 SXM5 80GB",
+        0x2331 => "H100 PCIe",
+        0x2684 => "GeForce RTX 4090",
+        0x26b9 => "L40S",
+        _ => return None,
+    })
+}
+
+/// Virtio device names by PCI device id (virtio 1.x: 0x1040 + device type;
+/// legacy: 0x1000..).
+fn virtio_name(device: u32) -> Option<&'static str> {
+    Some(match device {
+        0x1000 | 0x1041 => "virtio network device",
+        0x1001 | 0x1042 => "virtio block device",
+        0x1002 | 0x1045 => "virtio memory balloon",
+        0x1003 | 0x1043 => "virtio console",
+        0x1004 | 0x1048 => "virtio SCSI controller",
+        0x1005 | 0x1044 => "virtio RNG",
+        0x1009 | 0x1049 => "virtio 9P transport",
+        0x1050 => "virtio GPU",
+        0x1052 => "virtio input",
+        0x1053 => "virtio socket",
+        0x105a => "virtio filesystem",
+        _ => return None,
+    })
+}
+
+fn device_label(d: &PciDev, kind: NodeKind) -> String {
+    if d.vendor == 0x10de && kind == NodeKind::Gpu {
+        return match nvidia_gpu_name(d.device) {
+            Some(n) => format!("NVIDIA {n}"),
+            None => format!("NVIDIA GPU [10de:{:04x}]", d.device),
+        };
+    }
+    if d.vendor == 0x10de && d.class >> 8 == 0x0680 {
+        return "NVIDIA NVSwitch (PCIe management function)".to_string();
+    }
+    if d.vendor == 0x1af4
+        && let Some(n) = virtio_name(d.device)
+    {
+        return n.to_string();
+    }
+    format!("{} {}", vendor_name(d.vendor), class_name(d.class))
+}
+
 #[derive(Debug, Clone)]
 struct PciDev {
     bdf: String,
@@ -474,10 +530,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Topology, TopoError> {
             NodeKind::Storage => "storage",
             _ => "pci",
         };
-        let mut label = format!("{} {}", vendor_name(d.vendor), class_name(d.class));
-        if kind == NodeKind::Gpu && d.vendor == 0x10de {
-            label = format!("NVIDIA GPU [10de:{:04x}]", d.device);
-        }
+        let label = device_label(d, kind);
         let mut node = Node::new(format!("{prefix}{n}"), kind)
             .with_label(label)
             .in_host(host)

@@ -496,13 +496,58 @@ impl TopologyFile {
     }
 }
 
+/// The field at a line of a topology file, as `, field link[2].gen` (empty
+/// when the line has no key).
+fn toml_field(text: &str, line: usize) -> String {
+    let (mut nodes, mut links) = (0usize, 0usize);
+    let mut section = String::new();
+    for (i, l) in text.lines().enumerate().take(line) {
+        let t = l.trim();
+        if t.starts_with("[[node]]") {
+            nodes += 1;
+            section = format!("node[{}]", nodes - 1);
+        } else if t.starts_with("[[link]]") {
+            links += 1;
+            section = format!("link[{}]", links - 1);
+        } else if t.starts_with("[node.props]") && nodes > 0 {
+            section = format!("node[{}].props", nodes - 1);
+        } else if t.starts_with('[') {
+            section = t.trim_matches(['[', ']']).to_string();
+        }
+        if i + 1 == line {
+            let key = t.split_once('=').map(|(k, _)| k.trim().trim_matches('"'));
+            return match key {
+                Some(k) if !k.is_empty() && section.is_empty() => format!(", field {k}"),
+                Some(k) if !k.is_empty() => format!(", field {section}.{k}"),
+                _ if !section.is_empty() => format!(", in {section}"),
+                _ => String::new(),
+            };
+        }
+    }
+    String::new()
+}
+
+/// "line L, column C: message" from a TOML error.
+fn toml_problem(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            let field = toml_field(text, line);
+            format!("line {line}, column {col}{field}: {}", e.message().trim())
+        }
+        None => e.message().trim().to_string(),
+    }
+}
+
 /// Parses a topology from text; `name` is used in errors.
 pub fn parse(text: &str, format: Format, name: &str) -> Result<Topology, TopoError> {
     let file: TopologyFile = match format {
         Format::Toml => toml::from_str(text).map_err(|e| TopoError::Syntax {
             file: name.to_string(),
             format: "TOML",
-            problem: e.to_string().trim().replace('\n', " ").replace("  ", " "),
+            problem: toml_problem(text, &e),
         })?,
         Format::Json => serde_json::from_str(text).map_err(|e| TopoError::Syntax {
             file: name.to_string(),

@@ -213,8 +213,10 @@ fn catalog_table() -> Table {
 fn bw(g: f64) -> String {
     if g >= 100.0 {
         format!("{g:.0}")
-    } else {
+    } else if g >= 10.0 {
         format!("{g:.1}")
+    } else {
+        format!("{g:.2}")
     }
 }
 
@@ -361,7 +363,7 @@ fn print_summary(out: &mut impl Write, t: &Topology) -> anyhow::Result<()> {
     writeln!(out, "Topology {}: {}", t.name(), t.description())?;
     writeln!(
         out,
-        "  {} hosts, {} CPUs/NUMA nodes, {} GPUs, {} NICs, {} PCIe switches, {} NVSwitch nodes, {} network switches, {} storage, {} other PCIe devices",
+        "  hosts {}, CPUs/NUMA nodes {}, GPUs {}, NICs {}, PCIe switches {}, NVSwitch nodes {}, network switches {}, storage {}, other PCIe devices {}",
         count(NodeKind::Host),
         count(NodeKind::Cpu),
         count(NodeKind::Gpu),
