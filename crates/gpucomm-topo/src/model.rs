@@ -455,7 +455,7 @@ impl Topology {
             .map(|i| NodeIx(i as u32))
             .collect();
         let mut t = Topology {
-            router: Router::new(nodes.len()),
+            router: Router::new(nodes.len(), &links),
             name,
             description,
             nodes,

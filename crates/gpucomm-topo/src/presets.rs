@@ -395,6 +395,10 @@ fn gb200_nvl72() -> TopologyBuilder {
         let p = format!("tray{tray}.");
         let mut h = Host::new(&mut b, &format!("tray{tray}"), "GB200 compute tray");
         let cpus = [h.cpu(&p, 0, "Grace"), h.cpu(&p, 1, "Grace")];
+        // The two Graces of a tray share the tray's memory space; their link
+        // is not in NVIDIA's published figures, so it is an SMP link of
+        // unknown speed (classified SYS, like any socket-to-socket link).
+        h.b.link(cpus[0], cpus[1], LinkKind::Smp);
         for g in 0..4u32 {
             let socket = g / 2;
             let gpu = h.node(format!("{p}gpu{g}"), NodeKind::Gpu, "B200 (GB200)", socket);
