@@ -318,7 +318,7 @@ const SRC_IB: Source = "IBTA InfiniBand roadmap; NVIDIA ConnectX/Quantum datashe
 const SRC_ETH: Source = "IEEE 802.3 (100/200/400/800GBASE data rate)";
 const SRC_QPI: Source = "Intel QPI: 2 bytes per transfer per direction (e.g. 9.6 GT/s = 19.2 GB/s)";
 const SRC_UPI: Source =
-    "Intel Xeon Scalable datasheets: UPI 10.4 GT/s = 20.8 GB/s per direction per link";
+    "Intel Xeon Scalable datasheets: 2 bytes per transfer per direction (10.4 GT/s = 20.8 GB/s)";
 const SRC_IF: Source =
     "AMD EPYC 7002/9004 architecture overviews: xGMI x16 links (16 bits/transfer)";
 const SRC_C2C: Source = "NVIDIA Grace Hopper Superchip whitepaper: NVLink-C2C 900 GB/s total";
@@ -595,36 +595,36 @@ pub fn entries() -> Vec<CatalogEntry> {
         nvl(
             NvLinkGen::V1,
             "NVLink 1 (4 links)",
-            "20 Gb/s x 8 lanes",
-            "8",
+            "20 Gb/s NRZ",
+            "8 per link x 4 links",
             "P100 (DGX-1 P100)",
         ),
         nvl(
             NvLinkGen::V2,
             "NVLink 2 (6 links)",
-            "25 Gb/s x 8 lanes",
-            "8",
+            "25 Gb/s NRZ",
+            "8 per link x 6 links",
             "V100 (DGX-1 V100, DGX-2)",
         ),
         nvl(
             NvLinkGen::V3,
             "NVLink 3 (12 links)",
-            "50 Gb/s x 4 lanes",
-            "4",
+            "50 Gb/s NRZ",
+            "4 per link x 12 links",
             "A100 (DGX A100)",
         ),
         nvl(
             NvLinkGen::V4,
             "NVLink 4 (18 links)",
-            "100 Gb/s PAM4 x 2 lanes",
-            "2",
+            "100 Gb/s PAM4",
+            "2 per link x 18 links",
             "H100, H200 (DGX H100, HGX H200)",
         ),
         nvl(
             NvLinkGen::V5,
             "NVLink 5 (18 links)",
-            "200 Gb/s PAM4 x 2 lanes",
-            "2",
+            "200 Gb/s PAM4",
+            "2 per link x 18 links",
             "B200, GB200 NVL72",
         ),
         ib(
@@ -720,7 +720,7 @@ pub fn entries() -> Vec<CatalogEntry> {
                 count: 1,
             },
             signaling: "16 GT/s",
-            lanes: "24 (16 data)",
+            lanes: "-",
             products: "Xeon Sapphire Rapids (DGX H100)",
             source: SRC_UPI,
         },
@@ -749,7 +749,7 @@ pub fn entries() -> Vec<CatalogEntry> {
         CatalogEntry {
             generation: "NVLink-C2C",
             kind: K::NvLinkC2c,
-            signaling: "40 Gb/s per lane (NVIDIA)",
+            signaling: "not published per lane",
             lanes: "-",
             products: "GH200, GB200 (Grace to GPU)",
             source: SRC_C2C,

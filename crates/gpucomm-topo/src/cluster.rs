@@ -27,6 +27,14 @@ pub enum Fabric {
 }
 
 impl Fabric {
+    /// The name [`Fabric::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fabric::RailOptimized => "rail-optimized",
+            Fabric::SingleSwitch => "single-switch",
+            Fabric::LeafSpine => "leaf-spine",
+        }
+    }
     /// Parses `rail`, `single`, `leaf-spine`.
     pub fn parse(s: &str) -> Option<Fabric> {
         match s {
@@ -235,10 +243,10 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
     let per = unit.nodes().len();
     let mut b = TopologyBuilder::new(format!("{}x{}", unit.name(), opts.nodes));
     b.description(format!(
-        "{} nodes of {} ({:?} fabric{})",
+        "{} nodes of {} ({} fabric{})",
         opts.nodes,
         unit.name(),
-        opts.fabric,
+        opts.fabric.name(),
         if opts.oversubscription > 1.0 {
             format!(", {}:1 oversubscribed", opts.oversubscription)
         } else {

@@ -376,12 +376,14 @@ fn print_summary(out: &mut impl Write, t: &Topology) -> anyhow::Result<()> {
     )?;
     let (nv, net) = t.reduction_support();
     if nv || net {
-        writeln!(
-            out,
-            "  in-network reduction: {}{}",
-            if nv { "NVSwitch (NVLS) " } else { "" },
-            if net { "network switches (SHARP)" } else { "" }
-        )?;
+        let mut what = Vec::new();
+        if nv {
+            what.push("NVSwitch (NVLink SHARP / NVLS)");
+        }
+        if net {
+            what.push("network switches (SHARP)");
+        }
+        writeln!(out, "  in-network reduction: {}", what.join(", "))?;
     }
     writeln!(out)?;
     let hosts = t.hosts();
