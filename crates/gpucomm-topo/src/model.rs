@@ -588,6 +588,32 @@ impl Topology {
             .any(|n| n.kind == NodeKind::NetSwitch && n.reduction);
         (nv, net)
     }
+    /// The NVSwitch node a GPU is attached to and the link to it (the
+    /// widest, when several), if any: where NVLS in-switch reduction happens
+    /// when [`Node::reduction`] is set on the switch.
+    pub fn nvswitch_of(&self, gpu: NodeIx) -> Option<(NodeIx, LinkIx)> {
+        self.adj[gpu.index()]
+            .iter()
+            .filter(|(l, d)| {
+                self.nodes[self.links[l.index()].head(*d).index()].kind == NodeKind::NvSwitch
+            })
+            .max_by(|x, y| {
+                self.links[x.0.index()]
+                    .bandwidth
+                    .total_cmp(&self.links[y.0.index()].bandwidth)
+                    .then(y.0.cmp(&x.0))
+            })
+            .map(|&(l, d)| (self.links[l.index()].head(d), l))
+    }
+    /// Number of link directions (channels): `2 * links().len()`; a
+    /// [`Hop::channel`](crate::Hop::channel) is below it.
+    pub fn channel_count(&self) -> usize {
+        2 * self.links.len()
+    }
+    /// Capacity of a channel (one direction of a link) in GB/s.
+    pub fn channel_bandwidth(&self, channel: usize) -> f64 {
+        self.links[channel / 2].bandwidth
+    }
     /// Turns the topology back into a builder (to derive another from it).
     pub fn into_builder(self) -> TopologyBuilder {
         TopologyBuilder {

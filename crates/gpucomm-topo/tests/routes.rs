@@ -124,3 +124,25 @@ fn nodes_without_a_way_out_have_no_route() {
     let e = t.path(a, b).unwrap_err();
     assert!(e.to_string().contains("no route"), "{e}");
 }
+
+#[test]
+fn topology_is_send_sync_and_exposes_channels() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Topology>();
+    let t = select("dgx-h100", &ClusterOptions::default()).unwrap();
+    let g = t.gpus()[0];
+    let (sw, link) = t.nvswitch_of(g).unwrap();
+    assert!(t.node(sw).reduction);
+    assert_eq!(t.link(link).bandwidth, 450.0);
+    let hops = t.route(g, t.gpus()[1]).unwrap();
+    for h in hops {
+        assert!(h.channel() < t.channel_count());
+        assert_eq!(t.channel_bandwidth(h.channel()), 450.0);
+    }
+    assert!(
+        select("dgx1-v100", &ClusterOptions::default())
+            .unwrap()
+            .nvswitch_of(g)
+            .is_none()
+    );
+}
