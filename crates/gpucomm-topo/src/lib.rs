@@ -58,6 +58,7 @@
 //! or adaptive routing.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod catalog;
 mod cluster;

@@ -654,3 +654,94 @@ fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::R
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(f: impl Fn(&mut Vec<u8>) -> anyhow::Result<()>) -> String {
+        let mut buf = Vec::new();
+        f(&mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn dgx1_matrix_is_the_hybrid_cube_mesh() {
+        let t = gpucomm_topo::preset("dgx1-v100").unwrap();
+        let out = render(|b| print_matrix(b, &t, false));
+        let row0 = out.lines().find(|l| l.starts_with("GPU0 ")).unwrap();
+        let cells: Vec<&str> = row0.split_whitespace().collect();
+        assert_eq!(
+            &cells[1..9],
+            ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
+        );
+        assert!(out.contains("NV#  = Connection traversing a bonded set of # NVLinks"));
+        let bw = render(|b| print_bandwidth(b, &t, false));
+        let row3 = bw.lines().find(|l| l.starts_with("GPU3 ")).unwrap();
+        assert_eq!(
+            row3.split_whitespace().collect::<Vec<_>>(),
+            [
+                "GPU3", "50.0", "25.0", "50.0", "X", "15.8", "15.8", "15.8", "25.0", "15.8"
+            ]
+        );
+    }
+
+    #[test]
+    fn summary_and_path_of_a_cluster() {
+        let opts = ClusterOptions {
+            nodes: 3,
+            ..Default::default()
+        };
+        let t = gpucomm_topo::select("dgx-h100", &opts).unwrap();
+        let out = render(|b| print_summary(b, &t));
+        assert!(out.contains("hosts 3,"));
+        assert!(out.contains("... and 2 more hosts like it"));
+        assert!(out.contains("in-network reduction: NVSwitch"));
+        let p = render(|b| print_path(b, &t, "n0.gpu2", "n2.gpu2"));
+        assert!(p.starts_with("n0.gpu2 -> n2.gpu2: NET"), "{p}");
+        assert!(p.contains("n0.nic2 -> rail2"));
+        assert!(p.contains("GPUDirect RDMA: yes"));
+        let e = print_path(&mut Vec::new(), &t, "gpu0", "n0.gpu1").unwrap_err();
+        assert!(e.to_string().contains("no node \"gpu0\""));
+        // Large clusters print the first host's matrix only.
+        let m = render(|b| print_matrix(b, &t, false));
+        assert!(m.contains("(first host only; --all for every device)"));
+    }
+
+    #[test]
+    fn machine_without_gpus_prints_its_nics() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../gpucomm-topo/tests/fixtures/pcie-server");
+        let t = gpucomm_topo::discover(&DiscoverOptions { root, nvml: false }).unwrap();
+        let out = render(|b| print_summary(b, &t));
+        assert!(out.contains("gpu0 [gpu] NVIDIA A100 PCIe 80GB @0000:19:00.0"));
+        assert!(out.contains("ports mlx5_0,ib0"));
+        let this = gpucomm_topo::discover(&DiscoverOptions::default()).unwrap();
+        let m = render(|b| print_matrix(b, &this, false));
+        if this.gpus().is_empty() && this.nodes_of_kind(NodeKind::Nic).count() > 0 {
+            assert!(m.starts_with("No GPUs found; matrix of the NICs:"));
+        }
+    }
+
+    #[test]
+    fn catalog_and_options() {
+        let t = catalog_table().to_string();
+        assert!(t.contains("InfiniBand NDR200") && t.contains("| 25.00"));
+        let bad = ClusterArgs {
+            nodes: 2,
+            gpus: None,
+            nics: None,
+            nic_speed: Some("fast".into()),
+            fabric: "rail".into(),
+            oversubscription: 1.0,
+            nodes_per_leaf: 4,
+            sharp: false,
+        };
+        assert!(
+            options(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("--nic-speed")
+        );
+    }
+}
