@@ -10,7 +10,7 @@
 //! # Design
 //!
 //! - **Pure data, no I/O in the core.** Presets, clusters, routing and the
-//!   file format are functions of their inputs. Only [`discover`] reads the
+//!   file format are functions of their inputs. Only [`discover()`] reads the
 //!   machine, and it takes the root directory as an argument so tests point
 //!   it at fixture trees.
 //! - **One graph for every scale.** A DGX box, a GB200 NVL72 rack and a
