@@ -420,6 +420,14 @@ fn nic_ports(root: &Path, dev: &PciDev) -> Port {
 /// assert!(t.nodes_of_kind(gpucomm_topo::NodeKind::Cpu).count() >= 1);
 /// ```
 pub fn discover(opts: &DiscoverOptions) -> Result<Topology, TopoError> {
+    discover_with(opts, None)
+}
+
+/// [`discover`], with NVML's answers given instead of queried (tests).
+pub(crate) fn discover_with(
+    opts: &DiscoverOptions,
+    fake_nvml: Option<&[NvmlGpu]>,
+) -> Result<Topology, TopoError> {
     let root = &opts.root;
     if !root.join("sys").is_dir() {
         return Err(TopoError::Io {
@@ -568,10 +576,21 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Topology, TopoError> {
         }
     }
 
-    let nvml_note = if opts.nvml {
-        nvml::add(&mut b, &gpu_by_bdf, host)
-    } else {
-        "not queried".to_string()
+    let nvml_note = match (fake_nvml, opts.nvml) {
+        (Some(gpus), _) => {
+            let n = apply_nvml(&mut b, &gpu_by_bdf, host, gpus);
+            format!("given, {n} NVLink bundles")
+        }
+        (None, true) => {
+            let (gpus, note) = nvml::query();
+            if gpus.is_empty() {
+                note
+            } else {
+                let n = apply_nvml(&mut b, &gpu_by_bdf, host, &gpus);
+                format!("{note}, {n} NVLink bundles")
+            }
+        }
+        (None, false) => "not queried".to_string(),
     };
     b.description(format!(
         "discovered from {} (NVML: {nvml_note})",
@@ -581,118 +600,273 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Topology, TopoError> {
     b.build()
 }
 
-mod nvml {
-    //! NVML: GPU names and NVLinks. Every failure is a note, not an error.
-    use super::*;
-    use nvml_wrapper::Nvml;
+/// What NVML says about one GPU (gathered by [`nvml::query`], or made up
+/// by tests).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NvmlGpu {
+    /// NVML's index.
+    pub index: u32,
+    /// PCI bus id as NVML prints it (`00000000:17:00.0`).
+    pub bus_id: String,
+    /// Product name.
+    pub name: Option<String>,
+    /// Memory in bytes.
+    pub memory: Option<u64>,
+    /// Active NVLinks: (NVLink version, remote PCI bus id).
+    pub links: Vec<(u8, String)>,
+}
 
-    fn norm_bus_id(s: &str) -> String {
-        // NVML: "00000000:17:00.0"; sysfs: "0000:17:00.0".
-        let s = s.trim().to_ascii_lowercase();
-        match s.split_once(':') {
-            Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
-            _ => s,
+fn norm_bus_id(s: &str) -> String {
+    // NVML: "00000000:17:00.0"; sysfs: "0000:17:00.0".
+    let s = s.trim().to_ascii_lowercase();
+    match s.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
+        _ => s,
+    }
+}
+
+/// Adds NVML's names and NVLinks to the discovered graph: GPU-to-GPU
+/// bundles, and links to NVSwitches folded into one logical `nvswitch0`
+/// (chips = distinct switch PCI ids; NVLS when NVLink is version 4 or
+/// later, i.e. NVSwitch gen 3). Returns the number of NVLink bundles.
+pub(crate) fn apply_nvml(
+    b: &mut TopologyBuilder,
+    gpu_by_bdf: &HashMap<String, NodeIx>,
+    host: NodeIx,
+    gpus: &[NvmlGpu],
+) -> usize {
+    // (gpu, remote bus id) -> (version, links).
+    let mut gpu_links: BTreeMap<(NodeIx, String), (u8, u8)> = BTreeMap::new();
+    for g in gpus {
+        let Some(&gix) = gpu_by_bdf.get(&norm_bus_id(&g.bus_id)) else {
+            continue;
+        };
+        if let Some(name) = &g.name {
+            b.node_mut(gix).label = name.clone();
+        }
+        if let Some(m) = g.memory {
+            b.node_mut(gix).props.insert(
+                "memory".into(),
+                format!("{:.0} GiB", m as f64 / 1073741824.0),
+            );
+        }
+        b.node_mut(gix)
+            .props
+            .insert("nvml_index".into(), g.index.to_string());
+        for (version, remote) in &g.links {
+            let e = gpu_links
+                .entry((gix, norm_bus_id(remote)))
+                .or_insert((*version, 0));
+            e.1 = e.1.saturating_add(1);
         }
     }
+    let mut nvswitch: Option<NodeIx> = None;
+    let mut switch_chips: std::collections::BTreeSet<&str> = Default::default();
+    let mut max_version = 0u8;
+    let mut done = 0;
+    for ((gix, remote), (version, n)) in &gpu_links {
+        let generation = NvLinkGen::from_number((*version).clamp(1, 5)).unwrap_or(NvLinkGen::V1);
+        let kind = LinkKind::NvLink {
+            generation,
+            count: *n,
+        };
+        match gpu_by_bdf.get(remote) {
+            Some(&other) => {
+                // Each GPU pair is seen from both ends; add it once.
+                if *gix < other {
+                    b.link(*gix, other, kind);
+                    done += 1;
+                }
+            }
+            None => {
+                // Not a GPU: an NVSwitch. One logical node for all of them.
+                switch_chips.insert(remote.as_str());
+                max_version = max_version.max(*version);
+                let sw = *nvswitch.get_or_insert_with(|| {
+                    b.node(
+                        Node::new("nvswitch0", NodeKind::NvSwitch)
+                            .with_label("NVSwitch (via NVML)")
+                            .in_host(host),
+                    )
+                });
+                match b.links.iter_mut().find(|x| x.a == *gix && x.b == sw) {
+                    Some(l) => {
+                        if let LinkKind::NvLink { generation, count } = l.kind {
+                            *l = Link::new(
+                                *gix,
+                                sw,
+                                LinkKind::NvLink {
+                                    generation,
+                                    count: count.saturating_add(*n),
+                                },
+                            );
+                        }
+                    }
+                    None => {
+                        b.link(*gix, sw, kind);
+                        done += 1;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(sw) = nvswitch {
+        let n = b.node_mut(sw);
+        n.chips = Some(switch_chips.len() as u32);
+        // NVLink SHARP (NVLS) arrived with NVSwitch gen 3 (NVLink 4).
+        n.reduction = max_version >= 4;
+    }
+    done
+}
 
-    pub(super) fn add(
-        b: &mut TopologyBuilder,
-        gpu_by_bdf: &HashMap<String, NodeIx>,
-        host: NodeIx,
-    ) -> String {
+mod nvml {
+    //! Queries NVML. Every failure is a note, not an error.
+    use super::NvmlGpu;
+    use nvml_wrapper::Nvml;
+
+    /// The GPUs NVML reports, and a note (driver version, or why NVML was
+    /// not usable).
+    pub(super) fn query() -> (Vec<NvmlGpu>, String) {
         let nvml = match Nvml::init() {
             Ok(n) => n,
-            Err(e) => return format!("not available ({e})"),
+            Err(e) => return (Vec::new(), format!("not available ({e})")),
         };
         let count = match nvml.device_count() {
             Ok(c) => c,
-            Err(e) => return format!("device count failed ({e})"),
+            Err(e) => return (Vec::new(), format!("device count failed ({e})")),
         };
         let driver = nvml.sys_driver_version().unwrap_or_default();
-        // (gpu, remote bus id) -> links, with the NVLink version.
-        let mut gpu_links: BTreeMap<(NodeIx, String), (u8, u8)> = BTreeMap::new();
+        let mut out = Vec::new();
         for i in 0..count {
             let Ok(dev) = nvml.device_by_index(i) else {
                 continue;
             };
             let Ok(pci) = dev.pci_info() else { continue };
-            let Some(&gix) = gpu_by_bdf.get(&norm_bus_id(&pci.bus_id)) else {
-                continue;
+            let mut g = NvmlGpu {
+                index: i,
+                bus_id: pci.bus_id,
+                name: dev.name().ok(),
+                memory: dev.memory_info().ok().map(|m| m.total),
+                links: Vec::new(),
             };
-            if let Ok(name) = dev.name() {
-                b.node_mut(gix).label = name;
-            }
-            if let Ok(m) = dev.memory_info() {
-                b.node_mut(gix).props.insert(
-                    "memory".into(),
-                    format!("{:.0} GiB", m.total as f64 / 1073741824.0),
-                );
-            }
-            b.node_mut(gix)
-                .props
-                .insert("nvml_index".into(), i.to_string());
+            // NVML_NVLINK_MAX_LINKS is 18 up to NVLink 5.
             for l in 0..18u32 {
                 let link = dev.link_wrapper_for(l);
                 if !link.is_active().unwrap_or(false) {
                     continue;
                 }
-                let version = link.version().unwrap_or(0).clamp(1, 5) as u8;
-                let Ok(remote) = link.remote_pci_info() else {
-                    continue;
-                };
-                let e = gpu_links
-                    .entry((gix, norm_bus_id(&remote.bus_id)))
-                    .or_insert((version, 0));
-                e.1 += 1;
-            }
-        }
-        let mut nvswitch: Option<NodeIx> = None;
-        let mut done = 0;
-        for ((gix, remote), (version, n)) in &gpu_links {
-            let generation = NvLinkGen::from_number(*version).unwrap_or(NvLinkGen::V1);
-            let kind = LinkKind::NvLink {
-                generation,
-                count: *n,
-            };
-            match gpu_by_bdf.get(remote) {
-                Some(&other) => {
-                    // Each GPU pair is seen from both ends; add it once.
-                    if *gix < other {
-                        b.link(*gix, other, kind);
-                        done += 1;
-                    }
-                }
-                None => {
-                    // Not a GPU: an NVSwitch. One logical node for all of them.
-                    let sw = *nvswitch.get_or_insert_with(|| {
-                        b.node(
-                            Node::new("nvswitch0", NodeKind::NvSwitch)
-                                .with_label("NVSwitch (via NVML)")
-                                .in_host(host),
-                        )
-                    });
-                    let existing = b.links.iter_mut().find(|x| x.a == *gix && x.b == sw);
-                    match existing {
-                        Some(l) => {
-                            if let LinkKind::NvLink { generation, count } = l.kind {
-                                *l = Link::new(
-                                    *gix,
-                                    sw,
-                                    LinkKind::NvLink {
-                                        generation,
-                                        count: count.saturating_add(*n),
-                                    },
-                                );
-                            }
-                        }
-                        None => {
-                            b.link(*gix, sw, kind);
-                        }
-                    }
-                    done += 1;
+                let version = link.version().unwrap_or(1).clamp(1, 5) as u8;
+                if let Ok(remote) = link.remote_pci_info() {
+                    g.links.push((version, remote.bus_id));
                 }
             }
+            out.push(g);
         }
-        format!("{count} GPUs, {done} NVLink bundles, driver {driver}")
+        let note = format!("{count} GPUs, driver {driver}");
+        (out, note)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::PathClass;
+
+    fn fixture(name: &str) -> DiscoverOptions {
+        DiscoverOptions::fixture(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name),
+        )
+    }
+
+    const DGX_GPUS: [&str; 8] = ["1b", "1c", "43", "44", "9b", "9c", "c3", "c4"];
+
+    #[test]
+    fn nvml_nvswitch_links_fold_into_one_switch() {
+        // DGX H100 as NVML reports it: each GPU's 18 NVLink 4 links spread
+        // 5/4/4/5 over four NVSwitch chips.
+        let chips = [
+            "0000:07:00.0",
+            "0000:08:00.0",
+            "0000:09:00.0",
+            "0000:0a:00.0",
+        ];
+        let gpus: Vec<NvmlGpu> = DGX_GPUS
+            .iter()
+            .enumerate()
+            .map(|(i, bus)| NvmlGpu {
+                index: i as u32,
+                bus_id: format!("00000000:{}:00.0", bus.to_uppercase()),
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                memory: Some(85_899_345_920),
+                links: (0..18)
+                    .map(|l| {
+                        let chip = match l {
+                            0..5 => 0,
+                            5..9 => 1,
+                            9..13 => 2,
+                            _ => 3,
+                        };
+                        (4, chips[chip].to_string())
+                    })
+                    .collect(),
+            })
+            .collect();
+        let t = discover_with(&fixture("dgx"), Some(&gpus)).unwrap();
+        let sw = t.find("nvswitch0").unwrap();
+        assert_eq!(t.node(sw).chips, Some(4));
+        assert!(t.node(sw).reduction);
+        assert_eq!(t.node(t.gpus()[0]).label, "NVIDIA H100 80GB HBM3");
+        assert_eq!(t.node(t.gpus()[0]).props["memory"], "80 GiB");
+        for &a in t.gpus() {
+            for &b in t.gpus() {
+                if a != b {
+                    let p = t.path(a, b).unwrap();
+                    assert_eq!(p.class, PathClass::NvLink(18));
+                    assert_eq!(p.bandwidth, 450.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nvml_gpu_to_gpu_links_make_the_cube_mesh() {
+        // The pcie-server fixture with DGX-1 V100 NVLinks reported by NVML.
+        let bus = ["19", "1a", "33", "34", "9b", "9c", "b3", "b4"];
+        let mut gpus: Vec<NvmlGpu> = bus
+            .iter()
+            .enumerate()
+            .map(|(i, b)| NvmlGpu {
+                index: i as u32,
+                bus_id: format!("00000000:{b}:00.0"),
+                ..Default::default()
+            })
+            .collect();
+        for (x, y, n) in crate::presets::DGX1_V100_NVLINKS {
+            for _ in 0..n {
+                let (bx, by) = (
+                    gpus[x as usize].bus_id.clone(),
+                    gpus[y as usize].bus_id.clone(),
+                );
+                gpus[x as usize].links.push((2, by));
+                gpus[y as usize].links.push((2, bx));
+            }
+        }
+        let t = discover_with(&fixture("pcie-server"), Some(&gpus)).unwrap();
+        assert!(t.find("nvswitch0").is_none());
+        let g = t.gpus();
+        assert_eq!(t.path(g[0], g[3]).unwrap().class, PathClass::NvLink(2));
+        assert_eq!(t.path(g[0], g[1]).unwrap().class, PathClass::NvLink(1));
+        assert_eq!(t.path(g[0], g[5]).unwrap().class, PathClass::Sys);
+        assert_eq!(t.path(g[0], g[3]).unwrap().bandwidth, 50.0);
+    }
+
+    #[test]
+    fn cpulists() {
+        assert_eq!(cpulist_len("0-3,8,10-11"), 7);
+        assert_eq!(cpulist_len(""), 0);
+        assert_eq!(cpulist_len("5"), 1);
+        assert_eq!(cpulist_len("3-1,x"), 0);
     }
 }
