@@ -226,8 +226,13 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
     }
     let nics: Vec<NodeIx> = unit.nodes_of_kind(NodeKind::Nic).collect();
     if nics.is_empty() {
+        let hint = if opts.nics == Some(0) {
+            "--nics 0 leaves none"
+        } else {
+            "pass --nics N (and --nic-speed)"
+        };
         return Err(TopoError::Options(format!(
-            "{} has no NICs to join {} nodes with; pass --nics",
+            "{} has no NICs to join {} nodes with; {hint}",
             unit.name(),
             opts.nodes
         )));

@@ -505,7 +505,9 @@ pub(crate) fn discover_with(
         // bridges[0] is the root port; then switch upstream/downstream pairs.
         let mut parent = cpu_for(d.numa.or_else(|| bridges.first().and_then(|x| x.numa)));
         let mut i = 1;
-        while i < bridges.len() {
+        // A switch is an upstream port followed by a downstream port; a lone
+        // bridge (PCIe-to-PCI, as in front of BMC video) is not a switch.
+        while i + 1 < bridges.len() {
             let up = bridges[i];
             let sw = match switch_of.get(&up.bdf) {
                 Some(&s) => s,
