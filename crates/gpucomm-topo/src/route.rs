@@ -113,15 +113,18 @@ impl PathClass {
 pub struct PathInfo {
     /// The hops, in order from source to destination.
     pub hops: Vec<Hop>,
-    /// Bottleneck bandwidth per direction (GB/s): the narrowest hop.
+    /// Bottleneck bandwidth per direction (GB/s): the narrowest hop;
+    /// infinite for the empty route from a node to itself.
     pub bandwidth: f64,
     /// Sum of the hops' latencies (µs).
     pub latency_us: f64,
     /// The `nvidia-smi topo -m` class.
     pub class: PathClass,
-    /// GPUDirect P2P applies: two GPUs in one host joined by NVLink or by
-    /// PCIe through at most a host bridge (PIX, PXB, PHB; not NODE or SYS,
-    /// where CUDA P2P is not supported across the SMP link).
+    /// GPUDirect P2P applies: two GPUs joined only by NVLink (in one host,
+    /// or across the trays of one NVLink domain such as a GB200 NVL72), or
+    /// two GPUs of one host joined by PCIe through at most a host bridge
+    /// (PIX, PXB, PHB; not NODE or SYS, where CUDA P2P is not supported
+    /// across the SMP link).
     pub p2p: bool,
     /// GPUDirect RDMA applies: a GPU and a NIC under a common PCIe switch
     /// (PIX/PXB) or joined through a Grace CPU by NVLink-C2C; for a NET path
@@ -502,13 +505,14 @@ impl Topology {
         let class = self.classify(src, dst, &hops);
         let (sk, dk) = (self.node(src).kind, self.node(dst).kind);
         let same_host = self.node(src).host.is_some() && self.node(src).host == self.node(dst).host;
+        // NVLink P2P also works across hosts of one NVLink domain (GB200
+        // NVL72 trays); PCIe P2P only within a host.
         let p2p = sk == NodeKind::Gpu
             && dk == NodeKind::Gpu
-            && same_host
-            && matches!(
-                class,
-                PathClass::NvLink(_) | PathClass::Pix | PathClass::Pxb | PathClass::Phb
-            );
+            && src != dst
+            && (matches!(class, PathClass::NvLink(_))
+                || (same_host
+                    && matches!(class, PathClass::Pix | PathClass::Pxb | PathClass::Phb)));
         let rdma = match (sk, dk) {
             (NodeKind::Gpu, NodeKind::Nic) => self.gdr_ok(src, &hops),
             (NodeKind::Nic, NodeKind::Gpu) => self.gdr_ok(dst, &hops),
@@ -519,11 +523,7 @@ impl Topology {
         };
         PathInfo {
             hops,
-            bandwidth: if bandwidth.is_finite() {
-                bandwidth
-            } else {
-                0.0
-            },
+            bandwidth,
             latency_us,
             class,
             p2p,

@@ -181,6 +181,7 @@ fn gb200_nvl72_rack() {
     let p = t.path(g[0], g[71]).unwrap();
     assert_eq!(p.class, PathClass::NvLink(18));
     assert_eq!(p.bandwidth, 900.0); // NVLink 5: 1.8 TB/s bidirectional per GPU
+    assert!(p.p2p, "NVLink P2P spans the trays of the rack");
     assert_eq!(t.host_of_rank(5), Some(1));
     // Grace <-> B200 over NVLink-C2C, 450 GB/s per direction.
     let cpu = t.local_cpu(g[0]).unwrap();
