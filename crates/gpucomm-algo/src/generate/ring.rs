@@ -31,7 +31,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
-            let fin = (Buf::Output, bl[r][0].0);
+            let fin = Some((Buf::Output, bl[r][0].0));
             reduce_scatter(b, &plan, g, &bl, Buf::Input, Buf::Output, fin, &mut chain);
             all_gather(b, &plan, g, &bl, Buf::Output, &mut chain);
         }
@@ -39,7 +39,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
-            let fin = (Buf::Output, 0);
+            let fin = Some((Buf::Output, 0));
             reduce_scatter(b, &plan, g, &bl, Buf::Input, Buf::Scratch, fin, &mut chain);
         }
         Collective::AllGather => {
@@ -113,7 +113,7 @@ pub(crate) fn pieces(plan: &Plan, bl: &[Block]) -> usize {
 /// offsets, identical on every member). This rank's contribution is at the
 /// same offsets in `own`, partial sums go to `acc`, and its own block
 /// `g.pos`, complete, to `fin` (regions packed one after another from
-/// `fin.1`). In round `s` the rank sends block `pos - s - 1` and
+/// `fin.1`; `None`: in `acc` at its global offsets). In round `s` the rank sends block `pos - s - 1` and
 /// receives-and-reduces block `pos - s - 2`, so it ends with its own block.
 /// `chain[j]` holds the dependencies of the next send of piece `j` (the
 /// previous step on that piece, also when it moves no data).
@@ -125,26 +125,30 @@ pub(crate) fn reduce_scatter(
     bl: &[Block],
     own: Buf,
     acc: Buf,
-    fin: Loc,
+    fin: Option<Loc>,
     chain: &mut [Vec<u32>],
 ) {
     let m = g.size;
-    let packed = |block: &Block, o: usize| -> usize {
-        // position of global offset `o` of `block` in the packed final layout
+    // Where global offset `o` of `block` goes when the block is complete:
+    // packed from `fin.1` in `fin.0`, or in place in `acc`.
+    let place = |block: &Block, o: usize| -> (Buf, usize) {
+        let Some((fb, base)) = fin else {
+            return (acc, o);
+        };
         let mut before = 0;
         for &(ro, rl) in block {
             if o >= ro && o < ro + rl.max(1) {
-                return fin.1 + before + (o - ro);
+                return (fb, base + before + (o - ro));
             }
             before += rl;
         }
-        fin.1 + before
+        (fb, base + before)
     };
     if m == 1 {
         for &(o, l) in &bl[g.pos] {
-            let dst = packed(&bl[g.pos], o);
-            if (own, o) != (fin.0, dst) {
-                b.copy(sl(own, o, l), sl(fin.0, dst, l));
+            let (db, dst) = place(&bl[g.pos], o);
+            if (own, o) != (db, dst) {
+                b.copy(sl(own, o, l), sl(db, dst, l));
             }
         }
         return;
@@ -158,7 +162,8 @@ pub(crate) fn reduce_scatter(
             b.send(g.after(1), sl(src, so, sl_len), ch, deps);
             let (ro, rl, _) = piece(plan, &bl[rb], j);
             let dst = if s == m - 2 {
-                sl(fin.0, packed(&bl[rb], ro), rl)
+                let (db, d) = place(&bl[rb], ro);
+                sl(db, d, rl)
             } else {
                 sl(acc, ro, rl)
             };
