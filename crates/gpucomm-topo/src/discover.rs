@@ -493,6 +493,14 @@ pub(crate) fn discover_with(
     let mut switch_of: HashMap<String, NodeIx> = HashMap::new();
     let mut counters: HashMap<NodeKind, usize> = HashMap::new();
     let mut gpu_by_bdf: HashMap<String, NodeIx> = HashMap::new();
+    // A root complex's NUMA node: the first one its devices report (a
+    // device with numa_node -1 inherits it).
+    let mut rc_numa: HashMap<&str, u32> = HashMap::new();
+    for d in &devs {
+        if let Some(n) = d.numa {
+            rc_numa.entry(d.chain[0].as_str()).or_insert(n);
+        }
+    }
     for d in &devs {
         let Some(kind) = d.kind() else { continue };
         // Bridges between the root complex and the device: chain[1..len-1].
@@ -503,7 +511,11 @@ pub(crate) fn discover_with(
             .collect();
         let rc = d.chain[0].clone();
         // bridges[0] is the root port; then switch upstream/downstream pairs.
-        let mut parent = cpu_for(d.numa.or_else(|| bridges.first().and_then(|x| x.numa)));
+        let numa = d
+            .numa
+            .or_else(|| bridges.first().and_then(|x| x.numa))
+            .or_else(|| rc_numa.get(d.chain[0].as_str()).copied());
+        let mut parent = cpu_for(numa);
         let mut i = 1;
         // A switch is an upstream port followed by a downstream port; a lone
         // bridge (PCIe-to-PCI, as in front of BMC video) is not a switch.

@@ -49,6 +49,13 @@ fn two_socket_pcie_server() {
             .iter()
             .any(|n| n.kind == NodeKind::PcieDevice && n.label.contains("ASPEED"))
     );
+    // A device reporting numa_node -1 sits with its root complex's node.
+    let peri = t
+        .nodes()
+        .iter()
+        .position(|n| n.pci_address.as_deref() == Some("0000:98:00.1"))
+        .unwrap();
+    assert_eq!(t.node(gpucomm_topo::NodeIx(peri as u32)).numa, Some(1));
     // GPUs in PCI order, with their link and NUMA node.
     assert_eq!(
         t.node(t.gpus()[0]).pci_address.as_deref(),
