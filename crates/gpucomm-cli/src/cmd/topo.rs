@@ -724,6 +724,19 @@ mod tests {
     }
 
     #[test]
+    fn docs_carry_the_current_catalog_table() {
+        let doc =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/topology.md");
+        let doc = std::fs::read_to_string(doc).unwrap();
+        for line in catalog_table().to_string().lines() {
+            assert!(
+                doc.contains(line.trim_end()),
+                "docs/topology.md lacks catalog row {line:?}; paste `gpucomm topo --catalog`"
+            );
+        }
+    }
+
+    #[test]
     fn catalog_and_options() {
         let t = catalog_table().to_string();
         assert!(t.contains("InfiniBand NDR200") && t.contains("| 25.00"));
