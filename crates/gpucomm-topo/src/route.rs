@@ -27,9 +27,9 @@
 //! route starts with its single port and continues on its switch's tree).
 //! A route is then a few tree walks, `O(hops)`, lock-free. Measured with
 //! `cargo run --release -p gpucomm-topo --example route_speed` on the
-//! 2-core build machine: 128 x dgx-h100 (3,593 nodes, 1,024 GPUs) builds
-//! in 2 ms, assigns rails in 9 ms, and routes all 1,048,576 GPU pairs in
-//! 0.19 s (180 ns per route).
+//! shared 2-core build machine: 128 x dgx-h100 (3,593 nodes, 1,024 GPUs)
+//! builds in 2–3 ms, assigns rails in 9–25 ms, and routes all 1,048,576
+//! GPU pairs in 0.19–0.21 s (180–200 ns per route).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
