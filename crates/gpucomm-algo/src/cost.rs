@@ -7,7 +7,9 @@
 //! * `max_bytes_sent` / `max_bytes_recv`: the busiest rank's traffic, equal to
 //!   the checker's counts;
 //! * `time_us`: `sum over link classes of steps_c * (latency_c + overhead)
-//!   + path_bytes_c / bandwidth_c`, where `path_bytes` is what one rank moves
+//!   + path_bytes_c / bandwidth_c`, where the overhead is paid per message
+//!   (`n - 1` per step for direct algorithms, which post to every peer at
+//!   once), `path_bytes` is what one rank moves
 //!   along the critical path (for a pipelined algorithm: steps times the
 //!   piece that moves per step; for the others: the busiest rank's bytes),
 //!   and the bandwidth is `min(link, channels * per-channel)`.
@@ -566,8 +568,16 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
     }
     let ch = s.channels.max(1) as f64;
     let bw = |l: &LinkClass| l.bandwidth_gbps.min(ch * model.channel_gbps).max(1e-9) * 1e3; // bytes/us
-    let time = intra_steps as f64 * (model.intra.latency_us + model.step_overhead_us)
-        + inter_steps as f64 * (model.inter.latency_us + model.step_overhead_us)
+    // Direct posts a message to every peer per step: the software overhead
+    // is paid per message.
+    let fanout = match (s.algorithm, p.collective) {
+        (Algorithm::Direct, Collective::SendRecv { .. }) => 1.0,
+        (Algorithm::Direct, _) => p.nranks.saturating_sub(1).max(1) as f64,
+        _ => 1.0,
+    };
+    let o = model.step_overhead_us * fanout;
+    let time = intra_steps as f64 * (model.intra.latency_us + o)
+        + inter_steps as f64 * (model.inter.latency_us + o)
         + intra_bytes / bw(&model.intra)
         + inter_bytes / bw(&model.inter);
     Prediction {
@@ -612,6 +622,21 @@ pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)>
             }
         }
     }
+    // Chunk sizes that change nothing (same steps and time) are one candidate.
+    out.sort_by(|x, y| {
+        (x.0.algorithm, x.0.channels, x.1.steps, x.0.chunk_elems).cmp(&(
+            y.0.algorithm,
+            y.0.channels,
+            y.1.steps,
+            y.0.chunk_elems,
+        ))
+    });
+    out.dedup_by(|later, first| {
+        later.0.algorithm == first.0.algorithm
+            && later.0.channels == first.0.channels
+            && later.1.steps == first.1.steps
+            && later.1.time_us == first.1.time_us
+    });
     out.sort_by(|x, y| {
         x.1.time_us
             .total_cmp(&y.1.time_us)
