@@ -64,6 +64,7 @@ pub fn execute(
     op: ReduceOp,
     inputs: &[Vec<f64>],
 ) -> Result<Vec<Vec<f64>>, ExecError> {
+    s.validate().map_err(|e| CheckError::Shape(e.to_string()))?;
     let n = s.problem.nranks;
     let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
     let scratch: Vec<usize> = (0..n).map(|r| s.buffer_len(r, Buf::Scratch)).collect();
