@@ -153,8 +153,12 @@ pub struct Prediction {
     pub time_us: f64,
 }
 
-/// Per-rank `(sent, received)` element counts of `s`, in closed form.
+/// Per-rank `(sent, received)` element counts of `s`, in closed form
+/// (empty for a schedule that fails [`Schedule::validate`]).
 pub fn traffic(s: &Schedule) -> Vec<(u64, u64)> {
+    if s.validate().is_err() {
+        return Vec::new();
+    }
     let p = &s.problem;
     let n = p.nranks;
     (0..n)
@@ -440,7 +444,11 @@ fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (us
 }
 
 /// Sequential communication steps (the checker's critical path), in closed form.
+/// (0 for a schedule that fails [`Schedule::validate`]).
 pub fn critical_path(s: &Schedule) -> u32 {
+    if s.validate().is_err() {
+        return 0;
+    }
     let (a, b) = class_steps(s);
     a + b
 }
@@ -514,8 +522,25 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
     (flat, 0)
 }
 
-/// Predicts `s` under `model`.
+/// Predicts `s` under `model`. A schedule whose fields fail
+/// [`Schedule::validate`] (only possible when set by hand) gets zero steps
+/// and bytes and an infinite time.
 pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
+    if s.validate().is_err() {
+        return Prediction {
+            algorithm: s.algorithm,
+            channels: s.channels,
+            chunk_elems: s.chunk_elems,
+            steps: 0,
+            intra_steps: 0,
+            inter_steps: 0,
+            max_bytes_sent: 0,
+            max_bytes_recv: 0,
+            intra_path_bytes: 0.0,
+            inter_path_bytes: 0.0,
+            time_us: f64::INFINITY,
+        };
+    }
     let p = &s.problem;
     let e = p.elem_size as f64;
     let t = traffic(s);

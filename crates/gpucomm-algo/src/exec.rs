@@ -187,6 +187,10 @@ pub fn finish_avg(p: &Problem, op: ReduceOp, outputs: &mut [Vec<f64>]) {
 /// The collective computed directly from its definition (see the table in
 /// [`Collective`]): every rank's output. Non-root outputs of a reduce are
 /// NaN (undefined).
+///
+/// # Panics
+/// If `inputs` does not hold one vector per rank of the lengths
+/// [`Problem::input_len`] gives (what [`execute`] checks).
 pub fn expected(p: &Problem, op: ReduceOp, inputs: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let n = p.nranks;
     let c = p.count;

@@ -161,3 +161,17 @@ fn tune_rejects_bad_problems() {
         .is_err()
     );
 }
+
+#[test]
+fn hand_made_invalid_schedules_do_not_panic_the_model() {
+    let mut s = Schedule::new(
+        Problem::new(Collective::AllReduce, 8, 4, 4),
+        Algorithm::Ring,
+    )
+    .unwrap();
+    s.problem.nranks = 0;
+    let p = predict(&s, &CostModel::default());
+    assert!(p.time_us.is_infinite());
+    assert_eq!(critical_path(&s), 0);
+    assert!(gpucomm_algo::traffic(&s).is_empty());
+}

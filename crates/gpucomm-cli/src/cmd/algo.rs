@@ -16,7 +16,7 @@ use clap::Subcommand;
 use comfy_table::Table;
 use gpucomm_algo::{
     Algorithm, Buf, CheckReport, Collective, CostModel, LinkClass, Problem, Schedule, Slice, Step,
-    StepKind, candidates, check, predict, tune,
+    StepKind, candidates, check, critical_path, predict, tune,
 };
 
 use super::common::{format_bytes, parse_size};
@@ -177,6 +177,26 @@ fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Sched
     Ok(Schedule::new(p, alg)?
         .with_channels(a.channels)
         .with_chunk_elems(chunk_bytes.div_ceil(p.elem_size)))
+}
+
+/// Refuses schedules whose steps (over all ranks) would exceed `limit`,
+/// estimated from the model's critical path, before generating anything.
+fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
+    let n = s.problem.nranks as u64;
+    let fan = if s.algorithm == Algorithm::Direct {
+        n
+    } else {
+        1
+    };
+    let est = (critical_path(s) as u64 + 1) * 2 * fan * n;
+    if est > limit {
+        bail!(
+            "{} {} on {n} ranks has about {est} steps, too many to {what} here (raise --chunk, or use fewer ranks)",
+            s.algorithm.name(),
+            s.problem.collective.name()
+        );
+    }
+    Ok(())
 }
 
 /// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
@@ -395,6 +415,7 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     for alg in algs {
         let s = schedule(a, p, alg)?;
+        guard(&s, 50_000_000, "check")?;
         let rep = check(&s);
         if a.json {
             results.push(serde_json::json!({
