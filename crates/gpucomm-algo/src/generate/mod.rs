@@ -10,10 +10,10 @@
 //! the accesses an in-place call makes conflict.
 
 mod direct;
-mod hd;
+pub(crate) mod hd;
 mod hier;
 mod ring;
-mod tree;
+pub(crate) mod tree;
 
 use std::collections::BTreeMap;
 
