@@ -625,21 +625,65 @@ pub const TUNE_CHANNELS: [u16; 6] = [1, 2, 4, 8, 16, 32];
 /// Chunk sizes (bytes) the tuner tries besides "no chunking".
 pub const TUNE_CHUNK_BYTES: [usize; 5] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
 
+/// What the tuner may choose from (an engine's limits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TuneOptions {
+    /// The most channels the engine runs (candidates above are skipped).
+    pub max_channels: u16,
+    /// Algorithms allowed (empty: all).
+    pub algorithms: Vec<Algorithm>,
+    /// Try the chunk sizes in [`TUNE_CHUNK_BYTES`] besides no chunking.
+    pub chunking: bool,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            max_channels: u16::MAX,
+            algorithms: Vec::new(),
+            chunking: true,
+        }
+    }
+}
+
 /// Every candidate the tuner considers for `p`, with its prediction,
 /// fastest first (ties: fewer channels, then algorithm order).
 pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)> {
+    candidates_with(p, model, &TuneOptions::default())
+}
+
+/// [`candidates`] within an engine's limits.
+pub fn candidates_with(
+    p: &Problem,
+    model: &CostModel,
+    opts: &TuneOptions,
+) -> Vec<(Schedule, Prediction)> {
+    let max_ch = opts.max_channels.max(1);
+    let mut channels: Vec<u16> = TUNE_CHANNELS
+        .iter()
+        .copied()
+        .filter(|&c| c <= max_ch)
+        .collect();
+    if max_ch < 32 && !channels.contains(&max_ch) {
+        channels.push(max_ch);
+    }
     let mut out = Vec::new();
     for a in Algorithm::ALL {
+        if !opts.algorithms.is_empty() && !opts.algorithms.contains(&a) {
+            continue;
+        }
         let Ok(base) = Schedule::new(*p, a) else {
             continue;
         };
-        for ch in TUNE_CHANNELS {
+        for &ch in &channels {
             let mut chunks = vec![0usize];
-            chunks.extend(
-                TUNE_CHUNK_BYTES
-                    .iter()
-                    .map(|b| (b / p.elem_size.max(1)).max(1)),
-            );
+            if opts.chunking {
+                chunks.extend(
+                    TUNE_CHUNK_BYTES
+                        .iter()
+                        .map(|b| (b / p.elem_size.max(1)).max(1)),
+                );
+            }
             for chunk in chunks {
                 let s = base.clone().with_channels(ch).with_chunk_elems(chunk);
                 let pred = predict(&s, model);
@@ -682,11 +726,26 @@ pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)>
 /// assert!(s.channels >= 1);
 /// ```
 pub fn tune(p: &Problem, model: &CostModel) -> Result<Schedule, crate::AlgoError> {
+    tune_with(p, model, &TuneOptions::default())
+}
+
+/// [`tune`] within an engine's limits (for example a runtime that drives
+/// at most `max_channels` channels). Fails when the problem is invalid or no
+/// allowed algorithm implements it.
+pub fn tune_with(
+    p: &Problem,
+    model: &CostModel,
+    opts: &TuneOptions,
+) -> Result<Schedule, crate::AlgoError> {
     // Validate first, so the error names the problem, not an algorithm.
     Schedule::new(*p, Algorithm::Direct)?;
-    Ok(candidates(p, model)
+    candidates_with(p, model, opts)
         .into_iter()
         .next()
         .map(|c| c.0)
-        .expect("direct always applies"))
+        .ok_or_else(|| crate::AlgoError::Unsupported {
+            collective: p.collective.name(),
+            algorithm: "any allowed algorithm",
+            why: format!(": allowed {:?}", opts.algorithms),
+        })
 }

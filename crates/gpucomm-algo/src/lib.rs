@@ -53,8 +53,8 @@ pub use check::{
     CheckError, CheckReport, RankReport, check, check_rank, check_steps, check_steps_in_place,
 };
 pub use cost::{
-    CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, candidates, critical_path,
-    predict, traffic, tune,
+    CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, TuneOptions, candidates,
+    candidates_with, critical_path, predict, traffic, tune, tune_with,
 };
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};

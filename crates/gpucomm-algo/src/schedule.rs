@@ -23,8 +23,12 @@
 //!   [`StepKind::RecvReduce`]) posted by `b` from `a` on channel `c`, and both
 //!   carry the same `len`.
 //! * Transfers are treated as rendezvous: a send completes when its receive
-//!   has completed. A schedule must not deadlock under that rule (the checker
-//!   proves it), so an engine with buffering is also safe.
+//!   has completed, and the transfers of one `(sender, receiver, channel)`
+//!   connection happen in order. A schedule must not deadlock under those
+//!   rules (the checker proves it), so an engine with buffering is also safe.
+//! * Two steps of a rank that touch the same elements (one of them writing)
+//!   are always ordered by dependencies (the checker proves that too), so any
+//!   order an engine picks computes the same result.
 //! * Schedules are independent of the reduction operator: they combine
 //!   contributions with "the op". [`crate::ReduceOp::Avg`] is a sum followed by
 //!   a division by the number of ranks, applied by the engine to the elements

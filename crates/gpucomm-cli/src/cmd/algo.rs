@@ -16,7 +16,7 @@ use clap::Subcommand;
 use comfy_table::Table;
 use gpucomm_algo::{
     Algorithm, Buf, CheckReport, Collective, CostModel, LinkClass, Problem, Schedule, Slice, Step,
-    StepKind, candidates, check, critical_path, predict, tune,
+    StepKind, TuneOptions, candidates_with, check, critical_path, predict, tune_with,
 };
 
 use super::common::{format_bytes, parse_size};
@@ -106,6 +106,9 @@ struct TuneArgs {
     /// Candidates to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// The most channels the engine can run.
+    #[arg(long, default_value_t = 32)]
+    max_channels: u16,
 }
 
 /// Runs `gpucomm algo`.
@@ -463,8 +466,12 @@ fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
             bail!("{name} must be positive (got {v})");
         }
     }
-    let best = tune(&p, &m)?;
-    let all = candidates(&p, &m);
+    let opts = TuneOptions {
+        max_channels: a.max_channels,
+        ..TuneOptions::default()
+    };
+    let best = tune_with(&p, &m, &opts)?;
+    let all = candidates_with(&p, &m, &opts);
     let mut out = std::io::stdout().lock();
     if a.problem.json {
         let top: Vec<_> = all.iter().take(a.top).map(|(_, pr)| pr).collect();
