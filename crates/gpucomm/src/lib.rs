@@ -90,16 +90,29 @@ use comm::{Inner, raw_call, run_blocking};
 /// # Example
 ///
 /// ```
-/// use gpucomm::Communicator;
+/// use gpucomm::{Communicator, ReduceOp};
 ///
-/// let comms = Communicator::in_process(2).unwrap();
-/// std::thread::scope(|s| {
-///     let (a, b) = (&comms[0], &comms[1]);
-///     s.spawn(move || a.send(&[1.0f32, 2.0, 3.0], 1).unwrap());
-///     let mut got = [0.0f32; 3];
-///     b.recv(&mut got, 0).unwrap();
-///     assert_eq!(got, [1.0, 2.0, 3.0]);
+/// let comms = Communicator::in_process(3).unwrap();
+/// let results: Vec<Vec<f32>> = std::thread::scope(|s| {
+///     let hs: Vec<_> = comms
+///         .iter()
+///         .map(|c| {
+///             s.spawn(move || {
+///                 let send = vec![c.rank() as f32 + 1.0; 5];
+///                 let mut recv = vec![0.0f32; 5];
+///                 c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+///                 // Zero-copy fast path: library-allocated buffers, in place.
+///                 let mut buf = c.alloc::<f32>(5).unwrap();
+///                 buf.fill(1.0);
+///                 c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+///                 assert_eq!(&buf[..], &[3.0; 5]);
+///                 recv
+///             })
+///         })
+///         .collect();
+///     hs.into_iter().map(|h| h.join().unwrap()).collect()
 /// });
+/// assert!(results.iter().all(|r| r == &vec![6.0f32; 5]));
 /// ```
 pub struct Communicator {
     inner: Arc<Inner>,
