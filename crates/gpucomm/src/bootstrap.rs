@@ -57,6 +57,8 @@ struct Info {
     region_fd: i32,
     region_len: usize,
     tcp: Option<String>,
+    /// Address of this process's CMA probe word.
+    cma_probe: usize,
 }
 
 pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
@@ -113,6 +115,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
             .as_ref()
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string()),
+        cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
     store.set(&format!("info/{me}"), &json)?;
@@ -158,7 +161,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                     ))
                 })?;
             let mine = region.clone().expect("shm wanted");
-            links[p] = Some(Box::new(RingLink::new(
+            let mut link = RingLink::new(
                 TransportKind::Shm,
                 me,
                 p,
@@ -168,7 +171,9 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                     pid: info.pid,
                     pidfd: pidfd(info.pid),
                 },
-            )));
+            );
+            link.probe_cma(info.cma_probe);
+            links[p] = Some(Box::new(link));
         } else {
             tcp_peers.push(p);
         }

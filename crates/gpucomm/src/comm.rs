@@ -670,7 +670,7 @@ impl Inner {
         let lookup = |p: *const u8, b: usize| -> Option<ZeroCopy> {
             match self.kinds.iter().flatten().next() {
                 Some(TransportKind::InProcess) => Some(ZeroCopy::Addr(p as usize)),
-                _ => self.lookup(p, b),
+                _ => self.lookup(p, b).or(Some(ZeroCopy::Remote(p as usize))),
             }
         };
         rc.space.check_supported()?;

@@ -48,6 +48,9 @@ const KIND_DATA: u32 = 1;
 const KIND_DESC: u32 = 2;
 const KIND_REF_ADDR: u32 = 3;
 const KIND_REF_SEG: u32 = 4;
+const KIND_REF_CMA: u32 = 5;
+/// Staging for receive-and-reduce through cross-memory attach.
+const CMA_STAGE: usize = 256 * 1024;
 
 pub(crate) const STATE_ALIVE: u32 = 0;
 pub(crate) const STATE_CLOSED: u32 = 1;
@@ -214,6 +217,9 @@ pub(crate) struct RingLink {
     /// Last tail seen per outbound ring: read the receiver's line only when
     /// the ring looks full.
     tail_cache: [u64; CHANNELS],
+    /// Cross-memory attach to the peer works (probed at setup).
+    cma: bool,
+    cma_stage: Vec<u64>,
 }
 
 // SAFETY: the raw pointers inside Region/Ring point into Arc'd mappings that
@@ -238,6 +244,8 @@ impl RingLink {
             liveness,
             peer_segments: HashMap::new(),
             tail_cache: [0; CHANNELS],
+            cma: false,
+            cma_stage: Vec::new(),
         }
     }
 
@@ -258,6 +266,64 @@ impl RingLink {
                 "peer {} closed its communicator",
                 self.peer
             ))),
+        }
+    }
+
+    /// Enables cross-memory attach if reading `probe` (the address of the
+    /// peer's [`CMA_PROBE`]) from the peer process returns the magic value.
+    pub fn probe_cma(&mut self, probe: usize) -> bool {
+        let Liveness::Process { pid, .. } = self.liveness else {
+            return false;
+        };
+        let mut v = 0u64;
+        let ok = cma_copy(pid, &mut v as *mut u64 as *mut u8, probe, 8).is_ok();
+        self.cma = ok && v == CMA_MAGIC;
+        if self.cma {
+            self.cma_stage = vec![0u64; CMA_STAGE / 8];
+        }
+        self.cma
+    }
+
+    /// Reads `n` bytes at the sender's `addr` into the posted receive at
+    /// offset `done` (through a staging buffer for a receive-and-reduce).
+    fn cma_read(
+        &mut self,
+        req: &RecvReq,
+        done: usize,
+        addr: usize,
+        n: usize,
+    ) -> Result<(), LinkError> {
+        let Liveness::Process { pid, .. } = self.liveness else {
+            return Err(LinkError::protocol(
+                "cross-memory reference between threads",
+            ));
+        };
+        if !self.cma {
+            return Err(LinkError::protocol(
+                "cross-memory reference on a link without it",
+            ));
+        }
+        let err = |e: std::io::Error| {
+            LinkError::gone(format!("process_vm_readv from process {pid}: {e}"))
+        };
+        match req.reduce {
+            None => {
+                // SAFETY: dst is valid for req.len >= done + n bytes.
+                cma_copy(pid, unsafe { req.dst.add(done) }, addr, n).map_err(err)
+            }
+            Some((a, r)) => {
+                let stage = self.cma_stage.as_mut_ptr() as *mut u8;
+                let mut off = 0;
+                while off < n {
+                    let m = (n - off).min(CMA_STAGE);
+                    cma_copy(pid, stage, addr + off, m).map_err(err)?;
+                    // SAFETY: dst/a valid for req.len bytes (engine contract),
+                    // stage holds m bytes, 8-aligned, disjoint from dst.
+                    unsafe { r.apply(req.dst.add(done + off), a.add(done + off), stage, m) };
+                    off += m;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -323,6 +389,7 @@ impl Link for RingLink {
         match zc {
             ZeroCopy::Addr(_) => self.kind == TransportKind::InProcess,
             ZeroCopy::Segment { .. } => self.kind == TransportKind::Shm,
+            ZeroCopy::Remote(_) => self.kind == TransportKind::Shm && self.cma,
         }
     }
 
@@ -369,6 +436,11 @@ impl Link for RingLink {
                     h.len = req.len as u64;
                     h.zref = a as u64;
                 }
+                Some(ZeroCopy::Remote(a)) if req.kind == MsgKind::Data => {
+                    h.kind = KIND_REF_CMA;
+                    h.len = req.len as u64;
+                    h.zref = a as u64;
+                }
                 Some(ZeroCopy::Segment {
                     id,
                     fd,
@@ -406,7 +478,7 @@ impl Link for RingLink {
             ring.head().store(head + 1, Ordering::Relaxed);
             progressed = true;
             st.started = true;
-            if h.kind == KIND_REF_ADDR || h.kind == KIND_REF_SEG {
+            if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA) {
                 st.slot = head;
                 self.theirs.wake();
                 return Ok(false);
@@ -446,7 +518,10 @@ impl Link for RingLink {
             }
             let want_kind = match req.kind {
                 MsgKind::Desc => h.kind == KIND_DESC,
-                MsgKind::Data => matches!(h.kind, KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG),
+                MsgKind::Data => matches!(
+                    h.kind,
+                    KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA
+                ),
             };
             if !want_kind {
                 return Err(LinkError::mismatch(
@@ -460,6 +535,12 @@ impl Link for RingLink {
                     h.total, req.len
                 )));
             }
+            if h.kind == KIND_DATA && h.len > PAYLOAD as u64 {
+                return Err(LinkError::protocol(format!(
+                    "chunk of {} bytes in a {PAYLOAD}-byte slot",
+                    h.len
+                )));
+            }
             if h.offset != st.done as u64 || h.len > (req.len - st.done) as u64 {
                 return Err(LinkError::protocol(format!(
                     "chunk [{}, +{}) out of order (expected offset {}, {} bytes left)",
@@ -470,6 +551,16 @@ impl Link for RingLink {
                 )));
             }
             let n = h.len as usize;
+            if h.kind == KIND_REF_CMA {
+                self.cma_read(req, st.done, h.zref as usize, n)?;
+                st.done += n;
+                ring.tail().store(tail + 1, Ordering::Release);
+                self.theirs.wake();
+                if st.done >= req.len {
+                    return Ok(true);
+                }
+                continue;
+            }
             let src: *const u8 = match h.kind {
                 KIND_REF_ADDR | KIND_REF_SEG => self.resolve(&h, slot, n)?,
                 // SAFETY: payload of a published slot.
@@ -529,6 +620,38 @@ impl Link for RingLink {
     fn shutdown(&mut self) {
         self.theirs.wake();
     }
+}
+
+/// A word every process publishes the address of, so peers can check that
+/// cross-memory attach works (and reads the right process) before using it.
+pub(crate) static CMA_PROBE: AtomicU64 = AtomicU64::new(CMA_MAGIC);
+const CMA_MAGIC: u64 = 0x6770_636f_6d6d_434d;
+
+/// Copies `n` bytes at `addr` in process `pid` to `dst` (all of them, or an error).
+fn cma_copy(pid: u32, dst: *mut u8, addr: usize, n: usize) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < n {
+        let local = libc::iovec {
+            iov_base: dst.wrapping_add(done) as *mut libc::c_void,
+            iov_len: n - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done) as *mut libc::c_void,
+            iov_len: n - done,
+        };
+        // SAFETY: `local` describes memory this process may write (the
+        // caller's contract); the kernel validates the remote range and
+        // fails with EFAULT instead of touching anything else.
+        let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == 0 {
+            return Err(std::io::Error::other("process_vm_readv read nothing"));
+        }
+        done += r as usize;
+    }
+    Ok(())
 }
 
 /// Wakes every sleeper on `r`'s doorbell unconditionally (abort, close).
