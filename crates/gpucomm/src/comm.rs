@@ -662,7 +662,7 @@ impl Inner {
             .arena
             .as_ref()
             .map(|a| a.ptr())
-            .unwrap_or(std::ptr::null_mut());
+            .unwrap_or(std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8);
         if stage {
             let staged = unsafe_add(arena, scratch_bytes);
             // SAFETY: `input` is the user's buffer of >= in_len elements, the

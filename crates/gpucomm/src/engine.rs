@@ -593,7 +593,11 @@ fn step_transfer(
                     MsgKind::Data,
                 )
             } else {
-                (std::ptr::null(), 0, MsgKind::Desc)
+                (
+                    std::ptr::NonNull::<u64>::dangling().as_ptr() as *const u8,
+                    0,
+                    MsgKind::Desc,
+                )
             };
             let mut zero_copy = None;
             if kind == MsgKind::Data && len >= ZERO_COPY_MIN {
@@ -620,7 +624,7 @@ fn step_transfer(
                 ItemKind::DescRecv => RecvReq {
                     kind: MsgKind::Desc,
                     desc,
-                    dst: std::ptr::null_mut(),
+                    dst: std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8,
                     len: 0,
                     reduce: None,
                 },
