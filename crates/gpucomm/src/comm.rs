@@ -830,7 +830,14 @@ pub(crate) fn start<T: Element>(
     rc.space = recv.space();
     let job: Job = Box::new(move |inner: &Inner| {
         let rc = rc;
-        let r = inner.run(rc).map(|()| (send, recv));
+        // A panic must not leave the request unanswered (its wait would hang).
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.run(rc))) {
+            Ok(r) => r.map(|()| (send, recv)),
+            Err(_) => {
+                inner.poison("a panic in the progress thread".into(), STATE_ABORTED);
+                Err(Error::Broken("a panic in the progress thread".into()))
+            }
+        };
         *s2.result.lock().expect("request lock") = Some(r);
         s2.cv.notify_all();
     });
