@@ -376,7 +376,7 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
         }
         if ex.abort.load(Ordering::Acquire) {
             return Err(ex.fail(
-                None,
+                blocked_peer(plan, state),
                 Failure::Aborted("abort() called on this communicator".into()),
             ));
         }
