@@ -1,0 +1,327 @@
+//! NVRTC compilation of the generated kernels and their launches.
+//!
+//! [`Device::kernels`] compiles [`crate::kernels::module_source`] once per
+//! device (PTX for the device's compute capability, JIT-compiled by the
+//! driver on load), and keeps the module for the life of the device.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_void};
+use std::sync::{Arc, OnceLock};
+
+use gpucomm_algo::ReduceOp;
+
+use crate::device::{Device, DeviceMemory, Stream, range};
+use crate::ffi::{self, CuHandle};
+use crate::kernels::{self, DType};
+use crate::{Error, reference};
+
+static NVRTC: OnceLock<Result<Arc<ffi::Nvrtc>, String>> = OnceLock::new();
+
+fn nvrtc() -> Result<Arc<ffi::Nvrtc>, Error> {
+    NVRTC
+        .get_or_init(|| ffi::load_nvrtc(ffi::NVRTC_NAMES).map(Arc::new))
+        .clone()
+        .map_err(|e| Error::Nvrtc {
+            message: format!("cannot load NVRTC, needed for the GPU reduction kernels ({e})"),
+            log: String::new(),
+        })
+}
+
+/// NVRTC's version (major, minor), or why it cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32), Error> {
+    let n = nvrtc()?;
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: out-pointers to live locals.
+    let r = unsafe { (n.version)(&mut a, &mut b) };
+    if r != 0 {
+        return Err(Error::Nvrtc {
+            message: n.describe(r),
+            log: String::new(),
+        });
+    }
+    Ok((a, b))
+}
+
+/// Compiles CUDA C `src` to PTX for `compute_<major><minor>`; returns the
+/// NUL-terminated PTX.
+pub fn compile_ptx(src: &str, arch: (u32, u32)) -> Result<Vec<u8>, Error> {
+    let n = nvrtc()?;
+    let fail = |message: String, log: String| Error::Nvrtc { message, log };
+    let csrc = CString::new(src)
+        .map_err(|_| fail("kernel source contains a NUL byte".into(), String::new()))?;
+    let name = CString::new("gpucomm_kernels.cu").expect("no NUL");
+    let mut prog: ffi::NvrtcProgram = std::ptr::null_mut();
+    // SAFETY: valid C strings; no headers.
+    let r = unsafe {
+        (n.create_program)(
+            &mut prog,
+            csrc.as_ptr(),
+            name.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(fail(
+            format!("nvrtcCreateProgram: {}", n.describe(r)),
+            String::new(),
+        ));
+    }
+    let opt =
+        CString::new(format!("--gpu-architecture=compute_{}{}", arch.0, arch.1)).expect("no NUL");
+    let opts = [opt.as_ptr()];
+    // SAFETY: `prog` was created above; one valid option string.
+    let r = unsafe { (n.compile_program)(prog, 1, opts.as_ptr()) };
+    let mut log_len = 0usize;
+    // SAFETY: `prog` is live; out-pointer to a live local.
+    unsafe { (n.get_program_log_size)(prog, &mut log_len) };
+    let mut log = vec![0u8; log_len.max(1)];
+    // SAFETY: `log` has the size NVRTC asked for.
+    unsafe { (n.get_program_log)(prog, log.as_mut_ptr() as *mut c_char) };
+    let log = String::from_utf8_lossy(&log)
+        .trim_end_matches('\0')
+        .to_string();
+    let result = if r != 0 {
+        Err(fail(
+            format!(
+                "compiling for compute_{}{}: {}",
+                arch.0,
+                arch.1,
+                n.describe(r)
+            ),
+            log,
+        ))
+    } else {
+        let mut size = 0usize;
+        // SAFETY: `prog` compiled; out-pointer to a live local.
+        unsafe { (n.get_ptx_size)(prog, &mut size) };
+        let mut ptx = vec![0u8; size];
+        // SAFETY: `ptx` has the size NVRTC reported (including the NUL).
+        let r = unsafe { (n.get_ptx)(prog, ptx.as_mut_ptr() as *mut c_char) };
+        if r != 0 {
+            Err(fail(format!("nvrtcGetPTX: {}", n.describe(r)), log))
+        } else {
+            Ok(ptx)
+        }
+    };
+    // SAFETY: destroys the program created above, once.
+    unsafe { (n.destroy_program)(&mut prog) };
+    result
+}
+
+/// The compiled kernels of one device.
+pub struct Kernels {
+    dev: Device,
+    module: CuHandle,
+    funcs: HashMap<String, CuHandle>,
+    /// Bytes of PTX loaded (for reports).
+    pub ptx_len: usize,
+}
+
+// SAFETY: module and function handles are only passed to the thread-safe driver.
+unsafe impl Send for Kernels {}
+// SAFETY: as above.
+unsafe impl Sync for Kernels {}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: our module, unloaded once, after every launch was issued
+            // (the device synchronizes before unloading).
+            unsafe { (self.dev.drv().module_unload)(self.module) };
+        }
+    }
+}
+
+const BLOCK: u32 = 256;
+
+impl Device {
+    /// The reduction and copy kernels for this device, compiled with NVRTC
+    /// on first use (a second or so) and cached.
+    pub fn kernels(&self) -> Result<Arc<Kernels>, Error> {
+        let mut slot = self.kernel_slot().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = slot.as_ref() {
+            return Ok(k.clone());
+        }
+        let src = kernels::module_source();
+        let cc = self.info().compute_capability;
+        // The device's own architecture first; an older NVRTC may not know
+        // it, and PTX for an older one is JIT-compiled forward by the driver.
+        let ptx = compile_ptx(&src, cc).or_else(|e| compile_ptx(&src, (7, 0)).map_err(|_| e))?;
+        self.bind()?;
+        let mut module: CuHandle = std::ptr::null_mut();
+        // SAFETY: `ptx` is NUL-terminated PTX; out-pointer to a live local.
+        let r =
+            unsafe { (self.drv().module_load_data)(&mut module, ptx.as_ptr() as *const c_void) };
+        self.check("cuModuleLoadData", r)?;
+        let mut k = Kernels {
+            dev: self.clone(),
+            module,
+            funcs: HashMap::new(),
+            ptx_len: ptx.len(),
+        };
+        for name in kernels::all_kernel_names() {
+            let c = CString::new(name.as_str()).expect("no NUL");
+            let mut f: CuHandle = std::ptr::null_mut();
+            // SAFETY: live module; out-pointer to a live local.
+            let r = unsafe { (self.drv().module_get_function)(&mut f, module, c.as_ptr()) };
+            self.check("cuModuleGetFunction", r)?;
+            k.funcs.insert(name, f);
+        }
+        let k = Arc::new(k);
+        *slot = Some(k.clone());
+        Ok(k)
+    }
+}
+
+impl Kernels {
+    fn launch(
+        &self,
+        stream: &Stream,
+        name: &str,
+        n: u64,
+        args: &mut [*mut c_void],
+    ) -> Result<(), Error> {
+        if n == 0 {
+            return Ok(());
+        }
+        if stream.device().ordinal() != self.dev.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "kernels of device {} launched on a stream of device {}",
+                self.dev.ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        let f = *self
+            .funcs
+            .get(name)
+            .ok_or_else(|| Error::InvalidArgument(format!("no kernel {name}")))?;
+        let max_grid = (self.dev.info().multiprocessors.max(1) * 16) as u64;
+        let grid = n.div_ceil(BLOCK as u64).clamp(1, max_grid) as u32;
+        self.dev.bind()?;
+        // SAFETY: `f` is a kernel of our module whose parameters are exactly
+        // the values `args` points to (checked by the callers below); the
+        // buffers were bounds-checked against `n`.
+        let r = unsafe {
+            (self.dev.drv().launch_kernel)(
+                f,
+                grid,
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                stream.raw(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.dev.check("cuLaunchKernel", r)
+    }
+
+    /// `dst = a op b` over `count` elements of `dtype`, in stream order
+    /// (`avg` combines like `sum`; finish with [`Kernels::divide`]). `dst`
+    /// may be `a`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce(
+        &self,
+        stream: &Stream,
+        op: ReduceOp,
+        dtype: DType,
+        dst: &impl DeviceMemory,
+        a: &impl DeviceMemory,
+        b: &impl DeviceMemory,
+        count: usize,
+    ) -> Result<(), Error> {
+        let bytes = count
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::InvalidArgument(format!("{count} elements overflow")))?;
+        range("reduce destination", 0, bytes, dst.len())?;
+        range("reduce left operand", 0, bytes, a.len())?;
+        range("reduce right operand", 0, bytes, b.len())?;
+        let (mut d, mut x, mut y, mut n) = (
+            dst.device_ptr(),
+            a.device_ptr(),
+            b.device_ptr(),
+            count as u64,
+        );
+        let mut args = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut x as *mut u64 as *mut c_void,
+            &mut y as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        self.launch(
+            stream,
+            &kernels::reduce_kernel_name(op, dtype),
+            count as u64,
+            &mut args,
+        )
+    }
+
+    /// `dst[i] /= ranks` over `count` elements: the end of `avg`.
+    pub fn divide(
+        &self,
+        stream: &Stream,
+        dtype: DType,
+        dst: &impl DeviceMemory,
+        count: usize,
+        ranks: u64,
+    ) -> Result<(), Error> {
+        reference::check_ranks(dtype, ranks)?;
+        let bytes = count
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::InvalidArgument(format!("{count} elements overflow")))?;
+        range("divide destination", 0, bytes, dst.len())?;
+        let (mut d, mut n, mut r) = (dst.device_ptr(), count as u64, ranks);
+        let mut args = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+            &mut r as *mut u64 as *mut c_void,
+        ];
+        self.launch(
+            stream,
+            &kernels::divide_kernel_name(dtype),
+            count as u64,
+            &mut args,
+        )
+    }
+
+    /// Copies `len` bytes with a kernel (SMs do the loads and stores, not a
+    /// copy engine): 16-byte vectors when both addresses and the length
+    /// allow it, bytes otherwise. Either side may be a peer's memory when
+    /// peer access is enabled.
+    pub fn copy(
+        &self,
+        stream: &Stream,
+        dst: &impl DeviceMemory,
+        dst_offset: usize,
+        src: &impl DeviceMemory,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        range("kernel copy destination", dst_offset, len, dst.len())?;
+        range("kernel copy source", src_offset, len, src.len())?;
+        let (mut d, mut s) = (
+            dst.device_ptr() + dst_offset as u64,
+            src.device_ptr() + src_offset as u64,
+        );
+        let vec = d % 16 == 0 && s % 16 == 0 && len % 16 == 0;
+        let (name, mut n) = if vec {
+            (kernels::COPY_VEC16_KERNEL, (len / 16) as u64)
+        } else {
+            (kernels::COPY_BYTES_KERNEL, len as u64)
+        };
+        let count = n;
+        let mut args = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut s as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        self.launch(stream, name, count, &mut args)
+    }
+}
