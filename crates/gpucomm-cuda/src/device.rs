@@ -316,6 +316,10 @@ impl Device {
         self.check("cuCtxSetCurrent", r)
     }
 
+    pub(crate) fn downgrade(&self) -> WeakDevice {
+        WeakDevice(Arc::downgrade(&self.inner))
+    }
+
     pub(crate) fn ctx(&self) -> CuHandle {
         self.inner.ctx
     }
@@ -495,6 +499,20 @@ impl Device {
             raw: e,
             owned: true,
         })
+    }
+}
+
+/// A non-owning reference to a [`Device`].
+pub(crate) struct WeakDevice(std::sync::Weak<DevInner>);
+
+impl WeakDevice {
+    pub(crate) fn upgrade(&self) -> Option<Device> {
+        self.0.upgrade().map(|inner| Device { inner })
+    }
+
+    /// Whether `d` is this device (the same opened `Device`).
+    pub(crate) fn is(&self, d: &Device) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&d.inner))
     }
 }
 

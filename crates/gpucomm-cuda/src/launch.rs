@@ -114,7 +114,9 @@ pub fn compile_ptx(src: &str, arch: (u32, u32)) -> Result<Vec<u8>, Error> {
 
 /// The compiled kernels of one device.
 pub struct Kernels {
-    dev: Device,
+    /// Weak: the device caches its `Kernels`, so a strong reference would
+    /// be a cycle that keeps the primary context retained forever.
+    dev: crate::device::WeakDevice,
     module: CuHandle,
     funcs: HashMap<String, CuHandle>,
     /// Bytes of PTX loaded (for reports).
@@ -128,10 +130,14 @@ unsafe impl Sync for Kernels {}
 
 impl Drop for Kernels {
     fn drop(&mut self) {
-        if self.dev.bind().is_ok() {
-            // SAFETY: our module, unloaded once, after every launch was issued
-            // (the device synchronizes before unloading).
-            unsafe { (self.dev.drv().module_unload)(self.module) };
+        // When the device is gone its context was released, which unloads
+        // the module with it.
+        if let Some(dev) = self.dev.upgrade()
+            && dev.bind().is_ok()
+        {
+            // SAFETY: our module, unloaded once; launches already issued
+            // keep their own reference to the code.
+            unsafe { (dev.drv().module_unload)(self.module) };
         }
     }
 }
@@ -158,7 +164,7 @@ impl Device {
             unsafe { (self.drv().module_load_data)(&mut module, ptx.as_ptr() as *const c_void) };
         self.check("cuModuleLoadData", r)?;
         let mut k = Kernels {
-            dev: self.clone(),
+            dev: self.downgrade(),
             module,
             funcs: HashMap::new(),
             ptx_len: ptx.len(),
@@ -188,25 +194,26 @@ impl Kernels {
         if n == 0 {
             return Ok(());
         }
-        if stream.device().ordinal() != self.dev.ordinal() {
+        // The stream holds its device, so the context is alive.
+        let dev = stream.device();
+        if !self.dev.is(dev) {
             return Err(Error::InvalidArgument(format!(
-                "kernels of device {} launched on a stream of device {}",
-                self.dev.ordinal(),
-                stream.device().ordinal()
+                "kernels of another device launched on a stream of device {}",
+                dev.ordinal()
             )));
         }
         let f = *self
             .funcs
             .get(name)
             .ok_or_else(|| Error::InvalidArgument(format!("no kernel {name}")))?;
-        let max_grid = (self.dev.info().multiprocessors.max(1) * 16) as u64;
+        let max_grid = (dev.info().multiprocessors.max(1) * 16) as u64;
         let grid = n.div_ceil(BLOCK as u64).clamp(1, max_grid) as u32;
-        self.dev.bind()?;
+        dev.bind()?;
         // SAFETY: `f` is a kernel of our module whose parameters are exactly
         // the values `args` points to (checked by the callers below); the
         // buffers were bounds-checked against `n`.
         let r = unsafe {
-            (self.dev.drv().launch_kernel)(
+            (dev.drv().launch_kernel)(
                 f,
                 grid,
                 1,
@@ -220,7 +227,7 @@ impl Kernels {
                 std::ptr::null_mut(),
             )
         };
-        self.dev.check("cuLaunchKernel", r)
+        dev.check("cuLaunchKernel", r)
     }
 
     /// `dst = a op b` over `count` elements of `dtype`, in stream order
