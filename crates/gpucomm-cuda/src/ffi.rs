@@ -225,6 +225,8 @@ fn_table! {
         get_program_log: ["nvrtcGetProgramLog"] fn(NvrtcProgram, *mut c_char) -> NvrtcResult;
         get_ptx_size: ["nvrtcGetPTXSize"] fn(NvrtcProgram, *mut usize) -> NvrtcResult;
         get_ptx: ["nvrtcGetPTX"] fn(NvrtcProgram, *mut c_char) -> NvrtcResult;
+        get_cubin_size: ["nvrtcGetCUBINSize"] fn(NvrtcProgram, *mut usize) -> NvrtcResult;
+        get_cubin: ["nvrtcGetCUBIN"] fn(NvrtcProgram, *mut c_char) -> NvrtcResult;
     }
 }
 

@@ -1,8 +1,9 @@
 //! NVRTC compilation of the generated kernels and their launches.
 //!
 //! [`Device::kernels`] compiles [`crate::kernels::module_source`] once per
-//! device (PTX for the device's compute capability, JIT-compiled by the
-//! driver on load), and keeps the module for the life of the device.
+//! device (a CUBIN for the device's compute capability, PTX as the
+//! fallback), and keeps the module for the life of the device. Needs NVRTC
+//! 11.1 or later (`nvrtcGetCUBIN`).
 
 #![allow(unsafe_code)]
 
@@ -29,6 +30,11 @@ fn nvrtc() -> Result<Arc<ffi::Nvrtc>, Error> {
         })
 }
 
+/// The NVRTC library file that was loaded, or why none could be.
+pub fn nvrtc_library() -> Result<String, Error> {
+    Ok(nvrtc()?.library.clone())
+}
+
 /// NVRTC's version (major, minor), or why it cannot be loaded.
 pub fn nvrtc_version() -> Result<(i32, i32), Error> {
     let n = nvrtc()?;
@@ -44,9 +50,19 @@ pub fn nvrtc_version() -> Result<(i32, i32), Error> {
     Ok((a, b))
 }
 
-/// Compiles CUDA C `src` to PTX for `compute_<major><minor>`; returns the
-/// NUL-terminated PTX.
-pub fn compile_ptx(src: &str, arch: (u32, u32)) -> Result<Vec<u8>, Error> {
+/// What NVRTC produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeKind {
+    /// Machine code for exactly `sm_<major><minor>` (no JIT at load, so no
+    /// dependence on the driver's PTX version).
+    Cubin,
+    /// PTX for `compute_<major><minor>`, JIT-compiled by the driver at load.
+    Ptx,
+}
+
+/// Compiles CUDA C `src` for compute capability `arch` into a CUBIN or
+/// NUL-terminated PTX image for `cuModuleLoadData`.
+pub fn compile(src: &str, arch: (u32, u32), kind: CodeKind) -> Result<Vec<u8>, Error> {
     let n = nvrtc()?;
     let fail = |message: String, log: String| Error::Nvrtc { message, log };
     let csrc = CString::new(src)
@@ -70,8 +86,11 @@ pub fn compile_ptx(src: &str, arch: (u32, u32)) -> Result<Vec<u8>, Error> {
             String::new(),
         ));
     }
-    let opt =
-        CString::new(format!("--gpu-architecture=compute_{}{}", arch.0, arch.1)).expect("no NUL");
+    let target = match kind {
+        CodeKind::Cubin => format!("sm_{}{}", arch.0, arch.1),
+        CodeKind::Ptx => format!("compute_{}{}", arch.0, arch.1),
+    };
+    let opt = CString::new(format!("--gpu-architecture={target}")).expect("no NUL");
     let opts = [opt.as_ptr()];
     // SAFETY: `prog` was created above; one valid option string.
     let r = unsafe { (n.compile_program)(prog, 1, opts.as_ptr()) };
@@ -86,25 +105,24 @@ pub fn compile_ptx(src: &str, arch: (u32, u32)) -> Result<Vec<u8>, Error> {
         .to_string();
     let result = if r != 0 {
         Err(fail(
-            format!(
-                "compiling for compute_{}{}: {}",
-                arch.0,
-                arch.1,
-                n.describe(r)
-            ),
+            format!("compiling for {target}: {}", n.describe(r)),
             log,
         ))
     } else {
+        let (size_fn, get_fn, what) = match kind {
+            CodeKind::Cubin => (n.get_cubin_size, n.get_cubin, "nvrtcGetCUBIN"),
+            CodeKind::Ptx => (n.get_ptx_size, n.get_ptx, "nvrtcGetPTX"),
+        };
         let mut size = 0usize;
         // SAFETY: `prog` compiled; out-pointer to a live local.
-        unsafe { (n.get_ptx_size)(prog, &mut size) };
-        let mut ptx = vec![0u8; size];
-        // SAFETY: `ptx` has the size NVRTC reported (including the NUL).
-        let r = unsafe { (n.get_ptx)(prog, ptx.as_mut_ptr() as *mut c_char) };
-        if r != 0 {
-            Err(fail(format!("nvrtcGetPTX: {}", n.describe(r)), log))
+        unsafe { size_fn(prog, &mut size) };
+        let mut image = vec![0u8; size];
+        // SAFETY: `image` has the size NVRTC reported (PTX: including the NUL).
+        let r = unsafe { get_fn(prog, image.as_mut_ptr() as *mut c_char) };
+        if r != 0 || size == 0 {
+            Err(fail(format!("{what}: {}", n.describe(r)), log))
         } else {
-            Ok(ptx)
+            Ok(image)
         }
     };
     // SAFETY: destroys the program created above, once.
@@ -119,8 +137,10 @@ pub struct Kernels {
     dev: crate::device::WeakDevice,
     module: CuHandle,
     funcs: HashMap<String, CuHandle>,
-    /// Bytes of PTX loaded (for reports).
-    pub ptx_len: usize,
+    /// What was loaded.
+    pub code: CodeKind,
+    /// Bytes of the loaded image.
+    pub image_len: usize,
 }
 
 // SAFETY: module and function handles are only passed to the thread-safe driver.
@@ -154,20 +174,50 @@ impl Device {
         }
         let src = kernels::module_source();
         let cc = self.info().compute_capability;
-        // The device's own architecture first; an older NVRTC may not know
-        // it, and PTX for an older one is JIT-compiled forward by the driver.
-        let ptx = compile_ptx(&src, cc).or_else(|e| compile_ptx(&src, (7, 0)).map_err(|_| e))?;
-        self.bind()?;
+        // CUBIN for the device first (no JIT, so an NVRTC newer than the
+        // driver still works); then PTX for the device, then PTX for an old
+        // architecture (an older NVRTC may not know the device's), which the
+        // driver JIT-compiles forward.
+        let mut first_error = None;
         let mut module: CuHandle = std::ptr::null_mut();
-        // SAFETY: `ptx` is NUL-terminated PTX; out-pointer to a live local.
-        let r =
-            unsafe { (self.drv().module_load_data)(&mut module, ptx.as_ptr() as *const c_void) };
-        self.check("cuModuleLoadData", r)?;
+        let mut loaded = None;
+        for (arch, kind) in [
+            (cc, CodeKind::Cubin),
+            (cc, CodeKind::Ptx),
+            ((7, 0), CodeKind::Ptx),
+        ] {
+            let image = match compile(&src, arch, kind) {
+                Ok(i) => i,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            self.bind()?;
+            // SAFETY: `image` is a CUBIN or NUL-terminated PTX from NVRTC;
+            // out-pointer to a live local.
+            let r = unsafe {
+                (self.drv().module_load_data)(&mut module, image.as_ptr() as *const c_void)
+            };
+            match self.check("cuModuleLoadData", r) {
+                Ok(()) => {
+                    loaded = Some((kind, image.len()));
+                    break;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let Some((code, image_len)) = loaded else {
+            return Err(first_error.expect("at least one attempt"));
+        };
         let mut k = Kernels {
             dev: self.downgrade(),
             module,
             funcs: HashMap::new(),
-            ptx_len: ptx.len(),
+            code,
+            image_len,
         };
         for name in kernels::all_kernel_names() {
             let c = CString::new(name.as_str()).expect("no NUL");

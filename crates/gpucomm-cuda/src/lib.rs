@@ -58,7 +58,7 @@
 pub mod bench;
 mod device;
 mod error;
-pub mod ffi;
+mod ffi;
 pub mod ipc;
 pub mod kernels;
 mod launch;
@@ -72,7 +72,7 @@ pub use device::{
 pub use error::Error;
 pub use ipc::{IpcBufferDesc, IpcEventHandle, IpcMemHandle};
 pub use kernels::DType;
-pub use launch::{Kernels, compile_ptx, nvrtc_version};
+pub use launch::{CodeKind, Kernels, compile, nvrtc_library, nvrtc_version};
 pub use staging::{StagedCopier, StagingPlan, StagingRing};
 
 /// The environment variable that turns a missing GPU into a test failure.

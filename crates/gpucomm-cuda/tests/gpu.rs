@@ -195,9 +195,11 @@ fn reduction_kernels_equal_the_cpu_reference_for_every_op_and_type() {
     let Some(dev) = device() else { return };
     let k = dev.kernels().unwrap();
     eprintln!(
-        "NVRTC {:?}, {} bytes of PTX",
+        "NVRTC {:?} ({}), loaded {:?} of {} bytes",
         gpucomm_cuda::nvrtc_version().unwrap(),
-        k.ptx_len
+        gpucomm_cuda::nvrtc_library().unwrap(),
+        k.code,
+        k.image_len
     );
     let s = dev.stream().unwrap();
     for count in [0usize, 1, 1000, 100_003] {

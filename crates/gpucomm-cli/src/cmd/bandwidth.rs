@@ -278,7 +278,10 @@ fn header(gpu: &Gpu, devices: &[Device]) -> String {
         gpu.library()
     );
     match gpucomm_cuda::nvrtc_version() {
-        Ok((a, b)) => s.push_str(&format!("# NVRTC {a}.{b}\n")),
+        Ok((a, b)) => s.push_str(&format!(
+            "# NVRTC {a}.{b} ({})\n",
+            gpucomm_cuda::nvrtc_library().unwrap_or_default()
+        )),
         Err(e) => s.push_str(&format!("# {e} (kernel tests skipped)\n")),
     }
     for d in devices {
