@@ -400,6 +400,28 @@ impl Device {
         })
     }
 
+    /// Page-locks host memory that is not a Rust borrow (a shared-memory
+    /// mapping owned elsewhere, e.g. the runtime's segments) until the
+    /// returned guard is dropped.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay mapped until the guard is dropped.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize) -> Result<RegisteredRegion, Error> {
+        if len > 0 {
+            self.bind()?;
+            // SAFETY: the caller keeps the range mapped for the guard's life.
+            let r = unsafe {
+                (self.drv().mem_host_register)(ptr as *mut c_void, len, ffi::HOST_PORTABLE)
+            };
+            self.check("cuMemHostRegister", r)?;
+        }
+        Ok(RegisteredRegion {
+            dev: self.clone(),
+            ptr,
+            len,
+        })
+    }
+
     /// A new non-blocking stream.
     pub fn stream(&self) -> Result<Stream, Error> {
         self.bind()?;
@@ -529,6 +551,39 @@ pub trait DeviceMemory {
     }
     /// The device whose context owns the mapping.
     fn device(&self) -> &Device;
+    /// A view of `range` of this memory (bounds checked), usable wherever
+    /// device memory is: copies and kernels on a chunk of a buffer.
+    fn slice(&self, range: std::ops::Range<usize>) -> Result<DeviceSlice<'_>, Error> {
+        let len = range.end.checked_sub(range.start).ok_or_else(|| {
+            Error::InvalidArgument(format!("slice {}..{} is reversed", range.start, range.end))
+        })?;
+        self::range("slice", range.start, len, self.len())?;
+        Ok(DeviceSlice {
+            dev: self.device(),
+            ptr: self.device_ptr() + range.start as u64,
+            len,
+        })
+    }
+}
+
+/// A range of device memory borrowed from a [`DeviceBuffer`] or [`IpcBuffer`].
+#[derive(Clone, Copy)]
+pub struct DeviceSlice<'a> {
+    dev: &'a Device,
+    ptr: CuDevicePtr,
+    len: usize,
+}
+
+impl DeviceMemory for DeviceSlice<'_> {
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn device(&self) -> &Device {
+        self.dev
+    }
 }
 
 /// Checks `[off, off + len)` lies within a buffer of `total` bytes.
@@ -713,6 +768,44 @@ impl Drop for RegisteredHost<'_> {
             // SAFETY: the range was registered by `Device::register`.
             unsafe {
                 (self.dev.drv().mem_host_unregister)(self.mem.as_mut_ptr() as *mut c_void);
+            }
+        }
+    }
+}
+
+/// Host memory page-locked by [`Device::register_raw`] until dropped.
+pub struct RegisteredRegion {
+    dev: Device,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the guard only unregisters the range; it never touches the bytes.
+unsafe impl Send for RegisteredRegion {}
+// SAFETY: as above.
+unsafe impl Sync for RegisteredRegion {}
+
+impl RegisteredRegion {
+    /// Start of the registered range.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Length of the registered range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for RegisteredRegion {
+    fn drop(&mut self) {
+        if self.len > 0 && self.dev.bind().is_ok() {
+            // SAFETY: the range was registered by `Device::register_raw`.
+            unsafe {
+                (self.dev.drv().mem_host_unregister)(self.ptr as *mut c_void);
             }
         }
     }

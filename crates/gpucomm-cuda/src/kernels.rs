@@ -1,5 +1,5 @@
 //! Generated CUDA C for the reduction and copy kernels, compiled at run time
-//! with NVRTC (see [`crate::launch`]).
+//! with NVRTC (see [`crate::Device::kernels`]).
 //!
 //! One kernel per (op, element type), `gpucomm_reduce_<op>_<type>`, computes
 //! `dst[i] = a[i] op b[i]` (`dst` may be `a`: in-place accumulation), and one

@@ -18,8 +18,9 @@
 //!
 //! - [`Gpu`], [`Device`]: the driver and its devices (primary contexts).
 //! - Memory spaces: [`DeviceBuffer`] (`cuMemAlloc`), [`PinnedBuffer`]
-//!   (`cuMemHostAlloc`), [`RegisteredHost`] (`cuMemHostRegister` over existing
-//!   memory, e.g. a shared segment), and ordinary pageable slices.
+//!   (`cuMemHostAlloc`), [`RegisteredHost`] / [`RegisteredRegion`]
+//!   (`cuMemHostRegister` over existing memory, e.g. a shared segment), and
+//!   ordinary pageable slices; [`DeviceSlice`] views a chunk of device memory.
 //! - [`Stream`] (copies H2D/D2H/D2D/peer in stream order) and [`Event`]
 //!   (the "operation done" the caller waits on, stream-waitable, shareable
 //!   between processes).
@@ -30,8 +31,8 @@
 //!   double-buffered chunks, as a protocol whose copies are parameters.
 //! - Reduction kernels ([`kernels`]): CUDA C generated per (op, type) for
 //!   every op and type of the CPU path, compiled with NVRTC
-//!   ([`Device::kernels`]), equal to [`reference`].
-//! - [`bench`]: the copy measurements behind `gpucomm bandwidth`.
+//!   ([`Device::kernels`]), equal to [`mod@reference`].
+//! - [`mod@bench`]: the copy measurements behind `gpucomm bandwidth`.
 //!
 //! # What is not here (yet)
 //!
@@ -66,8 +67,8 @@ pub mod reference;
 pub mod staging;
 
 pub use device::{
-    Device, DeviceBuffer, DeviceInfo, DeviceMemory, Event, Gpu, IpcBuffer, PinnedBuffer,
-    ProbeConfig, RegisteredHost, Stream,
+    Device, DeviceBuffer, DeviceInfo, DeviceMemory, DeviceSlice, Event, Gpu, IpcBuffer,
+    PinnedBuffer, ProbeConfig, RegisteredHost, RegisteredRegion, Stream,
 };
 pub use error::Error;
 pub use ipc::{IpcBufferDesc, IpcEventHandle, IpcMemHandle};

@@ -251,6 +251,58 @@ fn reduction_kernels_equal_the_cpu_reference_for_every_op_and_type() {
 }
 
 #[test]
+fn slices_address_chunks_and_registered_regions_work() {
+    let Some(dev) = device() else { return };
+    let k = dev.kernels().unwrap();
+    let s = dev.stream().unwrap();
+    // Reduce the second half of `a` with the first half of `b` into the
+    // middle of `d`, through slices.
+    let n = 1000usize;
+    let a = reference::test_data(DType::F32, 2 * n, 1);
+    let b = reference::test_data(DType::F32, 2 * n, 2);
+    let (da, db, dd) = (
+        dev.alloc(8 * n).unwrap(),
+        dev.alloc(8 * n).unwrap(),
+        dev.alloc(12 * n).unwrap(),
+    );
+    s.copy_from_host(&da, 0, &a).unwrap();
+    s.copy_from_host(&db, 0, &b).unwrap();
+    let (sa, sb, sd) = (
+        da.slice(4 * n..8 * n).unwrap(),
+        db.slice(0..4 * n).unwrap(),
+        dd.slice(4 * n..8 * n).unwrap(),
+    );
+    k.reduce(&s, ReduceOp::Max, DType::F32, &sd, &sa, &sb, n)
+        .unwrap();
+    let mut want = vec![0u8; 4 * n];
+    reference::reduce(
+        ReduceOp::Max,
+        DType::F32,
+        &mut want,
+        &a[4 * n..],
+        &b[..4 * n],
+    )
+    .unwrap();
+    let mut got = vec![0u8; 12 * n];
+    s.copy_to_host(&mut got, &dd, 0).unwrap();
+    assert_eq!(got[4 * n..8 * n], want[..]);
+    assert!(got[..4 * n].iter().chain(&got[8 * n..]).all(|&x| x == 0));
+    assert!(da.slice(4..8 * n + 1).is_err());
+    assert!(
+        k.reduce(&s, ReduceOp::Max, DType::F32, &sd, &sa, &sb, n + 1)
+            .is_err()
+    );
+    // A registered region (as the runtime's shared segments would be).
+    let mut host = pattern(1 << 16, 6);
+    // SAFETY: `host` outlives the guard, dropped below.
+    let reg = unsafe { dev.register_raw(host.as_mut_ptr(), host.len()) }.unwrap();
+    s.copy_from_host(&dd, 0, &host[..12 * n]).unwrap();
+    drop(reg);
+    s.copy_to_host(&mut got, &dd, 0).unwrap();
+    assert_eq!(got, pattern(1 << 16, 6)[..12 * n]);
+}
+
+#[test]
 fn host_staged_copy_equals_the_source() {
     let Some(dev) = device() else { return };
     for (n, chunk, slots) in [
