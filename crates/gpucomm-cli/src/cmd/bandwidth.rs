@@ -218,12 +218,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "results": rows.iter().map(rec).collect::<Vec<_>>(),
                 "latency": latency.iter().map(rec).collect::<Vec<_>>(),
                 "p2p_matrices": mats,
+                "pinned_over_pageable": pinned_ratios(&rows).iter().map(|r| json!({
+                    "direction": r.direction, "bytes": r.bytes, "ratio": r.ratio })).collect::<Vec<_>>(),
                 "skipped": skipped.iter().map(|s| json!({"test": s.kind.name(), "reason": s.reason})).collect::<Vec<_>>(),
             })
         );
     } else {
         print!("{}", header(&gpu, &devices));
         print!("{}", table(&rows));
+        print!("{}", ratio_text(&pinned_ratios(&rows)));
         for (k, m) in &matrices {
             print!("{}", matrix_text(*k, args.max_bytes, m));
         }
@@ -321,6 +324,66 @@ fn table(rows: &[Measurement]) -> String {
     s
 }
 
+/// Pinned bandwidth over pageable bandwidth at one size and direction.
+#[derive(Debug, Clone, PartialEq)]
+struct Ratio {
+    direction: &'static str,
+    bytes: usize,
+    ratio: f64,
+}
+
+/// For every size measured both pinned and pageable, in each direction.
+fn pinned_ratios(rows: &[Measurement]) -> Vec<Ratio> {
+    let pairs = [
+        (
+            "h2d",
+            CopyKind::HostToDevicePinned,
+            CopyKind::HostToDevicePageable,
+        ),
+        (
+            "d2h",
+            CopyKind::DeviceToHostPinned,
+            CopyKind::DeviceToHostPageable,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (direction, pinned, pageable) in pairs {
+        for p in rows.iter().filter(|m| m.kind == pinned) {
+            if let Some(q) = rows
+                .iter()
+                .find(|m| m.kind == pageable && m.bytes == p.bytes)
+                && q.gbps() > 0.0
+            {
+                out.push(Ratio {
+                    direction,
+                    bytes: p.bytes,
+                    ratio: p.gbps() / q.gbps(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn ratio_text(r: &[Ratio]) -> String {
+    if r.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "#\n# pinned / pageable bandwidth\n# {:<9} {:>12} {:>9}\n",
+        "direction", "size", "ratio"
+    );
+    for x in r {
+        s.push_str(&format!(
+            "  {:<9} {:>12} {:>9.2}\n",
+            x.direction,
+            format_bytes(x.bytes as u64),
+            x.ratio
+        ));
+    }
+    s
+}
+
 fn latency_text(rows: &[Measurement]) -> String {
     let mut s = format!(
         "#\n# small-copy latency\n# {:<13} {:>12} {:>7} {:>12}\n",
@@ -374,6 +437,25 @@ mod tests {
             iters: 10,
             seconds,
         }
+    }
+
+    #[test]
+    fn pinned_over_pageable_pairs_sizes_and_directions() {
+        let rows = [
+            m(CopyKind::HostToDevicePinned, 1024, 1e-6),
+            m(CopyKind::HostToDevicePageable, 1024, 4e-6),
+            m(CopyKind::HostToDevicePinned, 2048, 1e-6), // no pageable partner
+            m(CopyKind::DeviceToHostPageable, 1024, 3e-6),
+            m(CopyKind::DeviceToHostPinned, 1024, 2e-6),
+        ];
+        let r = pinned_ratios(&rows);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].direction, r[0].bytes), ("h2d", 1024));
+        assert!((r[0].ratio - 4.0).abs() < 1e-9);
+        assert_eq!(r[1].direction, "d2h");
+        assert!((r[1].ratio - 1.5).abs() < 1e-9);
+        assert!(ratio_text(&r).contains("4.00"));
+        assert_eq!(ratio_text(&[]), "");
     }
 
     #[test]
