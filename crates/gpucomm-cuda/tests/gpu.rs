@@ -392,3 +392,193 @@ fn ipc_between_two_processes_sharing_one_gpu() {
     s.copy_to_host(&mut back, &buf, 0).unwrap();
     assert_eq!(back, pattern(n, 99), "parent sees the child's answer");
 }
+
+const RANK_ENV: &str = "GPUCOMM_TEST_RANK";
+const NRANKS_ENV: &str = "GPUCOMM_TEST_NRANKS";
+const DIR_ENV: &str = "GPUCOMM_TEST_DIR";
+/// Element types of the multi-rank test (a float, a 16-bit float, an integer).
+const RANK_TYPES: [DType; 3] = [DType::F32, DType::Bf16, DType::I32];
+const RANK_COUNT: usize = 100_003;
+
+/// Waits (bounded) until `path` exists.
+fn wait_for(path: &std::path::Path) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "timed out waiting for {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Writes `bytes` to `path` atomically (rename), so readers never see a part.
+fn publish(path: &std::path::Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// One rank of `ipc_all_reduce_with_ranks_sharing_one_gpu` (does nothing
+/// when run on its own): exports its input through CUDA IPC, maps every
+/// peer's, folds all inputs in rank order with the reduce kernels, and
+/// compares with the CPU reference, for every op and three types.
+#[test]
+fn ipc_rank_role() {
+    let (Ok(rank), Ok(n), Ok(dir)) = (
+        std::env::var(RANK_ENV),
+        std::env::var(NRANKS_ENV),
+        std::env::var(DIR_ENV),
+    ) else {
+        return;
+    };
+    let (rank, n, dir): (usize, usize, std::path::PathBuf) =
+        (rank.parse().unwrap(), n.parse().unwrap(), dir.into());
+    let dev = Gpu::probe().unwrap().device(0).unwrap();
+    let k = dev.kernels().unwrap();
+    let s = dev.stream().unwrap();
+    let inputs = |r: usize| -> Vec<u8> {
+        RANK_TYPES
+            .iter()
+            .flat_map(|&t| reference::test_data(t, RANK_COUNT, 100 + r as u64))
+            .collect()
+    };
+    let offsets: Vec<usize> = RANK_TYPES
+        .iter()
+        .scan(0, |o, t| {
+            let here = *o;
+            *o += RANK_COUNT * t.size();
+            Some(here)
+        })
+        .collect();
+    let mine = inputs(rank);
+    let buf = dev.alloc(mine.len()).unwrap();
+    s.copy_from_host(&buf, 0, &mine).unwrap();
+    let ready = dev.event(false, true).unwrap();
+    ready.record(&s).unwrap();
+    let desc = IpcBufferDesc {
+        pid: std::process::id(),
+        device: 0,
+        len: mine.len() as u64,
+        mem: buf.ipc_handle().unwrap(),
+        ready: Some(ready.ipc_handle().unwrap()),
+    };
+    publish(&dir.join(format!("desc.{rank}")), &desc.to_bytes());
+    // Map every peer's buffer and wait for its data.
+    let mut peers = Vec::new();
+    for r in 0..n {
+        if r == rank {
+            continue;
+        }
+        let p = dir.join(format!("desc.{r}"));
+        wait_for(&p);
+        let d = IpcBufferDesc::from_bytes(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(d.len as usize, mine.len());
+        let ev = dev.open_ipc_event(d.ready.as_ref().unwrap()).unwrap();
+        s.wait_event(&ev).unwrap();
+        peers.push((r, dev.open_ipc_memory(&d.mem, d.len as usize).unwrap()));
+    }
+    let out = dev.alloc(mine.len()).unwrap();
+    for (ti, &dtype) in RANK_TYPES.iter().enumerate() {
+        let bytes = RANK_COUNT * dtype.size();
+        let range = offsets[ti]..offsets[ti] + bytes;
+        // Every rank's input for this type, in rank order.
+        let mut views = Vec::new();
+        for r in 0..n {
+            let v = if r == rank {
+                buf.slice(range.clone()).unwrap()
+            } else {
+                peers
+                    .iter()
+                    .find(|(pr, _)| *pr == r)
+                    .unwrap()
+                    .1
+                    .slice(range.clone())
+                    .unwrap()
+            };
+            views.push(v);
+        }
+        let acc = out.slice(range.clone()).unwrap();
+        for op in ReduceOp::ALL {
+            k.reduce(&s, op, dtype, &acc, &views[0], &views[1], RANK_COUNT)
+                .unwrap();
+            for v in &views[2..] {
+                k.reduce(&s, op, dtype, &acc, &acc, v, RANK_COUNT).unwrap();
+            }
+            if op == ReduceOp::Avg {
+                k.divide(&s, dtype, &acc, RANK_COUNT, n as u64).unwrap();
+            }
+            let mut want = inputs(0)[range.clone()].to_vec();
+            for r in 1..n {
+                let prev = want.clone();
+                reference::reduce(op, dtype, &mut want, &prev, &inputs(r)[range.clone()]).unwrap();
+            }
+            if op == ReduceOp::Avg {
+                reference::divide(dtype, &mut want, n as u64).unwrap();
+            }
+            let mut got = vec![0u8; bytes];
+            s.copy_to_host(&mut got, &acc, 0).unwrap();
+            assert_eq!(got, want, "rank {rank}/{n}: {} {dtype}", op.name());
+        }
+    }
+    // Keep our buffer alive until every peer is done reading it.
+    publish(&dir.join(format!("done.{rank}")), b"ok");
+    for r in 0..n {
+        wait_for(&dir.join(format!("done.{r}")));
+    }
+}
+
+#[test]
+fn ipc_all_reduce_with_ranks_sharing_one_gpu() {
+    let Some(dev) = device() else { return };
+    drop(dev);
+    for n in [2usize, 4] {
+        let dir = std::env::temp_dir().join(format!("gpucomm-cuda-ipc-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut children: Vec<_> = (0..n)
+            .map(|r| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "ipc_rank_role",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(RANK_ENV, r.to_string())
+                    .env(NRANKS_ENV, n.to_string())
+                    .env(DIR_ENV, &dir)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let mut failures = Vec::new();
+        for (r, c) in children.iter_mut().enumerate() {
+            let status = loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    break Some(st);
+                }
+                if start.elapsed().as_secs() > 120 {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            if status.is_none_or(|st| !st.success()) {
+                let mut err = String::new();
+                if let Some(mut e) = c.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                failures.push(format!("rank {r} of {n}: {status:?}\n{err}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
