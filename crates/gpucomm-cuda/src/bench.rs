@@ -2,7 +2,8 @@
 //! style): each test allocates its buffers once, warms up, then times
 //! `iters` back-to-back copies on one stream between two timing events
 //! (the host-staged path, which runs on two threads, is timed on the host
-//! clock).
+//! clock). Latency ([`Timing::RoundTrip`]) issues one copy at a time and
+//! waits for it, on the host clock.
 
 #![allow(unsafe_code)]
 
@@ -112,8 +113,20 @@ pub const STAGING_CHUNK: usize = 4 << 20;
 /// Slots of the host-staged path (double buffering).
 pub const STAGING_SLOTS: usize = 2;
 
-/// Runs one test: `kind` from `src` to `dst` (equal for single-device
-/// kinds), `bytes` per copy, `warmup` untimed then `iters` timed copies.
+/// How copies are timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// `iters` copies back to back on one stream between two timing events:
+    /// bandwidth (and the per-copy cost when the queue is kept full).
+    Stream,
+    /// Each copy issued and then waited for (`cuStreamSynchronize`), timed
+    /// on the host clock: the latency a caller sees for one small copy.
+    RoundTrip,
+}
+
+/// Runs one bandwidth test: `kind` from `src` to `dst` (equal for
+/// single-device kinds), `bytes` per copy, `warmup` untimed then `iters`
+/// timed copies ([`Timing::Stream`]).
 pub fn measure(
     kind: CopyKind,
     src: &Device,
@@ -121,6 +134,19 @@ pub fn measure(
     bytes: usize,
     warmup: u32,
     iters: u32,
+) -> Result<Measurement, Error> {
+    measure_with(kind, src, dst, bytes, warmup, iters, Timing::Stream)
+}
+
+/// [`measure`] with a choice of [`Timing`] (`RoundTrip` for latency).
+pub fn measure_with(
+    kind: CopyKind,
+    src: &Device,
+    dst: &Device,
+    bytes: usize,
+    warmup: u32,
+    iters: u32,
+    timing: Timing,
 ) -> Result<Measurement, Error> {
     if iters == 0 {
         return Err(Error::InvalidArgument(
@@ -142,6 +168,14 @@ pub fn measure(
             op()?;
         }
         stream.synchronize()?;
+        if timing == Timing::RoundTrip {
+            let start = Instant::now();
+            for _ in 0..iters {
+                op()?;
+                stream.synchronize()?;
+            }
+            return Ok(start.elapsed().as_secs_f64() / iters as f64);
+        }
         t0.record(&stream)?;
         for _ in 0..iters {
             op()?;

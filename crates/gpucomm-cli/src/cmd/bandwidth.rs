@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpucomm_cuda::bench::{CopyKind, Measurement, measure};
+use gpucomm_cuda::bench::{CopyKind, Measurement, Timing, measure, measure_with};
 use gpucomm_cuda::{Device, Error, Gpu, ProbeConfig};
 use serde_json::json;
 
@@ -45,7 +45,8 @@ pub struct Args {
     /// Untimed copies before the timed ones.
     #[arg(short = 'w', long, default_value_t = 3)]
     pub warmup: u32,
-    /// Size of the small-copy latency test (0 skips it).
+    /// Size of the small-copy latency test: one copy issued and waited for
+    /// at a time (0 skips it).
     #[arg(long, default_value = "8", value_parser = parse_size_arg)]
     pub latency_bytes: u64,
     /// Timed copies of the latency test.
@@ -170,13 +171,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if skipped.iter().any(|s| s.kind == kind) {
                 continue;
             }
-            match measure(
+            match measure_with(
                 kind,
                 dev,
                 dev,
                 args.latency_bytes as usize,
                 args.warmup.max(10),
                 args.latency_iters.max(1),
+                Timing::RoundTrip,
             ) {
                 Ok(m) => latency.push(m),
                 Err(e) if skippable(&e) => skipped.push(Skipped {
@@ -386,7 +388,7 @@ fn ratio_text(r: &[Ratio]) -> String {
 
 fn latency_text(rows: &[Measurement]) -> String {
     let mut s = format!(
-        "#\n# small-copy latency\n# {:<13} {:>12} {:>7} {:>12}\n",
+        "#\n# small-copy latency (issue one copy, wait for it; host clock)\n# {:<13} {:>12} {:>7} {:>12}\n",
         "test", "size", "iters", "time(us)"
     );
     for m in rows {
