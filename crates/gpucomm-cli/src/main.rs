@@ -29,6 +29,8 @@ enum Command {
     Launch(cmd::launch::Args),
     /// Simulate collectives, transfers and training steps on modeled fabrics.
     Sim(cmd::sim::Args),
+    /// Copy bandwidth and latency of the GPUs (exit status 3: no GPU).
+    Bandwidth(cmd::bandwidth::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Launch(a) => cmd::launch::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Bandwidth(a) => cmd::bandwidth::run(a),
     };
     match result {
         Ok(code) => code,

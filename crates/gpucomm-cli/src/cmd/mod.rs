@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod algo;
+pub mod bandwidth;
 pub mod bench;
 pub mod common;
 pub mod launch;
