@@ -4,8 +4,9 @@
 //! Semantics follow `gpucomm_algo::schedule`: a step starts when its
 //! dependencies are done; sends and receives match FIFO per
 //! `(sender, receiver, channel)`; a transfer is a rendezvous (both steps
-//! complete when the data is delivered). A matched pair becomes a flow after
-//! the per-step overhead of the engine driving it (by path class); local
+//! complete when the data is delivered). A matched pair becomes a flow at
+//! once, delivered after its route's latency plus the per-step overhead of
+//! the engine driving it (by path class); local
 //! copies and reductions take their bytes over the device's local bandwidth.
 //!
 //! # Symmetry
@@ -13,7 +14,8 @@
 //! When the fabric says translating every rank by one node is an
 //! automorphism (identical nodes, every link owned by one node, a
 //! non-blocking core), and the schedule's steps are invariant under the same
-//! translation (checked on the ranks of nodes 1 and N-1: same kinds, lengths, channels and
+//! translation (checked on the first, middle and last local ranks of nodes 1
+//! and N-1: same kinds, lengths, channels and
 //! dependencies, peers shifted by one node), only the ranks of node 0 are
 //! simulated: a link stands for its whole orbit, a flow for the same flow on
 //! every node. Max-min fairness is preserved because the fair allocation of
@@ -201,14 +203,11 @@ type MeetKey = (u32, u32, u32, u16, u32);
 struct Transfer {
     src: (u32, u32),
     dst: (u32, u32),
-    route: u32,
-    bytes: u64,
     start: SimTime,
 }
 
 enum Pending {
     Launch,
-    Start(u32),
     Local(u32, u32),
 }
 
@@ -376,20 +375,22 @@ fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
 }
 
 /// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
-/// node, checked on the ranks of node 1 and of the last node.
+/// node, checked on the first, middle and last local ranks of node 1 and of the last node.
 fn schedule_is_node_symmetric(s: &Schedule, rpn: usize) -> bool {
     let n = s.problem.nranks;
     let nodes = n / rpn;
-    let base: Vec<Vec<Step>> = (0..rpn).map(|r| s.rank_steps(r)).collect();
-    // Every rank of node 1; the first and last rank of the last node.
-    let mut probes: Vec<(usize, usize)> = (0..rpn).map(|r| (1, r)).collect();
+    let mut base: Vec<Option<Vec<Step>>> = vec![None; rpn];
+    // The first, middle and last local rank of node 1 and of the last node
+    // (generating steps is the costly part of a symmetric run).
+    let mut locals = vec![0, rpn / 2, rpn - 1];
+    locals.dedup();
+    let mut probes: Vec<(usize, usize)> = locals.iter().map(|&r| (1, r)).collect();
     if nodes > 2 {
-        probes.push((nodes - 1, 0));
-        probes.push((nodes - 1, rpn - 1));
+        probes.extend(locals.iter().map(|&r| (nodes - 1, r)));
     }
     {
         for (node, r) in probes {
-            let b = &base[r];
+            let b = base[r].get_or_insert_with(|| s.rank_steps(r));
             let other = s.rank_steps(node * rpn + r);
             if other.len() != b.len() {
                 return false;
@@ -505,16 +506,6 @@ impl Exec<'_> {
                     }
                 }
             }
-            Pending::Start(tr) => {
-                let (ridx, bytes) = {
-                    let x = &mut self.transfers[tr as usize];
-                    x.start = t;
-                    (x.route as usize, x.bytes)
-                };
-                let (links, lat, _) = &self.routes[ridx];
-                self.net
-                    .start_flow(links, bytes as f64, *lat, u64::from(tr));
-            }
             Pending::Local(r, s) => {
                 if self.cfg.trace_ranks > r as usize {
                     let st = self.ranks[r as usize].steps[s as usize];
@@ -593,8 +584,6 @@ impl Exec<'_> {
                         let tr = Transfer {
                             src: (sr, ss),
                             dst: (dr, ds),
-                            route,
-                            bytes: send.bytes,
                             start: t,
                         };
                         let ti = match self.free_transfers.pop() {
@@ -607,9 +596,13 @@ impl Exec<'_> {
                                 (self.transfers.len() - 1) as u32
                             }
                         };
-                        let p = self.alloc_pending(Pending::Start(ti));
+                        // The flow starts now; the step's software overhead is
+                        // added to its delivery (like the route latency), which
+                        // costs no extra event or rate recomputation.
+                        let (links, lat, _) = &self.routes[route as usize];
+                        let delay = *lat + self.cfg.overheads.step(class);
                         self.net
-                            .timer(t + self.cfg.overheads.step(class), u64::from(p));
+                            .start_flow(links, send.bytes as f64, delay, u64::from(ti));
                     }
                 }
             }
