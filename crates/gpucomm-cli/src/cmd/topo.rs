@@ -1,12 +1,760 @@
-//! `gpucomm topo` (being built).
+//! `gpucomm topo`: show a topology — this machine (default), a preset, or
+//! a file — as a summary tree, an `nvidia-smi topo -m` style matrix, a
+//! bandwidth matrix, a path, the catalog, or the file format.
 
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use comfy_table::{Table, presets::ASCII_MARKDOWN};
+use gpucomm_topo::catalog::{self, LinkKind, parse_port};
+use gpucomm_topo::format::{self, Format};
+use gpucomm_topo::{
+    ClusterOptions, DiscoverOptions, Fabric, NodeIx, NodeKind, PRESETS, PathClass, Topology,
+};
 
 /// Arguments of `gpucomm topo`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(
+    after_help = "Presets: dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200, gb200-nvl72, pcie-8gpu.\n\
+Examples:\n  gpucomm topo\n  gpucomm topo --preset dgx1-v100\n  gpucomm topo --preset dgx-h100 --nodes 4 --bandwidth\n  \
+gpucomm topo --file my.toml --path gpu0 gpu3\n  gpucomm topo --preset dgx-a100 --export dgx-a100.toml"
+)]
+pub struct Args {
+    /// A preset system (see --list).
+    #[arg(long, conflicts_with = "file")]
+    pub preset: Option<String>,
+    /// A topology file (TOML, or JSON when it ends in .json).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Discover from this root directory instead of / (it must hold sys/).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "file"])]
+    pub sysfs_root: Option<PathBuf>,
+    /// Do not query NVML during discovery.
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// Cluster options.
+    #[command(flatten)]
+    pub cluster: Box<ClusterArgs>,
+    /// Also print the matrix of bottleneck bandwidths (GB/s per direction).
+    #[arg(long)]
+    pub bandwidth: bool,
+    /// Print the route and figures between two node ids.
+    #[arg(long, num_args = 2, value_names = ["SRC", "DST"])]
+    pub path: Option<Vec<String>>,
+    /// Write the topology to this file (TOML, or JSON for .json).
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
+    /// Print the topology as JSON (the file format) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// List the presets.
+    #[arg(long)]
+    pub list: bool,
+    /// Print the catalog of link generations.
+    #[arg(long)]
+    pub catalog: bool,
+    /// Print matrices for every GPU even when there are many.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Options that turn a node into a cluster (shared by `topo` and `sim`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// Build a cluster of this many nodes.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Keep only the first N GPUs of each node.
+    #[arg(long)]
+    pub gpus: Option<usize>,
+    /// NICs per node (replaces the node's NICs).
+    #[arg(long)]
+    pub nics: Option<usize>,
+    /// NIC port speed: edr, hdr, hdr100, ndr, ndr200, xdr, roce400, eth100...
+    #[arg(long)]
+    pub nic_speed: Option<String>,
+    /// Inter-node fabric: rail, single, leaf-spine.
+    #[arg(long, default_value = "rail")]
+    pub fabric: String,
+    /// Leaf-to-spine oversubscription (1 = non-blocking).
+    #[arg(long, default_value_t = 1.0)]
+    pub oversubscription: f64,
+    /// Nodes per leaf switch (leaf-spine fabric).
+    #[arg(long, default_value_t = 4)]
+    pub nodes_per_leaf: usize,
+    /// Network switches support in-network reduction (SHARP).
+    #[arg(long)]
+    pub sharp: bool,
+}
 
 /// Runs `gpucomm topo`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`gpucomm topo` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    if args.list {
+        for (name, desc) in PRESETS {
+            writeln!(out, "{name:<12} {desc}")?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.catalog {
+        writeln!(out, "{}", catalog_table())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t = load(&args)?;
+    if let Some(path) = &args.export {
+        format::save(&t, path)?;
+        eprintln!(
+            "wrote {} ({} nodes, {} links)",
+            path.display(),
+            t.nodes().len(),
+            t.links().len()
+        );
+    }
+    if args.json {
+        writeln!(out, "{}", format::to_string(&t, Format::Json))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(p) = &args.path {
+        print_path(&mut out, &t, &p[0], &p[1])?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_summary(&mut out, &t)?;
+    writeln!(out)?;
+    print_matrix(&mut out, &t, args.all)?;
+    if args.bandwidth {
+        writeln!(out)?;
+        print_bandwidth(&mut out, &t, args.all)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Converts the cluster arguments to [`ClusterOptions`].
+pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
+    let fabric = Fabric::parse(&args.fabric).with_context(|| {
+        format!(
+            "--fabric {:?}: expected rail, single or leaf-spine",
+            args.fabric
+        )
+    })?;
+    let nic_speed = match &args.nic_speed {
+        Some(s) => Some(parse_port(s).with_context(|| {
+            format!("--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or eth<Gb/s>")
+        })?),
+        None => None,
+    };
+    Ok(ClusterOptions {
+        nodes: args.nodes,
+        gpus: args.gpus,
+        nics: args.nics,
+        nic_speed,
+        fabric,
+        oversubscription: args.oversubscription,
+        nodes_per_leaf: args.nodes_per_leaf,
+        sharp: args.sharp,
+    })
+}
+
+fn load(args: &Args) -> anyhow::Result<Topology> {
+    let opts = options(&args.cluster)?;
+    if let Some(p) = &args.preset {
+        return Ok(gpucomm_topo::select(p, &opts)?);
+    }
+    if let Some(f) = &args.file {
+        if !f.is_file() {
+            bail!("--file {}: no such file", f.display());
+        }
+        let s = f.to_str().context("--file: the path is not valid UTF-8")?;
+        return Ok(gpucomm_topo::select(s, &opts)?);
+    }
+    let d = DiscoverOptions {
+        root: args
+            .sysfs_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/")),
+        nvml: !args.no_nvml,
+    };
+    let base = gpucomm_topo::discover(&d)?;
+    if opts == ClusterOptions::default() {
+        Ok(base)
+    } else {
+        Ok(gpucomm_topo::cluster(&base, &opts)?)
+    }
+}
+
+fn catalog_table() -> Table {
+    let mut t = Table::new();
+    t.load_style(ASCII_MARKDOWN);
+    t.set_header([
+        "Generation",
+        "Signaling",
+        "Lanes",
+        "GB/s per direction",
+        "GB/s bidirectional",
+        "Products",
+        "Source",
+    ]);
+    for e in catalog::entries() {
+        t.add_row([
+            e.generation.to_string(),
+            e.signaling.to_string(),
+            e.lanes.to_string(),
+            format!("{:.2}", e.kind.bandwidth()),
+            format!("{:.2}", e.kind.bidirectional()),
+            e.products.to_string(),
+            e.source.to_string(),
+        ]);
+    }
+    t
+}
+
+fn bw(g: f64) -> String {
+    if g >= 100.0 {
+        format!("{g:.0}")
+    } else if g >= 10.0 {
+        format!("{g:.1}")
+    } else {
+        format!("{g:.2}")
+    }
+}
+
+fn link_text(k: LinkKind, bandwidth: f64) -> String {
+    match k {
+        LinkKind::Integrated => "integrated".to_string(),
+        LinkKind::Smp => "SMP link (speed unknown)".to_string(),
+        _ => format!("{k}, {} GB/s/dir", bw(bandwidth)),
+    }
+}
+
+fn node_line(t: &Topology, ix: NodeIx) -> String {
+    let n = t.node(ix);
+    let mut s = format!("{} [{}]", n.id, n.kind);
+    if !n.label.is_empty() {
+        s.push_str(&format!(" {}", n.label));
+    }
+    if n.kind == NodeKind::Cpu {
+        if let Some(numa) = n.numa {
+            s.push_str(&format!(", NUMA {numa}"));
+        }
+        if let Some(sock) = n.socket {
+            s.push_str(&format!(", socket {sock}"));
+        }
+    }
+    if let Some(a) = &n.pci_address {
+        s.push_str(&format!(" @{a}"));
+    }
+    if let Some(p) = n.port {
+        s.push_str(&format!(", port {}", link_text(p, p.bandwidth())));
+    }
+    if n.reduction {
+        s.push_str(", in-switch reduction");
+    }
+    if let Some(c) = n.chips {
+        s.push_str(&format!(", {c} chips"));
+    }
+    for (k, v) in &n.props {
+        if k != "pci_id" && k != "nvml" {
+            s.push_str(&format!(", {k} {v}"));
+        }
+    }
+    s
+}
+
+fn is_attachment(k: LinkKind) -> bool {
+    matches!(
+        k,
+        LinkKind::Pcie { .. } | LinkKind::Integrated | LinkKind::NvLinkC2c
+    )
+}
+
+fn print_host_tree(out: &mut impl Write, t: &Topology, host: NodeIx) -> anyhow::Result<()> {
+    writeln!(out, "{}", node_line(t, host))?;
+    let cpus = t.nodes_in_host(host, NodeKind::Cpu);
+    // Spanning tree over attachment links (PCIe, C2C, integrated) from the CPUs.
+    let mut parent: BTreeMap<NodeIx, (NodeIx, String)> = BTreeMap::new();
+    let mut seen: Vec<bool> = vec![false; t.nodes().len()];
+    let mut queue: std::collections::VecDeque<NodeIx> = cpus.iter().copied().collect();
+    for &c in &cpus {
+        seen[c.index()] = true;
+    }
+    while let Some(u) = queue.pop_front() {
+        for &(l, d) in t.links_of(u) {
+            let link = t.link(l);
+            let v = link.head(d);
+            if seen[v.index()] || !is_attachment(link.kind) || t.node(v).kind == NodeKind::Cpu {
+                continue;
+            }
+            if t.node(u).kind == NodeKind::Gpu {
+                continue; // GPUs are leaves (C2C reaches the GPU, not past it)
+            }
+            seen[v.index()] = true;
+            parent.insert(v, (u, link_text(link.kind, link.bandwidth)));
+            queue.push_back(v);
+        }
+    }
+    let mut children: BTreeMap<NodeIx, Vec<(NodeIx, String)>> = BTreeMap::new();
+    for (c, (p, l)) in &parent {
+        children.entry(*p).or_default().push((*c, l.clone()));
+    }
+    fn walk(
+        out: &mut impl Write,
+        t: &Topology,
+        children: &BTreeMap<NodeIx, Vec<(NodeIx, String)>>,
+        at: NodeIx,
+        prefix: &str,
+    ) -> anyhow::Result<()> {
+        let Some(kids) = children.get(&at) else {
+            return Ok(());
+        };
+        let (others, shown): (Vec<_>, Vec<_>) = kids.iter().partition(|(c, _)| {
+            t.node(*c).kind == NodeKind::PcieDevice && !children.contains_key(c)
+        });
+        let collapse = others.len() > 6;
+        let mut items: Vec<&(NodeIx, String)> = shown;
+        if !collapse {
+            items.extend(others.iter().copied());
+            items.sort_by_key(|x| x.0);
+        }
+        let n = items.len() + usize::from(collapse);
+        for (i, (c, l)) in items.iter().enumerate() {
+            let last = i + 1 == n;
+            writeln!(
+                out,
+                "{prefix}{} {}  ({l})",
+                if last { "└─" } else { "├─" },
+                node_line(t, *c)
+            )?;
+            let next = format!("{prefix}{}", if last { "   " } else { "│  " });
+            walk(out, t, children, *c, &next)?;
+        }
+        if collapse {
+            let mut names: Vec<String> = others
+                .iter()
+                .map(|(c, _)| t.node(*c).label.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            writeln!(
+                out,
+                "{prefix}└─ {} other PCIe devices ({})",
+                others.len(),
+                names.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+    for (i, &c) in cpus.iter().enumerate() {
+        let last = i + 1 == cpus.len();
+        writeln!(
+            out,
+            "{}{}",
+            if last { "└─ " } else { "├─ " },
+            node_line(t, c)
+        )?;
+        walk(out, t, &children, c, if last { "   " } else { "│  " })?;
+    }
+    Ok(())
+}
+
+fn print_summary(out: &mut impl Write, t: &Topology) -> anyhow::Result<()> {
+    let count = |k| t.nodes_of_kind(k).count();
+    writeln!(out, "Topology {}: {}", t.name(), t.description())?;
+    writeln!(
+        out,
+        "  hosts {}, CPUs/NUMA nodes {}, GPUs {}, NICs {}, PCIe switches {}, NVSwitch nodes {}, network switches {}, storage {}, other PCIe devices {}",
+        count(NodeKind::Host),
+        count(NodeKind::Cpu),
+        count(NodeKind::Gpu),
+        count(NodeKind::Nic),
+        count(NodeKind::PcieSwitch),
+        count(NodeKind::NvSwitch),
+        count(NodeKind::NetSwitch),
+        count(NodeKind::Storage),
+        count(NodeKind::PcieDevice),
+    )?;
+    let (nv, net) = t.reduction_support();
+    if nv || net {
+        let mut what = Vec::new();
+        if nv {
+            what.push("NVSwitch (NVLink SHARP / NVLS)");
+        }
+        if net {
+            what.push("network switches (SHARP)");
+        }
+        writeln!(out, "  in-network reduction: {}", what.join(", "))?;
+    }
+    writeln!(out)?;
+    let hosts = t.hosts();
+    let shown = if hosts.len() > 2 { 1 } else { hosts.len() };
+    for &h in &hosts[..shown] {
+        print_host_tree(out, t, h)?;
+    }
+    if hosts.len() > shown {
+        writeln!(out, "... and {} more hosts like it", hosts.len() - shown)?;
+    }
+    // Links that are not part of a tree: NVLink, CPU-CPU, network; grouped.
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let shown_hosts: Vec<NodeIx> = hosts[..shown].to_vec();
+    let in_shown = |ix: NodeIx| match t.node(ix).host {
+        Some(h) => shown_hosts.contains(&h),
+        None => true,
+    };
+    let mut hidden = 0usize;
+    for l in t.links() {
+        if is_attachment(l.kind) {
+            continue;
+        }
+        if !(in_shown(l.a) && in_shown(l.b)) {
+            hidden += 1;
+            continue;
+        }
+        let group = if l.kind.is_nvlink() {
+            "NVLink"
+        } else if l.kind.is_network() {
+            "Network"
+        } else {
+            "CPU interconnect"
+        };
+        groups.entry(group.to_string()).or_default().push(format!(
+            "{} <-> {}: {}",
+            t.node(l.a).id,
+            t.node(l.b).id,
+            link_text(l.kind, l.bandwidth)
+        ));
+    }
+    for (g, items) in &groups {
+        writeln!(out, "{g} links:")?;
+        let limit = 40;
+        for s in items.iter().take(limit) {
+            writeln!(out, "  {s}")?;
+        }
+        if items.len() > limit {
+            writeln!(out, "  ... {} more", items.len() - limit)?;
+        }
+    }
+    if hidden > 0 {
+        writeln!(out, "({hidden} links of the other hosts not listed)")?;
+    }
+    Ok(())
+}
+
+/// Devices for the matrices: GPUs then NICs, limited to the first host
+/// when there are many (unless `all`).
+fn matrix_devices(t: &Topology, all: bool) -> (Vec<(String, NodeIx)>, bool) {
+    let gpus: Vec<NodeIx> = t.gpus().to_vec();
+    let nics: Vec<NodeIx> = t.nodes_of_kind(NodeKind::Nic).collect();
+    let multi = t.hosts().len() > 1;
+    let label = |prefix: &str, i: usize, ix: NodeIx| {
+        if multi {
+            let h = t
+                .node(ix)
+                .host
+                .map(|h| t.node(h).id.clone())
+                .unwrap_or_default();
+            format!("{h}.{prefix}{i}")
+        } else {
+            format!("{prefix}{i}")
+        }
+    };
+    let mut limited = false;
+    let keep = |ix: &NodeIx| all || t.hosts().is_empty() || t.node(*ix).host == Some(t.hosts()[0]);
+    let too_many = gpus.len() + nics.len() > 24;
+    let mut devs = Vec::new();
+    let mut host_idx: BTreeMap<Option<NodeIx>, (usize, usize)> = BTreeMap::new();
+    for &g in &gpus {
+        let e = host_idx.entry(t.node(g).host).or_default();
+        let i = e.0;
+        e.0 += 1;
+        if !too_many || keep(&g) {
+            devs.push((label("GPU", i, g), g));
+        } else {
+            limited = true;
+        }
+    }
+    for &n in &nics {
+        let e = host_idx.entry(t.node(n).host).or_default();
+        let i = e.1;
+        e.1 += 1;
+        if !too_many || keep(&n) {
+            devs.push((label("NIC", i, n), n));
+        } else {
+            limited = true;
+        }
+    }
+    (devs, limited)
+}
+
+fn print_grid(out: &mut impl Write, header: &[String], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let width: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = width[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    writeln!(out, "{}", line(header))?;
+    for r in rows {
+        writeln!(out, "{}", line(r))?;
+    }
+    Ok(())
+}
+
+fn print_matrix(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
+    let (devs, limited) = matrix_devices(t, all);
+    if devs.is_empty() {
+        writeln!(out, "No GPUs or NICs found, so no device matrix.")?;
+        return Ok(());
+    }
+    if t.gpus().is_empty() {
+        writeln!(out, "No GPUs found; matrix of the NICs:")?;
+    }
+    let mut header = vec![String::new()];
+    header.extend(devs.iter().map(|d| d.0.clone()));
+    header.push("CPU Affinity".into());
+    header.push("NUMA Affinity".into());
+    let mut rows = Vec::new();
+    for (name, a) in &devs {
+        let mut row = vec![name.clone()];
+        for (_, b) in &devs {
+            row.push(match t.path(*a, *b) {
+                Ok(p) => p.class.to_string(),
+                Err(_) => "-".into(),
+            });
+        }
+        let cpu = t.local_cpu(*a);
+        row.push(
+            cpu.and_then(|c| t.node(c).props.get("cpus").cloned())
+                .map(|s| s.split(' ').next().unwrap_or("").to_string())
+                .unwrap_or_else(|| "N/A".into()),
+        );
+        row.push(
+            t.node(*a)
+                .numa
+                .or_else(|| cpu.and_then(|c| t.node(c).numa))
+                .map_or("N/A".into(), |n| n.to_string()),
+        );
+        rows.push(row);
+    }
+    print_grid(out, &header, &rows)?;
+    if limited {
+        writeln!(out, "(first host only; --all for every device)")?;
+    }
+    writeln!(out, "\nLegend:\n\n{}", PathClass::LEGEND)?;
+    let nic_names: Vec<String> = devs
+        .iter()
+        .filter(|d| t.node(d.1).kind == NodeKind::Nic)
+        .map(|(name, ix)| {
+            let n = t.node(*ix);
+            let ports = n
+                .props
+                .get("ports")
+                .cloned()
+                .unwrap_or_else(|| n.id.clone());
+            format!("  {name}: {ports}")
+        })
+        .collect();
+    if !nic_names.is_empty() {
+        writeln!(out, "\nNIC Legend:\n\n{}", nic_names.join("\n"))?;
+    }
+    Ok(())
+}
+
+fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
+    let (devs, limited) = matrix_devices(t, all);
+    let gpus: Vec<_> = devs
+        .iter()
+        .filter(|d| t.node(d.1).kind == NodeKind::Gpu)
+        .cloned()
+        .collect();
+    if gpus.is_empty() {
+        writeln!(out, "No GPUs, so no bandwidth matrix.")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Bottleneck bandwidth, GB/s per direction (bidirectional is twice); Host = the GPU's local CPU memory:"
+    )?;
+    let mut header = vec![String::new()];
+    header.extend(gpus.iter().map(|d| d.0.clone()));
+    header.push("Host".into());
+    let mut rows = Vec::new();
+    for (name, a) in &gpus {
+        let mut row = vec![name.clone()];
+        for (_, b) in &gpus {
+            row.push(if a == b {
+                "X".into()
+            } else {
+                t.path(*a, *b).map_or("-".into(), |p| bw(p.bandwidth))
+            });
+        }
+        row.push(
+            t.local_cpu(*a)
+                .and_then(|c| t.path(c, *a).ok())
+                .map_or("-".into(), |p| bw(p.bandwidth)),
+        );
+        rows.push(row);
+    }
+    print_grid(out, &header, &rows)?;
+    if limited {
+        writeln!(out, "(first host only; --all for every GPU)")?;
+    }
+    Ok(())
+}
+
+fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::Result<()> {
+    let find = |id: &str| {
+        t.find(id).with_context(|| {
+            let some: Vec<&str> = t.nodes().iter().take(12).map(|n| n.id.as_str()).collect();
+            format!(
+                "no node {id:?} in {} (ids look like: {})",
+                t.name(),
+                some.join(", ")
+            )
+        })
+    };
+    let (x, y) = (find(a)?, find(b)?);
+    let p = t.path(x, y)?;
+    writeln!(out, "{a} -> {b}: {}", p.class)?;
+    let mut at = x;
+    for h in &p.hops {
+        let l = t.link(h.link);
+        let next = l.head(h.dir);
+        writeln!(
+            out,
+            "  {} -> {}  {}, {} us",
+            t.node(at).id,
+            t.node(next).id,
+            link_text(l.kind, l.bandwidth),
+            l.latency_us
+        )?;
+        at = next;
+    }
+    writeln!(
+        out,
+        "bottleneck {} GB/s per direction ({} bidirectional), latency {:.2} us, GPUDirect P2P: {}, GPUDirect RDMA: {}",
+        bw(p.bandwidth),
+        bw(2.0 * p.bandwidth),
+        p.latency_us,
+        if p.p2p { "yes" } else { "no" },
+        if p.rdma { "yes" } else { "no" }
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(f: impl Fn(&mut Vec<u8>) -> anyhow::Result<()>) -> String {
+        let mut buf = Vec::new();
+        f(&mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn dgx1_matrix_is_the_hybrid_cube_mesh() {
+        let t = gpucomm_topo::preset("dgx1-v100").unwrap();
+        let out = render(|b| print_matrix(b, &t, false));
+        let row0 = out.lines().find(|l| l.starts_with("GPU0 ")).unwrap();
+        let cells: Vec<&str> = row0.split_whitespace().collect();
+        assert_eq!(
+            &cells[1..9],
+            ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
+        );
+        assert!(out.contains("NV#  = Connection traversing a bonded set of # NVLinks"));
+        let bw = render(|b| print_bandwidth(b, &t, false));
+        let row3 = bw.lines().find(|l| l.starts_with("GPU3 ")).unwrap();
+        assert_eq!(
+            row3.split_whitespace().collect::<Vec<_>>(),
+            [
+                "GPU3", "50.0", "25.0", "50.0", "X", "15.8", "15.8", "15.8", "25.0", "15.8"
+            ]
+        );
+    }
+
+    #[test]
+    fn summary_and_path_of_a_cluster() {
+        let opts = ClusterOptions {
+            nodes: 3,
+            ..Default::default()
+        };
+        let t = gpucomm_topo::select("dgx-h100", &opts).unwrap();
+        let out = render(|b| print_summary(b, &t));
+        assert!(out.contains("hosts 3,"));
+        assert!(out.contains("... and 2 more hosts like it"));
+        assert!(out.contains("in-network reduction: NVSwitch"));
+        let p = render(|b| print_path(b, &t, "n0.gpu2", "n2.gpu2"));
+        assert!(p.starts_with("n0.gpu2 -> n2.gpu2: NET"), "{p}");
+        assert!(p.contains("n0.nic2 -> rail2"));
+        assert!(p.contains("GPUDirect RDMA: yes"));
+        let e = print_path(&mut Vec::new(), &t, "gpu0", "n0.gpu1").unwrap_err();
+        assert!(e.to_string().contains("no node \"gpu0\""));
+        // Large clusters print the first host's matrix only.
+        let m = render(|b| print_matrix(b, &t, false));
+        assert!(m.contains("(first host only; --all for every device)"));
+    }
+
+    #[test]
+    fn machine_without_gpus_prints_its_nics() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../gpucomm-topo/tests/fixtures/pcie-server");
+        let t = gpucomm_topo::discover(&DiscoverOptions { root, nvml: false }).unwrap();
+        let out = render(|b| print_summary(b, &t));
+        assert!(out.contains("gpu0 [gpu] NVIDIA A100 PCIe 80GB @0000:19:00.0"));
+        assert!(out.contains("ports mlx5_0,ib0"));
+        let this = gpucomm_topo::discover(&DiscoverOptions::default()).unwrap();
+        let m = render(|b| print_matrix(b, &this, false));
+        if this.gpus().is_empty() && this.nodes_of_kind(NodeKind::Nic).count() > 0 {
+            assert!(m.starts_with("No GPUs found; matrix of the NICs:"));
+        }
+    }
+
+    #[test]
+    fn docs_carry_the_current_catalog_table() {
+        let doc =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/topology.md");
+        let doc = std::fs::read_to_string(doc).unwrap();
+        for line in catalog_table().to_string().lines() {
+            assert!(
+                doc.contains(line.trim_end()),
+                "docs/topology.md lacks catalog row {line:?}; paste `gpucomm topo --catalog`"
+            );
+        }
+    }
+
+    #[test]
+    fn catalog_and_options() {
+        let t = catalog_table().to_string();
+        assert!(t.contains("InfiniBand NDR200") && t.contains("| 25.00"));
+        let bad = ClusterArgs {
+            nodes: 2,
+            gpus: None,
+            nics: None,
+            nic_speed: Some("fast".into()),
+            fabric: "rail".into(),
+            oversubscription: 1.0,
+            nodes_per_leaf: 4,
+            sharp: false,
+        };
+        assert!(
+            options(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("--nic-speed")
+        );
+    }
 }

@@ -1,0 +1,346 @@
+//! Multi-node clusters built from any single-unit topology (a preset, a
+//! file, the discovered machine): N copies, NICs per node and their speed,
+//! and an inter-node fabric.
+//!
+//! Fabric switches are *logical*: one node per leaf (or rail) and one for
+//! the whole spine layer, with trunk links whose bandwidth is the sum of
+//! the ports they stand for. Switch radix is not modeled.
+
+use std::collections::HashMap;
+
+use crate::catalog::{LinkKind, PcieGen};
+use crate::error::TopoError;
+use crate::model::{Link, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
+
+/// The inter-node fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fabric {
+    /// One leaf switch per rail: NIC `j` of every node on leaf `railj`; the
+    /// rail leaves joined by a spine (for traffic between rails).
+    #[default]
+    RailOptimized,
+    /// Every NIC on one switch (non-blocking).
+    SingleSwitch,
+    /// Leaves of [`ClusterOptions::nodes_per_leaf`] nodes (all their NICs),
+    /// joined by a spine.
+    LeafSpine,
+}
+
+impl Fabric {
+    /// The name [`Fabric::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fabric::RailOptimized => "rail-optimized",
+            Fabric::SingleSwitch => "single-switch",
+            Fabric::LeafSpine => "leaf-spine",
+        }
+    }
+    /// Parses `rail`, `single`, `leaf-spine`.
+    pub fn parse(s: &str) -> Option<Fabric> {
+        match s {
+            "rail" | "rail-optimized" => Some(Fabric::RailOptimized),
+            "single" | "single-switch" => Some(Fabric::SingleSwitch),
+            "leaf-spine" | "fat-tree" => Some(Fabric::LeafSpine),
+            _ => None,
+        }
+    }
+}
+
+/// How to derive a topology from a base one (used by [`crate::select`]).
+///
+/// ```
+/// use gpucomm_topo::{ClusterOptions, select};
+/// let opts = ClusterOptions { nodes: 4, ..Default::default() };
+/// let t = select("dgx-h100", &opts).unwrap();
+/// assert_eq!(t.gpus().len(), 32);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterOptions {
+    /// Number of copies of the base topology (nodes). 1 = no cluster.
+    pub nodes: usize,
+    /// Keep only the first N GPUs of the base topology.
+    pub gpus: Option<usize>,
+    /// NICs per node: replace the base's NICs with this many, spread evenly
+    /// over the GPUs' PCIe attachment points.
+    pub nics: Option<usize>,
+    /// NIC port speed (see [`crate::catalog::parse_port`]); default: the
+    /// base's.
+    pub nic_speed: Option<LinkKind>,
+    /// The fabric between nodes.
+    pub fabric: Fabric,
+    /// Leaf-to-spine oversubscription: downlink over uplink bandwidth
+    /// (1 = non-blocking, 2 = half the bandwidth up).
+    pub oversubscription: f64,
+    /// Nodes per leaf for [`Fabric::LeafSpine`].
+    pub nodes_per_leaf: usize,
+    /// Network switches offer in-network reduction (InfiniBand SHARP).
+    pub sharp: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            nodes: 1,
+            gpus: None,
+            nics: None,
+            nic_speed: None,
+            fabric: Fabric::RailOptimized,
+            oversubscription: 1.0,
+            nodes_per_leaf: 4,
+            sharp: false,
+        }
+    }
+}
+
+/// Keeps the first `n` GPUs (node order) and drops the rest with their links.
+pub fn first_gpus(t: &Topology, n: usize) -> Result<Topology, TopoError> {
+    let have = t.gpus().len();
+    if n == 0 || n > have {
+        return Err(TopoError::Options(format!(
+            "--gpus {n}: {} has {have} GPUs",
+            t.name()
+        )));
+    }
+    let drop: Vec<NodeIx> = t.gpus()[n..].to_vec();
+    retain(t.to_builder(), |ix, _| !drop.contains(&ix))
+}
+
+/// Rebuilds keeping the nodes `keep` accepts (and the links between them).
+fn retain(b: TopologyBuilder, keep: impl Fn(NodeIx, &Node) -> bool) -> Result<Topology, TopoError> {
+    let mut map = vec![None; b.nodes.len()];
+    let mut out = TopologyBuilder::new(b.name.clone());
+    out.description = b.description.clone();
+    for (i, n) in b.nodes.iter().enumerate() {
+        if keep(NodeIx(i as u32), n) {
+            map[i] = Some(NodeIx(out.nodes.len() as u32));
+            out.nodes.push(n.clone());
+        }
+    }
+    for n in &mut out.nodes {
+        n.host = n.host.and_then(|h| map[h.index()]);
+    }
+    for l in &b.links {
+        if let (Some(a), Some(bb)) = (map[l.a.index()], map[l.b.index()]) {
+            let mut l = l.clone();
+            l.a = a;
+            l.b = bb;
+            out.links.push(l);
+        }
+    }
+    out.build()
+}
+
+/// Replaces the NICs of a single-unit topology by `count` new ones,
+/// spread evenly over the GPUs: NIC `j` goes where GPU `j * gpus / count`
+/// attaches to PCIe (its switch), with the same PCIe link.
+fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<Topology, TopoError> {
+    let old_port = t.nodes_of_kind(NodeKind::Nic).find_map(|n| t.node(n).port);
+    let port = port.or(old_port).ok_or_else(|| {
+        TopoError::Options(format!(
+            "{} has no NIC with a known port speed; pass --nic-speed",
+            t.name()
+        ))
+    })?;
+    let gpus = t.gpus().to_vec();
+    if count > 0 && gpus.is_empty() {
+        return Err(TopoError::Options(
+            "--nics needs GPUs to place NICs near".into(),
+        ));
+    }
+    let nb = retain(t.to_builder(), |_, n| n.kind != NodeKind::Nic)?;
+    let mut b = nb.to_builder();
+    for j in 0..count {
+        let g = nb.gpus()[j * gpus.len() / count];
+        let gnode = nb.node(g).clone();
+        // The GPU's PCIe attachment, else its CPU.
+        let attach = nb
+            .links_of(g)
+            .iter()
+            .find(|(l, _)| nb.link(*l).kind.is_pcie())
+            .map(|&(l, d)| (nb.link(l).head(d), nb.link(l).kind));
+        let (at, kind) = match attach {
+            Some(x) => x,
+            None => match nb.local_cpu(g) {
+                Some(c) => (
+                    c,
+                    LinkKind::Pcie {
+                        generation: PcieGen::Gen5,
+                        width: 16,
+                    },
+                ),
+                None => {
+                    return Err(TopoError::Options(format!(
+                        "cannot place a NIC near {}: no PCIe link and no CPU",
+                        gnode.id
+                    )));
+                }
+            },
+        };
+        let mut nic = Node::new(format!("nic{j}"), NodeKind::Nic).with_label("NIC");
+        nic.host = gnode.host;
+        nic.numa = gnode.numa;
+        nic.socket = gnode.socket;
+        nic.root_complex = gnode.root_complex.clone();
+        nic.port = Some(port);
+        let ix = b.node(nic);
+        b.link(ix, at, kind);
+    }
+    b.build()
+}
+
+/// Builds an `opts.nodes`-node cluster from a base topology (usually one
+/// host). Node `i`'s ids get the prefix `n{i}.`; fabric switches are
+/// `rail{j}`, `leaf{k}`, `spine` or `switch`.
+pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoError> {
+    if opts.nodes == 0 {
+        return Err(TopoError::Options("--nodes must be at least 1".into()));
+    }
+    if !(opts.oversubscription.is_finite() && opts.oversubscription >= 1.0) {
+        return Err(TopoError::Options(format!(
+            "--oversubscription must be at least 1 (got {})",
+            opts.oversubscription
+        )));
+    }
+    if opts.fabric == Fabric::LeafSpine && opts.nodes_per_leaf == 0 {
+        return Err(TopoError::Options(
+            "--nodes-per-leaf must be at least 1".into(),
+        ));
+    }
+    let mut unit = match opts.gpus {
+        Some(n) => first_gpus(base, n)?,
+        None => base.clone(),
+    };
+    if let Some(k) = opts.nics {
+        unit = replace_nics(&unit, k, opts.nic_speed)?;
+    } else if let Some(port) = opts.nic_speed {
+        let mut b = unit.to_builder();
+        for n in &mut b.nodes {
+            if n.kind == NodeKind::Nic {
+                n.port = Some(port);
+            }
+        }
+        unit = b.build()?;
+    }
+    if opts.nodes == 1 {
+        return Ok(unit);
+    }
+    let nics: Vec<NodeIx> = unit.nodes_of_kind(NodeKind::Nic).collect();
+    if nics.is_empty() {
+        let hint = if opts.nics == Some(0) {
+            "--nics 0 leaves none"
+        } else {
+            "pass --nics N (and --nic-speed)"
+        };
+        return Err(TopoError::Options(format!(
+            "{} has no NICs to join {} nodes with; {hint}",
+            unit.name(),
+            opts.nodes
+        )));
+    }
+    for &n in &nics {
+        if unit.node(n).port.is_none() {
+            return Err(TopoError::Options(format!(
+                "NIC {} has no known port speed; pass --nic-speed",
+                unit.node(n).id
+            )));
+        }
+    }
+    let per = unit.nodes().len();
+    let mut b = TopologyBuilder::new(format!("{}x{}", unit.name(), opts.nodes));
+    b.description(format!(
+        "{} nodes of {} ({} fabric{})",
+        opts.nodes,
+        unit.name(),
+        opts.fabric.name(),
+        if opts.oversubscription > 1.0 {
+            format!(", {}:1 oversubscribed", opts.oversubscription)
+        } else {
+            String::new()
+        }
+    ));
+    for i in 0..opts.nodes {
+        let base_ix = (i * per) as u32;
+        for n in unit.nodes() {
+            let mut n = n.clone();
+            n.id = format!("n{i}.{}", n.id);
+            n.host = n.host.map(|h| NodeIx(h.0 + base_ix));
+            b.node(n);
+        }
+        for l in unit.links() {
+            let mut l = l.clone();
+            l.a = NodeIx(l.a.0 + base_ix);
+            l.b = NodeIx(l.b.0 + base_ix);
+            b.push_link(l);
+        }
+    }
+    let nic_at = |node: usize, j: usize| NodeIx((node * per) as u32 + nics[j].0);
+    let port = |_node: usize, j: usize| unit.node(nics[j]).port.expect("checked above");
+    let switch = |b: &mut TopologyBuilder, id: String, label: &str| {
+        let mut n = Node::new(id, NodeKind::NetSwitch).with_label(label);
+        n.reduction = opts.sharp;
+        b.node(n)
+    };
+    // Downlinks per leaf, to size the leaf's uplink trunk.
+    let mut leaves: Vec<(NodeIx, Vec<LinkKind>)> = Vec::new();
+    match opts.fabric {
+        Fabric::SingleSwitch => {
+            let sw = switch(&mut b, "switch".into(), "network switch");
+            for i in 0..opts.nodes {
+                for j in 0..nics.len() {
+                    b.link(nic_at(i, j), sw, port(i, j));
+                }
+            }
+        }
+        Fabric::RailOptimized => {
+            for j in 0..nics.len() {
+                let sw = switch(&mut b, format!("rail{j}"), "rail leaf switch");
+                let mut down = Vec::new();
+                for i in 0..opts.nodes {
+                    b.link(nic_at(i, j), sw, port(i, j));
+                    down.push(port(i, j));
+                }
+                leaves.push((sw, down));
+            }
+        }
+        Fabric::LeafSpine => {
+            let mut by_leaf: HashMap<usize, NodeIx> = HashMap::new();
+            for i in 0..opts.nodes {
+                let k = i / opts.nodes_per_leaf;
+                let sw = *by_leaf
+                    .entry(k)
+                    .or_insert_with(|| switch(&mut b, format!("leaf{k}"), "leaf switch"));
+                if leaves.len() <= k {
+                    leaves.push((sw, Vec::new()));
+                }
+                for j in 0..nics.len() {
+                    b.link(nic_at(i, j), sw, port(i, j));
+                    leaves[k].1.push(port(i, j));
+                }
+            }
+        }
+    }
+    if leaves.len() > 1 {
+        let spine = switch(&mut b, "spine".into(), "spine switches (logical)");
+        for (leaf, down) in leaves {
+            let bw: f64 = down.iter().map(|k| k.bandwidth()).sum::<f64>() / opts.oversubscription;
+            let trunk = match down[0] {
+                LinkKind::Infiniband { speed, .. } => LinkKind::Infiniband {
+                    speed,
+                    count: down.len() as u16,
+                },
+                LinkKind::Ethernet { gbit, roce, .. } => LinkKind::Ethernet {
+                    gbit,
+                    count: down.len() as u16,
+                    roce,
+                },
+                other => other,
+            };
+            let mut l = Link::new(leaf, spine, trunk);
+            if (l.bandwidth - bw).abs() > 1e-9 {
+                l = l.with_bandwidth(bw);
+            }
+            b.push_link(l);
+        }
+    }
+    b.build()
+}

@@ -1,0 +1,886 @@
+//! Discovery of the live machine from sysfs, plus NVML when it loads.
+//!
+//! - `sys/devices/system/node/node*` gives the NUMA nodes (CPU list,
+//!   memory); `sys/devices/system/cpu/cpu*/topology/physical_package_id`
+//!   the socket of each; `proc/cpuinfo` the CPU model.
+//! - `sys/bus/pci/devices/*` are symlinks into `sys/devices/pci*/...`; the
+//!   resolved path is the PCIe tree (root complex, root port, switch ports,
+//!   endpoint). `class`/`vendor` identify GPUs, NICs and storage;
+//!   `current_link_speed`/`current_link_width` give each link;
+//!   `numa_node` places a device.
+//! - `sys/class/net/*` and `sys/class/infiniband/*` name the NICs' ports and
+//!   give their speed.
+//! - NVML (through `nvml-wrapper`, which loads `libnvidia-ml.so` at run
+//!   time) names the GPUs and reports their NVLinks. A machine without the
+//!   library is normal: discovery records why NVML was not used and carries
+//!   on.
+//!
+//! Everything is read under [`DiscoverOptions::root`], so tests point it at
+//! fixture trees (`tests/fixtures/`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen};
+use crate::error::TopoError;
+use crate::model::{Link, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
+
+/// Options of [`discover`].
+#[derive(Clone, Debug)]
+pub struct DiscoverOptions {
+    /// Directory holding `sys/` (and optionally `proc/`): `/` for this
+    /// machine, a fixture directory in tests.
+    pub root: PathBuf,
+    /// Ask NVML for GPU names and NVLinks (when the library loads).
+    pub nvml: bool,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> Self {
+        DiscoverOptions {
+            root: PathBuf::from("/"),
+            nvml: true,
+        }
+    }
+}
+
+impl DiscoverOptions {
+    /// Options reading a fixture tree, without NVML.
+    pub fn fixture(root: impl Into<PathBuf>) -> Self {
+        DiscoverOptions {
+            root: root.into(),
+            nvml: false,
+        }
+    }
+}
+
+fn read(path: &Path) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn parse_hex(s: &str) -> Option<u32> {
+    u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// Parses a CPU list (`0-3,8,10-11`) into its count.
+pub fn cpulist_len(s: &str) -> usize {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| match p.trim().split_once('-') {
+            Some((a, b)) => match (a.parse::<usize>(), b.parse::<usize>()) {
+                (Ok(a), Ok(b)) if b >= a => b - a + 1,
+                _ => 0,
+            },
+            None => usize::from(p.trim().parse::<usize>().is_ok()),
+        })
+        .sum()
+}
+
+fn first_cpu(s: &str) -> Option<usize> {
+    s.split([',', '-']).next()?.trim().parse().ok()
+}
+
+fn vendor_name(v: u32) -> &'static str {
+    match v {
+        0x10de => "NVIDIA",
+        0x1002 | 0x1022 => "AMD",
+        0x15b3 => "Mellanox",
+        0x8086 => "Intel",
+        0x1af4 => "virtio",
+        0x14e4 => "Broadcom",
+        0x1000 => "LSI",
+        0x10b5 => "PLX",
+        0x144d => "Samsung",
+        0x1a03 => "ASPEED",
+        0x1d0f => "Amazon",
+        0x1dd8 => "Pensando",
+        0x1924 => "Solarflare",
+        _ => "vendor",
+    }
+}
+
+fn class_name(class: u32) -> &'static str {
+    match class >> 8 {
+        0x0100 => "SCSI controller",
+        0x0101 => "IDE controller",
+        0x0104 => "RAID controller",
+        0x0106 => "SATA controller",
+        0x0107 => "SAS controller",
+        0x0108 => "NVMe controller",
+        0x0180 => "storage controller",
+        0x0200 => "Ethernet controller",
+        0x0207 => "InfiniBand controller",
+        0x0280 => "network controller",
+        0x0300 => "VGA controller",
+        0x0302 => "3D controller",
+        0x0380 => "display controller",
+        0x0403 => "audio device",
+        0x0600 => "host bridge",
+        0x0601 => "ISA bridge",
+        0x0604 => "PCI bridge",
+        0x0680 => "bridge",
+        0x0700 | 0x0780 => "communication controller",
+        0x0880 => "system peripheral",
+        0x0c03 => "USB controller",
+        0x0c05 => "SMBus controller",
+        0x1200 => "processing accelerator",
+        0xff00 => "unassigned class",
+        _ => "device",
+    }
+}
+
+/// NVIDIA GPU names by PCI device id (from the PCI ID repository,
+/// pci-ids.ucw.cz); others print as "NVIDIA GPU [10de:xxxx]".
+fn nvidia_gpu_name(device: u32) -> Option<&'static str> {
+    Some(match device {
+        0x1db1 => "Tesla V100 SXM2 16GB",
+        0x1db5 => "Tesla V100 SXM2 32GB",
+        0x1db4 => "Tesla V100 PCIe 16GB",
+        0x20b0 => "A100 SXM4 40GB",
+        0x20b2 => "A100 SXM4 80GB",
+        0x20b5 => "A100 PCIe 80GB",
+        0x20f1 => "A100 PCIe 40GB",
+        0x2330 => "H100 SXM5 80GB",
+        0x2331 => "H100 PCIe",
+        0x2684 => "GeForce RTX 4090",
+        0x26b9 => "L40S",
+        _ => return None,
+    })
+}
+
+/// Virtio device names by PCI device id (virtio 1.x: 0x1040 + device type;
+/// legacy: 0x1000..).
+fn virtio_name(device: u32) -> Option<&'static str> {
+    Some(match device {
+        0x1000 | 0x1041 => "virtio network device",
+        0x1001 | 0x1042 => "virtio block device",
+        0x1002 | 0x1045 => "virtio memory balloon",
+        0x1003 | 0x1043 => "virtio console",
+        0x1004 | 0x1048 => "virtio SCSI controller",
+        0x1005 | 0x1044 => "virtio RNG",
+        0x1009 | 0x1049 => "virtio 9P transport",
+        0x1050 => "virtio GPU",
+        0x1052 => "virtio input",
+        0x1053 => "virtio socket",
+        0x105a => "virtio filesystem",
+        _ => return None,
+    })
+}
+
+fn device_label(d: &PciDev, kind: NodeKind) -> String {
+    if d.vendor == 0x10de && kind == NodeKind::Gpu {
+        return match nvidia_gpu_name(d.device) {
+            Some(n) => format!("NVIDIA {n}"),
+            None => format!("NVIDIA GPU [10de:{:04x}]", d.device),
+        };
+    }
+    if d.vendor == 0x10de && d.class >> 8 == 0x0680 {
+        return "NVIDIA NVSwitch (PCIe management function)".to_string();
+    }
+    if d.vendor == 0x1af4
+        && let Some(n) = virtio_name(d.device)
+    {
+        return n.to_string();
+    }
+    format!("{} {}", vendor_name(d.vendor), class_name(d.class))
+}
+
+#[derive(Debug, Clone)]
+struct PciDev {
+    bdf: String,
+    /// Components of the resolved path under `sys/devices`: `pci0000:00`,
+    /// then BDFs.
+    chain: Vec<String>,
+    class: u32,
+    vendor: u32,
+    device: u32,
+    numa: Option<u32>,
+    link: Option<LinkKind>,
+    dir: PathBuf,
+}
+
+impl PciDev {
+    fn is_bridge(&self) -> bool {
+        self.class >> 8 == 0x0604
+    }
+    fn kind(&self) -> Option<NodeKind> {
+        let base = self.class >> 16;
+        let sub = (self.class >> 8) & 0xff;
+        Some(match base {
+            0x06 if sub == 0x00 || sub == 0x04 => return None,
+            0x03 if matches!(self.vendor, 0x10de | 0x1002) => NodeKind::Gpu,
+            0x12 if self.vendor == 0x1002 => NodeKind::Gpu,
+            0x02 => NodeKind::Nic,
+            0x01 => NodeKind::Storage,
+            _ => NodeKind::PcieDevice,
+        })
+    }
+}
+
+fn link_of(dir: &Path) -> Option<LinkKind> {
+    let speed = read(&dir.join("current_link_speed"))?;
+    let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
+    let width: u8 = read(&dir.join("current_link_width"))?.parse().ok()?;
+    let generation = PcieGen::from_gts(gts)?;
+    (width > 0).then_some(LinkKind::Pcie { generation, width })
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> TopoError {
+    TopoError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn scan_pci(root: &Path) -> Result<Vec<PciDev>, TopoError> {
+    let bus = root.join("sys/bus/pci/devices");
+    let devices_root = root.join("sys/devices");
+    let Ok(devices_root) = fs::canonicalize(&devices_root) else {
+        return Ok(Vec::new());
+    };
+    let entries = match fs::read_dir(&bus) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(&bus, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|err| io_err(&bus, err))?;
+        let bdf = e.file_name().to_string_lossy().into_owned();
+        let Ok(dir) = fs::canonicalize(e.path()) else {
+            continue;
+        };
+        let Ok(rel) = dir.strip_prefix(&devices_root) else {
+            continue;
+        };
+        let chain: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if chain.len() < 2 || !chain[0].starts_with("pci") {
+            continue;
+        }
+        let class = read(&dir.join("class"))
+            .and_then(|s| parse_hex(&s))
+            .unwrap_or(0);
+        let vendor = read(&dir.join("vendor"))
+            .and_then(|s| parse_hex(&s))
+            .unwrap_or(0);
+        let device = read(&dir.join("device"))
+            .and_then(|s| parse_hex(&s))
+            .unwrap_or(0);
+        let numa = read(&dir.join("numa_node"))
+            .and_then(|s| s.parse::<i64>().ok())
+            .and_then(|n| u32::try_from(n).ok());
+        out.push(PciDev {
+            bdf,
+            chain,
+            class,
+            vendor,
+            device,
+            numa,
+            link: link_of(&dir),
+            dir,
+        });
+    }
+    out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    Ok(out)
+}
+
+struct NumaNode {
+    id: u32,
+    cpulist: String,
+    mem_kb: Option<u64>,
+}
+
+fn scan_numa(root: &Path) -> Vec<NumaNode> {
+    let dir = root.join("sys/devices/system/node");
+    let mut out = Vec::new();
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_prefix("node")
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let cpulist = read(&e.path().join("cpulist")).unwrap_or_default();
+            let mem_kb = read(&e.path().join("meminfo")).and_then(|m| {
+                m.lines()
+                    .find(|l| l.contains("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
+            });
+            out.push(NumaNode {
+                id,
+                cpulist,
+                mem_kb,
+            });
+        }
+    }
+    out.sort_by_key(|n| n.id);
+    out
+}
+
+fn cpu_model(root: &Path) -> Option<String> {
+    let text = read(&root.join("proc/cpuinfo"))?;
+    text.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// Port speed of a NIC from its InfiniBand device or netdev.
+struct Port {
+    names: Vec<String>,
+    kind: Option<LinkKind>,
+    detail: Vec<String>,
+}
+
+fn class_links(root: &Path, class: &str) -> Vec<(String, PathBuf)> {
+    let dir = root.join("sys/class").join(class);
+    let mut out = Vec::new();
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            if let Ok(p) = fs::canonicalize(e.path()) {
+                out.push((e.file_name().to_string_lossy().into_owned(), p));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn nic_ports(root: &Path, dev: &PciDev) -> Port {
+    let mut port = Port {
+        names: Vec::new(),
+        kind: None,
+        detail: Vec::new(),
+    };
+    let under = |p: &Path| p.starts_with(&dev.dir);
+    let mut rdma = false;
+    for (name, path) in class_links(root, "infiniband") {
+        if !under(&path) {
+            continue;
+        }
+        rdma = true;
+        port.names.push(name.clone());
+        let p1 = path.join("ports/1");
+        let rate = read(&p1.join("rate")).unwrap_or_default();
+        let layer = read(&p1.join("link_layer")).unwrap_or_default();
+        if !rate.is_empty() {
+            port.detail.push(format!("{name}: {rate} {layer}"));
+        }
+        if layer.eq_ignore_ascii_case("infiniband") && port.kind.is_none() {
+            // "200 Gb/sec (4X HDR)" -> HDR; 2X HDR is HDR100, 2X NDR is NDR200.
+            let inner = rate
+                .split_once('(')
+                .and_then(|(_, r)| r.strip_suffix(')'))
+                .unwrap_or("");
+            let mut parts = inner.split_whitespace();
+            let width = parts.next().unwrap_or("");
+            let name = parts.next().unwrap_or("");
+            let speed = match (width, name.to_ascii_uppercase().as_str()) {
+                ("2X", "HDR") => Some(IbSpeed::Hdr100),
+                ("2X", "NDR") => Some(IbSpeed::Ndr200),
+                (_, n) => IbSpeed::parse(n),
+            };
+            port.kind = speed.map(|speed| LinkKind::Infiniband { speed, count: 1 });
+        }
+    }
+    for (name, path) in class_links(root, "net") {
+        if !under(&path) {
+            continue;
+        }
+        port.names.push(name.clone());
+        let dir = root.join("sys/class/net").join(&name);
+        let speed = read(&dir.join("speed")).and_then(|s| s.parse::<i64>().ok());
+        if let Some(mbit) = speed.filter(|&s| s > 0) {
+            port.detail.push(format!("{name}: {} Gb/s", mbit / 1000));
+            if port.kind.is_none() && mbit >= 1000 {
+                port.kind = u16::try_from(mbit / 1000)
+                    .ok()
+                    .map(|gbit| LinkKind::Ethernet {
+                        gbit,
+                        count: 1,
+                        roce: rdma,
+                    });
+            }
+        }
+    }
+    port
+}
+
+/// Discovers the machine under `opts.root`. Missing pieces (no NUMA
+/// directory, no PCI bus, no NVML) shrink the result; they are not errors.
+///
+/// ```
+/// let t = gpucomm_topo::discover(&gpucomm_topo::DiscoverOptions::default()).unwrap();
+/// assert!(t.nodes_of_kind(gpucomm_topo::NodeKind::Cpu).count() >= 1);
+/// ```
+pub fn discover(opts: &DiscoverOptions) -> Result<Topology, TopoError> {
+    discover_with(opts, None)
+}
+
+/// [`discover`], with NVML's answers given instead of queried (tests).
+pub(crate) fn discover_with(
+    opts: &DiscoverOptions,
+    fake_nvml: Option<&[NvmlGpu]>,
+) -> Result<Topology, TopoError> {
+    let root = &opts.root;
+    if !root.join("sys").is_dir() {
+        return Err(TopoError::Io {
+            path: root.join("sys").display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no sysfs here"),
+        });
+    }
+    let hostname = read(&root.join("proc/sys/kernel/hostname"))
+        .or_else(|| read(&root.join("etc/hostname")))
+        .unwrap_or_else(|| "localhost".to_string());
+    let mut b = TopologyBuilder::new(hostname.clone());
+    let host = b.node(Node::new("host0", NodeKind::Host).with_label(hostname));
+
+    // CPUs: one node per NUMA node.
+    let model = cpu_model(root).unwrap_or_else(|| "CPU".to_string());
+    let mut numa = scan_numa(root);
+    if numa.is_empty() {
+        numa.push(NumaNode {
+            id: 0,
+            cpulist: read(&root.join("sys/devices/system/cpu/online")).unwrap_or_default(),
+            mem_kb: None,
+        });
+    }
+    let mut cpu_of_numa: BTreeMap<u32, NodeIx> = BTreeMap::new();
+    for n in &numa {
+        let socket = first_cpu(&n.cpulist).and_then(|c| {
+            read(&root.join(format!(
+                "sys/devices/system/cpu/cpu{c}/topology/physical_package_id"
+            )))
+            .and_then(|s| s.parse::<u32>().ok())
+        });
+        let mut node = Node::new(format!("cpu{}", n.id), NodeKind::Cpu)
+            .with_label(model.clone())
+            .with_numa(n.id)
+            .in_host(host);
+        node.socket = socket;
+        if !n.cpulist.is_empty() {
+            node = node.with_prop(
+                "cpus",
+                format!("{} ({} CPUs)", n.cpulist, cpulist_len(&n.cpulist)),
+            );
+        }
+        if let Some(kb) = n.mem_kb {
+            node = node.with_prop("memory", format!("{:.1} GiB", kb as f64 / 1048576.0));
+        }
+        cpu_of_numa.insert(n.id, b.node(node));
+    }
+    let cpus: Vec<NodeIx> = cpu_of_numa.values().copied().collect();
+    for (i, &x) in cpus.iter().enumerate() {
+        for &y in &cpus[i + 1..] {
+            b.link(x, y, LinkKind::Smp);
+        }
+    }
+    let default_cpu = cpus[0];
+    let cpu_for = |numa: Option<u32>| {
+        numa.and_then(|n| cpu_of_numa.get(&n).copied())
+            .unwrap_or(default_cpu)
+    };
+
+    // PCIe tree.
+    let devs = scan_pci(root)?;
+    let by_bdf: HashMap<&str, &PciDev> = devs.iter().map(|d| (d.bdf.as_str(), d)).collect();
+    let mut switch_of: HashMap<String, NodeIx> = HashMap::new();
+    let mut counters: HashMap<NodeKind, usize> = HashMap::new();
+    let mut gpu_by_bdf: HashMap<String, NodeIx> = HashMap::new();
+    // A root complex's NUMA node: the first one its devices report (a
+    // device with numa_node -1 inherits it).
+    let mut rc_numa: HashMap<&str, u32> = HashMap::new();
+    for d in &devs {
+        if let Some(n) = d.numa {
+            rc_numa.entry(d.chain[0].as_str()).or_insert(n);
+        }
+    }
+    for d in &devs {
+        let Some(kind) = d.kind() else { continue };
+        // Bridges between the root complex and the device: chain[1..len-1].
+        let bridges: Vec<&PciDev> = d.chain[1..d.chain.len() - 1]
+            .iter()
+            .filter_map(|c| by_bdf.get(c.as_str()).copied())
+            .filter(|x| x.is_bridge())
+            .collect();
+        let rc = d.chain[0].clone();
+        // bridges[0] is the root port; then switch upstream/downstream pairs.
+        let numa = d
+            .numa
+            .or_else(|| bridges.first().and_then(|x| x.numa))
+            .or_else(|| rc_numa.get(d.chain[0].as_str()).copied());
+        let mut parent = cpu_for(numa);
+        let mut i = 1;
+        // A switch is an upstream port followed by a downstream port; a lone
+        // bridge (PCIe-to-PCI, as in front of BMC video) is not a switch.
+        while i + 1 < bridges.len() {
+            let up = bridges[i];
+            let sw = match switch_of.get(&up.bdf) {
+                Some(&s) => s,
+                None => {
+                    let n = counters.entry(NodeKind::PcieSwitch).or_default();
+                    let mut node = Node::new(format!("pcisw{n}"), NodeKind::PcieSwitch)
+                        .with_label(format!("{} PCIe switch", vendor_name(up.vendor)))
+                        .in_host(host);
+                    *n += 1;
+                    node.pci_address = Some(up.bdf.clone());
+                    node.root_complex = Some(rc.clone());
+                    node.numa = up.numa.or(d.numa);
+                    let s = b.node(node);
+                    let kind = up
+                        .link
+                        .or(bridges[i - 1].link)
+                        .unwrap_or(LinkKind::Integrated);
+                    b.push_link(Link::new(s, parent, kind));
+                    switch_of.insert(up.bdf.clone(), s);
+                    s
+                }
+            };
+            parent = sw;
+            i += 2;
+        }
+        let n = counters.entry(kind).or_default();
+        let prefix = match kind {
+            NodeKind::Gpu => "gpu",
+            NodeKind::Nic => "nic",
+            NodeKind::Storage => "storage",
+            _ => "pci",
+        };
+        let label = device_label(d, kind);
+        let mut node = Node::new(format!("{prefix}{n}"), kind)
+            .with_label(label)
+            .in_host(host)
+            .with_prop("pci_id", format!("{:04x}:{:04x}", d.vendor, d.device));
+        *n += 1;
+        node.pci_address = Some(d.bdf.clone());
+        node.root_complex = Some(rc);
+        node.numa = d.numa.or_else(|| b.nodes()[parent.index()].numa);
+        if kind == NodeKind::Nic {
+            let p = nic_ports(root, d);
+            if !p.names.is_empty() {
+                node = node.with_prop("ports", p.names.join(","));
+            }
+            if !p.detail.is_empty() {
+                node = node.with_prop("speed", p.detail.join("; "));
+            }
+            node.port = p.kind;
+        }
+        let ix = b.node(node);
+        let kind_link = d.link.unwrap_or(LinkKind::Integrated);
+        b.push_link(Link::new(ix, parent, kind_link));
+        if kind == NodeKind::Gpu {
+            gpu_by_bdf.insert(d.bdf.to_ascii_lowercase(), ix);
+        }
+    }
+    for ix in 0..b.nodes().len() {
+        let n = &b.nodes()[ix];
+        if n.socket.is_none() && n.kind != NodeKind::Host {
+            if let Some(numa) = n.numa {
+                let s = cpu_of_numa
+                    .get(&numa)
+                    .and_then(|c| b.nodes()[c.index()].socket);
+                b.node_mut(NodeIx(ix as u32)).socket = s;
+            }
+        }
+    }
+
+    let nvml_note = match (fake_nvml, opts.nvml) {
+        (Some(gpus), _) => {
+            let n = apply_nvml(&mut b, &gpu_by_bdf, host, gpus);
+            format!("given, {n} NVLink bundles")
+        }
+        (None, true) => {
+            let (gpus, note) = nvml::query();
+            if gpus.is_empty() {
+                note
+            } else {
+                let n = apply_nvml(&mut b, &gpu_by_bdf, host, &gpus);
+                format!("{note}, {n} NVLink bundles")
+            }
+        }
+        (None, false) => "not queried".to_string(),
+    };
+    b.description(format!(
+        "discovered from {} (NVML: {nvml_note})",
+        root.join("sys").display()
+    ));
+    b.node_mut(host).props.insert("nvml".into(), nvml_note);
+    b.build()
+}
+
+/// What NVML says about one GPU (gathered by [`nvml::query`], or made up
+/// by tests).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NvmlGpu {
+    /// NVML's index.
+    pub index: u32,
+    /// PCI bus id as NVML prints it (`00000000:17:00.0`).
+    pub bus_id: String,
+    /// Product name.
+    pub name: Option<String>,
+    /// Memory in bytes.
+    pub memory: Option<u64>,
+    /// Active NVLinks: (NVLink version, remote PCI bus id).
+    pub links: Vec<(u8, String)>,
+}
+
+fn norm_bus_id(s: &str) -> String {
+    // NVML: "00000000:17:00.0"; sysfs: "0000:17:00.0".
+    let s = s.trim().to_ascii_lowercase();
+    match s.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
+        _ => s,
+    }
+}
+
+/// Adds NVML's names and NVLinks to the discovered graph: GPU-to-GPU
+/// bundles, and links to NVSwitches folded into one logical `nvswitch0`
+/// (chips = distinct switch PCI ids; NVLS when NVLink is version 4 or
+/// later, i.e. NVSwitch gen 3). Returns the number of NVLink bundles.
+pub(crate) fn apply_nvml(
+    b: &mut TopologyBuilder,
+    gpu_by_bdf: &HashMap<String, NodeIx>,
+    host: NodeIx,
+    gpus: &[NvmlGpu],
+) -> usize {
+    // (gpu, remote bus id) -> (version, links).
+    let mut gpu_links: BTreeMap<(NodeIx, String), (u8, u8)> = BTreeMap::new();
+    for g in gpus {
+        let Some(&gix) = gpu_by_bdf.get(&norm_bus_id(&g.bus_id)) else {
+            continue;
+        };
+        if let Some(name) = &g.name {
+            b.node_mut(gix).label = name.clone();
+        }
+        if let Some(m) = g.memory {
+            b.node_mut(gix).props.insert(
+                "memory".into(),
+                format!("{:.0} GiB", m as f64 / 1073741824.0),
+            );
+        }
+        b.node_mut(gix)
+            .props
+            .insert("nvml_index".into(), g.index.to_string());
+        for (version, remote) in &g.links {
+            let e = gpu_links
+                .entry((gix, norm_bus_id(remote)))
+                .or_insert((*version, 0));
+            e.1 = e.1.saturating_add(1);
+        }
+    }
+    let mut nvswitch: Option<NodeIx> = None;
+    let mut switch_chips: std::collections::BTreeSet<&str> = Default::default();
+    let mut max_version = 0u8;
+    let mut done = 0;
+    for ((gix, remote), (version, n)) in &gpu_links {
+        let generation = NvLinkGen::from_number((*version).clamp(1, 5)).unwrap_or(NvLinkGen::V1);
+        let kind = LinkKind::NvLink {
+            generation,
+            count: *n,
+        };
+        match gpu_by_bdf.get(remote) {
+            Some(&other) => {
+                // Each GPU pair is seen from both ends; add it once.
+                if *gix < other {
+                    b.link(*gix, other, kind);
+                    done += 1;
+                }
+            }
+            None => {
+                // Not a GPU: an NVSwitch. One logical node for all of them.
+                switch_chips.insert(remote.as_str());
+                max_version = max_version.max(*version);
+                let sw = *nvswitch.get_or_insert_with(|| {
+                    b.node(
+                        Node::new("nvswitch0", NodeKind::NvSwitch)
+                            .with_label("NVSwitch (via NVML)")
+                            .in_host(host),
+                    )
+                });
+                match b.links.iter_mut().find(|x| x.a == *gix && x.b == sw) {
+                    Some(l) => {
+                        if let LinkKind::NvLink { generation, count } = l.kind {
+                            *l = Link::new(
+                                *gix,
+                                sw,
+                                LinkKind::NvLink {
+                                    generation,
+                                    count: count.saturating_add(*n),
+                                },
+                            );
+                        }
+                    }
+                    None => {
+                        b.link(*gix, sw, kind);
+                        done += 1;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(sw) = nvswitch {
+        let n = b.node_mut(sw);
+        n.chips = Some(switch_chips.len() as u32);
+        // NVLink SHARP (NVLS) arrived with NVSwitch gen 3 (NVLink 4).
+        n.reduction = max_version >= 4;
+    }
+    done
+}
+
+mod nvml {
+    //! Queries NVML. Every failure is a note, not an error.
+    use super::NvmlGpu;
+    use nvml_wrapper::Nvml;
+
+    /// The GPUs NVML reports, and a note (driver version, or why NVML was
+    /// not usable).
+    pub(super) fn query() -> (Vec<NvmlGpu>, String) {
+        let nvml = match Nvml::init() {
+            Ok(n) => n,
+            Err(e) => return (Vec::new(), format!("not available ({e})")),
+        };
+        let count = match nvml.device_count() {
+            Ok(c) => c,
+            Err(e) => return (Vec::new(), format!("device count failed ({e})")),
+        };
+        let driver = nvml.sys_driver_version().unwrap_or_default();
+        let mut out = Vec::new();
+        for i in 0..count {
+            let Ok(dev) = nvml.device_by_index(i) else {
+                continue;
+            };
+            let Ok(pci) = dev.pci_info() else { continue };
+            let mut g = NvmlGpu {
+                index: i,
+                bus_id: pci.bus_id,
+                name: dev.name().ok(),
+                memory: dev.memory_info().ok().map(|m| m.total),
+                links: Vec::new(),
+            };
+            // NVML_NVLINK_MAX_LINKS is 18 up to NVLink 5.
+            for l in 0..18u32 {
+                let link = dev.link_wrapper_for(l);
+                if !link.is_active().unwrap_or(false) {
+                    continue;
+                }
+                let version = link.version().unwrap_or(1).clamp(1, 5) as u8;
+                if let Ok(remote) = link.remote_pci_info() {
+                    g.links.push((version, remote.bus_id));
+                }
+            }
+            out.push(g);
+        }
+        let note = format!("{count} GPUs, driver {driver}");
+        (out, note)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::PathClass;
+
+    fn fixture(name: &str) -> DiscoverOptions {
+        DiscoverOptions::fixture(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name),
+        )
+    }
+
+    const DGX_GPUS: [&str; 8] = ["1b", "1c", "43", "44", "9b", "9c", "c3", "c4"];
+
+    #[test]
+    fn nvml_nvswitch_links_fold_into_one_switch() {
+        // DGX H100 as NVML reports it: each GPU's 18 NVLink 4 links spread
+        // 5/4/4/5 over four NVSwitch chips.
+        let chips = [
+            "0000:07:00.0",
+            "0000:08:00.0",
+            "0000:09:00.0",
+            "0000:0a:00.0",
+        ];
+        let gpus: Vec<NvmlGpu> = DGX_GPUS
+            .iter()
+            .enumerate()
+            .map(|(i, bus)| NvmlGpu {
+                index: i as u32,
+                bus_id: format!("00000000:{}:00.0", bus.to_uppercase()),
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                memory: Some(85_899_345_920),
+                links: (0..18)
+                    .map(|l| {
+                        let chip = match l {
+                            0..5 => 0,
+                            5..9 => 1,
+                            9..13 => 2,
+                            _ => 3,
+                        };
+                        (4, chips[chip].to_string())
+                    })
+                    .collect(),
+            })
+            .collect();
+        let t = discover_with(&fixture("dgx"), Some(&gpus)).unwrap();
+        let sw = t.find("nvswitch0").unwrap();
+        assert_eq!(t.node(sw).chips, Some(4));
+        assert!(t.node(sw).reduction);
+        assert_eq!(t.node(t.gpus()[0]).label, "NVIDIA H100 80GB HBM3");
+        assert_eq!(t.node(t.gpus()[0]).props["memory"], "80 GiB");
+        for &a in t.gpus() {
+            for &b in t.gpus() {
+                if a != b {
+                    let p = t.path(a, b).unwrap();
+                    assert_eq!(p.class, PathClass::NvLink(18));
+                    assert_eq!(p.bandwidth, 450.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nvml_gpu_to_gpu_links_make_the_cube_mesh() {
+        // The pcie-server fixture with DGX-1 V100 NVLinks reported by NVML.
+        let bus = ["19", "1a", "33", "34", "9b", "9c", "b3", "b4"];
+        let mut gpus: Vec<NvmlGpu> = bus
+            .iter()
+            .enumerate()
+            .map(|(i, b)| NvmlGpu {
+                index: i as u32,
+                bus_id: format!("00000000:{b}:00.0"),
+                ..Default::default()
+            })
+            .collect();
+        for (x, y, n) in crate::presets::DGX1_V100_NVLINKS {
+            for _ in 0..n {
+                let (bx, by) = (
+                    gpus[x as usize].bus_id.clone(),
+                    gpus[y as usize].bus_id.clone(),
+                );
+                gpus[x as usize].links.push((2, by));
+                gpus[y as usize].links.push((2, bx));
+            }
+        }
+        let t = discover_with(&fixture("pcie-server"), Some(&gpus)).unwrap();
+        assert!(t.find("nvswitch0").is_none());
+        let g = t.gpus();
+        assert_eq!(t.path(g[0], g[3]).unwrap().class, PathClass::NvLink(2));
+        assert_eq!(t.path(g[0], g[1]).unwrap().class, PathClass::NvLink(1));
+        assert_eq!(t.path(g[0], g[5]).unwrap().class, PathClass::Sys);
+        assert_eq!(t.path(g[0], g[3]).unwrap().bandwidth, 50.0);
+    }
+
+    #[test]
+    fn cpulists() {
+        assert_eq!(cpulist_len("0-3,8,10-11"), 7);
+        assert_eq!(cpulist_len(""), 0);
+        assert_eq!(cpulist_len("5"), 1);
+        assert_eq!(cpulist_len("3-1,x"), 0);
+    }
+}

@@ -1,0 +1,268 @@
+//! The file format: round trips, and every bad-input case named by file,
+//! field and problem.
+
+use std::path::PathBuf;
+
+use gpucomm_topo::format::{self, Format};
+use gpucomm_topo::{ClusterOptions, PRESETS, PathClass, TopoError, preset, select};
+
+const GOOD: &str = r#"
+version = 1
+name = "two-gpus"
+
+[[node]]
+id = "host0"
+kind = "host"
+
+[[node]]
+id = "cpu0"
+kind = "cpu"
+host = "host0"
+numa = 0
+
+[[node]]
+id = "gpu0"
+kind = "gpu"
+host = "host0"
+
+[[node]]
+id = "gpu1"
+kind = "gpu"
+host = "host0"
+
+[[link]]
+a = "gpu0"
+b = "gpu1"
+kind = "nvlink"
+gen = 4
+count = 18
+
+[[link]]
+a = "gpu0"
+b = "cpu0"
+kind = "pcie"
+gen = 5
+width = 16
+
+[[link]]
+a = "gpu1"
+b = "cpu0"
+kind = "pcie"
+gen = 5
+"#;
+
+fn err(text: &str) -> String {
+    format::parse(text, Format::Toml, "bad.toml")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+/// Replaces the first occurrence of `from` in GOOD.
+fn good_with(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "{from}");
+    GOOD.replacen(from, to, 1)
+}
+
+fn assert_names(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "{msg:?} should contain {p:?}");
+    }
+}
+
+#[test]
+fn the_good_file_loads() {
+    let t = format::parse(GOOD, Format::Toml, "good.toml").unwrap();
+    assert_eq!(t.gpus().len(), 2);
+    let p = t.path(t.gpus()[0], t.gpus()[1]).unwrap();
+    assert_eq!(p.class, PathClass::NvLink(18));
+    // width defaults to 16
+    assert!(
+        (t.path(t.gpus()[1], t.find("cpu0").unwrap())
+            .unwrap()
+            .bandwidth
+            - 63.015)
+            .abs()
+            < 0.01
+    );
+}
+
+#[test]
+fn unknown_link_kind() {
+    let m = err(&good_with("kind = \"nvlink\"", "kind = \"warp-drive\""));
+    assert_names(
+        &m,
+        &[
+            "bad.toml",
+            "link[0].kind",
+            "unknown link kind \"warp-drive\"",
+        ],
+    );
+}
+
+#[test]
+fn link_to_a_missing_node() {
+    let m = err(&good_with("b = \"gpu1\"", "b = \"gpu9\""));
+    assert_names(&m, &["bad.toml", "link[0].b", "no node with id \"gpu9\""]);
+}
+
+#[test]
+fn negative_bandwidth() {
+    let m = err(&good_with("count = 18", "count = 18\nbandwidth = -5.0"));
+    assert_names(&m, &["bad.toml", "link[0].bandwidth", "positive", "-5"]);
+}
+
+#[test]
+fn negative_count_and_out_of_range_generation() {
+    let m = err(&good_with("count = 18", "count = -2"));
+    assert_names(&m, &["bad.toml", "link[0].count", "-2 is out of range"]);
+    let m = err(&good_with("gen = 4", "gen = 7"));
+    assert_names(
+        &m,
+        &["bad.toml", "link[0].gen", "7 is out of range (1 to 5)"],
+    );
+    let m = err(&good_with("width = 16", "width = 3"));
+    assert_names(&m, &["bad.toml", "link[1].width", "3 is not a PCIe width"]);
+}
+
+#[test]
+fn duplicate_id() {
+    let m = err(&good_with("id = \"gpu1\"", "id = \"gpu0\""));
+    assert_names(
+        &m,
+        &["bad.toml", "node[3].id", "duplicate id \"gpu0\"", "node[2]"],
+    );
+}
+
+#[test]
+fn not_toml() {
+    let m = err("this is { not toml");
+    assert_names(&m, &["bad.toml", "not a valid TOML topology file"]);
+    let m = format::parse("{ nope", Format::Json, "bad.json")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert_names(
+        &m,
+        &["bad.json", "not a valid JSON topology file", "line 1"],
+    );
+}
+
+#[test]
+fn wrong_or_missing_version() {
+    let m = err(&good_with("version = 1", "version = 2"));
+    assert_names(&m, &["bad.toml", "version", "unsupported version 2"]);
+    let m = err(&good_with("version = 1", ""));
+    assert_names(&m, &["bad.toml", "version", "missing"]);
+}
+
+#[test]
+fn unknown_node_kind_and_bad_host() {
+    let m = err(&good_with("kind = \"cpu\"", "kind = \"tpu\""));
+    assert_names(
+        &m,
+        &["bad.toml", "node[1].kind", "unknown node kind \"tpu\""],
+    );
+    let m = err(&good_with(
+        "host = \"host0\"\nnuma",
+        "host = \"gpu0\"\nnuma",
+    ));
+    assert_names(
+        &m,
+        &["bad.toml", "node[1].host", "not a node of kind \"host\""],
+    );
+    let m = err(&good_with(
+        "host = \"host0\"\nnuma",
+        "host = \"nowhere\"\nnuma",
+    ));
+    assert_names(
+        &m,
+        &["bad.toml", "node[1].host", "no node with id \"nowhere\""],
+    );
+}
+
+#[test]
+fn unknown_field_and_field_of_the_wrong_kind() {
+    let m = err(&good_with("count = 18", "count = 18\nbandwith = 5.0"));
+    assert_names(&m, &["bad.toml", "bandwith"]);
+    let m = err(&good_with("count = 18", "count = 18\nwidth = 16"));
+    assert_names(
+        &m,
+        &[
+            "bad.toml",
+            "link[0].width",
+            "not used by links of kind \"nvlink\"",
+        ],
+    );
+    let m = err(&good_with("gen = 5\nwidth = 16", "width = 16"));
+    assert_names(&m, &["bad.toml", "link[1].gen", "required"]);
+}
+
+#[test]
+fn self_link_and_wrong_types() {
+    let m = err(&good_with("b = \"gpu1\"", "b = \"gpu0\""));
+    assert_names(&m, &["bad.toml", "link[0]", "to itself"]);
+    let m = err(&good_with("gen = 4", "gen = \"four\""));
+    assert_names(
+        &m,
+        &[
+            "bad.toml",
+            "not a valid TOML topology file",
+            "field link[0].gen",
+            "line 29",
+        ],
+    );
+    let m = err(&good_with("numa = 0", "numa = -1"));
+    assert_names(&m, &["bad.toml", "node[1].numa", "out of range"]);
+}
+
+#[test]
+fn load_names_the_file_and_reports_missing_files() {
+    let dir = std::env::temp_dir().join(format!("gpucomm-topo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("broken.toml");
+    std::fs::write(&p, good_with("kind = \"nvlink\"", "kind = \"pcie9\"")).unwrap();
+    let m = format::load(&p).unwrap_err().to_string();
+    assert_names(&m, &["broken.toml", "link[0].kind", "pcie9"]);
+    let missing = dir.join("missing.toml");
+    let e = format::load(&missing).unwrap_err();
+    assert!(matches!(e, TopoError::Io { .. }));
+    // select() takes files too, and a file's cluster works like a preset's.
+    let good = dir.join("good.toml");
+    std::fs::write(&good, GOOD).unwrap();
+    let t = select(good.to_str().unwrap(), &ClusterOptions::default()).unwrap();
+    assert_eq!(t.gpus().len(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_preset_round_trips_in_toml_and_json() {
+    for (name, _) in PRESETS {
+        let t = preset(name).unwrap();
+        for f in [Format::Toml, Format::Json] {
+            let text = format::to_string(&t, f);
+            let back = format::parse(&text, f, name).unwrap();
+            assert_eq!(back.nodes(), t.nodes(), "{name} {f:?}");
+            assert_eq!(back.links(), t.links(), "{name} {f:?}");
+            assert_eq!(format::to_string(&back, f), text);
+        }
+    }
+    // Overridden bandwidths (oversubscribed uplinks) survive too.
+    let opts = ClusterOptions {
+        nodes: 8,
+        fabric: gpucomm_topo::Fabric::LeafSpine,
+        oversubscription: 3.0,
+        ..Default::default()
+    };
+    let t = select("dgx-a100", &opts).unwrap();
+    let back = format::parse(&format::to_string(&t, Format::Toml), Format::Toml, "x").unwrap();
+    assert_eq!(back.links(), t.links());
+}
+
+#[test]
+fn the_documented_example_loads() {
+    // docs/topology.md carries this file as its full example.
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/example.toml");
+    let t = format::load(&p).unwrap();
+    assert!(!t.gpus().is_empty());
+}

@@ -1,0 +1,302 @@
+//! Every preset's structure, checked against its vendor's description.
+
+use gpucomm_topo::{
+    ClusterOptions, DGX1_V100_NVLINKS, Fabric, LinkKind, NodeKind, PRESETS, PathClass, Topology,
+    preset, select,
+};
+
+fn nvlinks_of(t: &Topology, gpu: gpucomm_topo::NodeIx) -> u32 {
+    t.links_of(gpu)
+        .iter()
+        .map(|(l, _)| match t.link(*l).kind {
+            LinkKind::NvLink { count, .. } => u32::from(count),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn class_matrix(t: &Topology) -> Vec<Vec<String>> {
+    let g = t.gpus();
+    g.iter()
+        .map(|&a| {
+            g.iter()
+                .map(|&b| t.path(a, b).unwrap().class.to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_preset_builds_and_routes_every_gpu_pair() {
+    for (name, _) in PRESETS {
+        let t = preset(name).unwrap();
+        assert!(!t.gpus().is_empty(), "{name}");
+        for &a in t.gpus() {
+            for &b in t.gpus() {
+                let p = t.path(a, b).unwrap();
+                if a != b {
+                    assert!(p.bandwidth > 0.0, "{name}");
+                    assert!(p.latency_us > 0.0, "{name}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dgx1_v100_hybrid_cube_mesh() {
+    let t = preset("dgx1-v100").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 8);
+    for &x in g {
+        assert_eq!(nvlinks_of(&t, x), 6, "each V100 has 6 NVLinks");
+        let neighbours = t
+            .links_of(x)
+            .iter()
+            .filter(|(l, _)| t.link(*l).kind.is_nvlink())
+            .count();
+        assert_eq!(neighbours, 4, "each V100 has 4 NVLink neighbours");
+    }
+    // The nvidia-smi topo -m matrix of a DGX-1V (NV2 pairs per the whitepaper).
+    let expected = [
+        "X NV1 NV1 NV2 NV2 SYS SYS SYS",
+        "NV1 X NV2 NV1 SYS NV2 SYS SYS",
+        "NV1 NV2 X NV2 SYS SYS NV1 SYS",
+        "NV2 NV1 NV2 X SYS SYS SYS NV1",
+        "NV2 SYS SYS SYS X NV1 NV1 NV2",
+        "SYS NV2 SYS SYS NV1 X NV2 NV1",
+        "SYS SYS NV1 SYS NV1 NV2 X NV2",
+        "SYS SYS SYS NV1 NV2 NV1 NV2 X",
+    ];
+    let m = class_matrix(&t);
+    for (i, row) in expected.iter().enumerate() {
+        assert_eq!(m[i].join(" "), *row, "row {i}");
+    }
+    let doubles: Vec<(u32, u32)> = DGX1_V100_NVLINKS
+        .iter()
+        .filter(|p| p.2 == 2)
+        .map(|p| (p.0, p.1))
+        .collect();
+    assert_eq!(
+        doubles,
+        [
+            (0, 3),
+            (0, 4),
+            (1, 2),
+            (1, 5),
+            (2, 3),
+            (4, 7),
+            (5, 6),
+            (6, 7)
+        ]
+    );
+    // Bandwidths: 1 link = 25 GB/s per direction, 2 = 50; no NVLink: PCIe Gen3 x16.
+    assert_eq!(t.path(g[0], g[1]).unwrap().bandwidth, 25.0);
+    assert_eq!(t.path(g[0], g[3]).unwrap().bandwidth, 50.0);
+    let sys = t.path(g[0], g[5]).unwrap();
+    assert!((sys.bandwidth - 15.754).abs() < 0.01);
+    assert!(!sys.p2p);
+    // GPU0 and NIC0 share a PCIe switch: GPUDirect RDMA applies.
+    let nic0 = t.find("nic0").unwrap();
+    let p = t.path(g[0], nic0).unwrap();
+    assert_eq!(p.class, PathClass::Pix);
+    assert!(p.rdma);
+}
+
+#[test]
+fn dgx_h100_every_pair_is_nv18_through_the_switch() {
+    for name in ["dgx-h100", "hgx-h200"] {
+        let t = preset(name).unwrap();
+        let g = t.gpus();
+        assert_eq!(g.len(), 8);
+        let sw: Vec<_> = t.nodes_of_kind(NodeKind::NvSwitch).collect();
+        assert_eq!(sw.len(), 1);
+        assert!(
+            t.node(sw[0]).reduction,
+            "NVSwitch gen3 has NVLS in-switch reduction"
+        );
+        assert_eq!(t.node(sw[0]).chips, Some(4));
+        for &a in g {
+            assert_eq!(nvlinks_of(&t, a), 18);
+            for &b in g {
+                if a == b {
+                    continue;
+                }
+                let p = t.path(a, b).unwrap();
+                assert_eq!(p.class, PathClass::NvLink(18));
+                assert_eq!(p.hops.len(), 2, "through the switch");
+                assert_eq!(p.bandwidth, 450.0);
+                assert!(p.p2p);
+            }
+        }
+        assert_eq!(t.reduction_support(), (true, false));
+        // Each GPU has its own NDR NIC under its PCIe switch.
+        for (r, &gpu) in g.iter().enumerate() {
+            let nic = t.nic_of_rank(r).unwrap();
+            assert_eq!(t.node(nic).id, format!("nic{r}"));
+            assert!(t.path(gpu, nic).unwrap().rdma);
+        }
+    }
+}
+
+#[test]
+fn dgx_a100_nv12_and_hdr_rails() {
+    let t = preset("dgx-a100").unwrap();
+    let g = t.gpus();
+    for &a in g {
+        assert_eq!(nvlinks_of(&t, a), 12);
+    }
+    assert_eq!(t.path(g[0], g[7]).unwrap().class, PathClass::NvLink(12));
+    assert_eq!(t.path(g[0], g[7]).unwrap().bandwidth, 300.0);
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 8);
+    assert!(!t.node(t.find("nvswitch0").unwrap()).reduction);
+}
+
+#[test]
+fn dgx2_sixteen_gpus_nv6_everywhere() {
+    let t = preset("dgx2").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 16);
+    for &a in g {
+        assert_eq!(nvlinks_of(&t, a), 6);
+    }
+    // Across baseboards: GPU -> board switch -> other board -> GPU.
+    let p = t.path(g[0], g[15]).unwrap();
+    assert_eq!(p.class, PathClass::NvLink(6));
+    assert_eq!(p.hops.len(), 3);
+    assert_eq!(p.bandwidth, 150.0);
+    // 48 links between the baseboards: 1.2 TB/s per direction.
+    let a = t.find("nvswitch0").unwrap();
+    let b = t.find("nvswitch1").unwrap();
+    let l = t.links_between(a, b);
+    assert_eq!(t.link(l[0]).bandwidth, 1200.0);
+}
+
+#[test]
+fn gb200_nvl72_rack() {
+    let t = preset("gb200-nvl72").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 72);
+    assert_eq!(t.hosts().len(), 18);
+    let p = t.path(g[0], g[71]).unwrap();
+    assert_eq!(p.class, PathClass::NvLink(18));
+    assert_eq!(p.bandwidth, 900.0); // NVLink 5: 1.8 TB/s bidirectional per GPU
+    assert!(p.p2p, "NVLink P2P spans the trays of the rack");
+    assert_eq!(t.host_of_rank(5), Some(1));
+    // Grace <-> B200 over NVLink-C2C, 450 GB/s per direction.
+    let cpu = t.local_cpu(g[0]).unwrap();
+    assert_eq!(t.path(cpu, g[0]).unwrap().bandwidth, 450.0);
+}
+
+#[test]
+fn pcie_8gpu_classes() {
+    let t = preset("pcie-8gpu").unwrap();
+    let m = class_matrix(&t);
+    assert_eq!(m[0].join(" "), "X PIX PHB PHB SYS SYS SYS SYS");
+    assert_eq!(m[5].join(" "), "SYS SYS SYS SYS PIX X PHB PHB");
+    let g = t.gpus();
+    assert!(t.path(g[0], g[2]).unwrap().p2p);
+    assert!(!t.path(g[0], g[4]).unwrap().p2p);
+    // Two GPUs share each switch's NIC.
+    assert_eq!(t.nic_of_rank(0), t.nic_of_rank(1));
+    assert_ne!(t.nic_of_rank(1), t.nic_of_rank(2));
+}
+
+#[test]
+fn rail_optimized_cluster_routes_through_the_rails() {
+    let opts = ClusterOptions {
+        nodes: 4,
+        ..Default::default()
+    };
+    let t = select("dgx-h100", &opts).unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 32);
+    assert_eq!(t.host_of_rank(9), Some(1));
+    // GPU 3 of node 0 to GPU 3 of node 2: own NIC, rail3, peer's NIC.
+    let p = t.path(g[3], g[19]).unwrap();
+    assert_eq!(p.class, PathClass::Net);
+    assert!(p.rdma);
+    let ids: Vec<String> = p
+        .hops
+        .iter()
+        .map(|h| t.node(t.link(h.link).head(h.dir)).id.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "n0.pcisw1",
+            "n0.nic3",
+            "rail3",
+            "n2.nic3",
+            "n2.pcisw1",
+            "n2.gpu3"
+        ]
+    );
+    assert_eq!(p.bandwidth, 50.0);
+    // Different rails cross the spine.
+    let p = t.path(g[0], g[9]).unwrap();
+    assert!(
+        p.hops
+            .iter()
+            .any(|h| t.node(t.link(h.link).head(h.dir)).id == "spine")
+    );
+    // Within a node nothing changes.
+    assert_eq!(t.path(g[8], g[9]).unwrap().class, PathClass::NvLink(18));
+}
+
+#[test]
+fn leaf_spine_oversubscription_narrows_the_uplink() {
+    let opts = ClusterOptions {
+        nodes: 8,
+        fabric: Fabric::LeafSpine,
+        nodes_per_leaf: 4,
+        oversubscription: 2.0,
+        ..Default::default()
+    };
+    let t = select("dgx-a100", &opts).unwrap();
+    let spine = t.find("spine").unwrap();
+    let leaf = t.find("leaf0").unwrap();
+    let up = t.links_between(leaf, spine)[0];
+    // 4 nodes x 8 HDR NICs x 25 GB/s / 2.
+    assert_eq!(t.link(up).bandwidth, 400.0);
+    let g = t.gpus();
+    assert_eq!(t.path(g[0], g[63]).unwrap().class, PathClass::Net);
+}
+
+#[test]
+fn cluster_options_change_gpus_and_nics() {
+    let opts = ClusterOptions {
+        nodes: 2,
+        gpus: Some(4),
+        nics: Some(2),
+        nic_speed: gpucomm_topo::catalog::parse_port("roce400"),
+        fabric: Fabric::SingleSwitch,
+        ..Default::default()
+    };
+    let t = select("dgx-h100", &opts).unwrap();
+    assert_eq!(t.gpus().len(), 8);
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 4);
+    let p = t.path(t.gpus()[0], t.gpus()[4]).unwrap();
+    assert_eq!(p.class, PathClass::Net);
+    assert_eq!(p.bandwidth, 50.0);
+    assert!(
+        select(
+            "dgx-h100",
+            &ClusterOptions {
+                gpus: Some(9),
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+    assert!(
+        select(
+            "dgx-h100",
+            &ClusterOptions {
+                nodes: 0,
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+}
