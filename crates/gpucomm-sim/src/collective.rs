@@ -88,8 +88,40 @@ pub struct CollResult {
     pub exec: Option<ExecResult>,
 }
 
-/// The algorithms that could run `collective` on this machine, in a fixed order.
+/// NCCL's algorithms among gpucomm's: the tuner chooses among these, as
+/// NCCL would (CollNet is not modeled).
+pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
+
+/// The algorithms the tuner considers for `collective` on this machine, in
+/// a fixed order: NCCL's ring and tree where gpucomm-algo implements them,
+/// NVLS where the hardware has it; if neither ring nor tree implements the
+/// collective (all_to_all, sendrecv), every gpucomm algorithm that does.
 pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let n = fabric.ranks();
+    let ok = |a: Algorithm| {
+        let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
+        Schedule::new(p, a).is_ok()
+    };
+    let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
+        .into_iter()
+        .filter(|&a| ok(a))
+        .map(AlgoChoice::Schedule)
+        .collect();
+    if v.is_empty() {
+        v = Algorithm::ALL
+            .into_iter()
+            .filter(|&a| ok(a))
+            .map(AlgoChoice::Schedule)
+            .collect();
+    }
+    if nvls_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Nvls);
+    }
+    v
+}
+
+/// Every algorithm that implements `collective` (for `--algorithm all`-style listings).
+pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let n = fabric.ranks();
     let mut v: Vec<AlgoChoice> = Algorithm::ALL
         .into_iter()

@@ -216,6 +216,7 @@ struct Exec<'a> {
     ranks: Vec<RankState>,
     g: usize,
     nodes: usize,
+    #[allow(dead_code)]
     n: usize,
     meet: FxMap<MeetKey, (u32, u32)>,
     route_cache: FxMap<(u32, u32, u16), u32>,
@@ -480,6 +481,11 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
 }
 
 impl Exec<'_> {
+    #[cfg(test)]
+    fn alloc_pending_launch(&mut self) -> u32 {
+        self.alloc_pending(Pending::Launch)
+    }
+
     fn alloc_pending(&mut self, p: Pending) -> u32 {
         match self.free_pending.pop() {
             Some(i) => {
@@ -681,19 +687,216 @@ impl Exec<'_> {
     }
 
     fn first_stuck(&self) -> (usize, usize) {
+        // A step waiting for its partner, else one waiting for a dependency.
+        if let Some(&(r, s)) = self.meet.values().min() {
+            return (r as usize, s as usize);
+        }
         for (r, rs) in self.ranks.iter().enumerate() {
-            for (s, st) in rs.steps.iter().enumerate() {
-                if st.deps_left > 0
-                    || self
-                        .meet
-                        .values()
-                        .any(|&(a, b)| a as usize == r && b as usize == s)
-                {
-                    return (r, s);
-                }
+            if let Some(s) = rs.steps.iter().position(|st| st.deps_left > 0) {
+                return (r, s);
             }
         }
-        let _ = self.n;
         (0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::Route;
+    use gpucomm_algo::{Algorithm, Buf, Collective, Problem, Slice};
+
+    /// `n` ranks on a ring of 1 GB/s links (rank r -> r+1 uses link r), 1 us each.
+    struct RingFabric(usize);
+    impl Fabric for RingFabric {
+        fn ranks(&self) -> usize {
+            self.0
+        }
+        fn ranks_per_node(&self) -> usize {
+            self.0
+        }
+        fn capacities(&self) -> Vec<f64> {
+            vec![1.0; self.0]
+        }
+        fn link_name(&self, l: LinkId) -> String {
+            format!("l{l}")
+        }
+        fn route(&self, src: usize, dst: usize, _ch: u16) -> Result<Route, SimError> {
+            // Walk forward around the ring.
+            let mut links = Vec::new();
+            let mut r = src;
+            while r != dst {
+                links.push(r as LinkId);
+                r = (r + 1) % self.0;
+            }
+            let latency = SimTime::from_us(links.len() as f64);
+            Ok(Route {
+                links,
+                latency,
+                class: Some(PathClass::NvLink),
+            })
+        }
+        fn local_gbps(&self, _: usize) -> f64 {
+            1.0
+        }
+    }
+
+    #[test]
+    fn ring_all_reduce_time_matches_hand_computation() {
+        // 4 ranks, 4000 f32 = 16000 B; ring: 2*(n-1) = 6 steps of 4000 B at
+        // 1 GB/s (4 us) + 1 us latency + 0.5 us overhead = 5.5 us each.
+        let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring).unwrap();
+        let cfg = ExecConfig {
+            overheads: Overheads {
+                step_nvlink: SimTime::from_us(0.5),
+                ..Overheads::NONE
+            },
+            ..ExecConfig::default()
+        };
+        let r = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
+        assert!((r.time.as_us() - 6.0 * 5.5).abs() < 1e-3, "{}", r.time);
+        assert_eq!(r.stats.flows, 4 * 6);
+        // Deterministic.
+        let r2 = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
+        assert_eq!(r.time, r2.time);
+        assert_eq!(r.stats, r2.stats);
+    }
+
+    #[test]
+    fn wrong_rank_count_and_time_limit_are_errors() {
+        let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring).unwrap();
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(3), &ExecConfig::default()),
+            Err(SimError::RankMismatch { .. })
+        ));
+        // Virtual-time bound: a 1 us limit stops a 33 us run.
+        let cfg = ExecConfig {
+            time_limit: SimTime::from_us(1.0),
+            ..ExecConfig::default()
+        };
+        let cfg = ExecConfig {
+            overheads: Overheads {
+                launch: SimTime::from_us(0.1),
+                ..Overheads::NONE
+            },
+            ..cfg
+        };
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(4), &cfg),
+            Err(SimError::Limit { .. })
+        ));
+        let cfg = ExecConfig {
+            max_events: 3,
+            ..ExecConfig::default()
+        };
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(4), &cfg),
+            Err(SimError::Limit { .. })
+        ));
+    }
+
+    #[test]
+    fn deadlock_and_malformed_steps_are_reported() {
+        // Rank 0 receives from 1 first and rank 1 receives from 0 first,
+        // each send depending on its receive: a cycle.
+        let recv = |peer| Step {
+            kind: StepKind::Recv {
+                peer,
+                dst: Slice::new(Buf::Output, 0, 4),
+            },
+            channel: 0,
+            deps: vec![],
+        };
+        let send = |peer| Step {
+            kind: StepKind::Send {
+                peer,
+                src: Slice::new(Buf::Input, 0, 4),
+            },
+            channel: 0,
+            deps: vec![0],
+        };
+        let mut states = [
+            compact(0, &[recv(1), send(1)], 4, 2).unwrap(),
+            compact(1, &[recv(0), send(0)], 4, 2).unwrap(),
+        ];
+        assert_eq!(states[0].steps.len(), 2);
+        // A dependency on a later step is malformed.
+        let bad = Step {
+            deps: vec![1],
+            ..recv(1)
+        };
+        assert!(matches!(
+            compact(0, &[bad], 4, 2),
+            Err(SimError::Malformed { .. })
+        ));
+        let far = recv(7);
+        assert!(matches!(
+            compact(0, &[far], 4, 2),
+            Err(SimError::Malformed { .. })
+        ));
+        // Run the cyclic pair through the executor's matching directly.
+        let fabric = RingFabric(2);
+        let cfg = ExecConfig::default();
+        let mut ex = Exec {
+            net: FlowNet::new(&fabric.capacities()),
+            ranks: Vec::new(),
+            g: 2,
+            nodes: 1,
+            n: 2,
+            meet: FxMap::default(),
+            route_cache: FxMap::default(),
+            routes: Vec::new(),
+            transfers: Vec::new(),
+            free_transfers: Vec::new(),
+            pending: Vec::new(),
+            free_pending: Vec::new(),
+            remaining: 4,
+            fabric: &fabric,
+            orbit: None,
+            cfg: &cfg,
+            local_gbps: vec![1.0; 2],
+            spans: Vec::new(),
+            work: Vec::new(),
+        };
+        ex.ranks.extend(states.iter_mut().map(|s| RankState {
+            steps: std::mem::take(&mut s.steps),
+            dep_off: std::mem::take(&mut s.dep_off),
+            dependents: std::mem::take(&mut s.dependents),
+        }));
+        let launch = ex.alloc_pending_launch();
+        ex.on_timer(launch, SimTime::ZERO).unwrap();
+        let mut out = Vec::new();
+        while ex.net.next_batch(&mut out).is_some() {}
+        assert_eq!(ex.remaining, 4, "nothing can run");
+        assert_eq!(ex.first_stuck(), (0, 0));
+    }
+
+    #[test]
+    fn symmetry_reduction_equals_full_simulation() {
+        use crate::machine::{Engine, Machine};
+        let m = Machine::preset("dgx-a100").unwrap();
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        let p = Problem::new(
+            Collective::AllReduce,
+            1 << 22,
+            f.ranks(),
+            f.ranks_per_node(),
+        );
+        let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(8);
+        let sym = run_schedule(&s, &f, &ExecConfig::default()).unwrap();
+        let full = run_schedule(
+            &s,
+            &f,
+            &ExecConfig {
+                symmetry: false,
+                ..ExecConfig::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(sym.simulated_ranks, 8);
+        assert_eq!(full.simulated_ranks, 32);
+        assert_eq!(sym.time, full.time);
     }
 }

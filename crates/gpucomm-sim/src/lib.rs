@@ -49,6 +49,7 @@ pub mod engine;
 mod error;
 pub mod exec;
 pub mod fabric;
+pub mod from_topo;
 pub mod machine;
 pub mod model;
 mod time;

@@ -109,9 +109,31 @@ impl Machine {
         ClusterFabric::new(self.clone(), engine, nodes)
     }
 
-    /// The simulator's own presets (used when no gpucomm-topo topology is given).
+    /// A machine by name: a gpucomm-topo preset (read with
+    /// [`Machine::from_topology`]), else one of the simulator's own
+    /// ([`model::PRESETS`]: systems gpucomm-topo does not have).
     pub fn preset(name: &str) -> Result<Machine, SimError> {
-        model::preset(name)
+        let lower = name.to_ascii_lowercase();
+        if gpucomm_topo::PRESETS.iter().any(|p| p.0 == lower) || lower == "dgx1" {
+            let t = gpucomm_topo::preset(&lower).map_err(|e| SimError::Model(e.to_string()))?;
+            return Machine::from_topology(&t);
+        }
+        model::preset(&lower)
+    }
+
+    /// What `--topology` accepts: a preset name (gpucomm-topo's or the
+    /// simulator's), `local`, or a gpucomm-topo topology file.
+    pub fn select(spec: &str) -> Result<Machine, SimError> {
+        if let Ok(m) = Machine::preset(spec) {
+            return Ok(m);
+        }
+        match gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()) {
+            Ok(t) => Machine::from_topology(&t),
+            Err(e) => Err(SimError::Model(format!(
+                "{e}; the simulator also knows {}",
+                model::PRESETS.join(", ")
+            ))),
+        }
     }
 }
 

@@ -61,7 +61,9 @@ enum SimCmd {
 
 #[derive(clap::Args, Debug, Clone)]
 struct Machine_ {
-    /// Machine: a preset (dgx-h100, dgx-a100, dgx1-v100, hgx-h200, dgx-b200, pcie-8gpu, workstation-rtx4090).
+    /// Machine: a gpucomm-topo preset (dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200,
+    /// gb200-nvl72, pcie-8gpu), a simulator preset (dgx-b200, workstation-rtx4090),
+    /// `local`, or a topology file.
     #[arg(long, short = 't', default_value = "dgx-h100")]
     topology: String,
     /// Number of nodes.
@@ -205,7 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn machine(m: &Machine_) -> anyhow::Result<Machine> {
     let mut mach =
-        Machine::preset(&m.topology).with_context(|| format!("--topology {}", m.topology))?;
+        Machine::select(&m.topology).with_context(|| format!("--topology {}", m.topology))?;
     if m.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
