@@ -358,6 +358,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 &mut o,
                 e,
                 results.last().map(|r| r.time.as_secs_f64()).unwrap_or(0.0),
+                ranks,
             )?;
         }
     }
@@ -378,7 +379,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64) -> anyhow::Result<()> {
+fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64, ranks: usize) -> anyhow::Result<()> {
     if e.links.is_empty() || secs <= 0.0 {
         return Ok(());
     }
@@ -392,7 +393,7 @@ fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64) -> anyhow::Result
         o,
         "#\n# link utilisation (largest size; {} links carried data{}):",
         e.links.len(),
-        if e.simulated_ranks < e.links.len() {
+        if e.simulated_ranks < ranks {
             ", node 0 stands for every node"
         } else {
             ""
