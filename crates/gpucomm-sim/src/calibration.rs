@@ -284,16 +284,16 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
             Ok(Prediction {
                 value: r.bandwidth_gbps,
                 scenario: format!(
-                    "gpucomm sim copy --topology {} (PCIe Gen{}) --from {} --to {}{}",
+                    "gpucomm sim copy --topology {} --from {} --to {}{} (PCIe Gen{})",
                     m.name,
-                    m.node.pcie_gen,
                     if from == Endpoint::Host {
                         "host"
                     } else {
                         "gpu0"
                     },
                     if to == Endpoint::Host { "host" } else { "gpu0" },
-                    if pageable { " --pageable" } else { "" }
+                    if pageable { " --pageable" } else { "" },
+                    m.node.pcie_gen
                 ),
             })
         }
