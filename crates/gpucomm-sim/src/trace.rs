@@ -55,3 +55,25 @@ pub fn document(mut events: Vec<Value>) -> Value {
     );
     json!({ "traceEvents": events, "displayTimeUnit": "ns" })
 }
+
+/// Spans on named tracks (`(track, name, start_us, end_us)`), for the
+/// commands that run no schedule (p2p, copy, rdma, train).
+pub fn spans(spans: &[(String, String, f64, f64)]) -> Value {
+    let mut tracks: Vec<&str> = spans.iter().map(|s| s.0.as_str()).collect();
+    tracks.dedup();
+    let mut names: Vec<&str> = Vec::new();
+    for t in tracks {
+        if !names.contains(&t) {
+            names.push(t);
+        }
+    }
+    let mut ev = Vec::new();
+    for (i, t) in names.iter().enumerate() {
+        ev.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": i, "args": {"name": t}}));
+    }
+    for (track, name, a, b) in spans {
+        let tid = names.iter().position(|t| t == track).unwrap_or(0);
+        ev.push(json!({"ph": "X", "pid": 0, "tid": tid, "name": name, "ts": a, "dur": b - a}));
+    }
+    document(ev)
+}

@@ -37,9 +37,21 @@ impl PhaseFlow {
 /// Runs phases one after another; `gap` is added before every phase (copy
 /// submission, host synchronisation). Returns the total time.
 pub fn run_phases(caps: &[f64], phases: &[(SimTime, Vec<PhaseFlow>)]) -> SimTime {
+    run_phases_spans(caps, phases)
+        .last()
+        .map(|s| s.1)
+        .unwrap_or(SimTime::ZERO)
+}
+
+/// Like [`run_phases`], returning each phase's (start after its gap, end).
+pub fn run_phases_spans(
+    caps: &[f64],
+    phases: &[(SimTime, Vec<PhaseFlow>)],
+) -> Vec<(SimTime, SimTime)> {
     let mut net = FlowNet::new(caps);
     let mut out = Vec::new();
     let mut now = SimTime::ZERO;
+    let mut spans = Vec::new();
     for (gap, flows) in phases {
         net.timer(now + *gap, u64::MAX);
         // Wait for the gap timer, then start the phase's flows.
@@ -49,14 +61,24 @@ pub fn run_phases(caps: &[f64], phases: &[(SimTime, Vec<PhaseFlow>)]) -> SimTime
                 break;
             }
         }
+        let start = now;
         for (i, f) in flows.iter().enumerate() {
             net.start_flow(&f.links, f.bytes, f.latency, i as u64);
         }
         while let Some(t) = net.next_batch(&mut out) {
             now = t;
         }
+        spans.push((start, now));
     }
-    now
+    spans
+}
+
+fn named(names: &[&str], spans: &[(SimTime, SimTime)]) -> Vec<(String, SimTime, SimTime)> {
+    names
+        .iter()
+        .zip(spans)
+        .map(|(n, &(a, b))| (n.to_string(), a, b))
+        .collect()
 }
 
 /// What `gpucomm sim p2p` reports.
@@ -70,6 +92,8 @@ pub struct P2pResult {
     pub path: String,
     /// True when the copy went peer to peer.
     pub p2p: bool,
+    /// The phases of the bandwidth run: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
 }
 
 /// A GPU-GPU copy between GPUs `a` and `b` of one node, as
@@ -125,9 +149,9 @@ pub fn p2p(
             .iter()
             .map(|&(x, y)| direct_route(x, y).map(|r| PhaseFlow::new(&r, s)))
             .collect::<Result<Vec<_>, _>>()?;
-        let t = run_phases(&caps, &[(ce, flows)]);
+        let sp = run_phases_spans(&caps, &[(ce, flows)]);
         let lat = ce + direct_route(a, b)?.latency;
-        (t, lat)
+        (sp, lat)
     } else {
         let sync = SimTime::from_us(model::STAGED_SYNC_US);
         let down: Vec<PhaseFlow> = dirs
@@ -138,9 +162,16 @@ pub fn p2p(
             .iter()
             .map(|&(_, y)| PhaseFlow::new(&f.host_route(y, true), s))
             .collect();
-        let t = run_phases(&caps, &[(ce, down), (sync + ce, up)]);
+        let sp = run_phases_spans(&caps, &[(ce, down), (sync + ce, up)]);
         let lat = ce + f.host_route(a, false).latency + sync + ce + f.host_route(b, true).latency;
-        (t, lat)
+        (sp, lat)
+    };
+    let spans = time;
+    let time = spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO);
+    let names: &[&str] = if p2p_ok {
+        &["peer copy"]
+    } else {
+        &["device to host", "host to device"]
     };
     let total = s * dirs.len() as f64;
     Ok(P2pResult {
@@ -148,6 +179,7 @@ pub fn p2p(
         latency_us: latency.as_us(),
         path,
         p2p: p2p_ok,
+        phases: named(names, &spans),
     })
 }
 
@@ -186,6 +218,8 @@ pub struct CopyResult {
     pub time_us: f64,
     /// Description of the path.
     pub path: String,
+    /// The phases: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
 }
 
 /// A copy of `bytes` between endpoints of node 0, as bandwidthTest (host
@@ -273,6 +307,7 @@ pub fn copy(
                 bandwidth_gbps: r.bandwidth_gbps,
                 time_us: t * 1e6,
                 path: r.path,
+                phases: r.phases,
             });
         }
         _ => {
@@ -281,10 +316,16 @@ pub fn copy(
             )));
         }
     };
-    let t = run_phases(&caps, &phases);
+    let spans = run_phases_spans(&caps, &phases);
+    let t = spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO);
     Ok(CopyResult {
         bandwidth_gbps: s / t.as_secs_f64() / 1e9,
         time_us: t.as_us(),
+        phases: spans
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b))| (format!("phase {}", i + 1), a, b))
+            .collect(),
         path,
     })
 }
@@ -298,6 +339,8 @@ pub struct RdmaResult {
     pub latency_us: f64,
     /// Path description.
     pub path: String,
+    /// The phases: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
 }
 
 /// A GPU-to-GPU transfer between two nodes through NIC `gpu`'s rail: with
@@ -323,6 +366,7 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
             bandwidth_gbps: s / t.as_secs_f64() / 1e9,
             latency_us: net.latency.as_us(),
             path: "GPUDirect RDMA: NIC reads and writes GPU memory over PCIe".into(),
+            phases: vec![("RDMA write".into(), SimTime::ZERO, t)],
         });
     }
     // Host staged: D2H on node 0, host-memory to host-memory over the NIC, H2D on node 1.
@@ -357,6 +401,7 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
         bandwidth_gbps: s / t.as_secs_f64() / 1e9,
         latency_us: lat.as_us(),
         path: "host-staged: D2H copy, RDMA from host memory, H2D copy (pipelined)".into(),
+        phases: vec![("D2H + RDMA + H2D (pipelined)".into(), ce, t)],
     })
 }
 

@@ -112,6 +112,9 @@ struct CollArgs {
 struct P2pArgs {
     #[command(flatten)]
     m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// The two GPUs, `A,B`.
     #[arg(long, default_value = "0,1")]
     pair: String,
@@ -130,6 +133,9 @@ struct P2pArgs {
 struct CopyArgs {
     #[command(flatten)]
     m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Source: host, gpuN, storage.
     #[arg(long, default_value = "host")]
     from: String,
@@ -151,6 +157,9 @@ struct CopyArgs {
 struct RdmaArgs {
     #[command(flatten)]
     m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Local GPU index (the same GPU on the peer node).
     #[arg(long, default_value_t = 0)]
     gpu: usize,
@@ -166,6 +175,9 @@ struct RdmaArgs {
 struct TrainArgs {
     #[command(flatten)]
     m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Model: a preset (resnet50, bert-large, gpt2-xl) or a TOML file.
     #[arg(long, default_value = "bert-large")]
     model: String,
@@ -435,6 +447,7 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
     let size = parse_size(&a.size)?;
     let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
         let doc = json!({"topology": mach.name, "pair": [x, y], "bidirectional": a.bidirectional,
@@ -468,6 +481,25 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn write_spans(path: &Option<PathBuf>, spans: &[(String, String, f64, f64)]) -> anyhow::Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_vec(&trace::spans(spans))?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("# trace: {} (open in https://ui.perfetto.dev)", p.display());
+    }
+    Ok(())
+}
+
+fn phase_spans(
+    track: &str,
+    phases: &[(String, gpucomm_sim::SimTime, gpucomm_sim::SimTime)],
+) -> Vec<(String, String, f64, f64)> {
+    phases
+        .iter()
+        .map(|(n, a, b)| (track.to_string(), n.clone(), a.as_us(), b.as_us()))
+        .collect()
+}
+
 fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
     Endpoint::parse(s).with_context(|| format!("unknown endpoint {s:?} (host, gpuN, storage)"))
 }
@@ -480,6 +512,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     }
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
     let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
         let doc = json!({"topology": mach.name, "from": a.from, "to": a.to, "pageable": a.pageable,
@@ -508,6 +541,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
         bail!("--size must be positive");
     }
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
         let doc = json!({"topology": mach.name, "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path,
@@ -559,6 +593,27 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             format!("{n} node{}", if n == 1 { "" } else { "s" }),
             step(&mach, n, &model, bucket, &mut cache)?,
         ));
+    }
+    if a.trace.is_some() {
+        // The last scale of the sweep: compute and each bucket's all_reduce.
+        let (name, r) = rows.last().expect("at least one row");
+        let fwd: f64 = model.layers.iter().map(|l| l.fwd_ms).sum::<f64>() * 1e3;
+        let mut sp = vec![("compute".to_string(), "forward".to_string(), 0.0, fwd)];
+        sp.push((
+            "compute".to_string(),
+            "backward".to_string(),
+            fwd,
+            r.compute.as_us(),
+        ));
+        for (i, b) in r.buckets.iter().enumerate() {
+            sp.push((
+                format!("all_reduce ({name})"),
+                format!("bucket {i} ({})", format_bytes(b.bytes)),
+                b.start.as_us(),
+                b.end.as_us(),
+            ));
+        }
+        write_spans(&a.trace, &sp)?;
     }
     let mut o = out();
     if a.m.json {
