@@ -69,18 +69,52 @@ fn plan(s: &Schedule, unit: usize) -> Plan {
     pl
 }
 
-fn send_region(b: &mut Builder, pl: &Plan, peer: usize, buf: Buf, region: (usize, usize)) {
+/// Sends `region` in plan pieces, after `after` (the previous round's
+/// receives: a structural dependency that also holds for empty pieces).
+fn send_after(
+    b: &mut Builder,
+    pl: &Plan,
+    peer: usize,
+    buf: Buf,
+    region: (usize, usize),
+    after: &[u32],
+) {
     for j in 0..pl.pieces() {
         let (o, l, ch) = pl.piece(region, j);
-        b.send(peer, sl(buf, o, l), ch, &[]);
+        b.send(peer, sl(buf, o, l), ch, after);
     }
 }
 
-fn recv_region(b: &mut Builder, pl: &Plan, peer: usize, buf: Buf, region: (usize, usize)) {
-    for j in 0..pl.pieces() {
-        let (o, l, ch) = pl.piece(region, j);
-        b.recv(peer, sl(buf, o, l), ch, &[]);
-    }
+fn send_region(b: &mut Builder, pl: &Plan, peer: usize, buf: Buf, region: (usize, usize)) {
+    send_after(b, pl, peer, buf, region, &[]);
+}
+
+/// Receives `region` in plan pieces; returns the receive steps.
+fn recv_region(
+    b: &mut Builder,
+    pl: &Plan,
+    peer: usize,
+    buf: Buf,
+    region: (usize, usize),
+) -> Vec<u32> {
+    recv_after(b, pl, peer, buf, region, &[])
+}
+
+/// Receives `region` in plan pieces after `after`; returns the receive steps.
+fn recv_after(
+    b: &mut Builder,
+    pl: &Plan,
+    peer: usize,
+    buf: Buf,
+    region: (usize, usize),
+    after: &[u32],
+) -> Vec<u32> {
+    (0..pl.pieces())
+        .map(|j| {
+            let (o, l, ch) = pl.piece(region, j);
+            b.recv(peer, sl(buf, o, l), ch, after)
+        })
+        .collect()
 }
 
 fn recv_reduce_region(
@@ -90,11 +124,14 @@ fn recv_reduce_region(
     own: Buf,
     acc: Buf,
     region: (usize, usize),
-) {
-    for j in 0..pl.pieces() {
-        let (o, l, ch) = pl.piece(region, j);
-        b.recv_reduce(peer, sl(own, o, l), sl(acc, o, l), ch, &[]);
-    }
+    after: &[u32],
+) -> Vec<u32> {
+    (0..pl.pieces())
+        .map(|j| {
+            let (o, l, ch) = pl.piece(region, j);
+            b.recv_reduce(peer, sl(own, o, l), sl(acc, o, l), ch, after)
+        })
+        .collect()
 }
 
 pub(super) fn steps(s: &Schedule, b: &mut Builder) {
@@ -113,24 +150,28 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
     let nr = new_rank(n, r);
     let pl = plan(s, c);
     let all = (0, c);
+    // `last`: the previous round's receives, on which the next round's sends
+    // depend (a structural order that also holds for empty pieces).
     match p.collective {
         Collective::AllReduce => {
-            // Fold: even ranks below 2 rem hand their input up.
-            let own = if r < 2 * rem {
+            // Fold: even ranks below 2 rem hand their input up and wait.
+            let (own, mut last) = if r < 2 * rem {
                 if r % 2 == 0 {
                     send_region(b, &pl, r + 1, Buf::Input, all);
                     recv_region(b, &pl, r + 1, Buf::Output, all);
                     return;
                 }
-                recv_reduce_region(b, &pl, r - 1, Buf::Input, Buf::Output, all);
-                Buf::Output
+                (
+                    Buf::Output,
+                    recv_reduce_region(b, &pl, r - 1, Buf::Input, Buf::Output, all, &[]),
+                )
             } else {
-                Buf::Input
+                (Buf::Input, Vec::new())
             };
             let nr = nr.expect("participant");
             if s.algorithm == Algorithm::HalvingDoubling {
-                halving(s, b, nr, p2, own, Buf::Output);
-                doubling(s, b, nr, p2);
+                last = halving(s, b, nr, p2, own, Buf::Output, last);
+                last = doubling(s, b, nr, p2, last);
             } else {
                 let mut cur = own;
                 if own == Buf::Input {
@@ -139,39 +180,44 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 let mut d = 1;
                 while d < p2 {
                     let peer = real_rank(n, nr ^ d);
-                    send_region(b, &pl, peer, cur, all);
-                    recv_region(b, &pl, peer, Buf::Scratch, all);
+                    send_after(b, &pl, peer, cur, all, &last);
+                    last = recv_after(b, &pl, peer, Buf::Scratch, all, &last);
                     for j in 0..pl.pieces() {
                         let (o, l, ch) = pl.piece(all, j);
-                        b.reduce(sl(Buf::Scratch, o, l), sl(Buf::Output, o, l), ch);
+                        if let Some(red) =
+                            b.reduce(sl(Buf::Scratch, o, l), sl(Buf::Output, o, l), ch)
+                        {
+                            last.push(red);
+                        }
                     }
                     cur = Buf::Output;
                     d <<= 1;
                 }
             }
             if r < 2 * rem {
-                send_region(b, &pl, r - 1, Buf::Output, all);
+                send_after(b, &pl, r - 1, Buf::Output, all, &last);
             }
         }
         Collective::ReduceScatter => {
             let (o, l) = p.block(r);
-            let own = if r < 2 * rem {
+            let (own, mut last) = if r < 2 * rem {
                 if r % 2 == 0 {
                     send_region(b, &pl, r + 1, Buf::Input, all);
-                    let pl1 = plan(s, l);
-                    recv_region(b, &pl1, r + 1, Buf::Output, (0, l));
+                    recv_region(b, &plan(s, l), r + 1, Buf::Output, (0, l));
                     return;
                 }
-                recv_reduce_region(b, &pl, r - 1, Buf::Input, Buf::Scratch, all);
-                Buf::Scratch
+                (
+                    Buf::Scratch,
+                    recv_reduce_region(b, &pl, r - 1, Buf::Input, Buf::Scratch, all, &[]),
+                )
             } else {
-                Buf::Input
+                (Buf::Input, Vec::new())
             };
             let nr = nr.expect("participant");
-            halving(s, b, nr, p2, own, Buf::Scratch);
+            last = halving(s, b, nr, p2, own, Buf::Scratch, last);
             if r < 2 * rem {
                 let (po, plen) = p.block(r - 1);
-                send_region(b, &plan(s, plen), r - 1, Buf::Scratch, (po, plen));
+                send_after(b, &plan(s, plen), r - 1, Buf::Scratch, (po, plen), &last);
             }
             b.copy(sl(Buf::Scratch, o, l), sl(Buf::Output, 0, l));
         }
@@ -182,14 +228,23 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 recv_region(b, &pl, r + 1, Buf::Output, all);
                 return;
             }
-            b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l));
+            let mut last: Vec<u32> = b
+                .copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l))
+                .into_iter()
+                .collect();
             if r < 2 * rem {
                 let (po, plen) = p.block(r - 1);
-                recv_region(b, &plan(s, plen), r - 1, Buf::Output, (po, plen));
+                last.extend(recv_region(
+                    b,
+                    &plan(s, plen),
+                    r - 1,
+                    Buf::Output,
+                    (po, plen),
+                ));
             }
-            doubling(s, b, nr.expect("participant"), p2);
+            last = doubling(s, b, nr.expect("participant"), p2, last);
             if r < 2 * rem {
-                send_region(b, &pl, r - 1, Buf::Output, all);
+                send_after(b, &pl, r - 1, Buf::Output, all, &last);
             }
         }
         _ => unreachable!("validated by support()"),
@@ -198,7 +253,17 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
 
 /// Recursive halving among the `p2` new ranks: this rank ends with its
 /// super-block reduced in `acc`. Round 0 reads `own`, later rounds `acc`.
-fn halving(s: &Schedule, b: &mut Builder, nr: usize, p2: usize, own: Buf, acc: Buf) {
+/// Returns the last round's receives.
+#[allow(clippy::too_many_arguments)]
+fn halving(
+    s: &Schedule,
+    b: &mut Builder,
+    nr: usize,
+    p2: usize,
+    own: Buf,
+    acc: Buf,
+    mut last: Vec<u32>,
+) -> Vec<u32> {
     let p = *b.p;
     let n = p.nranks;
     let (mut lo, mut hi) = (0, p2);
@@ -215,11 +280,8 @@ fn halving(s: &Schedule, b: &mut Builder, nr: usize, p2: usize, own: Buf, acc: B
         let gr = span(&p, give.0, give.1);
         let kr = span(&p, keep.0, keep.1);
         let pl = plan(s, gr.1.max(kr.1));
-        send_region(b, &pl, peer, src, gr);
-        for j in 0..pl.pieces() {
-            let (o, l, ch) = pl.piece(kr, j);
-            b.recv_reduce(peer, sl(src, o, l), sl(acc, o, l), ch, &[]);
-        }
+        send_after(b, &pl, peer, src, gr, &last);
+        last = recv_reduce_region(b, &pl, peer, src, acc, kr, &last);
         src = acc;
         (lo, hi) = keep;
         d /= 2;
@@ -227,13 +289,15 @@ fn halving(s: &Schedule, b: &mut Builder, nr: usize, p2: usize, own: Buf, acc: B
     if src == own && own != acc {
         // p2 == 1: nothing exchanged.
         let (o, l) = span(&p, nr, nr + 1);
-        b.copy(sl(own, o, l), sl(acc, o, l));
+        last.extend(b.copy(sl(own, o, l), sl(acc, o, l)));
     }
+    last
 }
 
 /// Recursive doubling all-gather of super-blocks in the output among the
-/// `p2` new ranks; this rank's super-block must be in place.
-fn doubling(s: &Schedule, b: &mut Builder, nr: usize, p2: usize) {
+/// `p2` new ranks; this rank's super-block must be in place. Returns the
+/// last round's receives.
+fn doubling(s: &Schedule, b: &mut Builder, nr: usize, p2: usize, mut last: Vec<u32>) -> Vec<u32> {
     let p = *b.p;
     let n = p.nranks;
     let mut d = 1;
@@ -244,10 +308,11 @@ fn doubling(s: &Schedule, b: &mut Builder, nr: usize, p2: usize) {
         let mr = span(&p, mine, mine + d);
         let tr = span(&p, theirs, theirs + d);
         let pl = plan(s, mr.1.max(tr.1));
-        send_region(b, &pl, peer, Buf::Output, mr);
-        recv_region(b, &pl, peer, Buf::Output, tr);
+        send_after(b, &pl, peer, Buf::Output, mr, &last);
+        last = recv_after(b, &pl, peer, Buf::Output, tr, &last);
         d <<= 1;
     }
+    last
 }
 
 /// The dissemination barrier: in round k, signal rank `r + 2^k`, hear from `r - 2^k`.
@@ -280,7 +345,7 @@ fn binomial_bcast(s: &Schedule, b: &mut Builder, root: usize) {
     }
     while mask < n {
         if v & mask != 0 {
-            recv_region(b, &pl, real(v - mask), Buf::Output, (0, c));
+            let _ = recv_region(b, &pl, real(v - mask), Buf::Output, (0, c));
             src = Buf::Output;
             break;
         }
@@ -309,7 +374,7 @@ fn binomial_reduce(s: &Schedule, b: &mut Builder, root: usize) {
     while mask < n {
         if v & mask == 0 {
             if v + mask < n {
-                recv_reduce_region(b, &pl, real(v + mask), cur, Buf::Output, (0, c));
+                let _ = recv_reduce_region(b, &pl, real(v + mask), cur, Buf::Output, (0, c), &[]);
                 cur = Buf::Output;
             }
         } else {

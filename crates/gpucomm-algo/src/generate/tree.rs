@@ -62,20 +62,22 @@ pub(crate) fn btree_depth(n: usize) -> usize {
 
 /// One tree of the double binary tree, in real ranks: `(parent, children)` of `r`.
 pub(crate) fn dtree(n: usize, t: usize, r: usize) -> (Option<usize>, Vec<usize>) {
-    let (to_v, from_v): (Box<dyn Fn(usize) -> usize>, Box<dyn Fn(usize) -> usize>) = if t == 0 {
-        (Box::new(|x| x), Box::new(|x| x))
-    } else if n % 2 == 1 {
-        (
-            Box::new(move |x| (x + n - 1) % n),
-            Box::new(move |x| (x + 1) % n),
-        )
-    } else {
-        (Box::new(move |x| n - 1 - x), Box::new(move |x| n - 1 - x))
+    // Tree 1: mirror (n even) or shift by one (n odd); both maps are involutions
+    // or inverse pairs between real and virtual ranks.
+    let to_v = |x: usize| match (t, n % 2) {
+        (0, _) => x,
+        (_, 1) => (x + n - 1) % n,
+        _ => n - 1 - x,
+    };
+    let from_v = |x: usize| match (t, n % 2) {
+        (0, _) => x,
+        (_, 1) => (x + 1) % n,
+        _ => n - 1 - x,
     };
     let v = to_v(r);
     (
-        btree_parent(n, v).map(&from_v),
-        btree_children(n, v).into_iter().map(&from_v).collect(),
+        btree_parent(n, v).map(from_v),
+        btree_children(n, v).into_iter().map(from_v).collect(),
     )
 }
 
