@@ -1,12 +1,721 @@
-//! `gpucomm sim` (being built).
+//! `gpucomm sim`: predict collectives, transfers and training steps on
+//! modeled fabrics (see `docs/sim.md`).
 
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use gpucomm_algo::Collective;
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, simulate};
+use gpucomm_sim::exec::ExecResult;
+use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::train::{ModelSpec, step};
+use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
+use gpucomm_sim::{Engine, Machine, calibration, model, trace};
+use serde_json::json;
+
+use super::common::{format_bytes, parse_size, size_sweep};
 
 /// Arguments of `gpucomm sim`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    cmd: SimCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum SimCmd {
+    /// AllReduce sweep, nccl-tests style.
+    #[command(name = "all_reduce", alias = "all-reduce")]
+    AllReduce(CollArgs),
+    /// AllGather sweep.
+    #[command(name = "all_gather", alias = "all-gather")]
+    AllGather(CollArgs),
+    /// ReduceScatter sweep.
+    #[command(name = "reduce_scatter", alias = "reduce-scatter")]
+    ReduceScatter(CollArgs),
+    /// Broadcast sweep (root 0).
+    Broadcast(CollArgs),
+    /// Reduce sweep (root 0).
+    Reduce(CollArgs),
+    /// AllToAll sweep.
+    #[command(name = "all_to_all", alias = "alltoall")]
+    AllToAll(CollArgs),
+    /// SendRecv ring shift by one.
+    Sendrecv(CollArgs),
+    /// GPU-GPU bandwidth and latency, as p2pBandwidthLatencyTest measures them.
+    P2p(P2pArgs),
+    /// Host/device/storage copy bandwidth, as bandwidthTest measures it.
+    Copy(CopyArgs),
+    /// GPU-GPU between two nodes: GPUDirect RDMA vs staged through host memory.
+    Rdma(RdmaArgs),
+    /// A data-parallel training step with DDP gradient buckets.
+    Train(TrainArgs),
+    /// Predict every case of a calibration file and compare.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct Machine_ {
+    /// Machine: a gpucomm-topo preset (dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200,
+    /// gb200-nvl72, pcie-8gpu), a simulator preset (dgx-b200, workstation-rtx4090),
+    /// `local`, or a topology file.
+    #[arg(long, short = 't', default_value = "dgx-h100")]
+    topology: String,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// Use only the first N GPUs of each node.
+    #[arg(long)]
+    gpus: Option<usize>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct CollArgs {
+    #[command(flatten)]
+    m: Machine_,
+    /// Smallest size (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "8")]
+    min: String,
+    /// Largest size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "128M")]
+    max: String,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    factor: u64,
+    /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
+    /// hierarchical, nvls); default: the tuner picks the fastest.
+    #[arg(long, short = 'a')]
+    algorithm: Option<String>,
+    /// Channels (default: one per NIC across nodes, one inside a node).
+    #[arg(long)]
+    channels: Option<u16>,
+    /// Write a Chrome trace (one track per rank and per busy link) of the largest size.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Print the simulator's own speed (wall time, flows and events per second).
+    #[arg(long)]
+    timing: bool,
+    /// Disable the node-symmetry reduction (simulate every rank).
+    #[arg(long)]
+    no_symmetry: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct P2pArgs {
+    #[command(flatten)]
+    m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// The two GPUs, `A,B`.
+    #[arg(long, default_value = "0,1")]
+    pair: String,
+    /// Copy both ways at once and report the sum.
+    #[arg(long)]
+    bidirectional: bool,
+    /// Disable peer access: the driver stages the copy through host memory.
+    #[arg(long)]
+    no_p2p: bool,
+    /// Bytes per copy.
+    #[arg(long, default_value = "40000000")]
+    size: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct CopyArgs {
+    #[command(flatten)]
+    m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Source: host, gpuN, storage.
+    #[arg(long, default_value = "host")]
+    from: String,
+    /// Destination: host, gpuN.
+    #[arg(long, default_value = "gpu0")]
+    to: String,
+    /// Host memory is pageable (staged through a pinned bounce buffer).
+    #[arg(long)]
+    pageable: bool,
+    /// Storage reads go through a host bounce buffer instead of GPUDirect Storage.
+    #[arg(long)]
+    no_gds: bool,
+    /// Bytes per copy.
+    #[arg(long, default_value = "32M")]
+    size: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct RdmaArgs {
+    #[command(flatten)]
+    m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Local GPU index (the same GPU on the peer node).
+    #[arg(long, default_value_t = 0)]
+    gpu: usize,
+    /// Stage through host memory instead of GPUDirect RDMA.
+    #[arg(long)]
+    no_gdr: bool,
+    /// Bytes.
+    #[arg(long, default_value = "1G")]
+    size: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct TrainArgs {
+    #[command(flatten)]
+    m: Machine_,
+    /// Write a Chrome trace of the run (phases; compute and communication for train).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Model: a preset (resnet50, bert-large, gpt2-xl) or a TOML file.
+    #[arg(long, default_value = "bert-large")]
+    model: String,
+    /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes).
+    #[arg(long, value_delimiter = ',')]
+    sweep_nodes: Vec<usize>,
+    /// DDP bucket cap in MiB.
+    #[arg(long, default_value_t = 25.0)]
+    bucket_mb: f64,
+}
+
+#[derive(clap::Args, Debug)]
+struct CalibrateArgs {
+    /// The calibration file.
+    #[arg(long, default_value = "shared/calibration/measurements.toml")]
+    file: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Runs `gpucomm sim`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`gpucomm sim` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.cmd {
+        SimCmd::AllReduce(a) => collective(Collective::AllReduce, a),
+        SimCmd::AllGather(a) => collective(Collective::AllGather, a),
+        SimCmd::ReduceScatter(a) => collective(Collective::ReduceScatter, a),
+        SimCmd::Broadcast(a) => collective(Collective::Broadcast { root: 0 }, a),
+        SimCmd::Reduce(a) => collective(Collective::Reduce { root: 0 }, a),
+        SimCmd::AllToAll(a) => collective(Collective::AllToAll, a),
+        SimCmd::Sendrecv(a) => collective(Collective::SendRecv { shift: 1 }, a),
+        SimCmd::P2p(a) => p2p_cmd(a),
+        SimCmd::Copy(a) => copy_cmd(a),
+        SimCmd::Rdma(a) => rdma_cmd(a),
+        SimCmd::Train(a) => train_cmd(a),
+        SimCmd::Calibrate(a) => calibrate_cmd(a),
+    }
+}
+
+fn machine(m: &Machine_) -> anyhow::Result<Machine> {
+    let mut mach =
+        Machine::select(&m.topology).with_context(|| format!("--topology {}", m.topology))?;
+    if m.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    if let Some(g) = m.gpus {
+        if g == 0 || g > mach.node.gpus {
+            bail!(
+                "--gpus {g}: {} has {} GPUs per node",
+                mach.name,
+                mach.node.gpus
+            );
+        }
+        mach.gpus_used = Some(g);
+    }
+    mach.nodes = m.nodes;
+    Ok(mach)
+}
+
+fn out() -> std::io::StdoutLock<'static> {
+    std::io::stdout().lock()
+}
+
+fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
+    let mach = machine(&a.m)?;
+    let fabric = mach.fabric(Engine::Nccl, a.m.nodes)?;
+    let algorithm = match &a.algorithm {
+        None => None,
+        Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
+            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls)")
+        })?),
+    };
+    let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
+    let ranks = fabric.ranks();
+    let mut results: Vec<CollResult> = Vec::new();
+    let mut walls = Vec::new();
+    let last = sizes.len().saturating_sub(1);
+    let mut trace_run: Option<ExecResult> = None;
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let tracing = a.trace.is_some() && i == last;
+        let opts = CollOptions {
+            algorithm,
+            channels: a.channels,
+            symmetry: !a.no_symmetry,
+            trace_ranks: if tracing { ranks.min(64) } else { 0 },
+        };
+        let t0 = Instant::now();
+        let r = simulate(&fabric, coll, bytes, &opts).with_context(|| {
+            format!(
+                "{} of {} on {} ranks",
+                coll.name(),
+                format_bytes(bytes),
+                ranks
+            )
+        })?;
+        walls.push(t0.elapsed().as_secs_f64());
+        if tracing {
+            trace_run = r.exec.clone();
+        }
+        results.push(r);
+    }
+    let mut o = out();
+    if a.m.json {
+        let rows: Vec<_> = results
+            .iter()
+            .zip(&walls)
+            .map(|(r, w)| {
+                let mut v = json!({
+                    "bytes": r.bytes, "time_us": r.time.as_us(), "algbw_gbps": r.algbw_gbps,
+                    "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
+                });
+                if a.timing {
+                    v["wall_s"] = json!(w);
+                    if let Some(e) = &r.exec {
+                        v["flows"] = json!(e.stats.flows);
+                        v["events"] = json!(e.stats.events);
+                        v["simulated_ranks"] = json!(e.simulated_ranks);
+                    }
+                }
+                v
+            })
+            .collect();
+        let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": a.m.nodes,
+                         "ranks": ranks, "results": rows});
+        writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            o,
+            "# gpucomm sim {}: {} x {} ({} GPUs per node, {} ranks)",
+            coll.name(),
+            a.m.nodes,
+            mach.name,
+            fabric.ranks_per_node(),
+            ranks
+        )?;
+        writeln!(
+            o,
+            "# engine: NCCL-style kernels, Simple protocol; busbw as nccl-tests"
+        )?;
+        writeln!(o, "#")?;
+        writeln!(
+            o,
+            "# {:>12} {:>12} {:>6} {:>18} {:>12} {:>12} {:>12}",
+            "size", "count", "type", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
+        )?;
+        for r in &results {
+            let elem = if r.bytes % 4 == 0 { 4 } else { 1 };
+            writeln!(
+                o,
+                "  {:>12} {:>12} {:>6} {:>18} {:>12.2} {:>12.2} {:>12.2}",
+                r.bytes,
+                r.bytes / elem,
+                if elem == 4 { "float" } else { "int8" },
+                r.algorithm.name(),
+                r.time.as_us(),
+                r.algbw_gbps,
+                r.busbw_gbps
+            )?;
+        }
+        if a.timing {
+            writeln!(o, "#\n# simulator speed (this machine):")?;
+            for (r, w) in results.iter().zip(&walls) {
+                match &r.exec {
+                    Some(e) => writeln!(
+                        o,
+                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows)",
+                        format_bytes(r.bytes),
+                        w,
+                        e.simulated_ranks,
+                        ranks,
+                        e.stats.flows,
+                        e.stats.events,
+                        e.stats.flows as f64 / w.max(1e-9),
+                        e.stats.events as f64 / w.max(1e-9),
+                        r.candidates.len(),
+                        e.stats.recomputations,
+                        e.stats.flows_recomputed
+                    )?,
+                    None => writeln!(
+                        o,
+                        "#   {:>10}: {:.3} s wall (nvls)",
+                        format_bytes(r.bytes),
+                        w
+                    )?,
+                }
+            }
+        }
+        if let Some(e) = results.last().and_then(|r| r.exec.as_ref()) {
+            link_summary(
+                &mut o,
+                e,
+                results.last().map(|r| r.time.as_secs_f64()).unwrap_or(0.0),
+                ranks,
+            )?;
+        }
+    }
+    if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
+        let ev = trace::chrome_trace(run, &|l| fabric.link_name(l), 0.0);
+        std::fs::write(path, serde_json::to_vec(&trace::document(ev))?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        if !a.m.json {
+            writeln!(
+                o,
+                "# trace: {} (open in https://ui.perfetto.dev)",
+                path.display()
+            )?;
+        }
+    } else if a.trace.is_some() && !a.m.json {
+        writeln!(o, "# trace: nothing to trace (nvls runs no schedule)")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64, ranks: usize) -> anyhow::Result<()> {
+    if e.links.is_empty() || secs <= 0.0 {
+        return Ok(());
+    }
+    let mut links: Vec<_> = e.links.iter().collect();
+    links.sort_by(|a, b| {
+        let ua = a.bytes / (a.capacity_gbps * 1e9 * secs);
+        let ub = b.bytes / (b.capacity_gbps * 1e9 * secs);
+        ub.total_cmp(&ua).then_with(|| a.name.cmp(&b.name))
+    });
+    writeln!(
+        o,
+        "#\n# link utilisation (largest size; {} links carried data{}):",
+        e.links.len(),
+        if e.simulated_ranks < ranks {
+            ", node 0 stands for every node"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(
+        o,
+        "#   {:<36} {:>10} {:>12} {:>8} {:>8}",
+        "link", "GB/s", "bytes", "busy%", "util%"
+    )?;
+    for l in links.iter().take(12) {
+        writeln!(
+            o,
+            "#   {:<36} {:>10.1} {:>12} {:>7.1}% {:>7.1}%",
+            l.name,
+            l.capacity_gbps,
+            format_bytes(l.bytes as u64),
+            100.0 * l.busy.as_secs_f64() / secs,
+            100.0 * l.bytes / (l.capacity_gbps * 1e9 * secs)
+        )?;
+    }
+    if links.len() > 12 {
+        writeln!(o, "#   ... {} more", links.len() - 12)?;
+    }
+    Ok(())
+}
+
+fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
+    let mach = machine(&a.m)?;
+    let (x, y) = a
+        .pair
+        .split_once(',')
+        .and_then(|(x, y)| {
+            Some((
+                x.trim().parse::<usize>().ok()?,
+                y.trim().parse::<usize>().ok()?,
+            ))
+        })
+        .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
+    let size = parse_size(&a.size)?;
+    let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
+    let mut o = out();
+    if a.m.json {
+        let doc = json!({"topology": mach.name, "pair": [x, y], "bidirectional": a.bidirectional,
+            "p2p": r.p2p, "path": r.path, "bandwidth_gbps": r.bandwidth_gbps, "latency_us": r.latency_us, "bytes": size});
+        writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            o,
+            "# gpucomm sim p2p: {} GPU{x} <-> GPU{y}, copy engines, {} per copy",
+            mach.name,
+            format_bytes(size)
+        )?;
+        writeln!(
+            o,
+            "path:       {}{}",
+            r.path,
+            if a.no_p2p { " (P2P disabled)" } else { "" }
+        )?;
+        writeln!(
+            o,
+            "bandwidth:  {:.2} GB/s {}",
+            r.bandwidth_gbps,
+            if a.bidirectional {
+                "(both directions together)"
+            } else {
+                "(one direction)"
+            }
+        )?;
+        writeln!(o, "latency:    {:.2} us", r.latency_us)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_spans(path: &Option<PathBuf>, spans: &[(String, String, f64, f64)]) -> anyhow::Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_vec(&trace::spans(spans))?)
+            .with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("# trace: {} (open in https://ui.perfetto.dev)", p.display());
+    }
+    Ok(())
+}
+
+fn phase_spans(
+    track: &str,
+    phases: &[(String, gpucomm_sim::SimTime, gpucomm_sim::SimTime)],
+) -> Vec<(String, String, f64, f64)> {
+    phases
+        .iter()
+        .map(|(n, a, b)| (track.to_string(), n.clone(), a.as_us(), b.as_us()))
+        .collect()
+}
+
+fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
+    Endpoint::parse(s).with_context(|| format!("unknown endpoint {s:?} (host, gpuN, storage)"))
+}
+
+fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
+    let mach = machine(&a.m)?;
+    let size = parse_size(&a.size)?;
+    if size == 0 {
+        bail!("--size must be positive");
+    }
+    let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
+    let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
+    let mut o = out();
+    if a.m.json {
+        let doc = json!({"topology": mach.name, "from": a.from, "to": a.to, "pageable": a.pageable,
+            "path": r.path, "bandwidth_gbps": r.bandwidth_gbps, "time_us": r.time_us, "bytes": size});
+        writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            o,
+            "# gpucomm sim copy: {} {} -> {}, {}",
+            mach.name,
+            a.from,
+            a.to,
+            format_bytes(size)
+        )?;
+        writeln!(o, "path:       {}", r.path)?;
+        writeln!(o, "bandwidth:  {:.2} GB/s", r.bandwidth_gbps)?;
+        writeln!(o, "time:       {:.2} us", r.time_us)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
+    let mach = machine(&a.m)?;
+    let size = parse_size(&a.size)?;
+    if size == 0 {
+        bail!("--size must be positive");
+    }
+    let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
+    write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
+    let mut o = out();
+    if a.m.json {
+        let doc = json!({"topology": mach.name, "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path,
+            "bandwidth_gbps": r.bandwidth_gbps, "latency_us": r.latency_us, "bytes": size});
+        writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            o,
+            "# gpucomm sim rdma: {} node0:gpu{g} -> node1:gpu{g}, {}",
+            mach.name,
+            format_bytes(size),
+            g = a.gpu
+        )?;
+        writeln!(o, "path:       {}", r.path)?;
+        writeln!(o, "bandwidth:  {:.2} GB/s", r.bandwidth_gbps)?;
+        writeln!(o, "latency:    {:.2} us", r.latency_us)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
+    let mach = machine(&a.m)?;
+    let model = if std::path::Path::new(&a.model).exists() {
+        let text =
+            std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
+        ModelSpec::from_toml(&text)?
+    } else {
+        ModelSpec::preset(&a.model)?
+    };
+    if !(a.bucket_mb.is_finite() && a.bucket_mb > 0.0) {
+        bail!("--bucket-mb must be positive");
+    }
+    let bucket = (a.bucket_mb * 1048576.0) as u64;
+    let sweep = if a.sweep_nodes.is_empty() {
+        vec![a.m.nodes]
+    } else {
+        a.sweep_nodes.clone()
+    };
+    if sweep.contains(&0) {
+        bail!("--sweep-nodes: node counts must be at least 1");
+    }
+    let mut cache = BTreeMap::new();
+    let mut one = mach.clone();
+    one.gpus_used = Some(1);
+    let base = step(&one, 1, &model, bucket, &mut cache)?;
+    let mut rows = vec![("1 GPU".to_string(), base.clone())];
+    for &n in &sweep {
+        rows.push((
+            format!("{n} node{}", if n == 1 { "" } else { "s" }),
+            step(&mach, n, &model, bucket, &mut cache)?,
+        ));
+    }
+    if a.trace.is_some() {
+        // The last scale of the sweep: compute and each bucket's all_reduce.
+        let (name, r) = rows.last().expect("at least one row");
+        let fwd: f64 = model.layers.iter().map(|l| l.fwd_ms).sum::<f64>() * 1e3;
+        let mut sp = vec![("compute".to_string(), "forward".to_string(), 0.0, fwd)];
+        sp.push((
+            "compute".to_string(),
+            "backward".to_string(),
+            fwd,
+            r.compute.as_us(),
+        ));
+        for (i, b) in r.buckets.iter().enumerate() {
+            sp.push((
+                format!("all_reduce ({name})"),
+                format!("bucket {i} ({})", format_bytes(b.bytes)),
+                b.start.as_us(),
+                b.end.as_us(),
+            ));
+        }
+        write_spans(&a.trace, &sp)?;
+    }
+    let mut o = out();
+    if a.m.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(_, r)| {
+                json!({"nodes": r.nodes, "gpus": r.gpus, "step_ms": r.step.as_us() / 1e3,
+                "compute_ms": r.compute.as_us() / 1e3, "comm_ms": r.comm.as_us() / 1e3,
+                "exposed_comm_ms": r.exposed.as_us() / 1e3, "scaling_efficiency": r.efficiency,
+                "buckets": r.buckets.len()})
+            })
+            .collect();
+        let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
+            "bucket_mb": a.bucket_mb, "model_source": model.source, "results": v});
+        writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            o,
+            "# gpucomm sim train: {} ({:.1} M params, {} B/grad), DDP buckets {} MiB, on {}",
+            model.name,
+            model.params() as f64 / 1e6,
+            model.bytes_per_param,
+            a.bucket_mb,
+            mach.name
+        )?;
+        if !model.source.is_empty() {
+            writeln!(o, "# model figures: {}", model.source)?;
+        }
+        writeln!(
+            o,
+            "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11}",
+            "scale", "GPUs", "step(ms)", "compute(ms)", "comm(ms)", "exposed(ms)", "efficiency"
+        )?;
+        for (name, r) in &rows {
+            writeln!(
+                o,
+                "  {:>9} {:>6} {:>10.2} {:>11.2} {:>10.2} {:>12.2} {:>10.1}%",
+                name,
+                r.gpus,
+                r.step.as_us() / 1e3,
+                r.compute.as_us() / 1e3,
+                r.comm.as_us() / 1e3,
+                r.exposed.as_us() / 1e3,
+                100.0 * r.efficiency
+            )?;
+        }
+        writeln!(
+            o,
+            "# efficiency = compute / step: per-GPU throughput against one GPU (weak scaling, same per-GPU batch)"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let cases = calibration::parse(&text)?;
+    let mut o = out();
+    let mut worst: f64 = 0.0;
+    let mut rows = Vec::new();
+    for c in &cases {
+        let p = calibration::predict(c).with_context(|| format!("case {}", c.id))?;
+        worst = worst.max(p.error(c.value).abs());
+        rows.push((c, p));
+    }
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(c, p)| {
+                json!({"id": c.id, "metric": c.metric, "measured": c.value, "predicted": p.value,
+                "error": p.error(c.value), "scenario": p.scenario})
+            })
+            .collect();
+        writeln!(o, "{}", serde_json::to_string_pretty(&json!({"cases": v}))?)?;
+    } else {
+        writeln!(
+            o,
+            "| case | metric | measured | predicted | error | simulated as |"
+        )?;
+        writeln!(o, "|---|---|---:|---:|---:|---|")?;
+        for (c, p) in &rows {
+            writeln!(
+                o,
+                "| {} | {} | {:.1} | {:.1} | {:+.1}% | `{}` |",
+                c.id,
+                c.metric,
+                c.value,
+                p.value,
+                100.0 * p.error(c.value),
+                p.scenario
+            )?;
+        }
+        writeln!(o, "\nfactors:")?;
+        for (name, v, src) in calibration::factors() {
+            writeln!(o, "  {name:<40} {v:>8.4}  {src}")?;
+        }
+        let _ = model::PRESETS;
+    }
+    Ok(if worst <= 0.10 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }

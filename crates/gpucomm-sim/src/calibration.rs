@@ -1,0 +1,381 @@
+//! Published measurements (`shared/calibration/measurements.toml`) and the
+//! simulator's prediction for each.
+//!
+//! A case names a system in words; [`scenario`] reads the GPU, PCIe
+//! generation, NIC count and speed, memory kind and link description from
+//! that text and the case's fields, picks the matching machine, and runs
+//! the command the measurement used (nccl-tests, p2pBandwidthLatencyTest,
+//! bandwidthTest). No case-specific constant is involved: a case the
+//! resolver cannot read is an error, not a guess.
+
+use gpucomm_algo::Collective;
+use serde::Deserialize;
+
+use crate::SimError;
+use crate::collective::{AlgoChoice, CollOptions, simulate};
+use crate::machine::{Engine, Machine, NvFabric};
+use crate::model;
+use crate::transfer::{Endpoint, copy, p2p};
+
+/// One published measurement.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Case {
+    /// Identifier.
+    pub id: String,
+    /// The system, in words.
+    pub system: String,
+    /// What was measured: busbw, algbw, p2p_bidirectional_bandwidth,
+    /// p2p_unidirectional_bandwidth, p2p_latency_us, h2d_bandwidth, d2h_bandwidth.
+    pub metric: String,
+    /// Collective, for busbw/algbw.
+    #[serde(default)]
+    pub collective: Option<String>,
+    /// Algorithm, when the measurement forced one.
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// GPUs in the run.
+    #[serde(default)]
+    pub gpus: Option<usize>,
+    /// Nodes in the run.
+    #[serde(default)]
+    pub nodes: Option<usize>,
+    /// Message size in bytes.
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    /// The measured value (GB/s or us).
+    pub value: f64,
+    /// Where it was published.
+    #[serde(default)]
+    pub source: String,
+}
+
+#[derive(Deserialize)]
+struct File {
+    case: Vec<Case>,
+}
+
+/// Parses the calibration file.
+pub fn parse(text: &str) -> Result<Vec<Case>, SimError> {
+    let f: File =
+        toml::from_str(text).map_err(|e| SimError::Model(format!("calibration file: {e}")))?;
+    Ok(f.case)
+}
+
+/// A prediction with the scenario that produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// Predicted value, same unit as the case.
+    pub value: f64,
+    /// What was simulated (machine, command).
+    pub scenario: String,
+}
+
+impl Prediction {
+    /// Relative error against a measured value.
+    pub fn error(&self, measured: f64) -> f64 {
+        (self.value - measured) / measured
+    }
+}
+
+fn has(s: &str, w: &str) -> bool {
+    s.to_ascii_lowercase().contains(&w.to_ascii_lowercase())
+}
+
+/// The machine a system description names (by GPU), with the PCIe
+/// generation and NICs the text states.
+pub fn machine_for(system: &str) -> Result<Machine, SimError> {
+    let base = if has(system, "GB200") || has(system, "B200") {
+        "dgx-b200"
+    } else if has(system, "H200") {
+        "hgx-h200"
+    } else if has(system, "H100") || has(system, "H800") {
+        "dgx-h100"
+    } else if has(system, "A100") || has(system, "A800") {
+        if has(system, "A100 PCIe") {
+            "pcie-8gpu"
+        } else {
+            "dgx-a100"
+        }
+    } else if has(system, "V100") || has(system, "DGX-1") {
+        "dgx1-v100"
+    } else if has(system, "RTX 4090") || has(system, "RTX4090") {
+        "workstation-rtx4090"
+    } else {
+        return Err(SimError::Model(format!(
+            "cannot tell the GPU of system {system:?}"
+        )));
+    };
+    let mut m = Machine::preset(base)?;
+    // "PCIe Gen4 x16"
+    let lower = system.to_ascii_lowercase();
+    if let Some(i) = lower.find("gen") {
+        if let Some(d) = lower[i + 3..].chars().next().and_then(|c| c.to_digit(10)) {
+            m.node.pcie_gen = d as u8;
+        }
+    }
+    // "8x HDR 200 Gb/s" or "8x 400G"
+    if let Some((count, gbit)) = parse_nics(&lower) {
+        m.node.nics = count;
+        m.node.nic_gbps = gbit / 8.0;
+    }
+    Ok(m)
+}
+
+fn parse_nics(s: &str) -> Option<(usize, f64)> {
+    let words: Vec<&str> = s
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .collect();
+    for (i, w) in words.iter().enumerate() {
+        let Some(n) = w.strip_suffix('x').and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        // Look ahead a few words for a speed and a NIC word.
+        let rest = &words[i + 1..(i + 6).min(words.len())];
+        let joined = rest.join(" ");
+        if !(joined.contains("infiniband")
+            || joined.contains("nic")
+            || joined.contains("gb/s")
+            || joined.contains("roce"))
+        {
+            continue;
+        }
+        for (j, r) in rest.iter().enumerate() {
+            let num = r.trim_end_matches("gb/s").trim_end_matches('g');
+            if let Ok(v) = num.parse::<f64>() {
+                if v >= 10.0
+                    && (r.ends_with('g')
+                        || rest.get(j + 1).is_some_and(|x| x.starts_with("gb"))
+                        || r.ends_with("gb/s"))
+                {
+                    return Some((n, v));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Size p2pBandwidthLatencyTest copies (10 M ints, its `numElems`).
+pub const P2P_TEST_BYTES: u64 = 40_000_000;
+/// Size bandwidthTest copies by default (32 MB, its `DEFAULT_SIZE`).
+pub const BANDWIDTH_TEST_BYTES: u64 = 32 << 20;
+
+/// Predicts a case.
+pub fn predict(case: &Case) -> Result<Prediction, SimError> {
+    let m = machine_for(&case.system)?;
+    match case.metric.as_str() {
+        "busbw" | "algbw" | "time_us" => {
+            let coll = match case.collective.as_deref().unwrap_or("all_reduce") {
+                "all_reduce" => Collective::AllReduce,
+                "all_gather" => Collective::AllGather,
+                "reduce_scatter" => Collective::ReduceScatter,
+                "broadcast" => Collective::Broadcast { root: 0 },
+                "reduce" => Collective::Reduce { root: 0 },
+                "all_to_all" | "alltoall" => Collective::AllToAll,
+                "sendrecv" => Collective::SendRecv { shift: 1 },
+                other => return Err(SimError::Model(format!("unknown collective {other}"))),
+            };
+            let nodes = case.nodes.unwrap_or(1).max(1);
+            let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
+            let mut m = m;
+            if gpus % nodes != 0 {
+                return Err(SimError::Model(format!(
+                    "{gpus} GPUs do not split over {nodes} nodes"
+                )));
+            }
+            m.gpus_used = Some(gpus / nodes);
+            let bytes = case
+                .bytes
+                .ok_or_else(|| SimError::Model(format!("case {} has no bytes", case.id)))?;
+            let algorithm = match case.algorithm.as_deref() {
+                None => None,
+                Some(a) => Some(
+                    AlgoChoice::parse(a)
+                        .ok_or_else(|| SimError::Model(format!("unknown algorithm {a}")))?,
+                ),
+            };
+            let f = m.fabric(Engine::Nccl, nodes)?;
+            let r = simulate(
+                &f,
+                coll,
+                bytes,
+                &CollOptions {
+                    algorithm,
+                    ..Default::default()
+                },
+            )?;
+            let value = match case.metric.as_str() {
+                "busbw" => r.busbw_gbps,
+                "algbw" => r.algbw_gbps,
+                _ => r.time.as_us(),
+            };
+            Ok(Prediction {
+                value,
+                scenario: format!(
+                    "gpucomm sim {} --topology {} --nodes {nodes} --gpus {} -b {bytes} -e {bytes} ({})",
+                    coll.name(),
+                    m.name,
+                    gpus / nodes,
+                    r.algorithm.name()
+                ),
+            })
+        }
+        "p2p_bidirectional_bandwidth" | "p2p_unidirectional_bandwidth" | "p2p_latency_us" => {
+            let f = m.fabric(Engine::CopyEngine, 1)?;
+            let want_links = if has(&case.system, "two NVLink") {
+                Some(2)
+            } else if has(&case.system, "one NVLink") {
+                Some(1)
+            } else if has(&case.system, "no NVLink") {
+                Some(0)
+            } else if has(&case.system, "over NVLink")
+                || has(&case.system, "NVLink") && !has(&case.system, "disabled")
+            {
+                Some(1)
+            } else {
+                None
+            };
+            let disabled = has(&case.system, "P2P disabled");
+            let g = m.node.gpus;
+            let pair = (0..g)
+                .flat_map(|a| (a + 1..g).map(move |b| (a, b)))
+                .find(|&(a, b)| match want_links {
+                    Some(k) => {
+                        f.nvlink_count(a, b) == k
+                            && (k > 0 || !matches!(m.node.nvlink, NvFabric::Switch { .. }))
+                    }
+                    None => true,
+                })
+                .ok_or_else(|| {
+                    SimError::Model(format!(
+                        "no GPU pair in {} matches {:?}",
+                        m.name, case.system
+                    ))
+                })?;
+            let bidir = case.metric == "p2p_bidirectional_bandwidth";
+            let r = p2p(&m, pair.0, pair.1, bidir, !disabled, P2P_TEST_BYTES)?;
+            let value = if case.metric == "p2p_latency_us" {
+                r.latency_us
+            } else {
+                r.bandwidth_gbps
+            };
+            Ok(Prediction {
+                value,
+                scenario: format!(
+                    "gpucomm sim p2p --topology {} --pair {},{}{}{} ({})",
+                    m.name,
+                    pair.0,
+                    pair.1,
+                    if bidir { " --bidirectional" } else { "" },
+                    if disabled { " --no-p2p" } else { "" },
+                    r.path
+                ),
+            })
+        }
+        "h2d_bandwidth" | "d2h_bandwidth" => {
+            let pageable = has(&case.system, "pageable host memory")
+                || (has(&case.system, "pageable") && !has(&case.system, "pinned"));
+            let (from, to) = if case.metric == "h2d_bandwidth" {
+                (Endpoint::Host, Endpoint::Gpu(0))
+            } else {
+                (Endpoint::Gpu(0), Endpoint::Host)
+            };
+            let r = copy(&m, from, to, pageable, false, BANDWIDTH_TEST_BYTES)?;
+            Ok(Prediction {
+                value: r.bandwidth_gbps,
+                scenario: format!(
+                    "gpucomm sim copy --topology {} --from {} --to {}{} (PCIe Gen{})",
+                    m.name,
+                    if from == Endpoint::Host {
+                        "host"
+                    } else {
+                        "gpu0"
+                    },
+                    if to == Endpoint::Host { "host" } else { "gpu0" },
+                    if pageable { " --pageable" } else { "" },
+                    m.node.pcie_gen
+                ),
+            })
+        }
+        other => Err(SimError::Model(format!(
+            "unknown metric {other:?} in case {}",
+            case.id
+        ))),
+    }
+}
+
+/// The efficiency factors in force, for documentation (`gpucomm sim factors`).
+pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
+    vec![
+        (
+            "NVLink flit efficiency (copy engine)",
+            model::NVLINK_FLIT_EFFICIENCY,
+            "256 B payload per 16 B header flit (Foley & Danskin, IEEE Micro 2017)",
+        ),
+        (
+            "PCIe TLP efficiency (copy engine)",
+            model::PCIE_TLP_EFFICIENCY,
+            "128 B payload + 20 B framing/header/LCRC (PCIe Base Spec)",
+        ),
+        (
+            "InfiniBand payload efficiency",
+            model::IB_EFFICIENCY,
+            "4096 B MTU + 26 B LRH/BTH/ICRC/VCRC (IBTA spec vol. 1)",
+        ),
+        (
+            "NCCL NVLink GB/s per link, sm70/80",
+            model::nccl_nvlink_gbps(model::Arch::Ampere),
+            "NVIDIA/nccl src/graph/topo.h",
+        ),
+        (
+            "NCCL NVLink GB/s per link, sm90",
+            model::nccl_nvlink_gbps(model::Arch::Hopper),
+            "NVIDIA/nccl src/graph/topo.h",
+        ),
+        (
+            "NCCL NVLink GB/s per link, sm100",
+            model::nccl_nvlink_gbps(model::Arch::Blackwell),
+            "NVIDIA/nccl src/graph/topo.h",
+        ),
+        (
+            "NCCL PCIe Gen4 x16 GB/s",
+            model::nccl_pcie_gbps(4, 16),
+            "NVIDIA/nccl src/graph/xml.cc kvDictPciGen, width*gen/80",
+        ),
+        (
+            "NCCL NVLS efficiency, Hopper",
+            model::nvls_efficiency(model::Arch::Hopper),
+            "NVIDIA/nccl src/graph/tuning.cc nvlsEfficiency",
+        ),
+        (
+            "NVLS channels",
+            model::NVLS_CHANNELS,
+            "NCCL_NVLS_NCHANNELS default",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_nics_from_text() {
+        assert_eq!(
+            parse_nics("2x dgx a100, 8x hdr 200 gb/s infiniband nics per node"),
+            Some((8, 200.0))
+        );
+        assert_eq!(parse_nics("8x h100 sxm, nvlink 4"), None);
+        let m = machine_for("2x DGX A100, 8x HDR 200 Gb/s InfiniBand NICs per node").unwrap();
+        assert_eq!(m.node.nics, 8);
+        assert!((m.node.nic_gbps - 25.0).abs() < 1e-9);
+        assert!(machine_for("a toaster").is_err());
+        assert_eq!(
+            machine_for("V100 SXM2, PCIe Gen3 x16")
+                .unwrap()
+                .node
+                .pcie_gen,
+            3
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! Collectives as nccl-tests measures them: one operation of `bytes` on
+//! every rank, timed from launch to the last rank's completion.
+//!
+//! Point-to-point algorithms run the schedules of gpucomm-algo through
+//! [`crate::exec`]; NVLS (in-switch reduction on NVSwitch gen 3+) is a
+//! hardware feature no point-to-point schedule expresses, modeled here as
+//! flows to and from the switch.
+
+use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+
+use crate::engine::{FlowNet, Output};
+use crate::exec::{ExecConfig, ExecResult, run_schedule};
+use crate::fabric::Fabric;
+use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
+use crate::model;
+use crate::{SimError, SimTime};
+
+/// Which algorithm runs a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AlgoChoice {
+    /// A gpucomm-algo schedule.
+    Schedule(Algorithm),
+    /// NVLink SHARP: reduction and multicast in the NVSwitch.
+    Nvls,
+}
+
+impl AlgoChoice {
+    /// The name printed and accepted on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgoChoice::Schedule(a) => a.name(),
+            AlgoChoice::Nvls => "nvls",
+        }
+    }
+
+    /// Parses `ring`, `tree`, `nvls`, `halving_doubling`, ...
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.eq_ignore_ascii_case("nvls") {
+            return Some(AlgoChoice::Nvls);
+        }
+        Algorithm::from_name(s).map(AlgoChoice::Schedule)
+    }
+}
+
+/// Options of a collective simulation.
+#[derive(Clone, Debug)]
+pub struct CollOptions {
+    /// The algorithm; `None` lets the tuner pick (fastest simulated candidate).
+    pub algorithm: Option<AlgoChoice>,
+    /// Channels; `None`: one per NIC on multi-node runs (as NCCL binds
+    /// channels to NICs), one inside a node.
+    pub channels: Option<u16>,
+    /// Use the executor's symmetry reduction when possible.
+    pub symmetry: bool,
+    /// Trace this many ranks (0: no trace).
+    pub trace_ranks: usize,
+}
+
+impl Default for CollOptions {
+    fn default() -> Self {
+        CollOptions {
+            algorithm: None,
+            channels: None,
+            symmetry: true,
+            trace_ranks: 0,
+        }
+    }
+}
+
+/// The result for one size.
+#[derive(Clone, Debug)]
+pub struct CollResult {
+    /// Size as nccl-tests reports it.
+    pub bytes: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// Simulated time of the operation.
+    pub time: SimTime,
+    /// bytes / time, GB/s.
+    pub algbw_gbps: f64,
+    /// algbw times nccl-tests' bus factor, GB/s.
+    pub busbw_gbps: f64,
+    /// The algorithm that ran.
+    pub algorithm: AlgoChoice,
+    /// Every candidate the tuner simulated, with its time.
+    pub candidates: Vec<(AlgoChoice, SimTime)>,
+    /// Details of the run of a schedule (None for NVLS).
+    pub exec: Option<ExecResult>,
+}
+
+/// NCCL's algorithms among gpucomm's: the tuner chooses among these, as
+/// NCCL would (CollNet is not modeled).
+pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
+
+/// The algorithms the tuner considers for `collective` on this machine, in
+/// a fixed order: NCCL's ring and tree where gpucomm-algo implements them,
+/// NVLS where the hardware has it; if neither ring nor tree implements the
+/// collective (all_to_all, sendrecv), every gpucomm algorithm that does.
+pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let n = fabric.ranks();
+    let ok = |a: Algorithm| {
+        let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
+        Schedule::new(p, a).is_ok()
+    };
+    let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
+        .into_iter()
+        .filter(|&a| ok(a))
+        .map(AlgoChoice::Schedule)
+        .collect();
+    if v.is_empty() {
+        v = Algorithm::ALL
+            .into_iter()
+            .filter(|&a| ok(a))
+            .map(AlgoChoice::Schedule)
+            .collect();
+    }
+    if nvls_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Nvls);
+    }
+    v
+}
+
+/// Every algorithm that implements `collective` (for `--algorithm all`-style listings).
+pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let n = fabric.ranks();
+    let mut v: Vec<AlgoChoice> = Algorithm::ALL
+        .into_iter()
+        .filter(|&a| {
+            let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
+            Schedule::new(p, a).is_ok()
+        })
+        .map(AlgoChoice::Schedule)
+        .collect();
+    if nvls_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Nvls);
+    }
+    v
+}
+
+fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
+    let m = &fabric.machine;
+    let nvls = matches!(m.node.nvlink, NvFabric::Switch { nvls: true, .. })
+        && model::nvls_efficiency(m.node.arch) > 0.0;
+    if !nvls {
+        return Err(SimError::Model(format!(
+            "{} has no NVSwitch with in-switch reduction (NVLS needs 3rd-gen NVSwitch, Hopper or later)",
+            m.name
+        )));
+    }
+    if collective != Collective::AllReduce {
+        return Err(SimError::Model(
+            "nvls is modeled for all_reduce only".into(),
+        ));
+    }
+    if fabric.nodes() > 1 {
+        return Err(SimError::Model(
+            "nvls across nodes needs in-network reduction (CollNet/SHARP), not modeled".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The schedule gpucomm would run for `collective` of `bytes` with `algorithm`.
+pub fn schedule_for(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    algorithm: Algorithm,
+    channels: Option<u16>,
+) -> Result<Schedule, SimError> {
+    let n = fabric.ranks();
+    let elem = if bytes % 4 == 0 { 4 } else { 1 };
+    let elems = (bytes / elem) as usize;
+    let count = match collective {
+        Collective::AllToAll => elems / n,
+        _ => elems,
+    };
+    let p =
+        Problem::new(collective, count, n, fabric.ranks_per_node()).with_elem_size(elem as usize);
+    let ch = channels.unwrap_or(if fabric.nodes() > 1 {
+        fabric.machine.node.nics.max(1) as u16
+    } else {
+        1
+    });
+    let mut s = Schedule::new(p, algorithm)
+        .map_err(|e| SimError::Schedule(e.to_string()))?
+        .with_channels(ch);
+    if algorithm != Algorithm::Ring {
+        // NCCL pipelines non-ring algorithms in chunks (its Simple protocol
+        // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step); keep at most
+        // 32 chunks per channel to bound the event count.
+        let per_channel = bytes / u64::from(ch);
+        let chunk = (512u64 << 10).max(per_channel / 32).max(elem);
+        s = s.with_chunk_elems((chunk / elem) as usize);
+    }
+    Ok(s)
+}
+
+/// Simulates one collective of `bytes` on `fabric` (built for [`Engine::Nccl`]).
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::{simulate, CollOptions, AlgoChoice};
+/// use gpucomm_sim::{Machine, Engine};
+///
+/// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
+/// let opts = CollOptions { algorithm: AlgoChoice::parse("nvls"), ..Default::default() };
+/// let r = simulate(&f, Collective::AllReduce, 1 << 30, &opts).unwrap();
+/// assert!(r.busbw_gbps > 400.0);
+/// ```
+pub fn simulate(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    opts: &CollOptions,
+) -> Result<CollResult, SimError> {
+    let choices = match opts.algorithm {
+        Some(a) => vec![a],
+        None => candidates(fabric, collective),
+    };
+    if choices.is_empty() {
+        return Err(SimError::Schedule(format!(
+            "no algorithm implements {}",
+            collective.name()
+        )));
+    }
+    let mut best: Option<(SimTime, AlgoChoice, Option<ExecResult>)> = None;
+    let mut tried = Vec::new();
+    let mut last_err = None;
+    for c in choices {
+        let r = run_one(fabric, collective, bytes, c, opts);
+        match r {
+            Ok((t, ex)) => {
+                tried.push((c, t));
+                if best.as_ref().is_none_or(|b| t < b.0) {
+                    best = Some((t, c, ex));
+                }
+            }
+            Err(e) => {
+                if opts.algorithm.is_some() {
+                    return Err(e);
+                }
+                last_err = Some(e);
+            }
+        }
+    }
+    let (time, algorithm, exec) = match best {
+        Some(b) => b,
+        None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
+    };
+    let n = fabric.ranks();
+    let secs = time.as_secs_f64().max(1e-15);
+    let algbw = bytes as f64 / secs / 1e9;
+    Ok(CollResult {
+        bytes,
+        ranks: n,
+        time,
+        algbw_gbps: algbw,
+        busbw_gbps: algbw * collective.busbw_factor(n),
+        algorithm,
+        candidates: tried,
+        exec,
+    })
+}
+
+fn run_one(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    c: AlgoChoice,
+    opts: &CollOptions,
+) -> Result<(SimTime, Option<ExecResult>), SimError> {
+    match c {
+        AlgoChoice::Nvls => {
+            nvls_eligible(fabric, collective)?;
+            Ok((nvls_all_reduce(fabric, bytes)?, None))
+        }
+        AlgoChoice::Schedule(a) => {
+            let s = schedule_for(fabric, collective, bytes, a, opts.channels)?;
+            let cfg = ExecConfig {
+                overheads: model::nccl_overheads(a.name()),
+                symmetry: opts.symmetry,
+                trace_ranks: opts.trace_ranks,
+                ..ExecConfig::default()
+            };
+            let r = run_schedule(&s, fabric, &cfg)?;
+            Ok((r.time, Some(r)))
+        }
+    }
+}
+
+/// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard
+/// reduced by the switch (`multimem.ld_reduce`: its link carries S up and
+/// S/n down) and multicasts the result (`multimem.st`: S/n up, S down), the
+/// two phases pipelined; so each direction of each GPU link carries
+/// S(n+1)/n. Link bandwidth is NCCL's per-link figure times
+/// `nvlsEfficiency` and `(nChannels-1)/nChannels` (NCCL tuning.cc); the
+/// latency is NCCL's NVLS `hwLat` plus the two hops.
+pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
+    let m = &fabric.machine;
+    let NvFabric::Switch { links, .. } = m.node.nvlink else {
+        return Err(SimError::Model("nvls needs an NVSwitch".into()));
+    };
+    let n = fabric.ranks();
+    let eff =
+        model::nvls_efficiency(m.node.arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
+    let cap = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff;
+    let mut net = FlowNet::new(&vec![cap; 2 * n]);
+    let per_dir = bytes as f64 * (n as f64 + 1.0) / n as f64;
+    let lat = SimTime::from_us(2.0 * model::NVLINK_HOP_US);
+    for g in 0..n {
+        net.start_flow(&[(2 * g) as u32], per_dir, lat, g as u64);
+        net.start_flow(&[(2 * g + 1) as u32], per_dir, lat, g as u64);
+    }
+    let ov = model::nccl_overheads("nvls");
+    let mut out = Vec::new();
+    let mut end = SimTime::ZERO;
+    while let Some(t) = net.next_batch(&mut out) {
+        if out.iter().any(|o| matches!(o, Output::Delivered(_))) {
+            end = t;
+        }
+    }
+    Ok(end + ov.launch + ov.step_nvlink)
+}
+
+/// Builds the NCCL-engine fabric of `machine` on `nodes` nodes.
+pub fn nccl_fabric(machine: &Machine, nodes: usize) -> Result<ClusterFabric, SimError> {
+    machine.fabric(Engine::Nccl, nodes)
+}

@@ -1,0 +1,64 @@
+//! Errors of the simulator.
+
+/// Why a simulation could not run or finish.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The schedule could not be built (algorithm does not implement the collective, ...).
+    #[error("schedule: {0}")]
+    Schedule(String),
+    /// The fabric cannot carry a transfer between two ranks.
+    #[error("no route from rank {src} to rank {dst}: {why}")]
+    NoRoute {
+        /// Sending rank.
+        src: usize,
+        /// Receiving rank.
+        dst: usize,
+        /// Detail.
+        why: String,
+    },
+    /// The schedule and the fabric disagree on the number of ranks.
+    #[error("schedule has {schedule} ranks but the fabric has {fabric}")]
+    RankMismatch {
+        /// Ranks in the schedule.
+        schedule: usize,
+        /// Ranks in the fabric.
+        fabric: usize,
+    },
+    /// A step refers to something that does not exist (a dependency on a
+    /// later step, a peer out of range, a mismatched transfer length).
+    #[error("malformed schedule at rank {rank} step {step}: {why}")]
+    Malformed {
+        /// Rank.
+        rank: usize,
+        /// Step index.
+        step: usize,
+        /// Detail.
+        why: String,
+    },
+    /// Nothing is left to happen but some steps never ran.
+    #[error(
+        "deadlock at {time_us:.3} us: {pending} steps never ran (first: rank {rank} step {step})"
+    )]
+    Deadlock {
+        /// Simulated time when the run stopped.
+        time_us: f64,
+        /// Steps left.
+        pending: usize,
+        /// A rank with a stuck step.
+        rank: usize,
+        /// That step.
+        step: usize,
+    },
+    /// The run went past its bound on simulated time or events (livelock guard).
+    #[error("simulation exceeded its bound ({what}) at {time_us:.3} us")]
+    Limit {
+        /// Which bound.
+        what: String,
+        /// Simulated time when it stopped.
+        time_us: f64,
+    },
+    /// The hardware description is unusable (unknown model, zero bandwidth, ...).
+    #[error("invalid model: {0}")]
+    Model(String),
+}

@@ -1,0 +1,914 @@
+//! Runs a [`Schedule`] on a [`Fabric`]: the same steps the runtime executes,
+//! as flows on modeled links.
+//!
+//! Semantics follow `gpucomm_algo::schedule`: a step starts when its
+//! dependencies are done; sends and receives match FIFO per
+//! `(sender, receiver, channel)`; a transfer is a rendezvous (both steps
+//! complete when the data is delivered). A matched pair becomes a flow at
+//! once, delivered after its route's latency plus the per-step overhead of
+//! the engine driving it (by path class); local
+//! copies and reductions take their bytes over the device's local bandwidth.
+//!
+//! # Symmetry
+//!
+//! When the fabric says translating every rank by one node is an
+//! automorphism (identical nodes, every link owned by one node, a
+//! non-blocking core), and the schedule's steps are invariant under the same
+//! translation (checked on the first, middle and last local ranks of nodes 1
+//! and N-1: same kinds, channels and
+//! dependencies, peers shifted by one node; lengths may differ by one
+//! element, as blocks do when a count does not divide by the rank count),
+//! only the ranks of node 0 are
+//! simulated: a link stands for its whole orbit, a flow for the same flow on
+//! every node. Max-min fairness is preserved because the fair allocation of
+//! a symmetric network is itself symmetric. This is what makes a 16384-rank
+//! ring cheap; [`ExecConfig::symmetry`] turns it off.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use gpucomm_algo::{Schedule, Step, StepKind};
+
+use crate::engine::{BusySpan, EngineStats, FlowNet, LinkId, Output};
+use crate::fabric::{Fabric, PathClass};
+use crate::{SimError, SimTime};
+
+/// Software overheads of the engine that runs a schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overheads {
+    /// Fixed cost of launching the operation (kernel launch, proxy wake-up).
+    pub launch: SimTime,
+    /// Added to every transfer step, by path class: NVLink, PCIe, network.
+    pub step_nvlink: SimTime,
+    /// See `step_nvlink`.
+    pub step_pcie: SimTime,
+    /// See `step_nvlink`.
+    pub step_net: SimTime,
+    /// Added to every local copy/reduce step.
+    pub step_local: SimTime,
+}
+
+impl Overheads {
+    /// No overhead at all (pure fabric time).
+    pub const NONE: Overheads = Overheads {
+        launch: SimTime::ZERO,
+        step_nvlink: SimTime::ZERO,
+        step_pcie: SimTime::ZERO,
+        step_net: SimTime::ZERO,
+        step_local: SimTime::ZERO,
+    };
+
+    fn step(&self, class: PathClass) -> SimTime {
+        match class {
+            PathClass::Local => self.step_local,
+            PathClass::NvLink => self.step_nvlink,
+            PathClass::Pcie => self.step_pcie,
+            PathClass::Net => self.step_net,
+        }
+    }
+}
+
+/// How to run a schedule.
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    /// Software overheads.
+    pub overheads: Overheads,
+    /// Stop with [`SimError::Limit`] past this simulated time (livelock guard).
+    pub time_limit: SimTime,
+    /// Stop with [`SimError::Limit`] past this many events.
+    pub max_events: u64,
+    /// Use node-translation symmetry when the fabric and schedule allow it.
+    pub symmetry: bool,
+    /// Events closer than this are processed together (a time resolution;
+    /// default 0: only identical timestamps, exact).
+    pub batch_window: SimTime,
+    /// Record per-rank step spans and link busy spans (for Chrome traces)
+    /// for ranks below this number (0 = no trace).
+    pub trace_ranks: usize,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            overheads: Overheads::NONE,
+            time_limit: SimTime::from_secs_f64(3600.0),
+            max_events: 20_000_000_000,
+            symmetry: true,
+            batch_window: SimTime::from_ps(0),
+            trace_ranks: 0,
+        }
+    }
+}
+
+/// A span of one rank's activity (for traces).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankSpan {
+    /// Rank.
+    pub rank: usize,
+    /// Step index.
+    pub step: usize,
+    /// `send->5`, `recv<-3`, `copy`.
+    pub what: String,
+    /// Channel.
+    pub channel: u16,
+    /// Bytes.
+    pub bytes: u64,
+    /// Start of the transfer (after overhead) or local op.
+    pub start: SimTime,
+    /// Completion.
+    pub end: SimTime,
+}
+
+/// Use of one link in a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkUsage {
+    /// Link name.
+    pub name: String,
+    /// Bytes carried (summed over the link's orbit when symmetry was used,
+    /// divided by its size: i.e. per link).
+    pub bytes: f64,
+    /// Time busy.
+    pub busy: SimTime,
+    /// Capacity in GB/s.
+    pub capacity_gbps: f64,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug)]
+pub struct ExecResult {
+    /// When the last rank finished.
+    pub time: SimTime,
+    /// Engine counters.
+    pub stats: EngineStats,
+    /// Ranks actually simulated (fewer than the schedule's with symmetry).
+    pub simulated_ranks: usize,
+    /// Steps executed (of the simulated ranks).
+    pub steps: u64,
+    /// Links that carried data, by link id.
+    pub links: Vec<LinkUsage>,
+    /// Rank spans (only with `trace_ranks`).
+    pub rank_spans: Vec<RankSpan>,
+    /// Link busy spans (only with `trace_ranks`).
+    pub link_spans: Vec<BusySpan>,
+}
+
+/// A fast, deterministic hasher for small integer keys (FxHash's multiply-rotate).
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+const K_SEND: u8 = 0;
+const K_RECV: u8 = 1;
+const K_LOCAL: u8 = 2;
+
+#[derive(Clone, Copy)]
+struct CStep {
+    peer: u32,
+    bytes: u64,
+    seq: u32,
+    deps_left: u32,
+    channel: u16,
+    kind: u8,
+}
+
+struct RankState {
+    steps: Vec<CStep>,
+    dep_off: Vec<u32>,
+    dependents: Vec<u32>,
+}
+
+/// Meeting key: (sender class, receiver class, node delta, channel, FIFO index).
+type MeetKey = (u32, u32, u32, u16, u32);
+
+struct Transfer {
+    src: (u32, u32),
+    dst: (u32, u32),
+    start: SimTime,
+}
+
+enum Pending {
+    Launch,
+    Local(u32, u32),
+}
+
+struct Exec<'a> {
+    net: FlowNet,
+    ranks: Vec<RankState>,
+    g: usize,
+    nodes: usize,
+    #[allow(dead_code)]
+    n: usize,
+    meet: FxMap<MeetKey, (u32, u32)>,
+    route_cache: FxMap<(u32, u32, u16), u32>,
+    routes: Vec<(Vec<LinkId>, SimTime, PathClass)>,
+    transfers: Vec<Transfer>,
+    free_transfers: Vec<u32>,
+    pending: Vec<Pending>,
+    free_pending: Vec<u32>,
+    remaining: u64,
+    fabric: &'a dyn Fabric,
+    orbit: Option<Vec<Option<LinkId>>>,
+    elem: u64,
+    cfg: &'a ExecConfig,
+    local_gbps: Vec<f64>,
+    spans: Vec<RankSpan>,
+    work: Vec<(u32, u32)>,
+}
+
+/// Runs `schedule` on `fabric`. The fabric's ranks must equal the schedule's.
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+/// use gpucomm_sim::exec::{ExecConfig, run_schedule};
+/// use gpucomm_sim::fabric::Fabric;
+/// use gpucomm_sim::machine::{Machine, Engine};
+///
+/// let m = Machine::preset("dgx-a100").unwrap();
+/// let fabric = m.fabric(Engine::Nccl, 1).unwrap();
+/// let p = Problem::new(Collective::AllReduce, 1 << 20, fabric.ranks(), fabric.ranks_per_node());
+/// let s = Schedule::new(p, Algorithm::Ring).unwrap();
+/// let r = run_schedule(&s, &fabric, &ExecConfig::default()).unwrap();
+/// assert!(r.time.as_us() > 0.0);
+/// ```
+pub fn run_schedule(
+    schedule: &Schedule,
+    fabric: &dyn Fabric,
+    cfg: &ExecConfig,
+) -> Result<ExecResult, SimError> {
+    let n = schedule.problem.nranks;
+    if n != fabric.ranks() {
+        return Err(SimError::RankMismatch {
+            schedule: n,
+            fabric: fabric.ranks(),
+        });
+    }
+    let rpn = fabric.ranks_per_node().max(1);
+    let elem = schedule.problem.elem_size as u64;
+    let orbit = if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
+        fabric_orbits(fabric).filter(|_| schedule_is_node_symmetric(schedule, rpn))
+    } else {
+        None
+    };
+    let g = if orbit.is_some() { rpn } else { n };
+    let caps = fabric.capacities();
+    let mut net = FlowNet::new(&caps);
+    net.set_batch_window(cfg.batch_window);
+    if cfg.trace_ranks > 0 {
+        net.record_busy_spans();
+    }
+    let mut ex = Exec {
+        net,
+        ranks: Vec::with_capacity(g),
+        g,
+        nodes: n / g,
+        n,
+        meet: FxMap::default(),
+        route_cache: FxMap::default(),
+        routes: Vec::new(),
+        transfers: Vec::new(),
+        free_transfers: Vec::new(),
+        pending: Vec::new(),
+        free_pending: Vec::new(),
+        remaining: 0,
+        fabric,
+        orbit,
+        elem,
+        cfg,
+        local_gbps: (0..g).map(|r| fabric.local_gbps(r).max(1e-9)).collect(),
+        spans: Vec::new(),
+        work: Vec::new(),
+    };
+    for r in 0..g {
+        let steps = schedule.rank_steps(r);
+        let st = compact(r, &steps, elem, n)?;
+        ex.remaining += st.steps.len() as u64;
+        ex.ranks.push(st);
+    }
+    let total_steps = ex.remaining;
+    let p = ex.alloc_pending(Pending::Launch);
+    ex.net.timer(cfg.overheads.launch, u64::from(p));
+    let mut out = Vec::new();
+    let mut finish = SimTime::ZERO;
+    while let Some(t) = ex.net.next_batch(&mut out) {
+        if t > cfg.time_limit {
+            return Err(SimError::Limit {
+                what: format!("time limit {}", cfg.time_limit),
+                time_us: t.as_us(),
+            });
+        }
+        if ex.net.stats().events > cfg.max_events {
+            return Err(SimError::Limit {
+                what: format!("{} events", cfg.max_events),
+                time_us: t.as_us(),
+            });
+        }
+        for &o in &out {
+            match o {
+                Output::Timer(tag) => ex.on_timer(tag as u32, t)?,
+                Output::Delivered(tag) => {
+                    let tr = &ex.transfers[tag as usize];
+                    let (src, dst) = (tr.src, tr.dst);
+                    if ex.cfg.trace_ranks > 0 {
+                        ex.trace_transfer(tag as u32, t);
+                    }
+                    ex.free_transfers.push(tag as u32);
+                    ex.complete(src.0, src.1, t)?;
+                    ex.complete(dst.0, dst.1, t)?;
+                }
+            }
+        }
+        if ex.remaining == 0 {
+            finish = t;
+        }
+    }
+    if ex.remaining > 0 {
+        let (rank, step) = ex.first_stuck();
+        return Err(SimError::Deadlock {
+            time_us: ex.net.now().as_us(),
+            pending: ex.remaining as usize,
+            rank,
+            step,
+        });
+    }
+    let scale = 1.0;
+    let links = (0..ex.net.link_count())
+        .filter(|&l| ex.net.link_bytes(l as LinkId) > 0.0)
+        .map(|l| LinkUsage {
+            name: fabric.link_name(l as LinkId),
+            bytes: ex.net.link_bytes(l as LinkId) * scale,
+            busy: ex.net.link_busy(l as LinkId),
+            capacity_gbps: caps[l],
+        })
+        .collect();
+    Ok(ExecResult {
+        time: finish,
+        stats: ex.net.stats(),
+        simulated_ranks: g,
+        steps: total_steps,
+        links,
+        link_spans: ex.net.busy_spans().to_vec(),
+        rank_spans: std::mem::take(&mut ex.spans),
+    })
+}
+
+/// The orbit representative of every link under node translation, when the
+/// fabric declares one (see [`crate::machine::ClusterFabric`]).
+fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
+    fabric.node_orbits()
+}
+
+/// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
+/// node, checked on the first, middle and last local ranks of node 1 and of the last node.
+fn schedule_is_node_symmetric(s: &Schedule, rpn: usize) -> bool {
+    let n = s.problem.nranks;
+    let nodes = n / rpn;
+    let mut base: Vec<Option<Vec<Step>>> = vec![None; rpn];
+    // The first, middle and last local rank of node 1 and of the last node
+    // (generating steps is the costly part of a symmetric run).
+    let mut locals = vec![0, rpn / 2, rpn - 1];
+    locals.dedup();
+    let mut probes: Vec<(usize, usize)> = locals.iter().map(|&r| (1, r)).collect();
+    if nodes > 2 {
+        probes.extend(locals.iter().map(|&r| (nodes - 1, r)));
+    }
+    {
+        for (node, r) in probes {
+            let b = base[r].get_or_insert_with(|| s.rank_steps(r));
+            let other = s.rank_steps(node * rpn + r);
+            if other.len() != b.len() {
+                return false;
+            }
+            let shift = node * rpn;
+            for (x, y) in b.iter().zip(&other) {
+                if x.channel != y.channel
+                    || x.deps != y.deps
+                    || x.kind.len().abs_diff(y.kind.len()) > 1
+                {
+                    return false;
+                }
+                let same_kind = std::mem::discriminant(&x.kind) == std::mem::discriminant(&y.kind);
+                let peer_ok = match (x.kind.peer(), y.kind.peer()) {
+                    (Some(a), Some(b)) => (a + shift) % n == b,
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same_kind || !peer_ok {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState, SimError> {
+    let mut seqs: FxMap<(u32, u16, u8), u32> = FxMap::default();
+    let mut out = Vec::with_capacity(steps.len());
+    let mut counts = vec![0u32; steps.len() + 1];
+    for (i, s) in steps.iter().enumerate() {
+        let kind = match s.kind {
+            StepKind::Send { .. } => K_SEND,
+            StepKind::Recv { .. } | StepKind::RecvReduce { .. } => K_RECV,
+            StepKind::Copy { .. } | StepKind::Reduce { .. } => K_LOCAL,
+        };
+        let peer = s.kind.peer().unwrap_or(rank);
+        if peer >= n {
+            return Err(SimError::Malformed {
+                rank,
+                step: i,
+                why: format!("peer {peer} out of range ({n} ranks)"),
+            });
+        }
+        let seq = if kind == K_LOCAL {
+            0
+        } else {
+            let c = seqs.entry((peer as u32, s.channel, kind)).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
+        for &d in &s.deps {
+            if d as usize >= i {
+                return Err(SimError::Malformed {
+                    rank,
+                    step: i,
+                    why: format!("depends on step {d}, not an earlier one"),
+                });
+            }
+            counts[d as usize] += 1;
+        }
+        out.push(CStep {
+            peer: peer as u32,
+            bytes: s.kind.len() as u64 * elem,
+            seq,
+            deps_left: s.deps.len() as u32,
+            channel: s.channel,
+            kind,
+        });
+    }
+    // CSR of dependents.
+    let mut dep_off = vec![0u32; steps.len() + 1];
+    for i in 0..steps.len() {
+        dep_off[i + 1] = dep_off[i] + counts[i];
+    }
+    let mut fill = dep_off.clone();
+    let mut dependents = vec![0u32; dep_off[steps.len()] as usize];
+    for (i, s) in steps.iter().enumerate() {
+        for &d in &s.deps {
+            dependents[fill[d as usize] as usize] = i as u32;
+            fill[d as usize] += 1;
+        }
+    }
+    Ok(RankState {
+        steps: out,
+        dep_off,
+        dependents,
+    })
+}
+
+impl Exec<'_> {
+    #[cfg(test)]
+    fn alloc_pending_launch(&mut self) -> u32 {
+        self.alloc_pending(Pending::Launch)
+    }
+
+    fn alloc_pending(&mut self, p: Pending) -> u32 {
+        match self.free_pending.pop() {
+            Some(i) => {
+                self.pending[i as usize] = p;
+                i
+            }
+            None => {
+                self.pending.push(p);
+                (self.pending.len() - 1) as u32
+            }
+        }
+    }
+
+    fn on_timer(&mut self, tag: u32, t: SimTime) -> Result<(), SimError> {
+        let p = std::mem::replace(&mut self.pending[tag as usize], Pending::Launch);
+        self.free_pending.push(tag);
+        match p {
+            Pending::Launch => {
+                for r in 0..self.ranks.len() {
+                    for s in 0..self.ranks[r].steps.len() {
+                        if self.ranks[r].steps[s].deps_left == 0 {
+                            self.ready(r as u32, s as u32, t)?;
+                        }
+                    }
+                }
+            }
+            Pending::Local(r, s) => {
+                if self.cfg.trace_ranks > r as usize {
+                    let st = self.ranks[r as usize].steps[s as usize];
+                    let dur = self.cfg.overheads.step_local
+                        + SimTime::from_secs_f64(
+                            st.bytes as f64 / (self.local_gbps[r as usize] * 1e9),
+                        );
+                    self.spans.push(RankSpan {
+                        rank: r as usize,
+                        step: s as usize,
+                        what: "local".into(),
+                        channel: st.channel,
+                        bytes: st.bytes,
+                        start: t - dur,
+                        end: t,
+                    });
+                }
+                self.complete(r, s, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step `s` of simulated rank `r` has all its dependencies done at `t`.
+    fn ready(&mut self, r: u32, s: u32, t: SimTime) -> Result<(), SimError> {
+        let st = self.ranks[r as usize].steps[s as usize];
+        let g = self.g as u32;
+        let nodes = self.nodes as u32;
+        match st.kind {
+            K_LOCAL => {
+                let dur = self.cfg.overheads.step_local
+                    + SimTime::from_secs_f64(st.bytes as f64 / (self.local_gbps[r as usize] * 1e9));
+                let p = self.alloc_pending(Pending::Local(r, s));
+                self.net.timer(t + dur, u64::from(p));
+            }
+            _ => {
+                let key: MeetKey = if st.kind == K_SEND {
+                    (r, st.peer % g, st.peer / g, st.channel, st.seq)
+                } else {
+                    let delta = (nodes - st.peer / g) % nodes;
+                    (st.peer % g, r, delta, st.channel, st.seq)
+                };
+                match self.meet.remove(&key) {
+                    None => {
+                        self.meet.insert(key, (r, s));
+                    }
+                    Some((r2, s2)) => {
+                        let ((sr, ss), (dr, ds)) = if st.kind == K_SEND {
+                            ((r, s), (r2, s2))
+                        } else {
+                            ((r2, s2), (r, s))
+                        };
+                        let send = self.ranks[sr as usize].steps[ss as usize];
+                        let recv = self.ranks[dr as usize].steps[ds as usize];
+                        if send.kind != K_SEND || recv.kind != K_RECV {
+                            return Err(SimError::Malformed {
+                                rank: r as usize,
+                                step: s as usize,
+                                why: "send matched with a send".into(),
+                            });
+                        }
+                        // Under symmetry a representative stands for ranks whose
+                        // blocks may differ by one element (counts not divisible
+                        // by the rank count).
+                        let slack = if self.orbit.is_some() { self.elem } else { 0 };
+                        if send.bytes.abs_diff(recv.bytes) > slack {
+                            return Err(SimError::Malformed {
+                                rank: dr as usize,
+                                step: ds as usize,
+                                why: format!(
+                                    "receives {} bytes but rank {} step {} sends {}",
+                                    recv.bytes, sr, ss, send.bytes
+                                ),
+                            });
+                        }
+                        // Global destination of the sender's transfer.
+                        let dst_global = send.peer;
+                        let route = self.route(sr, dst_global, send.channel)?;
+                        let class = self.routes[route as usize].2;
+                        let tr = Transfer {
+                            src: (sr, ss),
+                            dst: (dr, ds),
+                            start: t,
+                        };
+                        let ti = match self.free_transfers.pop() {
+                            Some(i) => {
+                                self.transfers[i as usize] = tr;
+                                i
+                            }
+                            None => {
+                                self.transfers.push(tr);
+                                (self.transfers.len() - 1) as u32
+                            }
+                        };
+                        // The flow starts now; the step's software overhead is
+                        // added to its delivery (like the route latency), which
+                        // costs no extra event or rate recomputation.
+                        let (links, lat, _) = &self.routes[route as usize];
+                        let delay = *lat + self.cfg.overheads.step(class);
+                        self.net
+                            .start_flow(links, send.bytes as f64, delay, u64::from(ti));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn route(&mut self, src: u32, dst: u32, ch: u16) -> Result<u32, SimError> {
+        if let Some(&r) = self.route_cache.get(&(src, dst, ch)) {
+            return Ok(r);
+        }
+        let route = self.fabric.route(src as usize, dst as usize, ch)?;
+        let class = route.class.unwrap_or(PathClass::Local);
+        let links = match &self.orbit {
+            None => route.links,
+            Some(orb) => route
+                .links
+                .iter()
+                .map(|&l| {
+                    orb.get(l as usize).copied().flatten().ok_or_else(|| {
+                        SimError::Model(format!(
+                            "link {} has no orbit representative",
+                            self.fabric.link_name(l)
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        self.routes.push((links, route.latency, class));
+        let id = (self.routes.len() - 1) as u32;
+        self.route_cache.insert((src, dst, ch), id);
+        Ok(id)
+    }
+
+    fn complete(&mut self, r: u32, s: u32, t: SimTime) -> Result<(), SimError> {
+        self.work.push((r, s));
+        while let Some((r, s)) = self.work.pop() {
+            self.remaining -= 1;
+            let (a, b) = {
+                let rs = &self.ranks[r as usize];
+                (rs.dep_off[s as usize], rs.dep_off[s as usize + 1])
+            };
+            for k in a..b {
+                let d = self.ranks[r as usize].dependents[k as usize];
+                let st = &mut self.ranks[r as usize].steps[d as usize];
+                st.deps_left -= 1;
+                if st.deps_left == 0 {
+                    self.ready(r, d, t)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn trace_transfer(&mut self, tag: u32, t: SimTime) {
+        let tr = &self.transfers[tag as usize];
+        let lim = self.cfg.trace_ranks;
+        for (rank, step, send) in [(tr.src.0, tr.src.1, true), (tr.dst.0, tr.dst.1, false)] {
+            if (rank as usize) < lim {
+                let st = self.ranks[rank as usize].steps[step as usize];
+                self.spans.push(RankSpan {
+                    rank: rank as usize,
+                    step: step as usize,
+                    what: if send {
+                        format!("send->{}", st.peer)
+                    } else {
+                        format!("recv<-{}", st.peer)
+                    },
+                    channel: st.channel,
+                    bytes: st.bytes,
+                    start: tr.start,
+                    end: t,
+                });
+            }
+        }
+    }
+
+    fn first_stuck(&self) -> (usize, usize) {
+        // A step waiting for its partner, else one waiting for a dependency.
+        if let Some(&(r, s)) = self.meet.values().min() {
+            return (r as usize, s as usize);
+        }
+        for (r, rs) in self.ranks.iter().enumerate() {
+            if let Some(s) = rs.steps.iter().position(|st| st.deps_left > 0) {
+                return (r, s);
+            }
+        }
+        (0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::Route;
+    use gpucomm_algo::{Algorithm, Buf, Collective, Problem, Slice};
+
+    /// `n` ranks on a ring of 1 GB/s links (rank r -> r+1 uses link r), 1 us each.
+    struct RingFabric(usize);
+    impl Fabric for RingFabric {
+        fn ranks(&self) -> usize {
+            self.0
+        }
+        fn ranks_per_node(&self) -> usize {
+            self.0
+        }
+        fn capacities(&self) -> Vec<f64> {
+            vec![1.0; self.0]
+        }
+        fn link_name(&self, l: LinkId) -> String {
+            format!("l{l}")
+        }
+        fn route(&self, src: usize, dst: usize, _ch: u16) -> Result<Route, SimError> {
+            // Walk forward around the ring.
+            let mut links = Vec::new();
+            let mut r = src;
+            while r != dst {
+                links.push(r as LinkId);
+                r = (r + 1) % self.0;
+            }
+            let latency = SimTime::from_us(links.len() as f64);
+            Ok(Route {
+                links,
+                latency,
+                class: Some(PathClass::NvLink),
+            })
+        }
+        fn local_gbps(&self, _: usize) -> f64 {
+            1.0
+        }
+    }
+
+    #[test]
+    fn ring_all_reduce_time_matches_hand_computation() {
+        // 4 ranks, 4000 f32 = 16000 B; ring: 2*(n-1) = 6 steps of 4000 B at
+        // 1 GB/s (4 us) + 1 us latency + 0.5 us overhead = 5.5 us each.
+        let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring).unwrap();
+        let cfg = ExecConfig {
+            overheads: Overheads {
+                step_nvlink: SimTime::from_us(0.5),
+                ..Overheads::NONE
+            },
+            ..ExecConfig::default()
+        };
+        let r = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
+        assert!((r.time.as_us() - 6.0 * 5.5).abs() < 1e-3, "{}", r.time);
+        assert_eq!(r.stats.flows, 4 * 6);
+        // Deterministic.
+        let r2 = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
+        assert_eq!(r.time, r2.time);
+        assert_eq!(r.stats, r2.stats);
+    }
+
+    #[test]
+    fn wrong_rank_count_and_time_limit_are_errors() {
+        let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring).unwrap();
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(3), &ExecConfig::default()),
+            Err(SimError::RankMismatch { .. })
+        ));
+        // Virtual-time bound: a 1 us limit stops a 33 us run.
+        let cfg = ExecConfig {
+            time_limit: SimTime::from_us(1.0),
+            ..ExecConfig::default()
+        };
+        let cfg = ExecConfig {
+            overheads: Overheads {
+                launch: SimTime::from_us(0.1),
+                ..Overheads::NONE
+            },
+            ..cfg
+        };
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(4), &cfg),
+            Err(SimError::Limit { .. })
+        ));
+        let cfg = ExecConfig {
+            max_events: 3,
+            ..ExecConfig::default()
+        };
+        assert!(matches!(
+            run_schedule(&s, &RingFabric(4), &cfg),
+            Err(SimError::Limit { .. })
+        ));
+    }
+
+    #[test]
+    fn deadlock_and_malformed_steps_are_reported() {
+        // Rank 0 receives from 1 first and rank 1 receives from 0 first,
+        // each send depending on its receive: a cycle.
+        let recv = |peer| Step {
+            kind: StepKind::Recv {
+                peer,
+                dst: Slice::new(Buf::Output, 0, 4),
+            },
+            channel: 0,
+            deps: vec![],
+        };
+        let send = |peer| Step {
+            kind: StepKind::Send {
+                peer,
+                src: Slice::new(Buf::Input, 0, 4),
+            },
+            channel: 0,
+            deps: vec![0],
+        };
+        let mut states = [
+            compact(0, &[recv(1), send(1)], 4, 2).unwrap(),
+            compact(1, &[recv(0), send(0)], 4, 2).unwrap(),
+        ];
+        assert_eq!(states[0].steps.len(), 2);
+        // A dependency on a later step is malformed.
+        let bad = Step {
+            deps: vec![1],
+            ..recv(1)
+        };
+        assert!(matches!(
+            compact(0, &[bad], 4, 2),
+            Err(SimError::Malformed { .. })
+        ));
+        let far = recv(7);
+        assert!(matches!(
+            compact(0, &[far], 4, 2),
+            Err(SimError::Malformed { .. })
+        ));
+        // Run the cyclic pair through the executor's matching directly.
+        let fabric = RingFabric(2);
+        let cfg = ExecConfig::default();
+        let mut ex = Exec {
+            net: FlowNet::new(&fabric.capacities()),
+            ranks: Vec::new(),
+            g: 2,
+            nodes: 1,
+            n: 2,
+            meet: FxMap::default(),
+            route_cache: FxMap::default(),
+            routes: Vec::new(),
+            transfers: Vec::new(),
+            free_transfers: Vec::new(),
+            pending: Vec::new(),
+            free_pending: Vec::new(),
+            remaining: 4,
+            fabric: &fabric,
+            orbit: None,
+            elem: 4,
+            cfg: &cfg,
+            local_gbps: vec![1.0; 2],
+            spans: Vec::new(),
+            work: Vec::new(),
+        };
+        ex.ranks.extend(states.iter_mut().map(|s| RankState {
+            steps: std::mem::take(&mut s.steps),
+            dep_off: std::mem::take(&mut s.dep_off),
+            dependents: std::mem::take(&mut s.dependents),
+        }));
+        let launch = ex.alloc_pending_launch();
+        ex.on_timer(launch, SimTime::ZERO).unwrap();
+        let mut out = Vec::new();
+        while ex.net.next_batch(&mut out).is_some() {}
+        assert_eq!(ex.remaining, 4, "nothing can run");
+        assert_eq!(ex.first_stuck(), (0, 0));
+    }
+
+    #[test]
+    fn symmetry_reduction_equals_full_simulation() {
+        use crate::machine::{Engine, Machine};
+        let m = Machine::preset("dgx-a100").unwrap();
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        let p = Problem::new(
+            Collective::AllReduce,
+            1 << 22,
+            f.ranks(),
+            f.ranks_per_node(),
+        );
+        let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(8);
+        let sym = run_schedule(&s, &f, &ExecConfig::default()).unwrap();
+        let full = run_schedule(
+            &s,
+            &f,
+            &ExecConfig {
+                symmetry: false,
+                ..ExecConfig::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(sym.simulated_ranks, 8);
+        assert_eq!(full.simulated_ranks, 32);
+        assert_eq!(sym.time, full.time);
+    }
+}

@@ -1,0 +1,715 @@
+//! The simulator's parametric machine: identical nodes (GPUs, NVLink or
+//! NVSwitch, a PCIe tree, NICs) joined by a non-blocking network, and the
+//! [`ClusterFabric`] of directional links built from it for one engine.
+//!
+//! Link capacities are the catalog's per-direction data rates times the
+//! efficiency of the engine that moves the bytes (see [`crate::model`]).
+
+use crate::engine::LinkId;
+use crate::fabric::{Fabric, PathClass, Route};
+use crate::model;
+pub use crate::model::Arch;
+use crate::{SimError, SimTime};
+
+/// How GPUs of a node are joined by NVLink.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NvFabric {
+    /// No NVLink: GPUs talk over PCIe.
+    None,
+    /// Every GPU has `links` NVLinks of generation `gen` to an NVSwitch
+    /// fabric; `nvls` when the switches can reduce (NVLink SHARP, 3rd-gen
+    /// NVSwitch and later).
+    Switch {
+        /// NVLink generation (1-5).
+        generation: u8,
+        /// Links per GPU.
+        links: u32,
+        /// In-switch reduction and multicast.
+        nvls: bool,
+    },
+    /// Direct GPU-GPU links: `(a, b, links)` (hybrid cube mesh and similar).
+    Mesh {
+        /// NVLink generation.
+        generation: u8,
+        /// Pairs and link counts.
+        pairs: Vec<(usize, usize, u32)>,
+    },
+}
+
+/// One node's hardware.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeModel {
+    /// GPU architecture (decides engine efficiencies).
+    pub arch: Arch,
+    /// GPU product name.
+    pub gpu_name: String,
+    /// GPUs per node.
+    pub gpus: usize,
+    /// Device memory bandwidth, GB/s.
+    pub hbm_gbps: f64,
+    /// NVLink fabric.
+    pub nvlink: NvFabric,
+    /// PCIe generation of GPU, NIC and switch links (3, 4, 5, 6).
+    pub pcie_gen: u8,
+    /// PCIe lanes of each GPU link.
+    pub pcie_width: u32,
+    /// GPUs per PCIe switch (0 = GPUs attach to the CPU directly).
+    pub gpus_per_switch: usize,
+    /// CPU sockets (PCIe switches are spread evenly over them).
+    pub sockets: usize,
+    /// Per-direction bandwidth between two sockets, GB/s (QPI/UPI/xGMI).
+    pub inter_socket_gbps: f64,
+    /// Host memory bandwidth per socket, GB/s.
+    pub host_mem_gbps: f64,
+    /// Single-thread CPU memcpy bandwidth, GB/s (pageable staging copies).
+    pub cpu_memcpy_gbps: f64,
+    /// NICs per node, each on the PCIe switch of GPU `nic * gpus / nics`.
+    pub nics: usize,
+    /// Per-direction data rate of each NIC port, GB/s (after line coding).
+    pub nic_gbps: f64,
+    /// Storage read bandwidth (NVMe drives of the node together), GB/s.
+    pub storage_gbps: f64,
+}
+
+/// A cluster of identical nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Machine {
+    /// Name (preset or file).
+    pub name: String,
+    /// Node hardware.
+    pub node: NodeModel,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Use only the first `gpus` GPUs of each node (`--gpus`), if set.
+    pub gpus_used: Option<usize>,
+}
+
+/// Who moves the bytes: this decides link efficiencies and overheads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// NCCL-style collective kernels (SMs copying through FIFOs, Simple protocol).
+    Nccl,
+    /// DMA copy engines (`cudaMemcpy`, p2pBandwidthLatencyTest, bandwidthTest).
+    CopyEngine,
+}
+
+impl Machine {
+    /// GPUs (ranks) per node actually used.
+    pub fn gpus_per_node(&self) -> usize {
+        self.gpus_used.unwrap_or(self.node.gpus).min(self.node.gpus)
+    }
+
+    /// Total ranks.
+    pub fn ranks(&self) -> usize {
+        self.gpus_per_node() * self.nodes
+    }
+
+    /// Builds the fabric for `engine` with `nodes` nodes (overrides `self.nodes`).
+    pub fn fabric(&self, engine: Engine, nodes: usize) -> Result<ClusterFabric, SimError> {
+        ClusterFabric::new(self.clone(), engine, nodes)
+    }
+
+    /// A machine by name: a gpucomm-topo preset (read with
+    /// [`Machine::from_topology`]), else one of the simulator's own
+    /// ([`model::PRESETS`]: systems gpucomm-topo does not have).
+    pub fn preset(name: &str) -> Result<Machine, SimError> {
+        let lower = name.to_ascii_lowercase();
+        if gpucomm_topo::PRESETS.iter().any(|p| p.0 == lower) || lower == "dgx1" {
+            let t = gpucomm_topo::preset(&lower).map_err(|e| SimError::Model(e.to_string()))?;
+            return Machine::from_topology(&t);
+        }
+        model::preset(&lower)
+    }
+
+    /// What `--topology` accepts: a preset name (gpucomm-topo's or the
+    /// simulator's), `local`, or a gpucomm-topo topology file.
+    pub fn select(spec: &str) -> Result<Machine, SimError> {
+        if let Ok(m) = Machine::preset(spec) {
+            return Ok(m);
+        }
+        match gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()) {
+            Ok(t) => Machine::from_topology(&t),
+            Err(e) => Err(SimError::Model(format!(
+                "{e}; the simulator also knows {}",
+                model::PRESETS.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Local link roles inside one node (for names and orbits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    GpuUp(usize),
+    GpuDown(usize),
+    Mesh(usize, usize),
+    PcieUp(usize),
+    PcieDown(usize),
+    SwUp(usize),
+    SwDown(usize),
+    NicPcieUp(usize),
+    NicPcieDown(usize),
+    NicOut(usize),
+    NicIn(usize),
+    Qpi(usize, usize),
+    HostMem(usize),
+    Memcpy(usize),
+    Storage,
+}
+
+/// Directional links of a [`Machine`] for one [`Engine`], with routes.
+///
+/// Links are laid out node by node, the same local links in the same order
+/// on every node, and the inter-node network is non-blocking (only NIC ports
+/// are modeled), so translating by one node is an automorphism: the
+/// executor's symmetry reduction applies.
+#[derive(Clone, Debug)]
+pub struct ClusterFabric {
+    /// The machine.
+    pub machine: Machine,
+    /// The engine the capacities are for.
+    pub engine: Engine,
+    nodes: usize,
+    rpn: usize,
+    roles: Vec<Role>,
+    caps: Vec<f64>,
+    lat: Vec<SimTime>,
+    per_node: usize,
+    // Local link index of each role, for quick lookup.
+    gpu_up: Vec<u32>,
+    gpu_down: Vec<u32>,
+    mesh: Vec<Vec<Option<(u32, u32)>>>,
+    pcie_up: Vec<u32>,
+    pcie_down: Vec<u32>,
+    sw_up: Vec<u32>,
+    sw_down: Vec<u32>,
+    nic_pcie_up: Vec<u32>,
+    nic_pcie_down: Vec<u32>,
+    nic_out: Vec<u32>,
+    nic_in: Vec<u32>,
+    qpi: Vec<Vec<Option<u32>>>,
+    host_mem: Vec<u32>,
+    memcpy: Vec<u32>,
+    storage: Option<u32>,
+}
+
+impl ClusterFabric {
+    fn new(machine: Machine, engine: Engine, nodes: usize) -> Result<Self, SimError> {
+        let nm = &machine.node;
+        if nodes == 0 || nm.gpus == 0 {
+            return Err(SimError::Model(
+                "a machine needs at least one node and one GPU".into(),
+            ));
+        }
+        if nm.sockets == 0 {
+            return Err(SimError::Model(
+                "a node needs at least one CPU socket".into(),
+            ));
+        }
+        let rpn = machine.gpus_per_node();
+        if rpn == 0 {
+            return Err(SimError::Model("--gpus must be at least 1".into()));
+        }
+        let eff = model::Efficiency::new(nm.arch, engine);
+        let pcie_raw = model::pcie_gbps(nm.pcie_gen, nm.pcie_width)?;
+        let pcie16_raw = model::pcie_gbps(nm.pcie_gen, 16)?;
+        let pcie = pcie_raw * eff.pcie(nm.pcie_gen);
+        let pcie16 = pcie16_raw * eff.pcie(nm.pcie_gen);
+        let mut f = ClusterFabric {
+            engine,
+            nodes,
+            rpn,
+            roles: Vec::new(),
+            caps: Vec::new(),
+            lat: Vec::new(),
+            per_node: 0,
+            gpu_up: vec![u32::MAX; nm.gpus],
+            gpu_down: vec![u32::MAX; nm.gpus],
+            mesh: vec![vec![None; nm.gpus]; nm.gpus],
+            pcie_up: Vec::new(),
+            pcie_down: Vec::new(),
+            sw_up: Vec::new(),
+            sw_down: Vec::new(),
+            nic_pcie_up: Vec::new(),
+            nic_pcie_down: Vec::new(),
+            nic_out: Vec::new(),
+            nic_in: Vec::new(),
+            qpi: vec![vec![None; nm.sockets]; nm.sockets],
+            host_mem: Vec::new(),
+            memcpy: Vec::new(),
+            storage: None,
+            machine: machine.clone(),
+        };
+        let add = |f: &mut ClusterFabric, role: Role, cap: f64, lat_us: f64| -> u32 {
+            f.roles.push(role);
+            f.caps.push(cap);
+            f.lat.push(SimTime::from_us(lat_us));
+            (f.roles.len() - 1) as u32
+        };
+        match &nm.nvlink {
+            NvFabric::None => {}
+            NvFabric::Switch {
+                generation, links, ..
+            } => {
+                let bw = eff.nvlink_link(*generation)? * f64::from(*links);
+                for g in 0..nm.gpus {
+                    f.gpu_up[g] = add(&mut f, Role::GpuUp(g), bw, model::NVLINK_HOP_US);
+                    f.gpu_down[g] = add(&mut f, Role::GpuDown(g), bw, model::NVLINK_HOP_US);
+                }
+            }
+            NvFabric::Mesh { generation, pairs } => {
+                let per = eff.nvlink_link(*generation)?;
+                for &(a, b, k) in pairs {
+                    if a >= nm.gpus || b >= nm.gpus || a == b {
+                        return Err(SimError::Model(format!("bad NVLink pair ({a}, {b})")));
+                    }
+                    let ab = add(
+                        &mut f,
+                        Role::Mesh(a, b),
+                        per * f64::from(k),
+                        model::NVLINK_HOP_US,
+                    );
+                    let ba = add(
+                        &mut f,
+                        Role::Mesh(b, a),
+                        per * f64::from(k),
+                        model::NVLINK_HOP_US,
+                    );
+                    f.mesh[a][b] = Some((ab, ba));
+                    f.mesh[b][a] = Some((ba, ab));
+                }
+            }
+        }
+        for g in 0..nm.gpus {
+            let u = add(&mut f, Role::PcieUp(g), pcie, model::PCIE_HOP_US);
+            let d = add(&mut f, Role::PcieDown(g), pcie, model::PCIE_HOP_US);
+            f.pcie_up.push(u);
+            f.pcie_down.push(d);
+        }
+        let switches = f.switch_count();
+        for s in 0..switches {
+            let u = add(&mut f, Role::SwUp(s), pcie16, model::PCIE_HOP_US);
+            let d = add(&mut f, Role::SwDown(s), pcie16, model::PCIE_HOP_US);
+            f.sw_up.push(u);
+            f.sw_down.push(d);
+        }
+        let nic_bw = nm.nic_gbps * eff.net();
+        for k in 0..nm.nics {
+            let u = add(&mut f, Role::NicPcieUp(k), pcie16, model::PCIE_HOP_US);
+            let d = add(&mut f, Role::NicPcieDown(k), pcie16, model::PCIE_HOP_US);
+            let o = add(&mut f, Role::NicOut(k), nic_bw, model::NET_HOP_US);
+            let i = add(&mut f, Role::NicIn(k), nic_bw, model::NET_HOP_US);
+            f.nic_pcie_up.push(u);
+            f.nic_pcie_down.push(d);
+            f.nic_out.push(o);
+            f.nic_in.push(i);
+        }
+        for a in 0..nm.sockets {
+            for b in 0..nm.sockets {
+                if a != b {
+                    let l = add(
+                        &mut f,
+                        Role::Qpi(a, b),
+                        nm.inter_socket_gbps * eff.smp(),
+                        model::SMP_HOP_US,
+                    );
+                    f.qpi[a][b] = Some(l);
+                }
+            }
+            let m = add(&mut f, Role::HostMem(a), nm.host_mem_gbps, 0.0);
+            let c = add(&mut f, Role::Memcpy(a), nm.cpu_memcpy_gbps, 0.0);
+            f.host_mem.push(m);
+            f.memcpy.push(c);
+        }
+        if nm.storage_gbps > 0.0 {
+            let s = add(&mut f, Role::Storage, nm.storage_gbps, model::PCIE_HOP_US);
+            f.storage = Some(s);
+        }
+        f.per_node = f.roles.len();
+        for (i, c) in f.caps.iter().enumerate() {
+            if !(c.is_finite() && *c > 0.0) {
+                return Err(SimError::Model(format!(
+                    "link {} has no usable bandwidth ({c} GB/s)",
+                    f.role_name(f.roles[i])
+                )));
+            }
+        }
+        Ok(f)
+    }
+
+    fn switch_count(&self) -> usize {
+        let nm = &self.machine.node;
+        if nm.gpus_per_switch == 0 {
+            0
+        } else {
+            nm.gpus.div_ceil(nm.gpus_per_switch)
+        }
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Links per node.
+    pub fn links_per_node(&self) -> usize {
+        self.per_node
+    }
+
+    fn gl(&self, node: usize, local: u32) -> LinkId {
+        (node * self.per_node) as u32 + local
+    }
+
+    fn socket_of_switch(&self, s: usize) -> usize {
+        let n = self.switch_count().max(1);
+        (s * self.machine.node.sockets / n).min(self.machine.node.sockets - 1)
+    }
+
+    /// PCIe switch of GPU `g` (None: attached to the CPU directly).
+    fn switch_of_gpu(&self, g: usize) -> Option<usize> {
+        let per = self.machine.node.gpus_per_switch;
+        (per > 0).then(|| g / per)
+    }
+
+    /// The GPU whose PCIe switch holds NIC `k`.
+    pub fn nic_gpu(&self, k: usize) -> usize {
+        let nm = &self.machine.node;
+        (k * nm.gpus / nm.nics.max(1)).min(nm.gpus - 1)
+    }
+
+    /// Socket of GPU `g`.
+    pub fn socket_of_gpu(&self, g: usize) -> usize {
+        match self.switch_of_gpu(g) {
+            Some(s) => self.socket_of_switch(s),
+            None => (g * self.machine.node.sockets / self.machine.node.gpus)
+                .min(self.machine.node.sockets - 1),
+        }
+    }
+
+    /// PCIe links from GPU `g` up to its socket's root complex (node-local ids).
+    fn pcie_to_cpu(&self, g: usize, out: &mut Vec<u32>) {
+        out.push(self.pcie_up[g]);
+        if let Some(s) = self.switch_of_gpu(g) {
+            out.push(self.sw_up[s]);
+        }
+    }
+
+    fn pcie_from_cpu(&self, g: usize, out: &mut Vec<u32>) {
+        if let Some(s) = self.switch_of_gpu(g) {
+            out.push(self.sw_down[s]);
+        }
+        out.push(self.pcie_down[g]);
+    }
+
+    fn qpi_hop(&self, a: usize, b: usize, out: &mut Vec<u32>) {
+        if a != b {
+            if let Some(l) = self.qpi[a][b] {
+                out.push(l);
+            }
+        }
+    }
+
+    /// PCIe-only path between two GPUs of a node (node-local ids).
+    fn pcie_path(&self, a: usize, b: usize, out: &mut Vec<u32>) {
+        let (sa, sb) = (self.switch_of_gpu(a), self.switch_of_gpu(b));
+        out.push(self.pcie_up[a]);
+        if sa.is_some() && sa == sb {
+            out.push(self.pcie_down[b]);
+            return;
+        }
+        if let Some(s) = sa {
+            out.push(self.sw_up[s]);
+        }
+        self.qpi_hop(self.socket_of_gpu(a), self.socket_of_gpu(b), out);
+        if let Some(s) = sb {
+            out.push(self.sw_down[s]);
+        }
+        out.push(self.pcie_down[b]);
+    }
+
+    /// NVLink path between two GPUs of a node, if any (node-local ids).
+    fn nvlink_path(&self, a: usize, b: usize, out: &mut Vec<u32>) -> bool {
+        match &self.machine.node.nvlink {
+            NvFabric::None => false,
+            NvFabric::Switch { .. } => {
+                out.push(self.gpu_up[a]);
+                out.push(self.gpu_down[b]);
+                true
+            }
+            NvFabric::Mesh { .. } => {
+                if let Some((ab, _)) = self.mesh[a][b] {
+                    out.push(ab);
+                    return true;
+                }
+                // Two hops through a GPU linked to both (NCCL's PATH_NVB).
+                let n = self.machine.node.gpus;
+                for c in 0..n {
+                    if let (Some((ac, _)), Some((cb, _))) = (self.mesh[a][c], self.mesh[c][b]) {
+                        out.push(ac);
+                        out.push(cb);
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// True when GPUs `a` and `b` of one node have an NVLink path.
+    pub fn has_nvlink(&self, a: usize, b: usize) -> bool {
+        let mut v = Vec::new();
+        self.nvlink_path(a, b, &mut v)
+    }
+
+    /// True when GPUs `a` and `b` of one node are joined by a direct NVLink
+    /// (or the NVSwitch), and how many links.
+    pub fn nvlink_count(&self, a: usize, b: usize) -> u32 {
+        match &self.machine.node.nvlink {
+            NvFabric::None => 0,
+            NvFabric::Switch { links, .. } => *links,
+            NvFabric::Mesh { pairs, .. } => pairs
+                .iter()
+                .filter(|&&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b))
+                .map(|&(_, _, k)| k)
+                .sum(),
+        }
+    }
+
+    fn latency_of(&self, links: &[u32]) -> SimTime {
+        links.iter().fold(SimTime::ZERO, |t, &l| {
+            t + self.lat[l as usize % self.per_node]
+        })
+    }
+
+    /// Global link ids of a node-local list.
+    fn globalize(&self, node: usize, local: &[u32]) -> Vec<LinkId> {
+        local.iter().map(|&l| self.gl(node, l)).collect()
+    }
+
+    /// Route of a peer-to-peer copy between GPUs of node 0 over PCIe only.
+    pub fn pcie_route(&self, a: usize, b: usize) -> Route {
+        let mut v = Vec::new();
+        self.pcie_path(a, b, &mut v);
+        Route {
+            latency: self.latency_of(&v),
+            links: self.globalize(0, &v),
+            class: Some(PathClass::Pcie),
+        }
+    }
+
+    /// Route from host memory of GPU `g`'s socket (node 0) to GPU `g`
+    /// (`to_gpu`) or back: host memory, then PCIe.
+    pub fn host_route(&self, g: usize, to_gpu: bool) -> Route {
+        let sock = self.socket_of_gpu(g);
+        let mut v = vec![self.host_mem[sock]];
+        if to_gpu {
+            self.pcie_from_cpu(g, &mut v);
+        } else {
+            self.pcie_to_cpu(g, &mut v);
+        }
+        Route {
+            latency: self.latency_of(&v),
+            links: self.globalize(0, &v),
+            class: Some(PathClass::Pcie),
+        }
+    }
+
+    /// A CPU memcpy on GPU `g`'s socket (node 0): the memcpy thread's link
+    /// and host memory (read and write).
+    pub fn memcpy_route(&self, g: usize) -> Route {
+        let sock = self.socket_of_gpu(g);
+        let v = vec![self.memcpy[sock], self.host_mem[sock]];
+        Route {
+            latency: SimTime::ZERO,
+            links: self.globalize(0, &v),
+            class: Some(PathClass::Local),
+        }
+    }
+
+    /// Storage (node 0) to GPU `g`: directly over PCIe (GPUDirect Storage) or
+    /// into host memory (`to_host`).
+    pub fn storage_route(&self, g: usize, to_host: bool) -> Result<Route, SimError> {
+        let s = self
+            .storage
+            .ok_or_else(|| SimError::Model("this machine has no storage modeled".into()))?;
+        let sock = self.socket_of_gpu(g);
+        let mut v = vec![s];
+        if to_host {
+            v.push(self.host_mem[sock]);
+        } else {
+            self.pcie_from_cpu(g, &mut v);
+        }
+        Ok(Route {
+            latency: self.latency_of(&v),
+            links: self.globalize(0, &v),
+            class: Some(PathClass::Pcie),
+        })
+    }
+
+    /// Route from GPU `a` of node `na` to the network through NIC `k` of
+    /// that node (node-local ids), preferring the PCIe switch shared with
+    /// the NIC, then NVLink to the NIC's GPU (NCCL's PXN), then the CPU.
+    fn to_nic(&self, a: usize, k: usize, out: &mut Vec<u32>) {
+        let g = self.nic_gpu(k);
+        let same_switch =
+            self.switch_of_gpu(a).is_some() && self.switch_of_gpu(a) == self.switch_of_gpu(g);
+        if a == g {
+            out.push(self.pcie_up[a]);
+        } else if self.has_nvlink(a, g) {
+            // PXN: over NVLink to the GPU next to the NIC, then its PCIe.
+            self.nvlink_path(a, g, out);
+            out.push(self.pcie_up[g]);
+        } else if same_switch {
+            out.push(self.pcie_up[a]);
+        } else {
+            self.pcie_to_cpu(a, out);
+            self.qpi_hop(self.socket_of_gpu(a), self.socket_of_gpu(g), out);
+            if let Some(s) = self.switch_of_gpu(g) {
+                out.push(self.sw_down[s]);
+            }
+        }
+        out.push(self.nic_pcie_up[k]);
+        out.push(self.nic_out[k]);
+    }
+
+    fn nic_to_gpu(&self, k: usize, b: usize, out: &mut Vec<u32>) {
+        let g = self.nic_gpu(k);
+        out.push(self.nic_in[k]);
+        out.push(self.nic_pcie_down[k]);
+        let same_switch =
+            self.switch_of_gpu(b).is_some() && self.switch_of_gpu(b) == self.switch_of_gpu(g);
+        if b == g {
+            out.push(self.pcie_down[b]);
+        } else if self.has_nvlink(g, b) {
+            out.push(self.pcie_down[g]);
+            self.nvlink_path(g, b, out);
+        } else if same_switch {
+            out.push(self.pcie_down[b]);
+        } else {
+            if let Some(s) = self.switch_of_gpu(g) {
+                out.push(self.sw_up[s]);
+            }
+            self.qpi_hop(self.socket_of_gpu(g), self.socket_of_gpu(b), out);
+            self.pcie_from_cpu(b, out);
+        }
+    }
+
+    fn role_name(&self, r: Role) -> String {
+        match r {
+            Role::GpuUp(g) => format!("gpu{g}->nvswitch"),
+            Role::GpuDown(g) => format!("nvswitch->gpu{g}"),
+            Role::Mesh(a, b) => format!("gpu{a}->gpu{b} nvlink"),
+            Role::PcieUp(g) => format!("gpu{g}->pcie"),
+            Role::PcieDown(g) => format!("pcie->gpu{g}"),
+            Role::SwUp(s) => format!("pcie-switch{s}->cpu"),
+            Role::SwDown(s) => format!("cpu->pcie-switch{s}"),
+            Role::NicPcieUp(k) => format!("pcie->nic{k}"),
+            Role::NicPcieDown(k) => format!("nic{k}->pcie"),
+            Role::NicOut(k) => format!("nic{k}->net"),
+            Role::NicIn(k) => format!("net->nic{k}"),
+            Role::Qpi(a, b) => format!("cpu{a}->cpu{b}"),
+            Role::HostMem(s) => format!("cpu{s} memory"),
+            Role::Memcpy(s) => format!("cpu{s} memcpy thread"),
+            Role::Storage => "nvme".to_string(),
+        }
+    }
+
+    /// The orbit representative (node 0's copy) of every link.
+    pub fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
+        Some(
+            (0..self.caps.len() * self.nodes)
+                .map(|l| Some((l % self.per_node) as LinkId))
+                .collect(),
+        )
+    }
+}
+
+impl Fabric for ClusterFabric {
+    fn ranks(&self) -> usize {
+        self.rpn * self.nodes
+    }
+
+    fn ranks_per_node(&self) -> usize {
+        self.rpn
+    }
+
+    fn capacities(&self) -> Vec<f64> {
+        let mut v = Vec::with_capacity(self.per_node * self.nodes);
+        for _ in 0..self.nodes {
+            v.extend_from_slice(&self.caps);
+        }
+        v
+    }
+
+    fn link_name(&self, link: LinkId) -> String {
+        let node = link as usize / self.per_node;
+        let r = self.roles[link as usize % self.per_node];
+        format!("node{node}:{}", self.role_name(r))
+    }
+
+    fn route(&self, src: usize, dst: usize, channel: u16) -> Result<Route, SimError> {
+        let n = self.ranks();
+        if src >= n || dst >= n {
+            return Err(SimError::NoRoute {
+                src,
+                dst,
+                why: format!("only {n} ranks"),
+            });
+        }
+        let (na, a) = (src / self.rpn, src % self.rpn);
+        let (nb, b) = (dst / self.rpn, dst % self.rpn);
+        if src == dst {
+            return Ok(Route {
+                links: Vec::new(),
+                latency: SimTime::ZERO,
+                class: Some(PathClass::Local),
+            });
+        }
+        let mut v = Vec::with_capacity(8);
+        if na == nb {
+            let class = if self.nvlink_path(a, b, &mut v) {
+                PathClass::NvLink
+            } else {
+                self.pcie_path(a, b, &mut v);
+                PathClass::Pcie
+            };
+            return Ok(Route {
+                latency: self.latency_of(&v),
+                links: self.globalize(na, &v),
+                class: Some(class),
+            });
+        }
+        let nics = self.machine.node.nics;
+        if nics == 0 {
+            return Err(SimError::NoRoute {
+                src,
+                dst,
+                why: "the nodes have no NIC".into(),
+            });
+        }
+        // Channel c of local GPU a uses rail (a + c) mod nics, as NCCL spreads
+        // channels over NICs; the peer node receives on the same rail.
+        let k = (a + channel as usize) % nics;
+        let mut w = Vec::with_capacity(6);
+        self.to_nic(a, k, &mut v);
+        self.nic_to_gpu(k, b, &mut w);
+        let latency =
+            self.latency_of(&v) + self.latency_of(&w) + SimTime::from_us(model::NET_SWITCH_US);
+        let mut links = self.globalize(na, &v);
+        links.extend(self.globalize(nb, &w));
+        Ok(Route {
+            links,
+            latency,
+            class: Some(PathClass::Net),
+        })
+    }
+
+    fn local_gbps(&self, _rank: usize) -> f64 {
+        // A copy reads and writes device memory.
+        self.machine.node.hbm_gbps / 2.0
+    }
+
+    fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
+        ClusterFabric::node_orbits(self)
+    }
+}

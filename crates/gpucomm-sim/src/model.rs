@@ -1,0 +1,419 @@
+//! Hardware parameters and efficiency factors, each with its source.
+//!
+//! Nothing here is fitted to a calibration case: every figure is a line
+//! rate from a standard or datasheet, a protocol overhead computed from a
+//! packet format, or a constant published in NCCL's source. `docs/sim.md`
+//! lists them in one table.
+
+use crate::SimError;
+use crate::SimTime;
+use crate::exec::Overheads;
+use crate::machine::Engine;
+use crate::machine::{Machine, NodeModel, NvFabric};
+
+/// GPU architecture, which decides NCCL's per-link bandwidth figures and
+/// NVLS efficiency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Pascal (P100), sm_60.
+    Pascal,
+    /// Volta (V100), sm_70.
+    Volta,
+    /// Ampere (A100), sm_80.
+    Ampere,
+    /// Ada / consumer Ampere (RTX 4090, A40), sm_86/89.
+    Ada,
+    /// Hopper (H100, H200), sm_90.
+    Hopper,
+    /// Blackwell (B200, GB200), sm_100.
+    Blackwell,
+}
+
+/// Latency of one NVLink traversal incl. port logic, us (gpucomm-topo's
+/// catalog assumption; order of magnitude, no standard gives it).
+pub const NVLINK_HOP_US: f64 = 0.15;
+/// Latency of one PCIe traversal incl. switch/root port, us (same source).
+pub const PCIE_HOP_US: f64 = 0.25;
+/// Latency of a NIC port (serialisation + HCA), us (same source).
+pub const NET_HOP_US: f64 = 0.6;
+/// Latency through the switched network core (one to three InfiniBand
+/// switch hops of ~130 ns each, NVIDIA Quantum QM8700 datasheet: 130 ns port-to-port), us.
+pub const NET_SWITCH_US: f64 = 0.4;
+/// Latency of an inter-socket link, us (topo catalog assumption).
+pub const SMP_HOP_US: f64 = 0.1;
+
+/// PCIe per-direction data rate in GB/s after line coding (PCI-SIG base
+/// specifications: 8b/10b for Gen1-2, 128b/130b for Gen3-5, FLIT mode
+/// 242/256 for Gen6).
+pub fn pcie_gbps(generation: u8, width: u32) -> Result<f64, SimError> {
+    let per_lane = match generation {
+        1 => 2.5 * 0.8 / 8.0,
+        2 => 5.0 * 0.8 / 8.0,
+        3 => 8.0 * 128.0 / 130.0 / 8.0,
+        4 => 16.0 * 128.0 / 130.0 / 8.0,
+        5 => 32.0 * 128.0 / 130.0 / 8.0,
+        6 => 64.0 * 242.0 / 256.0 / 8.0,
+        _ => {
+            return Err(SimError::Model(format!(
+                "unknown PCIe generation {generation}"
+            )));
+        }
+    };
+    Ok(per_lane * f64::from(width))
+}
+
+/// NVLink per-link, per-direction data rate in GB/s (NVIDIA P100, V100,
+/// A100, H100 whitepapers; Blackwell technical brief).
+pub fn nvlink_link_gbps(generation: u8) -> Result<f64, SimError> {
+    Ok(match generation {
+        1 => 20.0,
+        2..=4 => 25.0,
+        5 => 50.0,
+        _ => {
+            return Err(SimError::Model(format!(
+                "unknown NVLink generation {generation}"
+            )));
+        }
+    })
+}
+
+/// Payload efficiency of an NVLink packet carrying 256 bytes: one 16-byte
+/// header flit per up to 16 data flits of 16 bytes (NVLink packet format:
+/// Foley & Danskin, "Ultra-Performance Pascal GPU and NVLink Interconnect",
+/// IEEE Micro 37(2), 2017).
+pub const NVLINK_FLIT_EFFICIENCY: f64 = 256.0 / (256.0 + 16.0);
+
+/// PCIe TLP efficiency of DMA copies: 128-byte payloads (the read
+/// completion boundary of root ports, PCIe Base Spec 2.3.1.1, and the
+/// common Max_Payload_Size) with 20 bytes of framing (4-byte STP token),
+/// 12-byte completion/3DW header and 4-byte LCRC (PCIe 3.0 Base Spec 4.2.2, 3.3).
+pub const PCIE_TLP_EFFICIENCY: f64 = 128.0 / (128.0 + 20.0);
+
+/// InfiniBand payload efficiency with a 4096-byte MTU: LRH 8 + BTH 12 +
+/// ICRC 4 + VCRC 2 bytes per packet (InfiniBand Architecture Spec vol. 1,
+/// ch. 5-9).
+pub const IB_EFFICIENCY: f64 = 4096.0 / (4096.0 + 26.0);
+
+/// NCCL's effective bandwidth of one NVLink for its kernels, GB/s
+/// (NVIDIA/nccl `src/graph/topo.h`: SM60 18.0, SM70 20.0, SM80 20.0,
+/// SM90 20.6, SM100 40.1).
+pub fn nccl_nvlink_gbps(arch: Arch) -> f64 {
+    match arch {
+        Arch::Pascal => 18.0,
+        Arch::Volta | Arch::Ampere => 20.0,
+        Arch::Ada => 12.0, // SM86_NVLINK_BW
+        Arch::Hopper => 20.6,
+        Arch::Blackwell => 40.1,
+    }
+}
+
+/// NCCL's PCIe bandwidth for its kernels, GB/s for x16: `width * gen / 80`
+/// with gen 60/120/240/480 for Gen3/4/5/6 (NVIDIA/nccl `src/graph/xml.cc`
+/// kvDictPciGen and `topo.cc`), i.e. 12, 24, 48, 96 GB/s.
+pub fn nccl_pcie_gbps(generation: u8, width: u32) -> f64 {
+    let g = match generation {
+        1 => 15.0,
+        2 => 30.0,
+        3 => 60.0,
+        4 => 120.0,
+        5 => 240.0,
+        _ => 480.0,
+    };
+    f64::from(width) * g / 80.0
+}
+
+/// NCCL's NVLS efficiency (NVIDIA/nccl `src/graph/tuning.cc`
+/// `nvlsEfficiency`: Hopper 0.85, Blackwell 0.74; 0 before Hopper).
+pub fn nvls_efficiency(arch: Arch) -> f64 {
+    match arch {
+        Arch::Hopper => 0.85,
+        Arch::Blackwell => 0.74,
+        _ => 0.0,
+    }
+}
+
+/// NCCL's default number of NVLS channels (`NCCL_NVLS_NCHANNELS`, NCCL
+/// environment-variable documentation: 16); NCCL's model scales NVLS
+/// bandwidth by `(nChannels - 1) / nChannels` (tuning.cc).
+pub const NVLS_CHANNELS: f64 = 16.0;
+
+/// Efficiency factors of one engine on one architecture.
+#[derive(Clone, Copy, Debug)]
+pub struct Efficiency {
+    arch: Arch,
+    engine: Engine,
+}
+
+impl Efficiency {
+    /// Factors for `engine` on `arch`.
+    pub fn new(arch: Arch, engine: Engine) -> Self {
+        Efficiency { arch, engine }
+    }
+
+    /// Usable GB/s of one NVLink of generation `gen`.
+    pub fn nvlink_link(&self, generation: u8) -> Result<f64, SimError> {
+        let raw = nvlink_link_gbps(generation)?;
+        Ok(match self.engine {
+            Engine::Nccl => nccl_nvlink_gbps(self.arch).min(raw),
+            Engine::CopyEngine => raw * NVLINK_FLIT_EFFICIENCY,
+        })
+    }
+
+    /// Fraction of the PCIe data rate usable.
+    pub fn pcie(&self, generation: u8) -> f64 {
+        match self.engine {
+            Engine::Nccl => {
+                let raw = pcie_gbps(generation, 16).unwrap_or(1.0);
+                (nccl_pcie_gbps(generation, 16) / raw).min(1.0)
+            }
+            Engine::CopyEngine => PCIE_TLP_EFFICIENCY,
+        }
+    }
+
+    /// Fraction of a NIC's data rate usable (RDMA writes, 4 KiB MTU).
+    pub fn net(&self) -> f64 {
+        IB_EFFICIENCY
+    }
+
+    /// Fraction of an inter-socket link's rate usable (no published
+    /// protocol model; taken as 1).
+    pub fn smp(&self) -> f64 {
+        1.0
+    }
+}
+
+/// NCCL's latency figures for the Simple protocol (NVIDIA/nccl
+/// `src/graph/tuning.cc`, `baseLat` and `hwLat`): launch cost by algorithm
+/// and per-step cost by path (NVLink, PCIe, network).
+pub fn nccl_overheads(algo: &str) -> Overheads {
+    // (base, nvlink, pci, net) in us.
+    let (base, nvl, pci, net) = match algo {
+        "tree" => (8.4, 4.0, 4.0, 14.0),
+        "nvls" => (0.0, 25.0, 0.0, 0.0),
+        // Ring figures for ring and for algorithms NCCL does not have.
+        _ => (8.4, 3.4, 5.7, 14.0),
+    };
+    Overheads {
+        launch: SimTime::from_us(base),
+        step_nvlink: SimTime::from_us(nvl),
+        step_pcie: SimTime::from_us(pci),
+        step_net: SimTime::from_us(net),
+        step_local: SimTime::ZERO,
+    }
+}
+
+/// Time a copy engine needs to start one copy, us: CUDA's asynchronous
+/// copy submission is of the order of a microsecond or two (a modeling
+/// assumption, not a published constant; see docs/sim.md).
+pub const CE_COPY_OVERHEAD_US: f64 = 1.5;
+
+/// Extra cost of a copy the driver stages through host memory: the host
+/// thread waits for the device-to-host half before issuing the
+/// host-to-device half (an event synchronisation plus a second submission).
+/// A modeling assumption (order of magnitude of a CUDA event wait, 5-10 us).
+pub const STAGED_SYNC_US: f64 = 10.0;
+
+fn node(
+    arch: Arch,
+    name: &str,
+    gpus: usize,
+    hbm: f64,
+    nvlink: NvFabric,
+    pcie_gen: u8,
+) -> NodeModel {
+    NodeModel {
+        arch,
+        gpu_name: name.to_string(),
+        gpus,
+        hbm_gbps: hbm,
+        nvlink,
+        pcie_gen,
+        pcie_width: 16,
+        gpus_per_switch: 2,
+        sockets: 2,
+        inter_socket_gbps: 20.8 * 2.0,
+        host_mem_gbps: 200.0,
+        cpu_memcpy_gbps: 10.0,
+        nics: 0,
+        nic_gbps: 0.0,
+        storage_gbps: 0.0,
+    }
+}
+
+/// DGX-1 V100 hybrid cube mesh (NVIDIA DGX-1 with Tesla V100 system
+/// architecture whitepaper, figure 3): quads 0-3 and 4-7, cross links i-(i+4).
+pub fn dgx1_mesh() -> Vec<(usize, usize, u32)> {
+    vec![
+        (0, 1, 1),
+        (0, 2, 1),
+        (0, 3, 2),
+        (0, 4, 2),
+        (1, 2, 2),
+        (1, 3, 1),
+        (1, 5, 2),
+        (2, 3, 2),
+        (2, 6, 1),
+        (3, 7, 1),
+        (4, 5, 1),
+        (4, 6, 1),
+        (4, 7, 2),
+        (5, 6, 2),
+        (5, 7, 1),
+        (6, 7, 2),
+    ]
+}
+
+/// The simulator's built-in machines (the same names as gpucomm-topo's presets).
+pub fn preset(name: &str) -> Result<Machine, SimError> {
+    let lower = name.to_ascii_lowercase();
+    let mut n = match lower.as_str() {
+        "dgx1-v100" | "dgx-1" | "dgx1" => {
+            let mut n = node(
+                Arch::Volta,
+                "Tesla V100-SXM2",
+                8,
+                900.0,
+                NvFabric::Mesh {
+                    generation: 2,
+                    pairs: dgx1_mesh(),
+                },
+                3,
+            );
+            // Dual Xeon E5-2698 v4: 2 QPI links at 9.6 GT/s = 38.4 GB/s per direction.
+            n.inter_socket_gbps = 38.4;
+            n.host_mem_gbps = 76.8; // 4 channels DDR4-2400 per socket
+            n.nics = 4;
+            n.nic_gbps = 100.0 / 8.0; // EDR
+            n
+        }
+        "dgx-a100" | "dgx-a100-80g" => {
+            let mut n = node(
+                Arch::Ampere,
+                "A100-SXM4-80GB",
+                8,
+                2039.0,
+                NvFabric::Switch {
+                    generation: 3,
+                    links: 12,
+                    nvls: false,
+                },
+                4,
+            );
+            // AMD EPYC 7742 x2: xGMI, 8 channels DDR4-3200 per socket.
+            n.host_mem_gbps = 204.8;
+            n.inter_socket_gbps = 4.0 * 16.0 * 2.0; // 4 xGMI x16 links at 16 GT/s
+            n.nics = 8;
+            n.nic_gbps = 200.0 / 8.0; // HDR
+            n.storage_gbps = 25.0; // 8x NVMe (Gen4 x4 ~3.5-7 GB/s each), limited to ~25 GB/s
+            n
+        }
+        "dgx-h100" => {
+            let mut n = node(
+                Arch::Hopper,
+                "H100-SXM5-80GB",
+                8,
+                3350.0,
+                NvFabric::Switch {
+                    generation: 4,
+                    links: 18,
+                    nvls: true,
+                },
+                5,
+            );
+            n.host_mem_gbps = 307.2; // 8 channels DDR5-4800 per socket (Xeon 8480C)
+            n.inter_socket_gbps = 128.0; // 4 UPI 2.0 links at 16 GT/s, 2 bytes per transfer
+            n.nics = 8;
+            n.nic_gbps = 400.0 / 8.0; // NDR ConnectX-7
+            n.storage_gbps = 50.0;
+            n
+        }
+        "hgx-h200" => {
+            let mut n = node(
+                Arch::Hopper,
+                "H200-SXM-141GB",
+                8,
+                4800.0,
+                NvFabric::Switch {
+                    generation: 4,
+                    links: 18,
+                    nvls: true,
+                },
+                5,
+            );
+            n.host_mem_gbps = 307.2;
+            n.inter_socket_gbps = 160.0;
+            n.nics = 8;
+            n.nic_gbps = 400.0 / 8.0;
+            n.storage_gbps = 50.0;
+            n
+        }
+        "dgx-b200" | "hgx-b200" => {
+            let mut n = node(
+                Arch::Blackwell,
+                "B200",
+                8,
+                8000.0,
+                NvFabric::Switch {
+                    generation: 5,
+                    links: 18,
+                    nvls: true,
+                },
+                5,
+            );
+            n.host_mem_gbps = 307.2;
+            n.inter_socket_gbps = 160.0;
+            n.nics = 8;
+            n.nic_gbps = 400.0 / 8.0;
+            n
+        }
+        "pcie-8gpu" => {
+            let mut n = node(Arch::Ampere, "A100-PCIE-40GB", 8, 1555.0, NvFabric::None, 4);
+            n.host_mem_gbps = 204.8;
+            n.inter_socket_gbps = 128.0;
+            n.nics = 2;
+            n.nic_gbps = 200.0 / 8.0;
+            n
+        }
+        "workstation-rtx4090" | "rtx4090" => {
+            let mut n = node(Arch::Ada, "GeForce RTX 4090", 1, 1008.0, NvFabric::None, 4);
+            n.sockets = 1;
+            n.gpus_per_switch = 0;
+            n.host_mem_gbps = 89.6; // 2 channels DDR5-5600
+            n
+        }
+        _ => {
+            return Err(SimError::Model(format!(
+                "unknown machine {name:?}; known: {}",
+                PRESETS.join(", ")
+            )));
+        }
+    };
+    n.cpu_memcpy_gbps = memcpy_gbps(n.host_mem_gbps);
+    Ok(Machine {
+        name: lower,
+        node: n,
+        nodes: 1,
+        gpus_used: None,
+    })
+}
+
+/// Names accepted by [`preset`].
+pub const PRESETS: [&str; 8] = [
+    "dgx1-v100",
+    "dgx-a100",
+    "dgx-h100",
+    "hgx-h200",
+    "dgx-b200",
+    "pcie-8gpu",
+    "workstation-rtx4090",
+    "rtx4090",
+];
+
+/// Bandwidth of one large `memcpy` on the host, GB/s: glibc switches to
+/// non-temporal stores above 3/4 of the shared cache
+/// (`__x86_shared_non_temporal_threshold`, glibc sysdeps/x86/dl-cacheinfo.h),
+/// so each byte copied costs one read and one write of DRAM: half the
+/// memory bandwidth.
+pub fn memcpy_gbps(host_mem_gbps: f64) -> f64 {
+    host_mem_gbps / 2.0
+}

@@ -1,0 +1,475 @@
+//! Data paths: GPU-GPU copies with and without P2P, host-device copies from
+//! pinned and pageable memory, inter-node GPUDirect RDMA versus host
+//! staging, and storage reads with GPUDirect Storage versus a bounce buffer.
+//!
+//! Each path is a sequence of *phases*; a phase is a set of concurrent
+//! flows on the copy-engine fabric ([`Engine::CopyEngine`]), and the next
+//! phase starts when the previous one is delivered (a staged copy waits for
+//! its first half). Pipelined paths put all their flows in one phase.
+
+use crate::engine::{FlowNet, LinkId};
+use crate::fabric::{Fabric, Route};
+use crate::machine::{Engine, Machine};
+use crate::model;
+use crate::{SimError, SimTime};
+
+/// One flow of a phase.
+#[derive(Clone, Debug)]
+pub struct PhaseFlow {
+    /// Links crossed.
+    pub links: Vec<LinkId>,
+    /// Bytes.
+    pub bytes: f64,
+    /// Latency of the route.
+    pub latency: SimTime,
+}
+
+impl PhaseFlow {
+    fn new(r: &Route, bytes: f64) -> Self {
+        PhaseFlow {
+            links: r.links.clone(),
+            bytes,
+            latency: r.latency,
+        }
+    }
+}
+
+/// Runs phases one after another; `gap` is added before every phase (copy
+/// submission, host synchronisation). Returns the total time.
+pub fn run_phases(caps: &[f64], phases: &[(SimTime, Vec<PhaseFlow>)]) -> SimTime {
+    run_phases_spans(caps, phases)
+        .last()
+        .map(|s| s.1)
+        .unwrap_or(SimTime::ZERO)
+}
+
+/// Like [`run_phases`], returning each phase's (start after its gap, end).
+pub fn run_phases_spans(
+    caps: &[f64],
+    phases: &[(SimTime, Vec<PhaseFlow>)],
+) -> Vec<(SimTime, SimTime)> {
+    let mut net = FlowNet::new(caps);
+    let mut out = Vec::new();
+    let mut now = SimTime::ZERO;
+    let mut spans = Vec::new();
+    for (gap, flows) in phases {
+        net.timer(now + *gap, u64::MAX);
+        // Wait for the gap timer, then start the phase's flows.
+        while let Some(t) = net.next_batch(&mut out) {
+            now = t;
+            if out.contains(&crate::engine::Output::Timer(u64::MAX)) {
+                break;
+            }
+        }
+        let start = now;
+        for (i, f) in flows.iter().enumerate() {
+            net.start_flow(&f.links, f.bytes, f.latency, i as u64);
+        }
+        while let Some(t) = net.next_batch(&mut out) {
+            now = t;
+        }
+        spans.push((start, now));
+    }
+    spans
+}
+
+fn named(names: &[&str], spans: &[(SimTime, SimTime)]) -> Vec<(String, SimTime, SimTime)> {
+    names
+        .iter()
+        .zip(spans)
+        .map(|(n, &(a, b))| (n.to_string(), a, b))
+        .collect()
+}
+
+/// What `gpucomm sim p2p` reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct P2pResult {
+    /// Bandwidth (sum of both directions when bidirectional), GB/s.
+    pub bandwidth_gbps: f64,
+    /// Latency of a 4-byte copy, us.
+    pub latency_us: f64,
+    /// `NVLink x2`, `PCIe`, `staged through host`.
+    pub path: String,
+    /// True when the copy went peer to peer.
+    pub p2p: bool,
+    /// The phases of the bandwidth run: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
+}
+
+/// A GPU-GPU copy between GPUs `a` and `b` of one node, as
+/// p2pBandwidthLatencyTest measures it (copy engines, `bytes` per copy).
+/// With `allow_p2p` the copy goes peer to peer when the hardware allows
+/// (a direct NVLink or the NVSwitch; else PCIe below one CPU socket);
+/// otherwise, or across sockets, the driver stages it through host memory:
+/// a device-to-host copy, a host synchronisation, a host-to-device copy.
+pub fn p2p(
+    machine: &Machine,
+    a: usize,
+    b: usize,
+    bidirectional: bool,
+    allow_p2p: bool,
+    bytes: u64,
+) -> Result<P2pResult, SimError> {
+    let f = machine.fabric(Engine::CopyEngine, 1)?;
+    let g = machine.node.gpus;
+    if a >= g || b >= g {
+        return Err(SimError::Model(format!(
+            "GPU index out of range: the machine has {g} GPUs"
+        )));
+    }
+    if a == b {
+        return Err(SimError::Model("--pair needs two different GPUs".into()));
+    }
+    let caps = f.capacities();
+    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
+    let s = bytes as f64;
+    let dirs: Vec<(usize, usize)> = if bidirectional {
+        vec![(a, b), (b, a)]
+    } else {
+        vec![(a, b)]
+    };
+    let nv = f.nvlink_count(a, b);
+    let same_socket = f.socket_of_gpu(a) == f.socket_of_gpu(b);
+    let (path, p2p_ok) = if allow_p2p && nv > 0 {
+        (format!("NVLink x{nv}"), true)
+    } else if allow_p2p && same_socket {
+        ("PCIe".to_string(), true)
+    } else {
+        ("staged through host memory".to_string(), false)
+    };
+    let direct_route = |x: usize, y: usize| -> Result<Route, SimError> {
+        if nv > 0 {
+            f.route(x, y, 0)
+        } else {
+            Ok(f.pcie_route(x, y))
+        }
+    };
+    let (time, latency) = if p2p_ok {
+        let flows = dirs
+            .iter()
+            .map(|&(x, y)| direct_route(x, y).map(|r| PhaseFlow::new(&r, s)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sp = run_phases_spans(&caps, &[(ce, flows)]);
+        let lat = ce + direct_route(a, b)?.latency;
+        (sp, lat)
+    } else {
+        let sync = SimTime::from_us(model::STAGED_SYNC_US);
+        let down: Vec<PhaseFlow> = dirs
+            .iter()
+            .map(|&(x, _)| PhaseFlow::new(&f.host_route(x, false), s))
+            .collect();
+        let up: Vec<PhaseFlow> = dirs
+            .iter()
+            .map(|&(_, y)| PhaseFlow::new(&f.host_route(y, true), s))
+            .collect();
+        let sp = run_phases_spans(&caps, &[(ce, down), (sync + ce, up)]);
+        let lat = ce + f.host_route(a, false).latency + sync + ce + f.host_route(b, true).latency;
+        (sp, lat)
+    };
+    let spans = time;
+    let time = spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO);
+    let names: &[&str] = if p2p_ok {
+        &["peer copy"]
+    } else {
+        &["device to host", "host to device"]
+    };
+    let total = s * dirs.len() as f64;
+    Ok(P2pResult {
+        bandwidth_gbps: total / time.as_secs_f64() / 1e9,
+        latency_us: latency.as_us(),
+        path,
+        p2p: p2p_ok,
+        phases: named(names, &spans),
+    })
+}
+
+/// An endpoint of `gpucomm sim copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Host memory.
+    Host,
+    /// GPU `i` of node 0.
+    Gpu(usize),
+    /// The node's NVMe storage.
+    Storage,
+}
+
+impl Endpoint {
+    /// Parses `host`, `gpu3`, `storage`/`nvme`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let l = s.to_ascii_lowercase();
+        match l.as_str() {
+            "host" | "cpu" => Some(Endpoint::Host),
+            "storage" | "nvme" | "disk" => Some(Endpoint::Storage),
+            _ => l
+                .strip_prefix("gpu")
+                .and_then(|n| n.parse().ok())
+                .map(Endpoint::Gpu),
+        }
+    }
+}
+
+/// What `gpucomm sim copy` reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyResult {
+    /// Throughput, GB/s.
+    pub bandwidth_gbps: f64,
+    /// Time of one copy of the size, us.
+    pub time_us: f64,
+    /// Description of the path.
+    pub path: String,
+    /// The phases: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
+}
+
+/// A copy of `bytes` between endpoints of node 0, as bandwidthTest (host
+/// and device) or a storage read (GPUDirect Storage or bounce buffer) does it.
+///
+/// * host -> GPU pinned: one DMA over PCIe.
+/// * host -> GPU pageable: the driver first copies into a pinned staging
+///   buffer with the CPU, then DMAs (NVIDIA, "How to Optimize Data
+///   Transfers in CUDA C/C++"); the two run one after the other.
+/// * storage -> GPU: with GPUDirect Storage a DMA from the drive into GPU
+///   memory; without (`bounce`), into host memory then a DMA to the GPU.
+pub fn copy(
+    machine: &Machine,
+    from: Endpoint,
+    to: Endpoint,
+    pageable: bool,
+    gds: bool,
+    bytes: u64,
+) -> Result<CopyResult, SimError> {
+    let f = machine.fabric(Engine::CopyEngine, 1)?;
+    let caps = f.capacities();
+    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
+    let s = bytes as f64;
+    let check = |g: usize| -> Result<usize, SimError> {
+        if g < machine.node.gpus {
+            Ok(g)
+        } else {
+            Err(SimError::Model(format!(
+                "gpu{g} does not exist ({} GPUs)",
+                machine.node.gpus
+            )))
+        }
+    };
+    let (phases, path): (Vec<(SimTime, Vec<PhaseFlow>)>, String) = match (from, to) {
+        (Endpoint::Host, Endpoint::Gpu(g)) | (Endpoint::Gpu(g), Endpoint::Host) => {
+            let g = check(g)?;
+            let h2d = from == Endpoint::Host;
+            let dma = PhaseFlow::new(&f.host_route(g, h2d), s);
+            if pageable {
+                let cpu = PhaseFlow::new(&f.memcpy_route(g), s);
+                let phases = if h2d {
+                    vec![(SimTime::ZERO, vec![cpu]), (ce, vec![dma])]
+                } else {
+                    vec![(ce, vec![dma]), (SimTime::ZERO, vec![cpu])]
+                };
+                (
+                    phases,
+                    "pageable: CPU memcpy to a pinned staging buffer + DMA over PCIe".into(),
+                )
+            } else {
+                (vec![(ce, vec![dma])], "pinned: DMA over PCIe".into())
+            }
+        }
+        (Endpoint::Storage, Endpoint::Gpu(g)) => {
+            let g = check(g)?;
+            if gds {
+                (
+                    vec![(ce, vec![PhaseFlow::new(&f.storage_route(g, false)?, s)])],
+                    "GPUDirect Storage: NVMe DMA straight into GPU memory".into(),
+                )
+            } else {
+                (
+                    vec![
+                        (
+                            SimTime::ZERO,
+                            vec![PhaseFlow::new(&f.storage_route(g, true)?, s)],
+                        ),
+                        (ce, vec![PhaseFlow::new(&f.host_route(g, true), s)]),
+                    ],
+                    "bounce buffer: NVMe into host memory, then DMA to the GPU".into(),
+                )
+            }
+        }
+        (Endpoint::Storage, Endpoint::Host) => (
+            vec![(
+                SimTime::ZERO,
+                vec![PhaseFlow::new(&f.storage_route(0, true)?, s)],
+            )],
+            "NVMe into host memory".into(),
+        ),
+        (Endpoint::Gpu(a), Endpoint::Gpu(b)) => {
+            let r = p2p(machine, check(a)?, check(b)?, false, true, bytes)?;
+            let t = s / (r.bandwidth_gbps * 1e9);
+            return Ok(CopyResult {
+                bandwidth_gbps: r.bandwidth_gbps,
+                time_us: t * 1e6,
+                path: r.path,
+                phases: r.phases,
+            });
+        }
+        _ => {
+            return Err(SimError::Model(format!(
+                "copy from {from:?} to {to:?} is not modeled (use host, gpuN, storage)"
+            )));
+        }
+    };
+    let spans = run_phases_spans(&caps, &phases);
+    let t = spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO);
+    Ok(CopyResult {
+        bandwidth_gbps: s / t.as_secs_f64() / 1e9,
+        time_us: t.as_us(),
+        phases: spans
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b))| (format!("phase {}", i + 1), a, b))
+            .collect(),
+        path,
+    })
+}
+
+/// What `gpucomm sim rdma` reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RdmaResult {
+    /// Throughput, GB/s.
+    pub bandwidth_gbps: f64,
+    /// Latency of a small message, us.
+    pub latency_us: f64,
+    /// Path description.
+    pub path: String,
+    /// The phases: (name, start, end).
+    pub phases: Vec<(String, SimTime, SimTime)>,
+}
+
+/// A GPU-to-GPU transfer between two nodes through NIC `gpu`'s rail: with
+/// GPUDirect RDMA the NIC reads GPU memory directly; without, the data is
+/// copied to host memory, sent from there and copied up on the far side
+/// (NCCL pipelines the three copies, so they share the links concurrently).
+pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<RdmaResult, SimError> {
+    if machine.node.nics == 0 {
+        return Err(SimError::Model(format!("{} has no NICs", machine.name)));
+    }
+    let f = machine.fabric(Engine::CopyEngine, 2)?;
+    let rpn = f.ranks_per_node();
+    if gpu >= rpn {
+        return Err(SimError::Model(format!("gpu{gpu} does not exist")));
+    }
+    let caps = f.capacities();
+    let s = bytes as f64;
+    let net = f.route(gpu, rpn + gpu, 0)?;
+    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
+    if gdr {
+        let t = run_phases(&caps, &[(SimTime::ZERO, vec![PhaseFlow::new(&net, s)])]);
+        return Ok(RdmaResult {
+            bandwidth_gbps: s / t.as_secs_f64() / 1e9,
+            latency_us: net.latency.as_us(),
+            path: "GPUDirect RDMA: NIC reads and writes GPU memory over PCIe".into(),
+            phases: vec![("RDMA write".into(), SimTime::ZERO, t)],
+        });
+    }
+    // Host staged: D2H on node 0, host-memory to host-memory over the NIC, H2D on node 1.
+    let d2h = f.host_route(gpu, false);
+    let h2d = f.host_route(gpu, true);
+    let per_node = f.links_per_node() as u32;
+    let mut h2d_far = h2d.clone();
+    h2d_far.links.iter_mut().for_each(|l| *l += per_node);
+    // The NIC hop: host memory -> NIC -> network -> NIC -> host memory. Use
+    // the network links of the GPU route (those past the PCIe of the GPUs).
+    let net_only: Vec<LinkId> = net
+        .links
+        .iter()
+        .copied()
+        .filter(|&l| f.link_name(l).contains("nic"))
+        .collect();
+    let mut wire = Route {
+        links: vec![d2h.links[0]],
+        latency: net.latency,
+        class: net.class,
+    };
+    wire.links.extend(net_only);
+    wire.links.push(h2d_far.links[0]);
+    let flows = vec![
+        PhaseFlow::new(&d2h, s),
+        PhaseFlow::new(&wire, s),
+        PhaseFlow::new(&h2d_far, s),
+    ];
+    let t = run_phases(&caps, &[(ce, flows)]);
+    let lat = ce + d2h.latency + net.latency + ce + h2d.latency;
+    Ok(RdmaResult {
+        bandwidth_gbps: s / t.as_secs_f64() / 1e9,
+        latency_us: lat.as_us(),
+        path: "host-staged: D2H copy, RDMA from host memory, H2D copy (pipelined)".into(),
+        phases: vec![("D2H + RDMA + H2D (pipelined)".into(), ce, t)],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_copy_is_slower_than_p2p() {
+        let m = Machine::preset("dgx1-v100").unwrap();
+        let p = p2p(&m, 0, 3, false, true, 64 << 20).unwrap();
+        let s = p2p(&m, 0, 3, false, false, 64 << 20).unwrap();
+        assert!(p.p2p && !s.p2p);
+        assert!(p.bandwidth_gbps > 2.0 * s.bandwidth_gbps);
+        assert!(s.latency_us > 5.0 * p.latency_us);
+    }
+
+    #[test]
+    fn pageable_is_slower_than_pinned() {
+        let m = Machine::preset("dgx-h100").unwrap();
+        let pinned = copy(
+            &m,
+            Endpoint::Host,
+            Endpoint::Gpu(0),
+            false,
+            false,
+            256 << 20,
+        )
+        .unwrap();
+        let pageable = copy(&m, Endpoint::Host, Endpoint::Gpu(0), true, false, 256 << 20).unwrap();
+        assert!(pageable.bandwidth_gbps < pinned.bandwidth_gbps);
+    }
+
+    #[test]
+    fn gds_beats_bounce_and_gdr_beats_staging_on_latency() {
+        let m = Machine::preset("dgx-a100").unwrap();
+        let g = copy(
+            &m,
+            Endpoint::Storage,
+            Endpoint::Gpu(0),
+            false,
+            true,
+            1 << 30,
+        )
+        .unwrap();
+        let b = copy(
+            &m,
+            Endpoint::Storage,
+            Endpoint::Gpu(0),
+            false,
+            false,
+            1 << 30,
+        )
+        .unwrap();
+        assert!(g.bandwidth_gbps > b.bandwidth_gbps);
+        let d = rdma(&m, 0, true, 1 << 30).unwrap();
+        let h = rdma(&m, 0, false, 1 << 30).unwrap();
+        assert!(d.latency_us < h.latency_us);
+        assert!(d.bandwidth_gbps >= h.bandwidth_gbps * 0.999);
+    }
+
+    #[test]
+    fn bad_endpoints_are_errors() {
+        let m = Machine::preset("dgx-h100").unwrap();
+        assert!(p2p(&m, 0, 0, false, true, 1024).is_err());
+        assert!(p2p(&m, 0, 99, false, true, 1024).is_err());
+        assert!(copy(&m, Endpoint::Host, Endpoint::Gpu(42), false, false, 1024).is_err());
+        assert!(Endpoint::parse("gpu3") == Some(Endpoint::Gpu(3)));
+        assert!(Endpoint::parse("banana").is_none());
+    }
+}
