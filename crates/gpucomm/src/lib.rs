@@ -5,3 +5,4 @@
 #![deny(unsafe_code)]
 
 pub mod env;
+pub mod launch;
