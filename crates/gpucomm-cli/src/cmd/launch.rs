@@ -89,7 +89,7 @@ pub fn parse_secs_or_zero(s: &str) -> Result<Duration, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !v.is_finite() || v < 0.0 || v > 1e9 {
+    if !(0.0..=1e9).contains(&v) {
         return Err(format!("{s:?} is not a valid number of seconds"));
     }
     Ok(Duration::from_secs_f64(v))
