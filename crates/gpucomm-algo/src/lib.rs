@@ -7,14 +7,24 @@
 //! memory and transports, the simulator (`gpucomm-sim`) on a modeled fabric,
 //! and the checker in this crate executes it symbolically to prove it right.
 //!
+//! * [`Schedule::new`] picks an [`Algorithm`] for a [`Problem`];
+//!   [`Schedule::rank_steps`] generates one rank's [`Step`]s on demand.
+//! * [`check`] proves a schedule right and counts its bytes and steps.
+//! * [`execute`] runs it on numbers, [`expected`] computes the collective
+//!   directly: the reference both engines are tested against.
+//!
 //! See `docs/algo.md` for the representation with a worked example.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod check;
+mod exec;
 mod generate;
 mod problem;
 mod schedule;
 
+pub use check::{CheckError, CheckReport, RankReport, check, check_steps, check_steps_in_place};
+pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
 pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind};

@@ -243,6 +243,31 @@ impl Problem {
         self
     }
 
+    /// Length in elements of `rank`'s input buffer (see the table in [`Collective`]).
+    pub const fn input_len(&self, rank: usize) -> usize {
+        match self.collective {
+            Collective::AllGather => block_partition(self.count, self.nranks, rank).1,
+            Collective::AllToAll => self.count * self.nranks,
+            Collective::Barrier => 0,
+            _ => self.count,
+        }
+    }
+
+    /// Length in elements of `rank`'s output buffer (see the table in [`Collective`]).
+    pub const fn output_len(&self, rank: usize) -> usize {
+        match self.collective {
+            Collective::ReduceScatter => block_partition(self.count, self.nranks, rank).1,
+            Collective::AllToAll => self.count * self.nranks,
+            Collective::Barrier => 0,
+            _ => self.count,
+        }
+    }
+
+    /// Block `index` of the `nranks`-way [`block_partition`] of `count`, as `(offset, len)`.
+    pub const fn block(&self, index: usize) -> (usize, usize) {
+        block_partition(self.count, self.nranks, index)
+    }
+
     /// The size nccl-tests reports for this problem, in bytes (the larger of a
     /// rank's input and output).
     pub fn bytes(&self) -> usize {

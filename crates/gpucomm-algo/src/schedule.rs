@@ -231,21 +231,9 @@ impl Schedule {
 
     /// Length in elements of `buf` on `rank` (see the table in [`crate::Collective`]).
     pub fn buffer_len(&self, rank: usize, buf: Buf) -> usize {
-        let p = &self.problem;
-        let n = p.nranks;
         match buf {
-            Buf::Input => match p.collective {
-                crate::Collective::AllGather => crate::block_partition(p.count, n, rank).1,
-                crate::Collective::AllToAll => p.count * n,
-                crate::Collective::Barrier => 0,
-                _ => p.count,
-            },
-            Buf::Output => match p.collective {
-                crate::Collective::ReduceScatter => crate::block_partition(p.count, n, rank).1,
-                crate::Collective::AllToAll => p.count * n,
-                crate::Collective::Barrier => 0,
-                _ => p.count,
-            },
+            Buf::Input => self.problem.input_len(rank),
+            Buf::Output => self.problem.output_len(rank),
             Buf::Scratch => crate::generate::scratch_len(self, rank),
         }
     }

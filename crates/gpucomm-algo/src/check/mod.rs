@@ -1,0 +1,879 @@
+//! The checker: executes a schedule symbolically and proves it right.
+//!
+//! Every element of every rank's buffers holds a symbolic value: "element
+//! `i` of the collective's data, combined over the set `S` of ranks" (a
+//! bitset), or "undefined". The checker
+//!
+//! 1. validates the structure: dependencies point to earlier steps, peers
+//!    exist, slices lie inside [`crate::Schedule::buffer_len`], nothing
+//!    writes the input;
+//! 2. pairs sends with receives (FIFO per `(sender, receiver, channel)`,
+//!    same length) and runs the schedule under rendezvous semantics until
+//!    nothing can move: any step left over is a deadlock, explained by the
+//!    chain of steps waiting on each other;
+//! 3. replays that execution on the symbolic values: reading undefined data,
+//!    combining different elements, or adding a rank's contribution twice is
+//!    an error at the step that does it; at the end every output element must
+//!    hold exactly what the collective defines (see [`crate::Collective`]),
+//!    and for a barrier every rank must have causally heard from every rank;
+//! 4. proves the execution order does not matter: any two steps of a rank
+//!    whose accesses conflict (one writes what the other reads or writes) are
+//!    ordered by dependencies, so every engine computes the same result;
+//! 5. for schedules that claim [`crate::Schedule::in_place_safe`], repeats
+//!    3 and 4 with input and output aliased as in an in-place call.
+//!
+//! Values are kept as runs (a range of elements `i..i+len` with one rank
+//! set), so the cost grows with the number of steps, not the element count.
+
+mod order;
+
+use std::rc::Rc;
+
+pub(crate) use order::{Event, order, validate};
+
+use crate::generate::{locate, physical_lens};
+use crate::{Buf, Collective, Problem, Schedule, Slice, Step, StepKind};
+use order::show_slice;
+
+/// What went wrong, and where. Every variant names the rank and step (or
+/// the rank and element) at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The step lists do not fit the problem.
+    #[error("malformed schedule: {0}")]
+    Shape(String),
+    /// A step is malformed (bad dependency, peer or slice).
+    #[error("rank {rank} step {step}: {what}")]
+    InvalidStep {
+        /// Rank.
+        rank: usize,
+        /// Step index.
+        step: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A send and its matching receive differ in length.
+    #[error(
+        "size mismatch on channel {channel}: rank {from} step {send} sends {send_len} elements to rank {to}, whose matching receive (step {recv}) takes {recv_len}"
+    )]
+    SizeMismatch {
+        /// Sender.
+        from: usize,
+        /// Sender's step.
+        send: usize,
+        /// Receiver.
+        to: usize,
+        /// Receiver's step.
+        recv: usize,
+        /// Channel.
+        channel: u16,
+        /// Elements sent.
+        send_len: usize,
+        /// Elements expected.
+        recv_len: usize,
+    },
+    /// A send with no matching receive.
+    #[error(
+        "rank {rank} step {step}: send to rank {peer} on channel {channel} has no matching receive (rank {rank} sends {sends} time(s) to {peer} on that channel, rank {peer} receives {recvs} time(s))"
+    )]
+    UnmatchedSend {
+        /// Sender.
+        rank: usize,
+        /// The first unmatched send.
+        step: usize,
+        /// Receiver.
+        peer: usize,
+        /// Channel.
+        channel: u16,
+        /// Sends on the connection.
+        sends: usize,
+        /// Receives on the connection.
+        recvs: usize,
+    },
+    /// A receive with no matching send.
+    #[error(
+        "rank {rank} step {step}: receive from rank {peer} on channel {channel} has no matching send (rank {peer} sends {sends} time(s) to {rank} on that channel, rank {rank} receives {recvs} time(s))"
+    )]
+    UnmatchedRecv {
+        /// Receiver.
+        rank: usize,
+        /// The first unmatched receive.
+        step: usize,
+        /// Sender.
+        peer: usize,
+        /// Channel.
+        channel: u16,
+        /// Sends on the connection.
+        sends: usize,
+        /// Receives on the connection.
+        recvs: usize,
+    },
+    /// Steps remain that can never run.
+    #[error("deadlock at rank {rank} step {step}: {explanation}")]
+    Deadlock {
+        /// The first blocked rank.
+        rank: usize,
+        /// Its first blocked step.
+        step: usize,
+        /// The chain of waits.
+        explanation: String,
+    },
+    /// A step computes something wrong (reads undefined data, mixes
+    /// elements, counts a contribution twice).
+    #[error("rank {rank} step {step}: {what}")]
+    BadData {
+        /// Rank.
+        rank: usize,
+        /// Step index.
+        step: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A rank ends with the wrong result.
+    #[error("rank {rank}: {what}")]
+    WrongResult {
+        /// Rank.
+        rank: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// Two steps of a rank touch the same memory with no order between them.
+    #[error("rank {rank}: steps {first} and {second} race: {what}")]
+    Race {
+        /// Rank.
+        rank: usize,
+        /// The earlier step.
+        first: usize,
+        /// The later step.
+        second: usize,
+        /// The conflicting accesses.
+        what: String,
+    },
+    /// The schedule claims to be in-place safe but fails with aliased buffers.
+    #[error("in-place (input and output aliased): {0}")]
+    InPlace(Box<CheckError>),
+}
+
+/// What one rank does, as counted by the checker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RankReport {
+    /// Steps in the rank's list.
+    pub steps: usize,
+    /// Send steps.
+    pub sends: usize,
+    /// Receive steps (`Recv` and `RecvReduce`).
+    pub recvs: usize,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_recv: u64,
+    /// Sequential communication steps: transfers on the longest chain
+    /// (dependencies, messages and connection order) ending at this rank.
+    pub comm_steps: u32,
+}
+
+/// The checker's verdict on a correct schedule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckReport {
+    /// Per rank.
+    pub ranks: Vec<RankReport>,
+    /// The longest chain of transfers over all ranks.
+    pub critical_path: u32,
+    /// True when the in-place (aliased) execution was verified too.
+    pub in_place_verified: bool,
+}
+
+impl CheckReport {
+    /// The most bytes any rank sends.
+    pub fn max_bytes_sent(&self) -> u64 {
+        self.ranks.iter().map(|r| r.bytes_sent).max().unwrap_or(0)
+    }
+    /// The most bytes any rank receives.
+    pub fn max_bytes_recv(&self) -> u64 {
+        self.ranks.iter().map(|r| r.bytes_recv).max().unwrap_or(0)
+    }
+    /// Bytes sent by all ranks together.
+    pub fn total_bytes_sent(&self) -> u64 {
+        self.ranks.iter().map(|r| r.bytes_sent).sum()
+    }
+}
+
+/// Checks a schedule: generates every rank's steps and proves them right
+/// (and, when the schedule claims it, right in place too).
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule, check};
+///
+/// let s = Schedule::new(Problem::new(Collective::AllReduce, 10, 4, 4), Algorithm::Ring).unwrap();
+/// let report = check(&s).unwrap();
+/// assert_eq!(report.critical_path, 6); // 2 (n - 1)
+/// ```
+pub fn check(s: &Schedule) -> Result<CheckReport, CheckError> {
+    let n = s.problem.nranks;
+    let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
+    let scratch: Vec<usize> = (0..n).map(|r| s.buffer_len(r, Buf::Scratch)).collect();
+    let mut report = check_steps(&s.problem, &steps, &scratch)?;
+    if s.in_place_safe() {
+        check_steps_in_place(&s.problem, &steps, &scratch)
+            .map_err(|e| CheckError::InPlace(Box::new(e)))?;
+        report.in_place_verified = true;
+    }
+    Ok(report)
+}
+
+/// Checks explicit per-rank step lists for `problem`, with
+/// `scratch_len[rank]` elements of scratch per rank (separate input and
+/// output buffers).
+pub fn check_steps(
+    problem: &Problem,
+    steps: &[Vec<Step>],
+    scratch_len: &[usize],
+) -> Result<CheckReport, CheckError> {
+    run(problem, steps, scratch_len, false)
+}
+
+/// Like [`check_steps`], with input and output aliased as in an in-place
+/// call (see [`Schedule::in_place_safe`]).
+pub fn check_steps_in_place(
+    problem: &Problem,
+    steps: &[Vec<Step>],
+    scratch_len: &[usize],
+) -> Result<CheckReport, CheckError> {
+    run(problem, steps, scratch_len, true)
+}
+
+fn run(
+    p: &Problem,
+    steps: &[Vec<Step>],
+    scratch_len: &[usize],
+    aliased: bool,
+) -> Result<CheckReport, CheckError> {
+    validate(p, steps, scratch_len)?;
+    let ord = order(steps)?;
+    let n = p.nranks;
+    for (rank, list) in steps.iter().enumerate() {
+        races(p, rank, list, aliased)?;
+    }
+    let mut sym = Symbolic::new(p, scratch_len, aliased);
+    sym.replay(steps, &ord.events)?;
+    sym.final_check()?;
+    let mut report = CheckReport::default();
+    for (rank, list) in steps.iter().enumerate() {
+        let mut rr = RankReport {
+            steps: list.len(),
+            ..Default::default()
+        };
+        for st in list {
+            let bytes = (st.kind.len() * p.elem_size) as u64;
+            if st.kind.is_send() {
+                rr.sends += 1;
+                rr.bytes_sent += bytes;
+            } else if st.kind.is_recv() {
+                rr.recvs += 1;
+                rr.bytes_recv += bytes;
+            }
+        }
+        rr.comm_steps = ord.level[rank].iter().copied().max().unwrap_or(0);
+        report.critical_path = report.critical_path.max(rr.comm_steps);
+        report.ranks.push(rr);
+    }
+    if p.collective == Collective::Barrier {
+        barrier_check(n, steps, &ord.events)?;
+    }
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------
+// Rank sets.
+
+type Set = Rc<Vec<u64>>;
+
+fn set_one(n: usize, r: usize) -> Set {
+    let mut v = vec![0u64; n.div_ceil(64).max(1)];
+    v[r / 64] |= 1 << (r % 64);
+    Rc::new(v)
+}
+
+fn set_all(n: usize) -> Set {
+    let mut v = vec![0u64; n.div_ceil(64).max(1)];
+    for r in 0..n {
+        v[r / 64] |= 1 << (r % 64);
+    }
+    Rc::new(v)
+}
+
+fn members(s: &[u64]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (w, &bits) in s.iter().enumerate() {
+        let mut b = bits;
+        while b != 0 {
+            let t = b.trailing_zeros() as usize;
+            out.push(w * 64 + t);
+            b &= b - 1;
+        }
+    }
+    out
+}
+
+fn fmt_ranks(r: &[usize]) -> String {
+    let list: Vec<String> = r.iter().take(8).map(|x| x.to_string()).collect();
+    let more = if r.len() > 8 {
+        format!(", ... ({} ranks)", r.len())
+    } else {
+        String::new()
+    };
+    format!("{{{}{more}}}", list.join(", "))
+}
+
+fn fmt_set(s: &[u64], n: usize) -> String {
+    let m = members(s);
+    if m.len() == n && n > 1 {
+        format!("all {n} ranks")
+    } else {
+        format!("rank(s) {}", fmt_ranks(&m))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Symbolic memory.
+
+/// `len` elements whose element `k` is "element `idx + k`, combined over `set`".
+#[derive(Clone, Debug)]
+struct Run {
+    len: usize,
+    val: Option<(usize, Set)>,
+}
+
+impl Run {
+    fn clip(&self, from: usize, len: usize) -> Run {
+        Run {
+            len,
+            val: self.val.as_ref().map(|(i, s)| (i + from, s.clone())),
+        }
+    }
+    fn continues(&self, next: &Run) -> bool {
+        match (&self.val, &next.val) {
+            (None, None) => true,
+            (Some((i, s)), Some((j, t))) => *j == i + self.len && (Rc::ptr_eq(s, t) || s == t),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Mem {
+    /// `(start, run)`, sorted, covering the buffer.
+    runs: Vec<(usize, Run)>,
+}
+
+impl Mem {
+    fn new(len: usize) -> Self {
+        let mut m = Mem::default();
+        if len > 0 {
+            m.runs.push((0, Run { len, val: None }));
+        }
+        m
+    }
+
+    fn read(&self, off: usize, len: usize) -> Vec<Run> {
+        let mut out = Vec::new();
+        if len == 0 {
+            return out;
+        }
+        let mut k = self.runs.partition_point(|(s, _)| *s <= off) - 1;
+        let end = off + len;
+        while k < self.runs.len() && self.runs[k].0 < end {
+            let (s, r) = &self.runs[k];
+            let lo = off.max(*s);
+            let hi = end.min(s + r.len);
+            out.push(r.clip(lo - s, hi - lo));
+            k += 1;
+        }
+        out
+    }
+
+    fn write(&mut self, off: usize, new: Vec<Run>) {
+        let len: usize = new.iter().map(|r| r.len).sum();
+        if len == 0 {
+            return;
+        }
+        let end = off + len;
+        let mut out: Vec<(usize, Run)> = Vec::with_capacity(self.runs.len() + new.len() + 2);
+        let push = |out: &mut Vec<(usize, Run)>, start: usize, r: Run| {
+            if let Some((ps, pr)) = out.last_mut() {
+                if pr.continues(&r) {
+                    pr.len += r.len;
+                    let _ = ps;
+                    return;
+                }
+            }
+            out.push((start, r));
+        };
+        let mut placed = false;
+        for (s, r) in std::mem::take(&mut self.runs) {
+            let e = s + r.len;
+            if e <= off || s >= end {
+                if s >= end && !placed {
+                    let mut at = off;
+                    for nr in new.iter() {
+                        let l = nr.len;
+                        push(&mut out, at, nr.clone());
+                        at += l;
+                    }
+                    placed = true;
+                }
+                push(&mut out, s, r);
+                continue;
+            }
+            if s < off {
+                push(&mut out, s, r.clip(0, off - s));
+            }
+            if !placed {
+                let mut at = off;
+                for nr in new.iter() {
+                    let l = nr.len;
+                    push(&mut out, at, nr.clone());
+                    at += l;
+                }
+                placed = true;
+            }
+            if e > end {
+                push(&mut out, end, r.clip(end - s, e - end));
+            }
+        }
+        self.runs = out;
+    }
+}
+
+/// Combines two aligned run lists; on failure, the element offset and why.
+fn combine(a: &[Run], b: &[Run], n: usize) -> Result<Vec<Run>, (usize, String)> {
+    let mut out = Vec::new();
+    let (mut i, mut j, mut ai, mut bj, mut pos) = (0, 0, 0, 0, 0);
+    while i < a.len() && j < b.len() {
+        let take = (a[i].len - ai).min(b[j].len - bj);
+        let (x, y) = (a[i].clip(ai, take), b[j].clip(bj, take));
+        match (&x.val, &y.val) {
+            (Some((ix, sx)), Some((iy, sy))) => {
+                if ix != iy {
+                    return Err((pos, format!("combines element {ix} with element {iy}")));
+                }
+                let twice: Vec<u64> = sx.iter().zip(sy.iter()).map(|(p, q)| p & q).collect();
+                if twice.iter().any(|&w| w != 0) {
+                    return Err((
+                        pos,
+                        format!(
+                            "counts the contribution of {} twice (combining {} with {})",
+                            fmt_set(&twice, n),
+                            fmt_set(sx, n),
+                            fmt_set(sy, n)
+                        ),
+                    ));
+                }
+                let u: Vec<u64> = sx.iter().zip(sy.iter()).map(|(p, q)| p | q).collect();
+                out.push(Run {
+                    len: take,
+                    val: Some((*ix, Rc::new(u))),
+                });
+            }
+            _ => return Err((pos, "combines undefined data".into())),
+        }
+        pos += take;
+        ai += take;
+        bj += take;
+        if ai == a[i].len {
+            i += 1;
+            ai = 0;
+        }
+        if bj == b[j].len {
+            j += 1;
+            bj = 0;
+        }
+    }
+    Ok(out)
+}
+
+fn first_undefined(runs: &[Run]) -> Option<usize> {
+    let mut pos = 0;
+    for r in runs {
+        if r.val.is_none() {
+            return Some(pos);
+        }
+        pos += r.len;
+    }
+    None
+}
+
+struct Symbolic<'a> {
+    p: &'a Problem,
+    aliased: bool,
+    mem: Vec<[Mem; 3]>,
+}
+
+impl<'a> Symbolic<'a> {
+    fn new(p: &'a Problem, scratch_len: &[usize], aliased: bool) -> Self {
+        let n = p.nranks;
+        let mut mem = Vec::with_capacity(n);
+        for (r, &scratch) in scratch_len.iter().enumerate() {
+            let lens = physical_lens(p, r, aliased, scratch);
+            let mut m = [Mem::new(lens[0]), Mem::new(lens[1]), Mem::new(lens[2])];
+            let ilen = p.input_len(r);
+            if ilen > 0 {
+                let idx0 = match p.collective {
+                    Collective::AllGather => p.block(r).0,
+                    _ => 0,
+                };
+                let (b, o) = locate(p, r, aliased, Slice::new(Buf::Input, 0, ilen));
+                m[b].write(
+                    o,
+                    vec![Run {
+                        len: ilen,
+                        val: Some((idx0, set_one(n, r))),
+                    }],
+                );
+            }
+            mem.push(m);
+        }
+        Symbolic { p, aliased, mem }
+    }
+
+    fn read(&self, rank: usize, s: Slice) -> Vec<Run> {
+        let (b, o) = locate(self.p, rank, self.aliased, s);
+        self.mem[rank][b].read(o, s.len)
+    }
+
+    fn write(&mut self, rank: usize, s: Slice, runs: Vec<Run>) {
+        let (b, o) = locate(self.p, rank, self.aliased, s);
+        self.mem[rank][b].write(o, runs);
+    }
+
+    fn defined(
+        &self,
+        rank: usize,
+        step: usize,
+        s: Slice,
+        what: &str,
+    ) -> Result<Vec<Run>, CheckError> {
+        let runs = self.read(rank, s);
+        if let Some(at) = first_undefined(&runs) {
+            return Err(CheckError::BadData {
+                rank,
+                step,
+                what: format!(
+                    "{what} {} but element {} of it holds no data yet",
+                    show_slice(&s),
+                    s.offset + at
+                ),
+            });
+        }
+        Ok(runs)
+    }
+
+    fn reduce_into(
+        &mut self,
+        rank: usize,
+        step: usize,
+        a: Vec<Run>,
+        b: Vec<Run>,
+        dst: Slice,
+        what: &str,
+    ) -> Result<(), CheckError> {
+        let res = combine(&a, &b, self.p.nranks).map_err(|(at, why)| CheckError::BadData {
+            rank,
+            step,
+            what: format!(
+                "{what} {why} at {}[{}]",
+                show_slice(&dst).split('[').next().unwrap_or(""),
+                dst.offset + at
+            ),
+        })?;
+        self.write(rank, dst, res);
+        Ok(())
+    }
+
+    fn replay(&mut self, steps: &[Vec<Step>], events: &[Event]) -> Result<(), CheckError> {
+        for ev in events {
+            match *ev {
+                Event::Local { rank, step } => match steps[rank][step].kind {
+                    StepKind::Copy { src, dst } => {
+                        let v = self.defined(rank, step, src, "copies")?;
+                        self.write(rank, dst, v);
+                    }
+                    StepKind::Reduce { src, dst } => {
+                        let a = self.defined(rank, step, dst, "reduces into")?;
+                        let b = self.defined(rank, step, src, "reduces from")?;
+                        self.reduce_into(rank, step, a, b, dst, "reduce")?;
+                    }
+                    _ => unreachable!("local events are local steps"),
+                },
+                Event::Transfer {
+                    from,
+                    send,
+                    to,
+                    recv,
+                } => {
+                    let StepKind::Send { src, .. } = steps[from][send].kind else {
+                        unreachable!("a transfer starts with a send")
+                    };
+                    let data = self.defined(from, send, src, "sends")?;
+                    match steps[to][recv].kind {
+                        StepKind::Recv { dst, .. } => self.write(to, dst, data),
+                        StepKind::RecvReduce { src: own, dst, .. } => {
+                            let mine = self.defined(to, recv, own, "receive-reduces with")?;
+                            self.reduce_into(to, recv, mine, data, dst, "receive-reduce")?;
+                        }
+                        _ => unreachable!("a transfer ends with a receive"),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn final_check(&self) -> Result<(), CheckError> {
+        let p = self.p;
+        let n = p.nranks;
+        let all = set_all(n);
+        for rank in 0..n {
+            let len = p.output_len(rank);
+            let runs = self.read(rank, Slice::new(Buf::Output, 0, len));
+            let mut pos = 0;
+            for run in runs {
+                let mut k = 0;
+                while k < run.len {
+                    let i = pos + k;
+                    let (want, stretch) = expected(p, rank, i);
+                    let take = stretch.min(run.len - k);
+                    if let Some((widx, wset)) = want {
+                        let wset: Set = match wset {
+                            None => all.clone(),
+                            Some(q) => set_one(n, q),
+                        };
+                        let bad = match &run.val {
+                            None => Some("holds no data".to_string()),
+                            Some((idx, set)) => {
+                                let idx = idx + k;
+                                if idx != widx {
+                                    Some(format!("holds element {idx} of {}", fmt_set(set, n)))
+                                } else if **set != *wset {
+                                    let missing: Vec<usize> = members(&wset)
+                                        .into_iter()
+                                        .filter(|&q| set[q / 64] & (1 << (q % 64)) == 0)
+                                        .collect();
+                                    let extra: Vec<usize> = members(set)
+                                        .into_iter()
+                                        .filter(|&q| wset[q / 64] & (1 << (q % 64)) == 0)
+                                        .collect();
+                                    let mut s =
+                                        format!("holds element {idx} of {}", fmt_set(set, n));
+                                    if !missing.is_empty() {
+                                        s.push_str(&format!(", missing {}", fmt_ranks(&missing)));
+                                    }
+                                    if !extra.is_empty() {
+                                        s.push_str(&format!(", with extra {}", fmt_ranks(&extra)));
+                                    }
+                                    Some(s)
+                                } else {
+                                    None
+                                }
+                            }
+                        };
+                        if let Some(bad) = bad {
+                            return Err(CheckError::WrongResult {
+                                rank,
+                                what: format!(
+                                    "output[{i}] {bad}; {} defines element {widx} of {}",
+                                    p.collective.name(),
+                                    fmt_set(&wset, n)
+                                ),
+                            });
+                        }
+                    }
+                    k += take;
+                }
+                pos += run.len;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `output[i]` of `rank` must hold — `Some((element, None))` for the
+/// combination over all ranks, `Some((element, Some(q)))` for rank q's
+/// element, `None` for anything — and for how many elements from `i` on
+/// that stays so (the element index growing by one per element).
+fn expected(p: &Problem, rank: usize, i: usize) -> (Option<(usize, Option<usize>)>, usize) {
+    let n = p.nranks;
+    let c = p.count;
+    match p.collective {
+        Collective::AllReduce => (Some((i, None)), c - i),
+        Collective::ReduceScatter => (Some((p.block(rank).0 + i, None)), p.block(rank).1 - i),
+        Collective::AllGather => {
+            let base = c / n;
+            let extra = c % n;
+            let q = if i < extra * (base + 1) {
+                i / (base + 1)
+            } else {
+                extra + (i - extra * (base + 1)) / base
+            };
+            let (o, l) = p.block(q);
+            (Some((i, Some(q))), o + l - i)
+        }
+        Collective::Broadcast { root } => (Some((i, Some(root))), c - i),
+        Collective::Reduce { root } => {
+            if rank == root {
+                (Some((i, None)), c - i)
+            } else {
+                (None, c - i)
+            }
+        }
+        Collective::AllToAll => {
+            let (q, k) = (i / c, i % c);
+            (Some((rank * c + k, Some(q))), c - k)
+        }
+        Collective::SendRecv { shift } => {
+            let from = (rank + n - shift % n) % n;
+            (Some((i, Some(from))), c - i)
+        }
+        Collective::Barrier => (None, usize::MAX),
+    }
+}
+
+/// Every rank must causally hear from every rank before it completes.
+fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), CheckError> {
+    let words = n.div_ceil(64).max(1);
+    let mut know: Vec<Vec<Vec<u64>>> = steps.iter().map(|l| vec![Vec::new(); l.len()]).collect();
+    let base = |know: &Vec<Vec<Vec<u64>>>, r: usize, i: usize| {
+        let mut k = vec![0u64; words];
+        k[r / 64] |= 1 << (r % 64);
+        for &d in &steps[r][i].deps {
+            for (w, x) in k.iter_mut().zip(&know[r][d as usize]) {
+                *w |= x;
+            }
+        }
+        k
+    };
+    for ev in events {
+        match *ev {
+            Event::Local { rank, step } => know[rank][step] = base(&know, rank, step),
+            Event::Transfer {
+                from,
+                send,
+                to,
+                recv,
+            } => {
+                let ks = base(&know, from, send);
+                let mut kr = base(&know, to, recv);
+                for (w, x) in kr.iter_mut().zip(&ks) {
+                    *w |= x;
+                }
+                know[from][send] = ks;
+                know[to][recv] = kr;
+            }
+        }
+    }
+    for r in 0..n {
+        let mut k = vec![0u64; words];
+        k[r / 64] |= 1 << (r % 64);
+        for s in &know[r] {
+            for (w, x) in k.iter_mut().zip(s) {
+                *w |= x;
+            }
+        }
+        let missing: Vec<usize> = (0..n)
+            .filter(|&q| k[q / 64] & (1 << (q % 64)) == 0)
+            .collect();
+        if !missing.is_empty() {
+            return Err(CheckError::WrongResult {
+                rank: r,
+                what: format!(
+                    "barrier: completes without hearing from {}",
+                    fmt_ranks(&missing)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Any two steps of `rank` whose accesses conflict must be ordered by deps.
+fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), CheckError> {
+    let m = steps.len();
+    if m < 2 {
+        return Ok(());
+    }
+    // (buffer, lo, hi, step, writes)
+    let mut acc: Vec<(usize, usize, usize, usize, bool)> = Vec::new();
+    for (i, st) in steps.iter().enumerate() {
+        let mut add = |s: Slice, w: bool| {
+            if s.len > 0 {
+                let (b, o) = locate(p, rank, aliased, s);
+                acc.push((b, o, o + s.len, i, w));
+            }
+        };
+        match st.kind {
+            StepKind::Send { src, .. } => add(src, false),
+            StepKind::Recv { dst, .. } => add(dst, true),
+            StepKind::RecvReduce { src, dst, .. } | StepKind::Copy { src, dst } => {
+                add(src, false);
+                add(dst, true);
+            }
+            StepKind::Reduce { src, dst } => {
+                add(src, false);
+                add(dst, true);
+            }
+        }
+    }
+    acc.sort_unstable();
+    let words = m.div_ceil(64);
+    let mut anc: Vec<Vec<u64>> = Vec::new();
+    let mut built = false;
+    let mut active: Vec<usize> = Vec::new();
+    for x in 0..acc.len() {
+        let (b, lo, _, sx, wx) = acc[x];
+        active.retain(|&y| acc[y].0 == b && acc[y].2 > lo);
+        for &y in &active {
+            let (_, ylo, yhi, sy, wy) = acc[y];
+            if sy == sx || !(wx || wy) {
+                continue;
+            }
+            if !built {
+                anc = vec![vec![0u64; words]; m];
+                for (i, st) in steps.iter().enumerate() {
+                    let mut a = vec![0u64; words];
+                    for &d in &st.deps {
+                        let d = d as usize;
+                        a[d / 64] |= 1 << (d % 64);
+                        for (w, v) in a.iter_mut().zip(&anc[d]) {
+                            *w |= v;
+                        }
+                    }
+                    anc[i] = a;
+                }
+                built = true;
+            }
+            let (first, second) = (sx.min(sy), sx.max(sy));
+            if anc[second][first / 64] & (1 << (first % 64)) == 0 {
+                let hi = acc[x].2.min(yhi);
+                let lo2 = lo.max(ylo);
+                let name = ["input/output", "output", "scratch"][b];
+                let name = if aliased {
+                    name
+                } else {
+                    ["input", "output", "scratch"][b]
+                };
+                return Err(CheckError::Race {
+                    rank,
+                    first,
+                    second,
+                    what: format!(
+                        "both access {name}[{lo2}..{hi}] ({} writes) and neither depends on the other",
+                        if wx && wy { "both" } else { "one" }
+                    ),
+                });
+            }
+        }
+        active.push(x);
+    }
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! Schedule generation: one module per algorithm family.
+//!
+//! Generators list a rank's steps in an order that is a valid sequential
+//! execution; the [`Builder`] derives every data dependency from the buffer
+//! ranges each step reads and writes (read-after-write, write-after-read,
+//! write-after-write), so generators only add the structural dependencies that
+//! carry no data (zero-length pieces, barrier tokens). For algorithms declared
+//! in-place safe the builder tracks hazards on the aliased layout (input and
+//! output the same memory, see [`locate`]), so the dependencies also order
+//! the accesses an in-place call makes conflict.
+
+mod direct;
+mod hd;
+mod hier;
+mod ring;
+mod tree;
+
+use std::collections::BTreeMap;
+
+use crate::{
+    Algorithm, Buf, Collective, Problem, Schedule, Slice, Step, StepKind, schedule::AlgoError,
+};
+
+/// Which (algorithm, collective) pairs have a schedule, and why not.
+const TODO_UNBUILT: bool = true;
+
+pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
+    use Collective as C;
+    let c = p.collective;
+    let ok = match a {
+        Algorithm::Tree
+        | Algorithm::HalvingDoubling
+        | Algorithm::RecursiveDoubling
+        | Algorithm::Hierarchical
+            if TODO_UNBUILT =>
+        {
+            false
+        }
+        Algorithm::Ring => matches!(
+            c,
+            C::AllReduce | C::ReduceScatter | C::AllGather | C::Broadcast { .. } | C::Reduce { .. }
+        ),
+        Algorithm::Direct => true,
+        Algorithm::Tree => matches!(c, C::AllReduce | C::Broadcast { .. } | C::Reduce { .. }),
+        Algorithm::HalvingDoubling => {
+            matches!(c, C::AllReduce | C::ReduceScatter | C::AllGather)
+        }
+        Algorithm::RecursiveDoubling => matches!(
+            c,
+            C::AllReduce | C::AllGather | C::Barrier | C::Broadcast { .. } | C::Reduce { .. }
+        ),
+        Algorithm::Hierarchical => {
+            if !matches!(
+                c,
+                C::AllReduce | C::ReduceScatter | C::AllGather | C::Broadcast { .. }
+            ) {
+                false
+            } else if p.nranks % p.ranks_per_node != 0 {
+                return Err(format!(
+                    ": ranks_per_node ({}) must divide nranks ({})",
+                    p.ranks_per_node, p.nranks
+                ));
+            } else {
+                true
+            }
+        }
+    };
+    if ok { Ok(()) } else { Err(String::new()) }
+}
+
+pub(crate) fn validate(p: &Problem, algorithm: Algorithm) -> Result<(), AlgoError> {
+    if p.nranks == 0 {
+        return Err(AlgoError::InvalidProblem(
+            "nranks must be at least 1".into(),
+        ));
+    }
+    if p.ranks_per_node == 0 {
+        return Err(AlgoError::InvalidProblem(
+            "ranks_per_node must be at least 1".into(),
+        ));
+    }
+    if p.elem_size == 0 {
+        return Err(AlgoError::InvalidProblem(
+            "elem_size must be at least 1".into(),
+        ));
+    }
+    if let Some(root) = p.collective.root() {
+        if root >= p.nranks {
+            return Err(AlgoError::InvalidProblem(format!(
+                "root {root} out of range for {} ranks",
+                p.nranks
+            )));
+        }
+    }
+    let elems = p
+        .count
+        .checked_mul(p.nranks)
+        .and_then(|e| e.checked_mul(p.elem_size));
+    if elems.is_none_or(|e| e > (u32::MAX as usize) << 16) {
+        return Err(AlgoError::InvalidProblem(format!(
+            "count {} x {} ranks x {} bytes is too large",
+            p.count, p.nranks, p.elem_size
+        )));
+    }
+    support(p, algorithm).map_err(|why| AlgoError::Unsupported {
+        collective: p.collective.name(),
+        algorithm: algorithm.name(),
+        why,
+    })
+}
+
+pub(crate) fn rank_steps(s: &Schedule, rank: usize) -> Vec<Step> {
+    let mut b = Builder::new(&s.problem, rank, in_place_safe(s));
+    match s.algorithm {
+        Algorithm::Ring => ring::steps(s, &mut b),
+        Algorithm::Direct => direct::steps(s, &mut b),
+        Algorithm::Tree => tree::steps(s, &mut b),
+        Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling => hd::steps(s, &mut b),
+        Algorithm::Hierarchical => hier::steps(s, &mut b),
+    }
+    b.steps
+}
+
+pub(crate) fn scratch_len(s: &Schedule, rank: usize) -> usize {
+    match s.algorithm {
+        Algorithm::Ring => ring::scratch_len(s, rank),
+        Algorithm::Direct => direct::scratch_len(s, rank),
+        Algorithm::Tree => tree::scratch_len(s, rank),
+        Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling => hd::scratch_len(s, rank),
+        Algorithm::Hierarchical => hier::scratch_len(s, rank),
+    }
+}
+
+pub(crate) fn in_place_safe(s: &Schedule) -> bool {
+    match s.algorithm {
+        Algorithm::Direct => direct::in_place_safe(s),
+        Algorithm::Ring
+        | Algorithm::Tree
+        | Algorithm::HalvingDoubling
+        | Algorithm::RecursiveDoubling
+        | Algorithm::Hierarchical => true,
+    }
+}
+
+/// Where `slice` of `rank` lives: `(buffer index, element offset)`.
+///
+/// Not aliased: input, output and scratch are buffers 0, 1 and 2. Aliased
+/// (an in-place call, laid out as NCCL does): input and output share buffer 0
+/// (the input is block `rank` of the output for all_gather, the output is
+/// block `rank` of the input for reduce_scatter) and scratch is buffer 2.
+pub(crate) fn locate(p: &Problem, rank: usize, aliased: bool, sl: Slice) -> (usize, usize) {
+    match (sl.buf, aliased) {
+        (Buf::Scratch, _) => (2, sl.offset),
+        (Buf::Input, false) => (0, sl.offset),
+        (Buf::Output, false) => (1, sl.offset),
+        (Buf::Input, true) => match p.collective {
+            Collective::AllGather => (0, p.block(rank).0 + sl.offset),
+            _ => (0, sl.offset),
+        },
+        (Buf::Output, true) => match p.collective {
+            Collective::ReduceScatter => (0, p.block(rank).0 + sl.offset),
+            _ => (0, sl.offset),
+        },
+    }
+}
+
+/// Lengths of the physical buffers [`locate`] maps into.
+pub(crate) fn physical_lens(p: &Problem, rank: usize, aliased: bool, scratch: usize) -> [usize; 3] {
+    if aliased {
+        [p.input_len(rank).max(p.output_len(rank)), 0, scratch]
+    } else {
+        [p.input_len(rank), p.output_len(rank), scratch]
+    }
+}
+
+/// How a region of up to `unit` elements is cut into pieces: `channels`
+/// parts, each in `chunks` pipelined chunks. Piece `j` is on channel
+/// `j % channels`, chunk `j / channels`, so iterating pieces in order walks
+/// the chunks one after another with every channel busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub channels: usize,
+    pub chunks: usize,
+}
+
+impl Plan {
+    /// The plan every generator and the cost model use for a region of
+    /// `unit` elements (the largest region cut the same way).
+    pub(crate) fn new(s: &Schedule, unit: usize) -> Self {
+        let channels = (s.channels.max(1) as usize).min(unit.max(1));
+        let per = unit.div_ceil(channels);
+        let chunks = if s.chunk_elems == 0 || per == 0 {
+            1
+        } else {
+            per.div_ceil(s.chunk_elems)
+        };
+        Plan { channels, chunks }
+    }
+
+    pub(crate) fn pieces(&self) -> usize {
+        self.channels * self.chunks
+    }
+
+    /// Piece `j` of the region `(off, len)`: `(offset, len, channel)`.
+    pub(crate) fn piece(&self, region: (usize, usize), j: usize) -> (usize, usize, u16) {
+        let c = j % self.channels;
+        let k = j / self.channels;
+        let (co, cl) = crate::block_partition(region.1, self.channels, c);
+        let (ko, kl) = crate::block_partition(cl, self.chunks, k);
+        (region.0 + co + ko, kl, c as u16)
+    }
+}
+
+/// A group of ranks `base + i * stride` for `i < size`, this rank at `pos`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Group {
+    pub base: usize,
+    pub stride: usize,
+    pub size: usize,
+    pub pos: usize,
+}
+
+impl Group {
+    pub(crate) fn all(p: &Problem, rank: usize) -> Self {
+        Group {
+            base: 0,
+            stride: 1,
+            size: p.nranks,
+            pos: rank,
+        }
+    }
+    pub(crate) fn member(&self, i: usize) -> usize {
+        self.base + (i % self.size) * self.stride
+    }
+    /// The member `d` places after this rank (modulo the group size).
+    pub(crate) fn after(&self, d: usize) -> usize {
+        self.member(self.pos + d % self.size)
+    }
+    /// The member `d` places before this rank (modulo the group size).
+    pub(crate) fn before(&self, d: usize) -> usize {
+        self.member(self.pos + self.size - d % self.size)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Seg {
+    end: usize,
+    writer: Option<u32>,
+    readers: Vec<u32>,
+}
+
+/// Accumulates one rank's steps and derives their data dependencies.
+pub(crate) struct Builder<'a> {
+    pub(crate) p: &'a Problem,
+    pub(crate) rank: usize,
+    pub(crate) steps: Vec<Step>,
+    aliased: bool,
+    segs: [BTreeMap<usize, Seg>; 3],
+}
+
+impl<'a> Builder<'a> {
+    pub(crate) fn new(p: &'a Problem, rank: usize, aliased: bool) -> Self {
+        let fresh = || {
+            let mut m = BTreeMap::new();
+            m.insert(
+                0,
+                Seg {
+                    end: usize::MAX,
+                    writer: None,
+                    readers: Vec::new(),
+                },
+            );
+            m
+        };
+        Builder {
+            p,
+            rank,
+            steps: Vec::new(),
+            aliased,
+            segs: [fresh(), fresh(), fresh()],
+        }
+    }
+
+    fn split(&mut self, b: usize, at: usize) {
+        let map = &mut self.segs[b];
+        let (&start, seg) = map
+            .range_mut(..=at)
+            .next_back()
+            .expect("segments cover 0..");
+        if start < at && at < seg.end {
+            let tail = Seg {
+                end: seg.end,
+                writer: seg.writer,
+                readers: seg.readers.clone(),
+            };
+            seg.end = at;
+            map.insert(at, tail);
+        }
+    }
+
+    fn range(&mut self, sl: Slice) -> Option<(usize, usize, usize)> {
+        if sl.len == 0 {
+            return None;
+        }
+        let (b, o) = locate(self.p, self.rank, self.aliased, sl);
+        self.split(b, o);
+        self.split(b, o + sl.len);
+        Some((b, o, o + sl.len))
+    }
+
+    /// Appends a step; its dependencies are `extra` plus every earlier step
+    /// whose accesses conflict with this one's. Returns the step's index.
+    pub(crate) fn push(&mut self, kind: StepKind, channel: u16, extra: &[u32]) -> u32 {
+        let idx = self.steps.len() as u32;
+        let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match kind {
+            StepKind::Send { src, .. } => ([Some(src), None], None),
+            StepKind::Recv { dst, .. } => ([None, None], Some(dst)),
+            StepKind::RecvReduce { src, dst, .. } | StepKind::Copy { src, dst } => {
+                ([Some(src), None], Some(dst))
+            }
+            StepKind::Reduce { src, dst } => ([Some(src), Some(dst)], Some(dst)),
+        };
+        let mut deps: Vec<u32> = extra.to_vec();
+        let reads: Vec<_> = reads
+            .iter()
+            .flatten()
+            .filter_map(|s| self.range(*s))
+            .collect();
+        let write = write.and_then(|s| self.range(s));
+        for &(b, lo, hi) in &reads {
+            deps.extend(self.segs[b].range(lo..hi).filter_map(|(_, s)| s.writer));
+        }
+        if let Some((b, lo, hi)) = write {
+            for (_, s) in self.segs[b].range(lo..hi) {
+                deps.extend(s.writer);
+                deps.extend_from_slice(&s.readers);
+            }
+        }
+        for &(b, lo, hi) in &reads {
+            for (_, s) in self.segs[b].range_mut(lo..hi) {
+                s.readers.push(idx);
+            }
+        }
+        if let Some((b, lo, hi)) = write {
+            for (_, s) in self.segs[b].range_mut(lo..hi) {
+                s.writer = Some(idx);
+                s.readers.clear();
+            }
+        }
+        deps.sort_unstable();
+        deps.dedup();
+        self.steps.push(Step {
+            kind,
+            channel,
+            deps,
+        });
+        idx
+    }
+
+    pub(crate) fn send(&mut self, peer: usize, src: Slice, ch: u16, extra: &[u32]) -> u32 {
+        self.push(StepKind::Send { peer, src }, ch, extra)
+    }
+    pub(crate) fn recv(&mut self, peer: usize, dst: Slice, ch: u16, extra: &[u32]) -> u32 {
+        self.push(StepKind::Recv { peer, dst }, ch, extra)
+    }
+    pub(crate) fn recv_reduce(
+        &mut self,
+        peer: usize,
+        src: Slice,
+        dst: Slice,
+        ch: u16,
+        extra: &[u32],
+    ) -> u32 {
+        self.push(StepKind::RecvReduce { peer, src, dst }, ch, extra)
+    }
+    /// A local copy; skipped (returns `None`) when empty.
+    pub(crate) fn copy(&mut self, src: Slice, dst: Slice) -> Option<u32> {
+        (src.len > 0).then(|| self.push(StepKind::Copy { src, dst }, 0, &[]))
+    }
+    /// A local reduction; skipped when empty.
+    pub(crate) fn reduce(&mut self, src: Slice, dst: Slice, ch: u16) -> Option<u32> {
+        (src.len > 0).then(|| self.push(StepKind::Reduce { src, dst }, ch, &[]))
+    }
+}
+
+/// Shorthand for a slice.
+pub(crate) fn sl(buf: Buf, offset: usize, len: usize) -> Slice {
+    Slice::new(buf, offset, len)
+}
+
+/// The `n`-way block partition of `count` as a vector of `(offset, len)`.
+pub(crate) fn blocks(count: usize, n: usize) -> Vec<(usize, usize)> {
+    (0..n)
+        .map(|i| crate::block_partition(count, n, i))
+        .collect()
+}
+
+/// Largest block length of the `n`-way partition of `count`.
+pub(crate) fn max_block(count: usize, n: usize) -> usize {
+    count.div_ceil(n.max(1))
+}

@@ -1,0 +1,79 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use gpucomm_algo::{Algorithm, Collective, Problem, ReduceOp, Schedule};
+
+/// Every collective shape for `n` ranks (roots and shifts varied).
+pub fn collectives(n: usize) -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Broadcast { root: n - 1 },
+        Collective::Reduce { root: 0 },
+        Collective::Reduce { root: n / 2 },
+        Collective::AllToAll,
+        Collective::SendRecv { shift: 1 },
+        Collective::SendRecv { shift: n + 2 },
+        Collective::Barrier,
+    ]
+}
+
+/// Small-integer inputs so every op is exact in f64: values in 1..=3
+/// (products of up to 64 such values stay exact below 2^53 only for small
+/// exponents, so products use 1 and 2 only on few ranks).
+pub fn inputs(p: &Problem, op: ReduceOp, seed: u64) -> Vec<Vec<f64>> {
+    (0..p.nranks)
+        .map(|r| {
+            (0..p.input_len(r))
+                .map(|i| {
+                    let h = (seed ^ (r as u64 * 0x9E37_79B9) ^ (i as u64 * 0x85EB_CA6B))
+                        .wrapping_mul(0xC2B2_AE35);
+                    let h = h ^ (h >> 29);
+                    match op {
+                        // at most a few factors of 2 in any product
+                        ReduceOp::Prod => {
+                            if h % 16 == 0 {
+                                2.0
+                            } else if h % 16 == 1 {
+                                -1.0
+                            } else {
+                                1.0
+                            }
+                        }
+                        _ => ((h % 7) as f64) - 3.0,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Compares outputs, ignoring undefined elements (NaN in `want`).
+pub fn same(got: &[Vec<f64>], want: &[Vec<f64>]) -> Result<(), String> {
+    for (r, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.len() != w.len() {
+            return Err(format!("rank {r}: {} elements, want {}", g.len(), w.len()));
+        }
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            if !b.is_nan() && a != b {
+                return Err(format!("rank {r} output[{i}] = {a}, want {b}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The schedules of every supported algorithm for `p`, with a few channel
+/// and chunk settings.
+pub fn schedules(p: Problem) -> Vec<Schedule> {
+    let mut out = Vec::new();
+    for a in Algorithm::ALL {
+        let Ok(s) = Schedule::new(p, a) else { continue };
+        out.push(s.clone());
+        out.push(s.clone().with_channels(2));
+        out.push(s.with_channels(3).with_chunk_elems(2));
+    }
+    out
+}
