@@ -1,8 +1,467 @@
 //! The gpucomm runtime: communicators, transports and collectives.
 //!
-//! (Being built.)
+//! # Design
+//!
+//! A collective is a *schedule* from `gpucomm-algo` (pure data: each rank's
+//! send / receive / receive-and-reduce / copy / reduce steps on slices of its
+//! input, output and scratch buffers). This crate is the thin driver that runs
+//! schedules on real memory and real transports:
+//!
+//! ```text
+//!  Communicator::all_reduce(&send, &mut recv, op)
+//!        │  check lengths, root, dtype; pick algorithm (forced or tuned)
+//!        ▼
+//!  Plan (cached per problem): rank's steps + FIFO queue per (peer, channel, direction)
+//!        │
+//!        ▼
+//!  engine::execute ──poll──► Link (in-process | shm ring | tcp) ──► peer
+//!        │  spin → yield → futex/poll; deadline, abort, peer liveness
+//!        ▼
+//!  Ok(()) or Error::Op { op, seq, peer, transport, failure }
+//! ```
+//!
+//! * **Transports** implement one small trait ([`transport`]'s `Link`) and
+//!   are chosen per peer in priority order: in-process (threads), shared
+//!   memory (same host id), TCP. Fault injection is a wrapper ([`Fault`]).
+//! * **Zero copy**: buffers from [`Communicator::alloc`] live in memfd
+//!   segments peers map; large sends from them travel as references and the
+//!   receiver reduces straight from the peer's memory into its output.
+//!   In-process ranks read each other's memory directly for any buffer.
+//! * **No hangs**: every wait has a deadline ([`CallOptions::timeout`],
+//!   [`Communicator::set_timeout`]); a dead peer, a closed link, a mismatched
+//!   call (every message carries the operation descriptor) or
+//!   [`Communicator::abort`] ends the operation with an [`Error::Op`] naming
+//!   the operation, its sequence number, the peer and the transport. After a
+//!   failure the communicator is poisoned (peers are told) and must be dropped.
+//! * **Async**: [`Communicator::start`] queues an operation on a progress
+//!   thread and returns a [`Request`]; operations complete in issue order.
+//!
+//! What it does not do (yet): device memory (buffers carry a [`MemorySpace`]
+//! and device memory is refused with [`Error::Unsupported`]), RDMA, several
+//! channels per peer, recovery after a failure.
+//!
+//! See `docs/runtime.md` for the wire formats and how this is tested.
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
+mod bootstrap;
+mod buffer;
+mod comm;
+mod dtype;
+mod engine;
 pub mod env;
+mod error;
 pub mod launch;
+pub mod store;
+pub mod transport;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use bootstrap::host_id;
+pub use buffer::{Buffer, MemorySpace};
+pub use comm::{Call, CallOptions, DEFAULT_TIMEOUT, InProcessOptions, Request};
+pub use dtype::{DataType, Element, div_ranks, reduce2, reduce3};
+pub use env::{BootstrapConfig, TransportChoice};
+pub use error::{Error, Failure, OpContext, TransportKind};
+pub use gpucomm_algo::{Algorithm, Collective, ReduceOp};
+pub use half::{bf16, f16};
+pub use transport::fault::Fault;
+
+use comm::{Inner, raw_call, run_blocking};
+
+/// One rank's handle on a job: runs collectives and point-to-point calls
+/// with its peers.
+///
+/// Create it from a [`BootstrapConfig`] ([`Communicator::new`], one per
+/// process) or as several ranks in one process ([`Communicator::in_process`]).
+/// It is `Send + Sync`: calls from several threads are serialised, and
+/// [`Communicator::abort`] may be called from any thread.
+///
+/// # Fast path
+///
+/// For the fewest copies over shared memory, allocate buffers with
+/// [`Communicator::alloc`]: their memory is mapped by peers, so large sends
+/// travel as references and receivers reduce or copy straight from the peer's
+/// buffer (one pass over the data instead of three). Any `&[T]` works too;
+/// it is then copied through the shared ring. In-process ranks always read
+/// each other's memory directly.
+///
+/// # Example
+///
+/// ```
+/// use gpucomm::{Communicator, ReduceOp};
+///
+/// let comms = Communicator::in_process(3).unwrap();
+/// let results: Vec<Vec<f32>> = std::thread::scope(|s| {
+///     let hs: Vec<_> = comms
+///         .iter()
+///         .map(|c| {
+///             s.spawn(move || {
+///                 let send = vec![c.rank() as f32 + 1.0; 5];
+///                 let mut recv = vec![0.0f32; 5];
+///                 c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+///                 // Zero-copy fast path: library-allocated buffers, in place.
+///                 let mut buf = c.alloc::<f32>(5).unwrap();
+///                 buf.fill(1.0);
+///                 c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap();
+///                 assert_eq!(&buf[..], &[3.0; 5]);
+///                 recv
+///             })
+///         })
+///         .collect();
+///     hs.into_iter().map(|h| h.join().unwrap()).collect()
+/// });
+/// assert!(results.iter().all(|r| r == &vec![6.0f32; 5]));
+/// ```
+pub struct Communicator {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.inner.rank)
+            .field("world_size", &self.inner.world)
+            .finish()
+    }
+}
+
+/// Aborts a communicator from anywhere (cheap to clone, `Send`).
+#[derive(Clone)]
+pub struct AbortHandle {
+    inner: Arc<Inner>,
+}
+
+impl AbortHandle {
+    /// See [`Communicator::abort`].
+    pub fn abort(&self) {
+        self.inner.abort("abort() called");
+    }
+}
+
+impl std::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AbortHandle")
+    }
+}
+
+impl Communicator {
+    /// Joins the job described by `config` (rank 0 hosts the rendezvous
+    /// store), connecting every peer over shared memory or TCP. Blocks until
+    /// every rank has joined, at most `config.timeout`.
+    pub fn new(config: &BootstrapConfig) -> Result<Communicator, Error> {
+        let parts = bootstrap::bootstrap(config)?;
+        Ok(Communicator {
+            inner: Arc::new(Inner::new(parts)),
+        })
+    }
+
+    /// `n` ranks as communicators of this process (move each to its own thread).
+    pub fn in_process(n: usize) -> Result<Vec<Communicator>, Error> {
+        Self::in_process_with(n, &InProcessOptions::default())
+    }
+
+    /// [`Communicator::in_process`] with a timeout, forced algorithm or faults.
+    pub fn in_process_with(n: usize, opts: &InProcessOptions) -> Result<Vec<Communicator>, Error> {
+        use transport::ring::{Liveness, Region, RingLink};
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "in_process: at least one rank".into(),
+            ));
+        }
+        let regions: Vec<Region> = (0..n)
+            .map(|_| Region::create(n))
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(n);
+        for me in 0..n {
+            let mut links: Vec<Option<Box<dyn transport::Link>>> = Vec::with_capacity(n);
+            for p in 0..n {
+                if p == me {
+                    links.push(None);
+                    continue;
+                }
+                let mut l: Box<dyn transport::Link> = Box::new(RingLink::new(
+                    TransportKind::InProcess,
+                    me,
+                    p,
+                    regions[me].clone(),
+                    regions[p].clone(),
+                    Liveness::Thread,
+                ));
+                for &(r, q, f) in &opts.faults {
+                    if r == me && q == p {
+                        l = Box::new(transport::fault::FaultyLink::new(l, f));
+                    }
+                }
+                links.push(Some(l));
+            }
+            let parts = comm::InnerParts {
+                rank: me,
+                world: n,
+                links,
+                region: Some(regions[me].clone()),
+                timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
+                algorithm: opts.algorithm,
+                sockets: Vec::new(),
+                store: None,
+                server: None,
+            };
+            out.push(Communicator {
+                inner: Arc::new(Inner::new(parts)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.inner.world
+    }
+
+    /// The transport to `peer` (`None` for this rank itself).
+    pub fn transport_to(&self, peer: usize) -> Option<TransportKind> {
+        self.inner.kinds.get(peer).copied().flatten()
+    }
+
+    /// The bound on every wait of later calls.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+
+    /// Changes the bound on every wait of later calls.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.inner.set_timeout(timeout)
+    }
+
+    /// Allocates `n` zeroed elements of host memory that peers on this host
+    /// map (the zero-copy fast path; see the type's docs).
+    pub fn alloc<T: Element>(&self, n: usize) -> Result<Buffer<T>, Error> {
+        comm::alloc(&self.inner, n, MemorySpace::HostPageable)
+    }
+
+    /// Allocates in a given memory space: host pageable (shared), host pinned
+    /// (shared and `mlock`ed), device (not supported yet: an error).
+    pub fn alloc_in<T: Element>(&self, n: usize, space: MemorySpace) -> Result<Buffer<T>, Error> {
+        comm::alloc(&self.inner, n, space)
+    }
+
+    /// Stops every operation of this communicator, now and later, with
+    /// [`Failure::Aborted`]; peers see the abort too. Callable from any thread.
+    pub fn abort(&self) {
+        self.inner.abort("abort() called");
+    }
+
+    /// A handle that aborts this communicator from another thread.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The general blocking call. `send` is `None` for an in-place call
+    /// (`recv` then holds the input, laid out as in NCCL: for all-gather this
+    /// rank's block sits at its place in `recv`; for reduce-scatter `recv`
+    /// holds the whole input and the result lands in this rank's block).
+    /// For [`Call::Send`] pass the data as `send` and an empty `recv`.
+    pub fn run<T: Element>(
+        &self,
+        call: Call,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        opts: &CallOptions,
+    ) -> Result<(), Error> {
+        run_blocking(&self.inner, raw_call(call, send, recv, opts))
+    }
+
+    /// Starts a non-blocking call on library-owned buffers (`send` `None` =
+    /// in place). Calls complete in issue order; blocking calls issued later
+    /// wait for them.
+    pub fn start<T: Element>(
+        &self,
+        call: Call,
+        send: Option<Buffer<T>>,
+        recv: Buffer<T>,
+        opts: CallOptions,
+    ) -> Result<Request<T>, Error> {
+        comm::start(&self.inner, call, send, recv, opts)
+    }
+
+    /// Non-blocking in-place all-reduce.
+    pub fn all_reduce_async<T: Element>(
+        &self,
+        buf: Buffer<T>,
+        op: ReduceOp,
+    ) -> Result<Request<T>, Error> {
+        self.start(Call::AllReduce(op), None, buf, CallOptions::default())
+    }
+
+    /// `recv = op over every rank's send` (both `count` elements).
+    pub fn all_reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::AllReduce(op),
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// In-place all-reduce.
+    pub fn all_reduce_in_place<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        self.run(Call::AllReduce(op), None, buf, &CallOptions::default())
+    }
+
+    /// `recv` (block r of `send.len()` split over the ranks) = op over every
+    /// rank's `send` restricted to that block.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::ReduceScatter(op),
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// In-place reduce-scatter: `buf` holds the whole input; the result
+    /// lands in this rank's block of it.
+    pub fn reduce_scatter_in_place<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        self.run(Call::ReduceScatter(op), None, buf, &CallOptions::default())
+    }
+
+    /// `recv` = every rank's `send` block, in rank order (blocks as in
+    /// [`gpucomm_algo::block_partition`]).
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        self.run(Call::AllGather, Some(send), recv, &CallOptions::default())
+    }
+
+    /// In-place all-gather: this rank's block is already in place in `buf`.
+    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
+        self.run(Call::AllGather, None, buf, &CallOptions::default())
+    }
+
+    /// `recv` = root's `send` (other ranks' `send` is not read).
+    pub fn broadcast<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::Broadcast { root },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// In-place broadcast of the root's `buf`.
+    pub fn broadcast_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        self.run(Call::Broadcast { root }, None, buf, &CallOptions::default())
+    }
+
+    /// On the root, `recv` = op over every rank's `send`; on other ranks
+    /// `recv` (same length) is scratch and its content undefined.
+    pub fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::Reduce { op, root },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// In-place reduce to the root.
+    pub fn reduce_in_place<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::Reduce { op, root },
+            None,
+            buf,
+            &CallOptions::default(),
+        )
+    }
+
+    /// Block p of `send` goes to rank p, block q of `recv` comes from rank q
+    /// (both `n * count` elements).
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        self.run(Call::AllToAll, Some(send), recv, &CallOptions::default())
+    }
+
+    /// Sends `send` to rank `rank + shift` and receives `recv` from `rank - shift`.
+    pub fn sendrecv<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        shift: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::SendRecv { shift },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// Sends `data` to `peer` (matched by a [`Communicator::recv`] there).
+    pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<(), Error> {
+        self.run(
+            Call::Send { peer },
+            Some(data),
+            &mut [],
+            &CallOptions::default(),
+        )
+    }
+
+    /// Receives exactly `data.len()` elements from `peer`.
+    pub fn recv<T: Element>(&self, data: &mut [T], peer: usize) -> Result<(), Error> {
+        self.run(Call::Recv { peer }, None, data, &CallOptions::default())
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<(), Error> {
+        self.run::<u8>(Call::Barrier, None, &mut [], &CallOptions::default())
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if let Some(h) = self.inner.shutdown_queue() {
+            let _ = h.join();
+        }
+        self.inner.close();
+    }
+}

@@ -1,0 +1,264 @@
+//! Joining a job: the store, host detection, and connecting every peer.
+//!
+//! 1. Rank 0 starts the [`crate::store::StoreServer`] on `store_addr`; every
+//!    rank connects to it with the job token.
+//! 2. Each rank publishes `info/<rank>`: its host id, pid, shared-memory region
+//!    (memfd) and TCP listening address.
+//! 3. For every peer the first transport whose `can_connect` holds is used
+//!    (priority: shared memory if the host ids are equal, then TCP), unless
+//!    [`TransportChoice`] forces one.
+//! 4. Shared memory: map the peer's region through `/proc/<pid>/fd/<fd>` and
+//!    open a pidfd to notice its death. TCP: the higher rank connects to the
+//!    lower one and presents the token; the acceptor drops any connection
+//!    whose hello is wrong and keeps waiting, until the deadline.
+//! 5. A store barrier; then the job runs without the store.
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use socket2::Socket;
+
+use crate::buffer::Segment;
+use crate::comm::InnerParts;
+use crate::env::{BootstrapConfig, TransportChoice};
+use crate::error::{Error, TransportKind};
+use crate::store::{StoreClient, StoreServer};
+use crate::transport::ring::{Liveness, Region, RingLink, pidfd, region_bytes};
+use crate::transport::tcp::{TcpLink, connect_retry, encode_hello, read_hello, tune_socket};
+use crate::transport::{CHANNELS, Link};
+
+/// An identifier equal for processes that can share memory: hostname, boot
+/// id, and the network and pid namespaces (ranks in different network
+/// namespaces are treated as different hosts).
+pub fn host_id() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let link = |p: &str| {
+        std::fs::read_link(p)
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    format!(
+        "{}|{}|{}|{}",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id"),
+        link("/proc/self/ns/net"),
+        link("/proc/self/ns/pid")
+    )
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Info {
+    host: String,
+    pid: u32,
+    region_fd: i32,
+    region_len: usize,
+    tcp: Option<String>,
+}
+
+pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
+    let (me, n) = (cfg.rank, cfg.world_size);
+    let fail = |d: String| Error::Bootstrap {
+        rank: me,
+        detail: d,
+    };
+    if n == 0 || me >= n {
+        return Err(fail(format!("rank {me} out of range for world size {n}")));
+    }
+    if cfg.token.len() > crate::transport::tcp::MAX_TOKEN {
+        return Err(fail("token longer than 256 bytes".into()));
+    }
+    let timeout = cfg.timeout;
+    let deadline = Instant::now() + timeout;
+    let server = if me == 0 {
+        Some(StoreServer::start(&cfg.store_addr, &cfg.token)?)
+    } else {
+        None
+    };
+    let store_addr = match &server {
+        Some(s) if cfg.store_addr.ends_with(":0") => s.addr().to_string(),
+        _ => cfg.store_addr.clone(),
+    };
+    let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
+    let host = host_id();
+    let want_shm = cfg.transport != TransportChoice::Tcp && n > 1;
+    let want_tcp = cfg.transport != TransportChoice::Shm && n > 1;
+    let region = if want_shm {
+        Some(Region::create(n)?)
+    } else {
+        None
+    };
+    let listener = if want_tcp {
+        let ip = store
+            .local_addr()
+            .map(|a| a.ip())
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let l = TcpListener::bind(SocketAddr::new(ip, 0))
+            .map_err(|e| Error::io("binding the data listener", e))?;
+        l.set_nonblocking(true)
+            .map_err(|e| Error::io("listener nonblocking", e))?;
+        Some(l)
+    } else {
+        None
+    };
+    let info = Info {
+        host: host.clone(),
+        pid: std::process::id(),
+        region_fd: region.as_ref().map(|r| r.segment().raw_fd()).unwrap_or(-1),
+        region_len: region.as_ref().map(|r| r.segment().len()).unwrap_or(0),
+        tcp: listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string()),
+    };
+    let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
+    store.set(&format!("info/{me}"), &json)?;
+    let mut infos: Vec<Option<Info>> = (0..n).map(|_| None).collect();
+    for (p, slot) in infos.iter_mut().enumerate() {
+        if p == me {
+            continue;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let v = store
+            .wait(&format!("info/{p}"), left)
+            .map_err(|e| fail(format!("rank {p} did not join within {timeout:?}: {e}")))?;
+        *slot = Some(
+            serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?,
+        );
+    }
+    let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
+    let mut sockets = Vec::new();
+    // Shared memory first (priority order), TCP for the rest.
+    let mut tcp_peers = Vec::new();
+    for p in 0..n {
+        let Some(info) = &infos[p] else { continue };
+        let same_host = info.host == host;
+        let use_shm = match cfg.transport {
+            TransportChoice::Shm if !same_host => {
+                return Err(fail(format!(
+                    "transport shm forced but rank {p} is on another host"
+                )));
+            }
+            TransportChoice::Shm => true,
+            TransportChoice::Auto => same_host && info.region_fd >= 0,
+            TransportChoice::Tcp => false,
+        };
+        if use_shm {
+            if info.region_len < region_bytes(n) {
+                return Err(fail(format!("rank {p} announced a region too small")));
+            }
+            let seg =
+                Segment::open_peer(info.pid, info.region_fd, info.region_len).map_err(|e| {
+                    fail(format!(
+                        "mapping rank {p}'s shared memory (pid {}): {e}",
+                        info.pid
+                    ))
+                })?;
+            let mine = region.clone().expect("shm wanted");
+            links[p] = Some(Box::new(RingLink::new(
+                TransportKind::Shm,
+                me,
+                p,
+                mine,
+                Region::from_segment(seg),
+                Liveness::Process {
+                    pid: info.pid,
+                    pidfd: pidfd(info.pid),
+                },
+            )));
+        } else {
+            tcp_peers.push(p);
+        }
+    }
+    if !tcp_peers.is_empty() {
+        let listener = listener.ok_or_else(|| fail("TCP needed but not set up".into()))?;
+        let mut socks: Vec<Vec<Option<Socket>>> = (0..n)
+            .map(|_| (0..CHANNELS).map(|_| None).collect())
+            .collect();
+        // Connect to lower ranks.
+        for &p in tcp_peers.iter().filter(|&&p| p < me) {
+            let addr: SocketAddr = infos[p]
+                .as_ref()
+                .and_then(|i| i.tcp.as_ref())
+                .and_then(|a| a.parse().ok())
+                .ok_or_else(|| fail(format!("rank {p} has no TCP address")))?;
+            for (ch, slot) in socks[p].iter_mut().enumerate() {
+                let s = connect_retry(&addr, deadline)
+                    .map_err(|e| fail(format!("connecting to rank {p} at {addr}: {e}")))?;
+                s.set_tcp_nodelay(true)
+                    .map_err(|e| Error::io("nodelay", e))?;
+                let mut w: &Socket = &s;
+                std::io::Write::write_all(&mut w, &encode_hello(&cfg.token, me as u32, ch as u32))
+                    .map_err(|e| fail(format!("hello to rank {p}: {e}")))?;
+                *slot = Some(s);
+            }
+        }
+        // Accept from higher ranks; drop strangers.
+        let mut missing = tcp_peers.iter().filter(|&&p| p > me).count() * CHANNELS;
+        while missing > 0 {
+            if Instant::now() >= deadline {
+                return Err(fail(format!(
+                    "{missing} TCP connection(s) from higher ranks missing after {timeout:?}"
+                )));
+            }
+            match listener.accept() {
+                Ok((s, _)) => {
+                    let s = Socket::from(s);
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut r: &Socket = &s;
+                    match read_hello(&mut r, &cfg.token) {
+                        Ok((rank, ch)) => {
+                            let (rank, ch) = (rank as usize, ch as usize);
+                            if rank > me
+                                && rank < n
+                                && ch < CHANNELS
+                                && tcp_peers.contains(&rank)
+                                && socks[rank][ch].is_none()
+                            {
+                                socks[rank][ch] = Some(s);
+                                missing -= 1;
+                            }
+                        }
+                        Err(_) => drop(s),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                Err(e) => return Err(fail(format!("accept: {e}"))),
+            }
+        }
+        for &p in &tcp_peers {
+            let chans: Vec<Socket> = socks[p]
+                .iter_mut()
+                .map(|s| s.take().expect("all connected"))
+                .collect();
+            for s in &chans {
+                tune_socket(s).map_err(|e| Error::io("socket options", e))?;
+                if let Ok(c) = s.try_clone() {
+                    sockets.push(c);
+                }
+            }
+            links[p] = Some(Box::new(TcpLink::new(p, chans)));
+        }
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    store
+        .barrier("init", n, left)
+        .map_err(|e| fail(format!("init barrier: {e}")))?;
+    Ok(InnerParts {
+        rank: me,
+        world: n,
+        links,
+        region,
+        timeout,
+        algorithm: cfg.algorithm,
+        sockets,
+        store: Some(store),
+        server,
+    })
+}

@@ -1,0 +1,775 @@
+//! The communicator: argument checks, schedule choice and caching, in-place
+//! staging, the async queue, abort, and the failure policy.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gpucomm_algo::{
+    Algorithm, Collective, Problem, ReduceOp, Schedule, Slice, Step, StepKind, block_partition,
+};
+
+use crate::buffer::{Buffer, MemorySpace, Segment};
+use crate::dtype::{DataType, Element, Reducer};
+use crate::engine::{self, Exec, ExecState, Plan};
+use crate::error::{Error, OpContext, TransportKind};
+use crate::transport::ring::{Region, STATE_ABORTED, STATE_CLOSED};
+use crate::transport::{Link, OpDesc, ZeroCopy};
+
+/// Default bound on every wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One call, with its root, peer or reduction op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Call {
+    /// Every rank gets the op over all inputs.
+    AllReduce(ReduceOp),
+    /// Rank r gets block r of the op over all inputs.
+    ReduceScatter(ReduceOp),
+    /// Every rank gets every rank's block.
+    AllGather,
+    /// Every rank gets the root's data.
+    Broadcast {
+        /// Sending rank.
+        root: usize,
+    },
+    /// The root gets the op over all inputs.
+    Reduce {
+        /// Reduction.
+        op: ReduceOp,
+        /// Receiving rank.
+        root: usize,
+    },
+    /// Block p of rank r's input goes to block r of rank p's output.
+    AllToAll,
+    /// Each rank sends to rank + shift and receives from rank - shift.
+    SendRecv {
+        /// Ring distance.
+        shift: usize,
+    },
+    /// Synchronisation.
+    Barrier,
+    /// Point-to-point send (matched by a [`Call::Recv`] on `peer`).
+    Send {
+        /// Destination.
+        peer: usize,
+    },
+    /// Point-to-point receive.
+    Recv {
+        /// Source.
+        peer: usize,
+    },
+}
+
+impl Call {
+    /// The name used in errors and on command lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Send { .. } => "send",
+            Call::Recv { .. } => "recv",
+            c => c.collective().map(|c| c.name()).unwrap_or("?"),
+        }
+    }
+
+    /// The algo crate's collective, `None` for send and recv.
+    pub fn collective(&self) -> Option<Collective> {
+        Some(match *self {
+            Call::AllReduce(_) => Collective::AllReduce,
+            Call::ReduceScatter(_) => Collective::ReduceScatter,
+            Call::AllGather => Collective::AllGather,
+            Call::Broadcast { root } => Collective::Broadcast { root },
+            Call::Reduce { root, .. } => Collective::Reduce { root },
+            Call::AllToAll => Collective::AllToAll,
+            Call::SendRecv { shift } => Collective::SendRecv { shift },
+            Call::Barrier => Collective::Barrier,
+            Call::Send { .. } | Call::Recv { .. } => return None,
+        })
+    }
+
+    /// The reduction op, for reducing calls.
+    pub fn op(&self) -> Option<ReduceOp> {
+        match *self {
+            Call::AllReduce(op) | Call::ReduceScatter(op) | Call::Reduce { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+}
+
+/// Per-call options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Overrides the communicator's timeout for this call.
+    pub timeout: Option<Duration>,
+    /// Forces an algorithm (otherwise: the communicator's, then the tuner's).
+    pub algorithm: Option<Algorithm>,
+}
+
+/// Options of [`crate::Communicator::in_process_with`].
+#[derive(Clone, Debug, Default)]
+pub struct InProcessOptions {
+    /// Bound on every wait (default [`DEFAULT_TIMEOUT`]).
+    pub timeout: Option<Duration>,
+    /// Forced algorithm.
+    pub algorithm: Option<Algorithm>,
+    /// Faults to inject: `(rank, peer, fault)` wraps rank's link to peer.
+    pub faults: Vec<(usize, usize, crate::Fault)>,
+}
+
+pub(crate) struct State {
+    pub links: Vec<Option<Box<dyn Link>>>,
+    plans: HashMap<(Problem, Algorithm), (Arc<Plan>, bool)>,
+    exec: ExecState,
+    arena: Option<Arc<Segment>>,
+    seq: u64,
+}
+
+pub(crate) struct Inner {
+    pub rank: usize,
+    pub world: usize,
+    pub state: Mutex<State>,
+    pub abort: AtomicBool,
+    broken: Mutex<Option<String>>,
+    pub region: Option<Region>,
+    pub kinds: Vec<Option<TransportKind>>,
+    timeout_ms: AtomicU64,
+    pub algorithm: Option<Algorithm>,
+    /// Segments peers may read in place (shm): allocations and the arena.
+    segments: Mutex<Vec<Weak<Segment>>>,
+    pub sockets: Vec<socket2::Socket>,
+    /// Kept open for the job's lifetime (rank 0's store serves until the end).
+    #[allow(dead_code)]
+    pub store: Option<Mutex<crate::store::StoreClient>>,
+    pub _server: Option<crate::store::StoreServer>,
+    queue: Queue,
+}
+
+#[derive(Default)]
+struct Queue {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    submitted: AtomicU64,
+    completed: Mutex<u64>,
+    cv: Condvar,
+}
+
+type Job = Box<dyn FnOnce(&Inner) + Send>;
+
+pub(crate) struct InnerParts {
+    pub rank: usize,
+    pub world: usize,
+    pub links: Vec<Option<Box<dyn Link>>>,
+    pub region: Option<Region>,
+    pub timeout: Duration,
+    pub algorithm: Option<Algorithm>,
+    pub sockets: Vec<socket2::Socket>,
+    pub store: Option<crate::store::StoreClient>,
+    pub server: Option<crate::store::StoreServer>,
+}
+
+impl Inner {
+    pub(crate) fn new(p: InnerParts) -> Inner {
+        let kinds = p
+            .links
+            .iter()
+            .map(|l| l.as_ref().map(|l| l.kind()))
+            .collect();
+        Inner {
+            rank: p.rank,
+            world: p.world,
+            state: Mutex::new(State {
+                links: p.links,
+                plans: HashMap::new(),
+                exec: ExecState::default(),
+                arena: None,
+                seq: 0,
+            }),
+            abort: AtomicBool::new(false),
+            broken: Mutex::new(None),
+            region: p.region,
+            kinds,
+            timeout_ms: AtomicU64::new(p.timeout.as_millis().max(1) as u64),
+            algorithm: p.algorithm,
+            segments: Mutex::new(Vec::new()),
+            sockets: p.sockets,
+            store: p.store.map(Mutex::new),
+            _server: p.server,
+            queue: Queue::default(),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn set_timeout(&self, d: Duration) {
+        self.timeout_ms
+            .store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    pub fn register(&self, seg: &Arc<Segment>) {
+        let mut v = self.segments.lock().expect("segments lock");
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(seg));
+    }
+
+    fn lookup(&self, p: *const u8, bytes: usize) -> Option<ZeroCopy> {
+        self.region.as_ref()?;
+        let v = self.segments.lock().expect("segments lock");
+        for w in v.iter() {
+            if let Some(s) = w.upgrade()
+                && s.contains(p, bytes)
+            {
+                return Some(ZeroCopy::Segment {
+                    id: s.id,
+                    fd: s.raw_fd(),
+                    seg_len: s.len(),
+                    offset: p as usize - s.ptr() as usize,
+                });
+            }
+        }
+        None
+    }
+
+    /// Marks the communicator unusable and tells peers (region state, sockets).
+    fn poison(&self, why: String, state: u32) {
+        let mut b = self.broken.lock().expect("broken lock");
+        if b.is_none() {
+            *b = Some(why);
+        }
+        drop(b);
+        if let Some(r) = &self.region {
+            r.state().store(state, Ordering::Release);
+            r.doorbell().fetch_add(1, Ordering::SeqCst);
+            r.wake();
+        }
+        for s in &self.sockets {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn abort(&self, why: &str) {
+        self.abort.store(true, Ordering::Release);
+        self.poison(format!("aborted: {why}"), STATE_ABORTED);
+        if let Some(r) = &self.region {
+            // Wake our own engine if it sleeps on the doorbell.
+            r.doorbell().fetch_add(1, Ordering::SeqCst);
+            crate::transport::ring::wake_all(r);
+        }
+    }
+
+    fn check_usable(&self) -> Result<(), Error> {
+        if let Some(b) = self.broken.lock().expect("broken lock").as_ref() {
+            return Err(Error::Broken(b.clone()));
+        }
+        Ok(())
+    }
+
+    /// Waits until every queued async operation has run.
+    fn drain(&self) {
+        let target = self.queue.submitted.load(Ordering::Acquire);
+        let mut c = self.queue.completed.lock().expect("queue lock");
+        while *c < target {
+            c = self.queue.cv.wait(c).expect("queue lock");
+        }
+    }
+
+    fn submit(self: &Arc<Self>, job: Job) -> Result<(), Error> {
+        let mut tx = self.queue.tx.lock().expect("queue lock");
+        if tx.is_none() {
+            let (t, r) = mpsc::channel::<Job>();
+            let weak = Arc::downgrade(self);
+            let h = std::thread::Builder::new()
+                .name(format!("gpucomm-r{}", self.rank))
+                .spawn(move || {
+                    while let Ok(job) = r.recv() {
+                        let Some(inner) = weak.upgrade() else { return };
+                        job(&inner);
+                        *inner.queue.completed.lock().expect("queue lock") += 1;
+                        inner.queue.cv.notify_all();
+                    }
+                })
+                .map_err(|e| Error::io("spawning the progress thread", e))?;
+            *self.queue.worker.lock().expect("queue lock") = Some(h);
+            *tx = Some(t);
+        }
+        self.queue.submitted.fetch_add(1, Ordering::AcqRel);
+        tx.as_ref()
+            .expect("set above")
+            .send(job)
+            .map_err(|_| Error::Broken("progress thread gone".into()))
+    }
+
+    pub fn shutdown_queue(&self) -> Option<JoinHandle<()>> {
+        self.queue.tx.lock().expect("queue lock").take();
+        self.queue.worker.lock().expect("queue lock").take()
+    }
+
+    pub fn close(&self) {
+        if let Some(r) = &self.region {
+            let _ =
+                r.state()
+                    .compare_exchange(0, STATE_CLOSED, Ordering::AcqRel, Ordering::Relaxed);
+            crate::transport::ring::wake_all(r);
+        }
+    }
+}
+
+/// A type-erased call: raw pointers and element counts.
+#[derive(Clone, Copy)]
+pub(crate) struct RawCall {
+    pub call: Call,
+    pub dtype: DataType,
+    pub send: Option<(*const u8, usize)>,
+    pub recv: (*mut u8, usize),
+    pub opts: CallOptions,
+    pub space: MemorySpace,
+}
+
+// SAFETY: the pointers are only dereferenced while the owner of the memory
+// (a blocking call's borrow, or a Request's buffers) keeps it alive and
+// untouched.
+#[allow(unsafe_code)]
+unsafe impl Send for RawCall {}
+
+pub(crate) fn raw_call<T: Element>(
+    call: Call,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    opts: &CallOptions,
+) -> RawCall {
+    RawCall {
+        call,
+        dtype: T::DTYPE,
+        send: send.map(|s| (s.as_ptr() as *const u8, s.len())),
+        recv: (recv.as_mut_ptr() as *mut u8, recv.len()),
+        opts: *opts,
+        space: MemorySpace::HostPageable,
+    }
+}
+
+/// What the tuner would pick when no algorithm is forced.
+pub(crate) fn choose_algorithm(problem: &Problem) -> Vec<Algorithm> {
+    let bytes = problem.bytes();
+    let mut v = Vec::new();
+    if bytes <= 32 * 1024 {
+        v.extend([
+            Algorithm::Direct,
+            Algorithm::RecursiveDoubling,
+            Algorithm::Tree,
+            Algorithm::Ring,
+        ]);
+    } else {
+        v.extend([
+            Algorithm::Ring,
+            Algorithm::HalvingDoubling,
+            Algorithm::Direct,
+            Algorithm::Tree,
+        ]);
+    }
+    v.extend(Algorithm::ALL);
+    v
+}
+
+#[allow(unsafe_code)]
+impl Inner {
+    /// Runs one call to completion on this thread (the caller holds no lock).
+    pub(crate) fn run(&self, rc: RawCall) -> Result<(), Error> {
+        self.check_usable()?;
+        let mut st = self.state.lock().expect("state lock");
+        let seq = st.seq;
+        st.seq += 1;
+        let r = self.run_locked(&mut st, rc, seq);
+        drop(st);
+        if let Err(e) = &r
+            && matches!(e, Error::Op { .. })
+        {
+            self.poison(e.to_string(), STATE_ABORTED);
+        }
+        r
+    }
+
+    fn run_locked(&self, st: &mut State, rc: RawCall, seq: u64) -> Result<(), Error> {
+        let (n, me) = (self.world, self.rank);
+        let es = rc.dtype.size();
+        let name = rc.call.name();
+        let bad = |s: String| Err(Error::InvalidArgument(format!("{name}: {s}")));
+        let recv_len = rc.recv.1;
+        let send_len = rc.send.map(|s| s.1);
+        let in_place = rc.send.is_none();
+        let timeout = rc.opts.timeout.unwrap_or_else(|| self.timeout());
+        let reducer = Reducer {
+            dtype: rc.dtype,
+            op: rc.call.op().unwrap_or(ReduceOp::Sum),
+        };
+        // Point-to-point calls: one hand-made step.
+        let (plan, count, algo_code, coll) = match rc.call {
+            Call::Send { peer } | Call::Recv { peer } => {
+                if peer >= n || peer == me {
+                    return bad(format!("peer {peer} invalid on rank {me} of {n}"));
+                }
+                let is_send = matches!(rc.call, Call::Send { .. });
+                let count = if is_send {
+                    match rc.send {
+                        Some((_, l)) => l,
+                        None => return bad("send needs a send buffer".into()),
+                    }
+                } else {
+                    recv_len
+                };
+                let kind = if is_send {
+                    StepKind::Send {
+                        peer,
+                        src: Slice::new(gpucomm_algo::Buf::Input, 0, count),
+                    }
+                } else {
+                    StepKind::Recv {
+                        peer,
+                        dst: Slice::new(gpucomm_algo::Buf::Output, 0, count),
+                    }
+                };
+                let steps = [Step {
+                    kind,
+                    channel: 0,
+                    deps: vec![],
+                }];
+                let lens = if is_send {
+                    [count, 0, 0]
+                } else {
+                    [0, count, 0]
+                };
+                (
+                    Arc::new(Plan::from_steps(&steps, me, n, lens, false)?),
+                    count,
+                    0u8,
+                    None,
+                )
+            }
+            call => {
+                let coll = call.collective().expect("collective");
+                // Element counts per the table in gpucomm_algo::Collective.
+                let count = match coll {
+                    Collective::AllReduce
+                    | Collective::Broadcast { .. }
+                    | Collective::Reduce { .. }
+                    | Collective::SendRecv { .. } => {
+                        if let Some(s) = send_len
+                            && s != recv_len
+                        {
+                            return bad(format!("send has {s} elements, recv {recv_len}"));
+                        }
+                        recv_len
+                    }
+                    Collective::ReduceScatter => {
+                        let count = send_len.unwrap_or(recv_len);
+                        let mine = block_partition(count, n, me).1;
+                        if send_len.is_some() && recv_len != mine {
+                            return bad(format!(
+                                "recv has {recv_len} elements, block {me} of {count} over {n} ranks has {mine}"
+                            ));
+                        }
+                        count
+                    }
+                    Collective::AllGather => {
+                        let mine = block_partition(recv_len, n, me).1;
+                        if let Some(s) = send_len
+                            && s != mine
+                        {
+                            return bad(format!(
+                                "send has {s} elements, block {me} of {recv_len} over {n} ranks has {mine}"
+                            ));
+                        }
+                        recv_len
+                    }
+                    Collective::AllToAll => {
+                        if let Some(s) = send_len
+                            && s != recv_len
+                        {
+                            return bad(format!("send has {s} elements, recv {recv_len}"));
+                        }
+                        if recv_len % n != 0 {
+                            return bad(format!(
+                                "{recv_len} elements do not divide into {n} blocks"
+                            ));
+                        }
+                        recv_len / n
+                    }
+                    Collective::Barrier => 0,
+                };
+                if let Some(root) = coll.root()
+                    && root >= n
+                {
+                    return bad(format!("root {root} out of range for {n} ranks"));
+                }
+                if n == 1 {
+                    // A single rank: the result is the input.
+                    if let Some((p, l)) = rc.send
+                        && l > 0
+                    {
+                        let (dst, len) = match coll {
+                            Collective::ReduceScatter => (rc.recv.0, recv_len),
+                            _ => (rc.recv.0, l.min(recv_len)),
+                        };
+                        // SAFETY: both are live user slices of at least `len`
+                        // elements; a distinct send slice cannot overlap a
+                        // `&mut` recv slice.
+                        unsafe { std::ptr::copy(p, dst, len * es) };
+                    }
+                    return Ok(());
+                }
+                let problem = Problem::new(coll, count, n, n).with_elem_size(es);
+                let algos: Vec<Algorithm> = match rc.opts.algorithm.or(self.algorithm) {
+                    Some(a) => vec![a],
+                    None => choose_algorithm(&problem),
+                };
+                let mut last = None;
+                let mut found = None;
+                for a in algos {
+                    if let Some((p, safe)) = st.plans.get(&(problem, a)) {
+                        found = Some((p.clone(), a, *safe));
+                        break;
+                    }
+                    match Schedule::new(problem, a) {
+                        Ok(s) => {
+                            let plan = Arc::new(Plan::compile(&s, me, true)?);
+                            let safe = s.in_place_safe();
+                            st.plans.insert((problem, a), (plan.clone(), safe));
+                            found = Some((plan, a, safe));
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let Some((plan, a, safe)) = found else {
+                    return Err(Error::Algo(last.expect("at least one algorithm tried")));
+                };
+                (plan, count, algo_code(a), Some((coll, safe)))
+            }
+        };
+        let (ccode, arg) = match coll {
+            Some((c, _)) => OpDesc::coll_code(&c),
+            None => (9, 0),
+        };
+        let desc = OpDesc {
+            coll: ccode,
+            dtype: rc.dtype.code(),
+            op: rc.call.op().map(OpDesc::op_code).unwrap_or(0),
+            algo: algo_code,
+            arg,
+            count: count as u64,
+        };
+        // Buffers.
+        let [in_len, out_len, scratch_len] = plan.lens;
+        let mut input = rc.send.map(|s| s.0 as *mut u8).unwrap_or(rc.recv.0);
+        let mut output = rc.recv.0;
+        if let Some((coll, _)) = coll {
+            if in_place {
+                match coll {
+                    Collective::AllGather => {
+                        input = unsafe_add(rc.recv.0, block_partition(count, n, me).0 * es);
+                    }
+                    Collective::ReduceScatter => {
+                        output = unsafe_add(rc.recv.0, block_partition(count, n, me).0 * es);
+                    }
+                    _ => {}
+                }
+            }
+            // Lengths the user gave must cover the plan's buffers.
+            let user_in = send_len.unwrap_or(recv_len);
+            if (coll != Collective::AllGather || !in_place) && in_len > user_in && rc.send.is_some()
+            {
+                return bad(format!(
+                    "send buffer has {user_in} elements, {in_len} needed"
+                ));
+            }
+            if out_len > recv_len && !(in_place && coll == Collective::ReduceScatter) {
+                return bad(format!(
+                    "recv buffer has {recv_len} elements, {out_len} needed"
+                ));
+            }
+        }
+        // Scratch and staging in the arena (shared memory, so peers can read it in place).
+        let in_place_safe = coll.is_none_or(|(_, safe)| safe);
+        let stage = in_place && !in_place_safe && in_len > 0;
+        let scratch_bytes = (scratch_len * es).next_multiple_of(64);
+        let need = scratch_bytes + if stage { in_len * es } else { 0 };
+        if st.arena.as_ref().is_none_or(|a| a.len() < need) && need > 0 {
+            let seg = Segment::create(need.next_power_of_two(), "gpucomm-arena")?;
+            self.register(&seg);
+            st.arena = Some(seg);
+        }
+        let arena = st
+            .arena
+            .as_ref()
+            .map(|a| a.ptr())
+            .unwrap_or(std::ptr::null_mut());
+        if stage {
+            let staged = unsafe_add(arena, scratch_bytes);
+            // SAFETY: `input` is the user's buffer of >= in_len elements, the
+            // arena holds need >= scratch_bytes + in_len * es bytes.
+            unsafe { std::ptr::copy_nonoverlapping(input, staged, in_len * es) };
+            input = staged;
+        }
+        let deadline = Instant::now() + timeout;
+        let lookup = |p: *const u8, b: usize| -> Option<ZeroCopy> {
+            match self.kinds.iter().flatten().next() {
+                Some(TransportKind::InProcess) => Some(ZeroCopy::Addr(p as usize)),
+                _ => self.lookup(p, b),
+            }
+        };
+        rc.space.check_supported()?;
+        for &p in &plan.peers {
+            if let Some(l) = st.links[p].as_ref()
+                && !l.can_access(rc.space)
+            {
+                return Err(Error::Unsupported(format!(
+                    "{} cannot reach {} memory",
+                    l.kind(),
+                    rc.space
+                )));
+            }
+        }
+        let State { links, exec, .. } = st;
+        let mut ex = Exec {
+            ctx: OpContext {
+                op: name,
+                seq,
+                rank: me,
+                peer: None,
+                transport: None,
+            },
+            desc,
+            elem: es,
+            reducer,
+            bases: [input, output, arena],
+            links,
+            deadline,
+            timeout,
+            abort: &self.abort,
+            region: self.region.as_ref(),
+            zero_copy: &lookup,
+        };
+        engine::execute(&plan, &mut ex, exec)?;
+        // Avg: divide the elements the collective defines as results.
+        if reducer.op == ReduceOp::Avg
+            && let Some((c, _)) = coll
+        {
+            let bytes = match c {
+                Collective::AllReduce => count * es,
+                Collective::ReduceScatter => block_partition(count, n, me).1 * es,
+                Collective::Reduce { root } if root == me => count * es,
+                _ => 0,
+            };
+            if bytes > 0 {
+                // SAFETY: the output holds at least `bytes` bytes (checked above).
+                unsafe { reducer.divide(output, bytes, n) };
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unsafe_add(p: *mut u8, off: usize) -> *mut u8 {
+    p.wrapping_add(off)
+}
+
+fn algo_code(a: Algorithm) -> u8 {
+    Algorithm::ALL
+        .iter()
+        .position(|x| *x == a)
+        .map(|i| i as u8 + 1)
+        .unwrap_or(0)
+}
+
+/// A non-blocking operation in flight, from [`crate::Communicator::start`].
+/// Operations complete in issue order; [`Request::wait`] returns the buffers.
+pub struct Request<T: Element> {
+    slot: Arc<ReqSlot<T>>,
+}
+
+type Done<T> = Result<(Option<Buffer<T>>, Buffer<T>), Error>;
+
+struct ReqSlot<T: Element> {
+    result: Mutex<Option<Done<T>>>,
+    cv: Condvar,
+}
+
+impl<T: Element> Request<T> {
+    /// True once the operation has finished (successfully or not).
+    pub fn test(&self) -> bool {
+        self.slot.result.lock().expect("request lock").is_some()
+    }
+
+    /// Waits for completion and returns the receive buffer. The wait is
+    /// bounded: the operation itself ends within its timeout.
+    pub fn wait(self) -> Result<Buffer<T>, Error> {
+        self.wait_both().map(|(_, r)| r)
+    }
+
+    /// Waits and returns `(send buffer, receive buffer)`.
+    pub fn wait_both(self) -> Result<(Option<Buffer<T>>, Buffer<T>), Error> {
+        let mut g = self.slot.result.lock().expect("request lock");
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            g = self.slot.cv.wait(g).expect("request lock");
+        }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for Request<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("done", &self.test())
+            .finish()
+    }
+}
+
+pub(crate) fn start<T: Element>(
+    inner: &Arc<Inner>,
+    call: Call,
+    send: Option<Buffer<T>>,
+    mut recv: Buffer<T>,
+    opts: CallOptions,
+) -> Result<Request<T>, Error> {
+    inner.check_usable()?;
+    for b in send.iter().chain(std::iter::once(&recv)) {
+        b.space().check_supported()?;
+    }
+    let slot = Arc::new(ReqSlot {
+        result: Mutex::new(None),
+        cv: Condvar::new(),
+    });
+    let s2 = slot.clone();
+    let mut rc = raw_call(call, send.as_deref(), &mut recv, &opts);
+    rc.space = recv.space();
+    let job: Job = Box::new(move |inner: &Inner| {
+        let rc = rc;
+        let r = inner.run(rc).map(|()| (send, recv));
+        *s2.result.lock().expect("request lock") = Some(r);
+        s2.cv.notify_all();
+    });
+    inner.submit(job)?;
+    Ok(Request { slot })
+}
+
+/// Runs a blocking call after every earlier async call.
+pub(crate) fn run_blocking(inner: &Inner, rc: RawCall) -> Result<(), Error> {
+    inner.drain();
+    inner.run(rc)
+}
+
+/// Allocates a buffer peers can read in place.
+pub(crate) fn alloc<T: Element>(
+    inner: &Inner,
+    n: usize,
+    space: MemorySpace,
+) -> Result<Buffer<T>, Error> {
+    let (b, seg) = Buffer::<T>::new_shared(n, space)?;
+    inner.register(&seg);
+    Ok(b)
+}

@@ -1,0 +1,393 @@
+//! The rendezvous store: a small TCP key-value server hosted by rank 0.
+//!
+//! Operations: `set`, `get`, `wait` (until a key exists, bounded), `add`
+//! (atomic counter) and `barrier`. Every connection must first present the
+//! job token; a connection that sends anything else, an oversized length, or
+//! nothing within 5 s is dropped. Every wait is bounded by the caller's timeout.
+//!
+//! Wire format (little endian): a request is `op u8 | key length u32 | key |
+//! value length u32 | value`; a reply is `status u8 (0 ok, 1 not found or
+//! timed out, 2 refused) | length u32 | value`. Keys are limited to 4 KiB and
+//! values to 1 MiB, checked before anything is allocated.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+const OP_HELLO: u8 = 1;
+const OP_SET: u8 = 2;
+const OP_GET: u8 = 3;
+const OP_WAIT: u8 = 4;
+const OP_ADD: u8 = 5;
+/// Longest key accepted.
+pub const MAX_KEY: usize = 4096;
+/// Longest value accepted.
+pub const MAX_VALUE: usize = 1 << 20;
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Constant-time comparison (the token is a secret).
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Default)]
+struct Shared {
+    map: Mutex<HashMap<String, Vec<u8>>>,
+    changed: Condvar,
+}
+
+/// The server side, run by rank 0 on a background thread; stops when dropped.
+pub struct StoreServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StoreServer {
+    /// Listens on `addr` (`host:port`; port 0 picks one) for connections
+    /// presenting `token`.
+    pub fn start(addr: &str, token: &str) -> Result<StoreServer, Error> {
+        let listener =
+            TcpListener::bind(addr).map_err(|e| Error::io(format!("store: bind {addr}"), e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::io("store: local_addr", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("store: set_nonblocking", e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared::default());
+        let token = token.to_string();
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpucomm-store".into())
+            .spawn(move || accept_loop(listener, token, shared, stop2))
+            .map_err(|e| Error::io("store: spawn", e))?;
+        Ok(StoreServer {
+            addr: local,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, token: String, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let (token, shared, stop) = (token.clone(), shared.clone(), stop.clone());
+                if let Ok(h) = std::thread::Builder::new()
+                    .name("gpucomm-store-conn".into())
+                    .spawn(move || {
+                        let _ = serve(s, &token, &shared, &stop);
+                    })
+                {
+                    workers.push(h);
+                }
+                workers.retain(|h| !h.is_finished());
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    shared.changed.notify_all();
+    for w in workers {
+        let _ = w.join();
+    }
+}
+
+fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, String, Vec<u8>)> {
+    let mut op = [0u8; 5];
+    s.read_exact(&mut op)?;
+    let klen = u32::from_le_bytes(op[1..5].try_into().expect("4")) as usize;
+    if klen > MAX_KEY {
+        return Err(std::io::Error::other("key too long"));
+    }
+    let mut key = vec![0u8; klen];
+    s.read_exact(&mut key)?;
+    let mut vl = [0u8; 4];
+    s.read_exact(&mut vl)?;
+    let vlen = u32::from_le_bytes(vl) as usize;
+    if vlen > MAX_VALUE {
+        return Err(std::io::Error::other("value too long"));
+    }
+    let mut val = vec![0u8; vlen];
+    s.read_exact(&mut val)?;
+    let key = String::from_utf8(key).map_err(|_| std::io::Error::other("key not utf-8"))?;
+    Ok((op[0], key, val))
+}
+
+fn reply(s: &mut TcpStream, status: u8, v: &[u8]) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(5 + v.len());
+    out.push(status);
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    out.extend_from_slice(v);
+    s.write_all(&out)
+}
+
+/// Reads with a short timeout so the thread notices `stop`.
+fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> std::io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(HELLO_TIMEOUT))?;
+    let (op, _, val) = read_frame(&mut s)?;
+    if op != OP_HELLO || !ct_eq(&val, token.as_bytes()) {
+        // Drop the connection without a word: a stray client learns nothing.
+        return Ok(());
+    }
+    reply(&mut s, 0, &[])?;
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Wait for the first byte with a timeout, then read the frame.
+        let mut peek = [0u8; 1];
+        match s.peek(&mut peek) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        s.set_read_timeout(Some(HELLO_TIMEOUT))?;
+        let (op, key, val) = read_frame(&mut s)?;
+        s.set_read_timeout(Some(Duration::from_millis(100)))?;
+        match op {
+            OP_SET => {
+                shared.map.lock().expect("store lock").insert(key, val);
+                shared.changed.notify_all();
+                reply(&mut s, 0, &[])?;
+            }
+            OP_GET => {
+                let v = shared.map.lock().expect("store lock").get(&key).cloned();
+                match v {
+                    Some(v) => reply(&mut s, 0, &v)?,
+                    None => reply(&mut s, 1, &[])?,
+                }
+            }
+            OP_WAIT => {
+                let ms = u64::from_le_bytes(
+                    val.get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .unwrap_or([0; 8]),
+                );
+                let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
+                let mut map = shared.map.lock().expect("store lock");
+                let found = loop {
+                    if let Some(v) = map.get(&key) {
+                        break Some(v.clone());
+                    }
+                    let now = Instant::now();
+                    if now >= deadline || stop.load(Ordering::Acquire) {
+                        break None;
+                    }
+                    let wait = (deadline - now).min(Duration::from_millis(100));
+                    map = shared
+                        .changed
+                        .wait_timeout(map, wait)
+                        .expect("store lock")
+                        .0;
+                };
+                drop(map);
+                match found {
+                    Some(v) => reply(&mut s, 0, &v)?,
+                    None => reply(&mut s, 1, &[])?,
+                }
+            }
+            OP_ADD => {
+                let d = i64::from_le_bytes(
+                    val.get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .unwrap_or([0; 8]),
+                );
+                let mut map = shared.map.lock().expect("store lock");
+                let cur = map
+                    .get(&key)
+                    .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                    .map(i64::from_le_bytes)
+                    .unwrap_or(0);
+                let new = cur.wrapping_add(d);
+                map.insert(key, new.to_le_bytes().to_vec());
+                drop(map);
+                shared.changed.notify_all();
+                reply(&mut s, 0, &new.to_le_bytes())?;
+            }
+            _ => {
+                reply(&mut s, 2, b"unknown op")?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A client of the store.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let server = gpucomm::store::StoreServer::start("127.0.0.1:0", "secret").unwrap();
+/// let mut c = gpucomm::store::StoreClient::connect(&server.addr().to_string(), "secret", Duration::from_secs(5)).unwrap();
+/// c.set("k", b"v").unwrap();
+/// assert_eq!(c.wait("k", Duration::from_secs(1)).unwrap(), b"v");
+/// ```
+pub struct StoreClient {
+    s: TcpStream,
+    addr: String,
+}
+
+impl StoreClient {
+    /// Connects (retrying until `timeout`: rank 0 may start late) and
+    /// presents the token.
+    pub fn connect(addr: &str, token: &str, timeout: Duration) -> Result<StoreClient, Error> {
+        let deadline = Instant::now() + timeout;
+        let err = |d: String| Error::Io {
+            context: format!("store {addr}"),
+            source: std::io::Error::other(d),
+        };
+        let sa: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+            .map_err(|e| Error::io(format!("store address {addr}"), e))?
+            .next()
+            .ok_or_else(|| err("no address".into()))?;
+        let sock = crate::transport::tcp::connect_retry(&sa, deadline)
+            .map_err(|e| Error::io(format!("connecting to store {addr}"), e))?;
+        let s: TcpStream = sock.into();
+        s.set_nodelay(true)
+            .map_err(|e| Error::io("store nodelay", e))?;
+        let mut c = StoreClient {
+            s,
+            addr: addr.to_string(),
+        };
+        let (st, _) = c.request(OP_HELLO, "", token.as_bytes(), timeout)?;
+        if st != 0 {
+            return Err(err("token refused".into()));
+        }
+        Ok(c)
+    }
+
+    /// The local address of the connection (the IP peers can reach us at).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.s.local_addr().ok()
+    }
+
+    fn request(
+        &mut self,
+        op: u8,
+        key: &str,
+        val: &[u8],
+        timeout: Duration,
+    ) -> Result<(u8, Vec<u8>), Error> {
+        let ctx = |what: &str| format!("store {} ({what} {key:?})", self.addr);
+        if key.len() > MAX_KEY || val.len() > MAX_VALUE {
+            return Err(Error::InvalidArgument(format!(
+                "store key/value too long for {key:?}"
+            )));
+        }
+        let mut out = Vec::with_capacity(9 + key.len() + val.len());
+        out.push(op);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(&(val.len() as u32).to_le_bytes());
+        out.extend_from_slice(val);
+        self.s
+            .set_read_timeout(Some(timeout + Duration::from_secs(2)))
+            .map_err(|e| Error::io(ctx("timeout"), e))?;
+        self.s
+            .write_all(&out)
+            .map_err(|e| Error::io(ctx("send"), e))?;
+        let mut h = [0u8; 5];
+        self.s.read_exact(&mut h).map_err(|e| {
+            Error::io(
+                ctx("reply (the store closed the connection or timed out)"),
+                e,
+            )
+        })?;
+        let n = u32::from_le_bytes(h[1..5].try_into().expect("4")) as usize;
+        if n > MAX_VALUE {
+            return Err(Error::io(
+                ctx("reply"),
+                std::io::Error::other("oversized reply"),
+            ));
+        }
+        let mut v = vec![0u8; n];
+        self.s
+            .read_exact(&mut v)
+            .map_err(|e| Error::io(ctx("reply"), e))?;
+        Ok((h[0], v))
+    }
+
+    /// Sets `key` to `value`.
+    pub fn set(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.request(OP_SET, key, value, Duration::from_secs(10))
+            .map(|_| ())
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let (st, v) = self.request(OP_GET, key, &[], Duration::from_secs(10))?;
+        Ok((st == 0).then_some(v))
+    }
+
+    /// Waits until `key` is set (at most `timeout`) and returns its value.
+    pub fn wait(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
+        let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        let (st, v) = self.request(OP_WAIT, key, &ms.to_le_bytes(), timeout)?;
+        if st != 0 {
+            return Err(Error::Io {
+                context: format!("store {}: waiting for {key:?}", self.addr),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("not set within {timeout:?}"),
+                ),
+            });
+        }
+        Ok(v)
+    }
+
+    /// Adds `delta` to the counter `key` (0 if unset) and returns the new value.
+    pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, Error> {
+        let (_, v) = self.request(OP_ADD, key, &delta.to_le_bytes(), Duration::from_secs(10))?;
+        let b: [u8; 8] = v
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Error::io("store add", std::io::Error::other("short reply")))?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    /// Returns once `n` clients have entered the barrier `name` (at most `timeout`).
+    pub fn barrier(&mut self, name: &str, n: usize, timeout: Duration) -> Result<(), Error> {
+        let key = format!("barrier/{name}");
+        let c = self.add(&key, 1)?;
+        if c as usize == n {
+            self.set(&format!("{key}/done"), b"1")?;
+        }
+        self.wait(&format!("{key}/done"), timeout).map(|_| ())
+    }
+}

@@ -1,0 +1,565 @@
+//! Rings of slots in shared memory: the in-process and shared-memory transports.
+//!
+//! Each rank owns one *region* (a memfd segment; in-process ranks use the same
+//! layout): a control block, then one inbound ring per (source rank, channel).
+//! A sender writes into the ring in the receiver's region; the receiver reads
+//! its own region. Layout (bytes):
+//!
+//! ```text
+//! region:  [control 4096][ring(src 0, ch 0)][ring(src 0, ch 1)]...[ring(src n-1, ch C-1)]
+//! control: doorbell u32 @0 | sleepers u32 @64 | state u32 @128 (0 alive, 1 closed, 2 aborted)
+//! ring:    head u64 @0 | tail u64 @64 | NSLOTS slots of SLOT_BYTES @128
+//! slot:    kind u32, _, seq u64, desc [u64;2], total u64, offset u64, len u64, zero-copy ref u64 (64 B)
+//!          then PAYLOAD bytes (data, or for a segment reference: fd u64, segment length u64, offset u64)
+//! ```
+//!
+//! `head` is written only by the sender, `tail` only by the receiver (single
+//! producer, single consumer): a slot is published by a release store of
+//! `head` and freed by a release store of `tail`. A zero-copy send is complete
+//! when `tail` passes its slot, i.e. when the receiver has finished reading
+//! the sender's memory.
+//!
+//! Waiting: the engine spins first, then sleeps on its region's doorbell futex
+//! after announcing itself in `sleepers`; whoever publishes or frees a slot
+//! bumps the peer's doorbell and wakes it only if it sleeps, so the hot path
+//! has no system call.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::Duration;
+
+use super::{CHANNELS, Link, MsgKind, OpDesc, RecvReq, SendReq, WaitHandle, XferState, ZeroCopy};
+use crate::buffer::Segment;
+use crate::error::{LinkError, TransportKind};
+
+pub(crate) const NSLOTS: u64 = 16;
+pub(crate) const SLOT_HDR: usize = 64;
+pub(crate) const PAYLOAD: usize = 64 * 1024;
+pub(crate) const SLOT_BYTES: usize = SLOT_HDR + PAYLOAD;
+const RING_HDR: usize = 128;
+pub(crate) const RING_BYTES: usize = RING_HDR + NSLOTS as usize * SLOT_BYTES;
+const CONTROL_BYTES: usize = 4096;
+
+const KIND_DATA: u32 = 1;
+const KIND_DESC: u32 = 2;
+const KIND_REF_ADDR: u32 = 3;
+const KIND_REF_SEG: u32 = 4;
+
+pub(crate) const STATE_ALIVE: u32 = 0;
+pub(crate) const STATE_CLOSED: u32 = 1;
+pub(crate) const STATE_ABORTED: u32 = 2;
+
+/// Bytes of a region for `world` ranks.
+pub(crate) fn region_bytes(world: usize) -> usize {
+    CONTROL_BYTES + world * CHANNELS * RING_BYTES
+}
+
+/// A rank's region, with typed accessors.
+#[derive(Clone)]
+pub(crate) struct Region {
+    seg: Arc<Segment>,
+}
+
+impl Region {
+    pub fn create(world: usize) -> Result<Region, crate::Error> {
+        Ok(Region {
+            seg: Segment::create(region_bytes(world), "gpucomm-region")?,
+        })
+    }
+    pub fn from_segment(seg: Arc<Segment>) -> Region {
+        Region { seg }
+    }
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off + 4 <= self.seg.len());
+        // SAFETY: in bounds, 4-aligned (offsets are multiples of 64), and the
+        // mapping lives as long as `self`; all shared words are only accessed
+        // atomically.
+        unsafe { &*(self.seg.ptr().add(off) as *const AtomicU32) }
+    }
+    pub fn doorbell(&self) -> &AtomicU32 {
+        self.u32_at(0)
+    }
+    pub fn sleepers(&self) -> &AtomicU32 {
+        self.u32_at(64)
+    }
+    pub fn state(&self) -> &AtomicU32 {
+        self.u32_at(128)
+    }
+    fn ring(&self, src: usize, ch: usize) -> Ring {
+        let off = CONTROL_BYTES + (src * CHANNELS + ch) * RING_BYTES;
+        assert!(off + RING_BYTES <= self.seg.len(), "ring out of region");
+        // SAFETY: in bounds (asserted).
+        Ring {
+            base: unsafe { self.seg.ptr().add(off) },
+        }
+    }
+
+    /// Wakes the owner of this region if it sleeps on its doorbell.
+    pub fn wake(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleepers().load(Ordering::Relaxed) > 0 {
+            self.doorbell().fetch_add(1, Ordering::SeqCst);
+            futex_wake(self.doorbell());
+        }
+    }
+
+    /// Sleeps on the doorbell for at most `max` unless it no longer holds `v`
+    /// (the caller announced itself in `sleepers` before reading `v`).
+    pub fn sleep_at(&self, v: u32, max: Duration) {
+        futex_wait(self.doorbell(), v, max);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ring {
+    base: *mut u8,
+}
+
+impl Ring {
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: the ring header is inside a live mapping (see Region::ring),
+        // 64-aligned, accessed only atomically.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as for head.
+        unsafe { &*(self.base.add(64) as *const AtomicU64) }
+    }
+    fn slot(&self, i: u64) -> *mut u8 {
+        // SAFETY: i % NSLOTS < NSLOTS, inside the ring.
+        unsafe { self.base.add(RING_HDR + (i % NSLOTS) as usize * SLOT_BYTES) }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SlotHdr {
+    kind: u32,
+    seq: u64,
+    desc: [u64; 2],
+    total: u64,
+    offset: u64,
+    len: u64,
+    zref: u64,
+}
+
+fn write_hdr(slot: *mut u8, h: &SlotHdr) {
+    let w = slot as *mut u64;
+    // SAFETY: the slot is ours to write (head - tail < NSLOTS) and 64-aligned.
+    unsafe {
+        w.write(h.kind as u64);
+        w.add(1).write(h.seq);
+        w.add(2).write(h.desc[0]);
+        w.add(3).write(h.desc[1]);
+        w.add(4).write(h.total);
+        w.add(5).write(h.offset);
+        w.add(6).write(h.len);
+        w.add(7).write(h.zref);
+    }
+}
+
+fn read_hdr(slot: *const u8) -> SlotHdr {
+    let w = slot as *const u64;
+    // SAFETY: the slot was published by the sender (tail < head, acquire).
+    unsafe {
+        SlotHdr {
+            kind: w.read() as u32,
+            seq: w.add(1).read(),
+            desc: [w.add(2).read(), w.add(3).read()],
+            total: w.add(4).read(),
+            offset: w.add(5).read(),
+            len: w.add(6).read(),
+            zref: w.add(7).read(),
+        }
+    }
+}
+
+/// How a link learns that its peer is gone.
+pub(crate) enum Liveness {
+    /// A thread of this process: the peer's region state says closed/aborted.
+    Thread,
+    /// A process: its pidfd becomes readable when it exits.
+    Process { pid: u32, pidfd: Option<OwnedFd> },
+}
+
+/// A link over rings in shared memory (in-process or between processes).
+pub(crate) struct RingLink {
+    kind: TransportKind,
+    mine: Region,
+    theirs: Region,
+    me: usize,
+    peer: usize,
+    liveness: Liveness,
+    peer_segments: HashMap<u64, Arc<Segment>>,
+}
+
+// SAFETY: the raw pointers inside Region/Ring point into Arc'd mappings that
+// live as long as the link; cross-thread access goes through atomics.
+unsafe impl Send for RingLink {}
+
+impl RingLink {
+    pub fn new(
+        kind: TransportKind,
+        me: usize,
+        peer: usize,
+        mine: Region,
+        theirs: Region,
+        liveness: Liveness,
+    ) -> Self {
+        RingLink {
+            kind,
+            mine,
+            theirs,
+            me,
+            peer,
+            liveness,
+            peer_segments: HashMap::new(),
+        }
+    }
+
+    fn out_ring(&self, ch: usize) -> Ring {
+        self.theirs.ring(self.me, ch)
+    }
+    fn in_ring(&self, ch: usize) -> Ring {
+        self.mine.ring(self.peer, ch)
+    }
+
+    fn peer_state(&self) -> Result<(), LinkError> {
+        match self.theirs.state().load(Ordering::Acquire) {
+            STATE_ALIVE => Ok(()),
+            STATE_ABORTED => Err(LinkError {
+                failure: crate::error::Failure::Aborted(format!("peer {} aborted", self.peer)),
+            }),
+            _ => Err(LinkError::gone(format!(
+                "peer {} closed its communicator",
+                self.peer
+            ))),
+        }
+    }
+
+    /// Resolves a zero-copy reference to a readable pointer of `len` bytes.
+    fn resolve(
+        &mut self,
+        h: &SlotHdr,
+        slot: *const u8,
+        len: usize,
+    ) -> Result<*const u8, LinkError> {
+        match h.kind {
+            KIND_REF_ADDR => {
+                if self.kind != TransportKind::InProcess {
+                    return Err(LinkError::protocol(
+                        "address reference over a process boundary",
+                    ));
+                }
+                Ok(h.zref as usize as *const u8)
+            }
+            _ => {
+                let Liveness::Process { pid, .. } = self.liveness else {
+                    return Err(LinkError::protocol("segment reference between threads"));
+                };
+                // SAFETY: payload of a published slot, 3 words.
+                let (fd, seg_len, off) = unsafe {
+                    let p = slot.add(SLOT_HDR) as *const u64;
+                    (
+                        p.read() as i32,
+                        p.add(1).read() as usize,
+                        p.add(2).read() as usize,
+                    )
+                };
+                if off.checked_add(len).is_none_or(|e| e > seg_len) {
+                    return Err(LinkError::protocol(format!(
+                        "segment reference [{off}, +{len}) outside a {seg_len}-byte segment"
+                    )));
+                }
+                let seg = match self.peer_segments.get(&h.zref) {
+                    Some(s) if s.len() >= seg_len => s.clone(),
+                    _ => {
+                        let s = Segment::open_peer(pid, fd, seg_len).map_err(|e| {
+                            LinkError::protocol(format!(
+                                "cannot map peer segment (pid {pid}, fd {fd}): {e}"
+                            ))
+                        })?;
+                        self.peer_segments.insert(h.zref, s.clone());
+                        s
+                    }
+                };
+                // SAFETY: off + len <= seg_len <= mapping length (checked above).
+                Ok(unsafe { seg.ptr().add(off) as *const u8 })
+            }
+        }
+    }
+}
+
+impl Link for RingLink {
+    fn kind(&self) -> TransportKind {
+        self.kind
+    }
+
+    fn zero_copy_ok(&self, zc: &ZeroCopy) -> bool {
+        match zc {
+            ZeroCopy::Addr(_) => self.kind == TransportKind::InProcess,
+            ZeroCopy::Segment { .. } => self.kind == TransportKind::Shm,
+        }
+    }
+
+    fn poll_send(
+        &mut self,
+        ch: usize,
+        req: &SendReq,
+        st: &mut XferState,
+    ) -> Result<bool, LinkError> {
+        let ring = self.out_ring(ch);
+        let desc = req.desc.encode();
+        if st.started && req.zero_copy.is_some() {
+            // Waiting for the receiver to finish reading our memory.
+            if ring.tail().load(Ordering::Acquire) > st.slot {
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        let mut progressed = false;
+        loop {
+            let head = ring.head().load(Ordering::Relaxed);
+            let tail = ring.tail().load(Ordering::Acquire);
+            if head - tail >= NSLOTS {
+                break;
+            }
+            let slot = ring.slot(head);
+            let mut h = SlotHdr {
+                kind: match req.kind {
+                    MsgKind::Desc => KIND_DESC,
+                    MsgKind::Data => KIND_DATA,
+                },
+                seq: req.seq,
+                desc,
+                total: req.len as u64,
+                offset: st.done as u64,
+                len: 0,
+                zref: 0,
+            };
+            match req.zero_copy {
+                Some(ZeroCopy::Addr(a)) if req.kind == MsgKind::Data => {
+                    h.kind = KIND_REF_ADDR;
+                    h.len = req.len as u64;
+                    h.zref = a as u64;
+                }
+                Some(ZeroCopy::Segment {
+                    id,
+                    fd,
+                    seg_len,
+                    offset,
+                }) if req.kind == MsgKind::Data => {
+                    h.kind = KIND_REF_SEG;
+                    h.len = req.len as u64;
+                    h.zref = id;
+                    // SAFETY: our slot's payload, 3 words.
+                    unsafe {
+                        let p = slot.add(SLOT_HDR) as *mut u64;
+                        p.write(fd as u64);
+                        p.add(1).write(seg_len as u64);
+                        p.add(2).write(offset as u64);
+                    }
+                }
+                _ => {
+                    let n = (req.len - st.done).min(PAYLOAD);
+                    h.len = n as u64;
+                    if n > 0 {
+                        // SAFETY: req.data is valid for req.len bytes (engine
+                        // contract); the slot payload holds PAYLOAD bytes.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                req.data.add(st.done),
+                                slot.add(SLOT_HDR),
+                                n,
+                            )
+                        };
+                    }
+                }
+            }
+            write_hdr(slot, &h);
+            ring.head().store(head + 1, Ordering::Release);
+            progressed = true;
+            st.started = true;
+            if h.kind == KIND_REF_ADDR || h.kind == KIND_REF_SEG {
+                st.slot = head;
+                self.theirs.wake();
+                return Ok(false);
+            }
+            st.done += h.len as usize;
+            if st.done >= req.len {
+                self.theirs.wake();
+                return Ok(true);
+            }
+        }
+        if progressed {
+            self.theirs.wake();
+        }
+        Ok(false)
+    }
+
+    fn poll_recv(
+        &mut self,
+        ch: usize,
+        req: &RecvReq,
+        st: &mut XferState,
+    ) -> Result<bool, LinkError> {
+        let ring = self.in_ring(ch);
+        loop {
+            let tail = ring.tail().load(Ordering::Relaxed);
+            let head = ring.head().load(Ordering::Acquire);
+            if tail == head {
+                return Ok(false);
+            }
+            if head - tail > NSLOTS {
+                return Err(LinkError::protocol(format!(
+                    "ring head {head} ahead of tail {tail} by more than {NSLOTS}"
+                )));
+            }
+            let slot = ring.slot(tail);
+            let h = read_hdr(slot);
+            let theirs = OpDesc::decode(h.desc);
+            if theirs != req.desc {
+                return Err(LinkError::mismatch(
+                    req.desc.to_string(),
+                    theirs.to_string(),
+                ));
+            }
+            let want_kind = match req.kind {
+                MsgKind::Desc => h.kind == KIND_DESC,
+                MsgKind::Data => matches!(h.kind, KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG),
+            };
+            if !want_kind {
+                return Err(LinkError::mismatch(
+                    format!("{} expecting a {:?} message", req.desc, req.kind),
+                    format!("{} sending message kind {}", theirs, h.kind),
+                ));
+            }
+            if h.total != req.len as u64 {
+                return Err(LinkError::protocol(format!(
+                    "message of {} bytes for a receive of {} bytes",
+                    h.total, req.len
+                )));
+            }
+            if h.offset != st.done as u64 || h.len > (req.len - st.done) as u64 {
+                return Err(LinkError::protocol(format!(
+                    "chunk [{}, +{}) out of order (expected offset {}, {} bytes left)",
+                    h.offset,
+                    h.len,
+                    st.done,
+                    req.len - st.done
+                )));
+            }
+            let n = h.len as usize;
+            let src: *const u8 = match h.kind {
+                KIND_REF_ADDR | KIND_REF_SEG => self.resolve(&h, slot, n)?,
+                // SAFETY: payload of a published slot.
+                _ => unsafe { slot.add(SLOT_HDR) },
+            };
+            if n > 0 {
+                // SAFETY: dst valid for req.len bytes (engine contract), the
+                // source valid for n bytes (slot payload or resolved, bounds
+                // checked reference), disjoint from dst.
+                unsafe {
+                    let dst = req.dst.add(st.done);
+                    match req.reduce {
+                        None => std::ptr::copy_nonoverlapping(src, dst, n),
+                        Some((a, r)) => r.apply(dst, a.add(st.done), src, n),
+                    }
+                }
+            }
+            st.done += n;
+            ring.tail().store(tail + 1, Ordering::Release);
+            self.theirs.wake();
+            if st.done >= req.len {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn check_peer(&mut self) -> Result<(), LinkError> {
+        self.peer_state()?;
+        if let Liveness::Process { pid, pidfd } = &self.liveness {
+            match pidfd {
+                Some(fd) => {
+                    let mut fds = [libc::pollfd {
+                        fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }];
+                    // SAFETY: one valid pollfd, zero timeout.
+                    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+                    if n > 0 {
+                        return Err(LinkError::gone(format!("process {pid} exited")));
+                    }
+                }
+                None => {
+                    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                        return Err(LinkError::gone(format!("process {pid} exited")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_handle(&self) -> WaitHandle {
+        WaitHandle::Doorbell
+    }
+
+    fn shutdown(&mut self) {
+        self.theirs.wake();
+    }
+}
+
+/// Wakes every sleeper on `r`'s doorbell unconditionally (abort, close).
+pub(crate) fn wake_all(r: &Region) {
+    futex_wake(r.doorbell());
+}
+
+/// Opens a pidfd for a peer process (None if the kernel refuses).
+pub(crate) fn pidfd(pid: u32) -> Option<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid as i32)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+fn futex_wait(word: &AtomicU32, val: u32, max: Duration) {
+    let ts = libc::timespec {
+        tv_sec: max.as_secs() as libc::time_t,
+        tv_nsec: max.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a valid, aligned u32 that stays mapped; a
+    // relative timeout; errors (EAGAIN, EINTR, ETIMEDOUT) just return.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 (shared, not PRIVATE, so it
+    // works across processes mapping the same memfd).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0,
+            0,
+            0,
+        );
+    }
+}

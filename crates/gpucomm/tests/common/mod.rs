@@ -1,0 +1,258 @@
+//! Shared by the in-process and multi-process collective tests: a list of
+//! cases every rank runs in the same order, each checked element by element
+//! against a direct computation of what the collective promises.
+
+#![allow(dead_code)]
+
+use gpucomm::{Algorithm, Call, CallOptions, Communicator, DataType, Element, ReduceOp, bf16, f16};
+use gpucomm_algo::block_partition;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub call: Call,
+    pub dtype: DataType,
+    pub count: usize,
+    pub in_place: bool,
+    pub algorithm: Option<Algorithm>,
+    /// Use a library-allocated (shared, zero-copy) buffer.
+    pub shared: bool,
+}
+
+/// Input element `i` of rank `r` (small, so every op is exact in every dtype).
+fn val<T: Element>(call: Call, r: usize, i: usize) -> T {
+    let v = match call.op() {
+        Some(ReduceOp::Prod) => 1 + ((r + i) % 3 == 0) as i64,
+        _ => ((r * 7 + i * 3) % 9) as i64 - 4,
+    };
+    T::from_i64(v)
+}
+
+fn reduced<T: Element>(call: Call, n: usize, i: usize, op: ReduceOp) -> T {
+    let mut acc = val::<T>(call, 0, i);
+    for r in 1..n {
+        acc = acc.combine(val::<T>(call, r, i), op);
+    }
+    if op == ReduceOp::Avg {
+        acc = acc.div_ranks(n);
+    }
+    acc
+}
+
+/// Runs one case on this rank and checks the result; returns the number of
+/// checked elements.
+pub fn run_case<T: Element>(c: &Communicator, case: &Case) -> Result<usize, String> {
+    let (n, me) = (c.world_size(), c.rank());
+    let call = case.call;
+    let count = case.count;
+    let blk = |r: usize| block_partition(count, n, r);
+    // Logical input of rank r.
+    let input_of = |r: usize| -> Vec<T> {
+        match call {
+            Call::AllGather => {
+                let (o, l) = blk(r);
+                (o..o + l).map(|i| val::<T>(call, r, i)).collect()
+            }
+            Call::AllToAll => (0..n * count).map(|i| val::<T>(call, r, i)).collect(),
+            Call::Barrier => vec![],
+            _ => (0..count).map(|i| val::<T>(call, r, i)).collect(),
+        }
+    };
+    let out_len = match call {
+        Call::ReduceScatter(_) => blk(me).1,
+        Call::AllToAll => n * count,
+        Call::Barrier => 0,
+        _ => count,
+    };
+    let mine = input_of(me);
+    let opts = CallOptions {
+        algorithm: case.algorithm,
+        ..Default::default()
+    };
+    // The buffer handed to the call.
+    let mut recv_len = out_len;
+    let mut buf: Vec<T> = if case.in_place {
+        match call {
+            Call::AllGather => {
+                let mut b = vec![T::default(); count];
+                let (o, l) = blk(me);
+                b[o..o + l].copy_from_slice(&mine);
+                b
+            }
+            Call::ReduceScatter(_) => {
+                recv_len = count;
+                mine.clone()
+            }
+            _ => {
+                let mut b = mine.clone();
+                b.resize(out_len.max(mine.len()), T::default());
+                b
+            }
+        }
+    } else {
+        vec![T::default(); out_len]
+    };
+    let _ = recv_len;
+    if case.shared {
+        let mut sb = c.alloc::<T>(mine.len()).map_err(|e| e.to_string())?;
+        sb.copy_from_slice(&mine);
+        let mut rb = c.alloc::<T>(buf.len()).map_err(|e| e.to_string())?;
+        rb.copy_from_slice(&buf);
+        let send = if case.in_place { None } else { Some(&sb[..]) };
+        c.run(call, send, &mut rb, &opts)
+            .map_err(|e| e.to_string())?;
+        buf.copy_from_slice(&rb);
+    } else {
+        let send = if case.in_place { None } else { Some(&mine[..]) };
+        c.run(call, send, &mut buf, &opts)
+            .map_err(|e| e.to_string())?;
+    }
+    // Expected result and where it is.
+    let (expect, at): (Vec<T>, usize) = match call {
+        Call::AllReduce(op) => (
+            (0..count).map(|i| reduced::<T>(call, n, i, op)).collect(),
+            0,
+        ),
+        Call::ReduceScatter(op) => {
+            let (o, l) = blk(me);
+            (
+                (o..o + l).map(|i| reduced::<T>(call, n, i, op)).collect(),
+                if case.in_place { o } else { 0 },
+            )
+        }
+        Call::AllGather => ((0..n).flat_map(input_of).collect(), 0),
+        Call::Broadcast { root } => (input_of(root), 0),
+        Call::Reduce { op, root } => {
+            if me == root {
+                (
+                    (0..count).map(|i| reduced::<T>(call, n, i, op)).collect(),
+                    0,
+                )
+            } else {
+                (vec![], 0)
+            }
+        }
+        Call::AllToAll => (
+            (0..n)
+                .flat_map(|q| input_of(q)[me * count..(me + 1) * count].to_vec())
+                .collect(),
+            0,
+        ),
+        Call::SendRecv { shift } => (input_of((me + n - shift % n) % n), 0),
+        _ => (vec![], 0),
+    };
+    for (i, e) in expect.iter().enumerate() {
+        if buf[at + i] != *e {
+            return Err(format!(
+                "rank {me}: {case:?}: element {i} is {:?}, expected {e:?}",
+                buf[at + i]
+            ));
+        }
+    }
+    Ok(expect.len())
+}
+
+pub fn run_dyn(c: &Communicator, case: &Case) -> Result<usize, String> {
+    match case.dtype {
+        DataType::F32 => run_case::<f32>(c, case),
+        DataType::F64 => run_case::<f64>(c, case),
+        DataType::F16 => run_case::<f16>(c, case),
+        DataType::Bf16 => run_case::<bf16>(c, case),
+        DataType::I8 => run_case::<i8>(c, case),
+        DataType::U8 => run_case::<u8>(c, case),
+        DataType::I32 => run_case::<i32>(c, case),
+        DataType::U32 => run_case::<u32>(c, case),
+        DataType::I64 => run_case::<i64>(c, case),
+        DataType::U64 => run_case::<u64>(c, case),
+        _ => Err("unknown dtype".into()),
+    }
+}
+
+/// The case list: every call, dtypes and ops rotated over counts, in and out
+/// of place, with and without shared buffers. `big` adds counts above the
+/// zero-copy threshold.
+pub fn cases(n: usize, big: bool) -> Vec<Case> {
+    let mut calls = vec![Call::AllGather, Call::AllToAll, Call::Barrier];
+    for op in ReduceOp::ALL {
+        calls.push(Call::AllReduce(op));
+        calls.push(Call::ReduceScatter(op));
+        calls.push(Call::Reduce { op, root: n - 1 });
+    }
+    calls.push(Call::Broadcast { root: 0 });
+    calls.push(Call::Broadcast { root: n / 2 });
+    calls.push(Call::SendRecv { shift: 1 });
+    calls.push(Call::SendRecv { shift: n + 1 });
+    let mut counts = vec![0usize, 1, 7, 1001];
+    if big {
+        counts.push(40_009);
+    }
+    let mut out = Vec::new();
+    let mut k = 0usize;
+    for call in &calls {
+        for &count in &counts {
+            for in_place in [false, true] {
+                if matches!(call, Call::SendRecv { .. }) && in_place {
+                    continue;
+                }
+                let dtype = DataType::ALL[k % DataType::ALL.len()];
+                let shared = k % 3 == 0;
+                k += 1;
+                out.push(Case {
+                    call: *call,
+                    dtype,
+                    count,
+                    in_place,
+                    algorithm: None,
+                    shared,
+                });
+            }
+        }
+    }
+    // Every dtype with sum and max all-reduce, and every algorithm.
+    for dtype in DataType::ALL {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
+            out.push(Case {
+                call: Call::AllReduce(op),
+                dtype,
+                count: 37,
+                in_place: false,
+                algorithm: None,
+                shared: false,
+            });
+        }
+    }
+    for algorithm in Algorithm::ALL {
+        for call in [
+            Call::AllReduce(ReduceOp::Sum),
+            Call::AllGather,
+            Call::ReduceScatter(ReduceOp::Min),
+            Call::Broadcast { root: 1 % n },
+            Call::Reduce {
+                op: ReduceOp::Prod,
+                root: 0,
+            },
+            Call::AllToAll,
+        ] {
+            for in_place in [false, true] {
+                out.push(Case {
+                    call,
+                    dtype: DataType::I32,
+                    count: 23,
+                    in_place,
+                    algorithm: Some(algorithm),
+                    shared: in_place,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether `algorithm` has a schedule for the case (skips unsupported pairs).
+pub fn supported(case: &Case, n: usize) -> bool {
+    let Some(a) = case.algorithm else { return true };
+    let Some(coll) = case.call.collective() else {
+        return true;
+    };
+    let p = gpucomm_algo::Problem::new(coll, case.count, n, n).with_elem_size(case.dtype.size());
+    gpucomm_algo::Schedule::new(p, a).is_ok()
+}

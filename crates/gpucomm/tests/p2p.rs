@@ -1,0 +1,98 @@
+//! Point-to-point calls between in-process ranks, and the failure paths.
+
+use std::time::{Duration, Instant};
+
+use gpucomm::{Communicator, Failure, InProcessOptions};
+
+fn pair(timeout_ms: u64) -> Vec<Communicator> {
+    Communicator::in_process_with(
+        2,
+        &InProcessOptions {
+            timeout: Some(Duration::from_millis(timeout_ms)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn send_recv_many_sizes() {
+    let comms = pair(10_000);
+    let sizes = [0usize, 1, 7, 4096, 16 * 1024 + 3, 70_000, 1 << 20];
+    std::thread::scope(|s| {
+        let (a, b) = (&comms[0], &comms[1]);
+        s.spawn(move || {
+            for &n in &sizes {
+                let v: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+                a.send(&v, 1).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for &n in &sizes {
+                let mut v = vec![0u32; n];
+                b.recv(&mut v, 0).unwrap();
+                for (i, x) in v.iter().enumerate() {
+                    assert_eq!(*x, (i as u32).wrapping_mul(2654435761), "n={n} i={i}");
+                }
+            }
+        });
+    });
+}
+
+#[test]
+fn length_mismatch_is_an_error_naming_the_peer() {
+    let comms = pair(2_000);
+    std::thread::scope(|s| {
+        let (a, b) = (&comms[0], &comms[1]);
+        s.spawn(move || {
+            let _ = a.send(&[1u8; 10], 1);
+        });
+        let h = s.spawn(move || {
+            let mut v = [0u8; 11];
+            b.recv(&mut v, 0)
+        });
+        let e = h.join().unwrap().unwrap_err();
+        let ctx = e.context().unwrap();
+        assert_eq!(ctx.op, "recv");
+        assert_eq!(ctx.peer, Some(0));
+        assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
+    });
+}
+
+#[test]
+fn recv_without_sender_times_out() {
+    let comms = pair(300);
+    let t = Instant::now();
+    let mut v = [0f32; 4];
+    let e = comms[1].recv(&mut v, 0).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert!(matches!(e.failure(), Some(Failure::Timeout(_))), "{e}");
+    assert!(e.to_string().contains("recv #0"), "{e}");
+    assert!(e.to_string().contains("peer 0"), "{e}");
+    // Poisoned afterwards.
+    assert!(matches!(
+        comms[1].recv(&mut v, 0),
+        Err(gpucomm::Error::Broken(_))
+    ));
+}
+
+#[test]
+fn abort_from_another_thread_ends_a_wait() {
+    let comms = pair(60_000);
+    let h = comms[1].abort_handle();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            h.abort();
+        });
+        let mut v = [0f32; 4];
+        let e = comms[1].recv(&mut v, 0).unwrap_err();
+        assert!(matches!(e.failure(), Some(Failure::Aborted(_))), "{e}");
+    });
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // The peer sees the abort too.
+    let mut v = [0f32; 4];
+    let e = comms[0].recv(&mut v, 1).unwrap_err();
+    assert!(matches!(e.failure(), Some(Failure::Aborted(_))), "{e}");
+}
