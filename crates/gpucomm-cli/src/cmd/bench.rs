@@ -1,12 +1,1350 @@
-//! `gpucomm bench` (being built).
+//! `gpucomm bench COLLECTIVE`: nccl-tests for gpucomm.
+//!
+//! The command is a coordinator: it starts `--ranks` worker processes (this
+//! same binary, re-executed as `gpucomm bench --worker ...`) through the
+//! launch machinery of `gpucomm launch` (`gpucomm::launch`). Every worker
+//! joins the job through the environment the launcher sets, runs the sweep,
+//! and prints one machine-readable record per size on its stdout (lines
+//! starting with [`RECORD`]); the coordinator collects the records of all
+//! ranks and prints the table (or JSON), so the numbers are aggregated in
+//! one place and worker output that is not a record is forwarded with its
+//! rank in front, like `gpucomm launch` does.
+//!
+//! Definitions follow nccl-tests (`src/common.cu`, `doc/PERFORMANCE.md`):
+//! `size` is the larger of a rank's input and output in bytes; `count` the
+//! element count nccl-tests passes to the collective; `time` the average over
+//! the timed iterations (after warm-up) of one call, taken as the maximum over
+//! ranks (`--average` changes that); `algbw = size / time`;
+//! `busbw = algbw * factor` with [`Collective::busbw_factor`]; `#wrong` the
+//! number of wrong elements of a separate checked run, summed over ranks.
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Arguments of `gpucomm bench`.
-#[derive(clap::Args, Debug)]
-pub struct Args {}
+use anyhow::{Context, bail};
+use gpucomm::env::TransportChoice;
+use gpucomm::launch::{LaunchConfig, LaunchError, LineSink, Stream, launch_with, prefix_sink};
+use gpucomm_algo::{Algorithm, Collective, ReduceOp};
+use serde::{Deserialize, Serialize};
+
+use super::common::{parse_size, size_sweep};
+use super::launch::{parse_algorithm, parse_secs, parse_transport};
+
+mod check;
+mod worker;
+
+/// Prefix of the lines a worker prints for the coordinator.
+pub const RECORD: &str = "@gpucomm-bench ";
+
+/// Arguments of `gpucomm bench`. Short options are nccl-tests' (`-b -e -f -n
+/// -w -d -o -r -c -a`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The collective: all_reduce, all_gather, reduce_scatter, broadcast,
+    /// reduce, all_to_all, sendrecv or barrier.
+    #[arg(default_value = "all_reduce", value_parser = parse_collective_name)]
+    pub collective: BenchCollective,
+    /// Number of ranks (separate processes on this host).
+    #[arg(long, default_value_t = 2)]
+    pub ranks: usize,
+    /// Smallest size, in bytes (K, M, G suffixes: powers of 1024).
+    #[arg(short = 'b', long, default_value = "8", value_parser = parse_size_arg)]
+    pub min_bytes: u64,
+    /// Largest size, in bytes.
+    #[arg(short = 'e', long, default_value = "64M", value_parser = parse_size_arg)]
+    pub max_bytes: u64,
+    /// Multiply the size by this from one row to the next.
+    #[arg(short = 'f', long, default_value_t = 2)]
+    pub step_factor: u64,
+    /// Element type: f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64
+    /// (nccl-tests' names float, double, half, bfloat16, int8, ... work too).
+    #[arg(short = 'd', long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: gpucomm::DataType,
+    /// Reduction op: sum, prod, min, max, avg.
+    #[arg(short = 'o', long, default_value = "sum", value_parser = parse_op)]
+    pub op: ReduceOp,
+    /// Root rank of broadcast and reduce.
+    #[arg(short = 'r', long, default_value_t = 0)]
+    pub root: usize,
+    /// Timed iterations per size (default: from 1000 for small sizes down
+    /// to 5, about 256 MiB of data per size).
+    #[arg(short = 'n', long)]
+    pub iters: Option<usize>,
+    /// Untimed iterations before the timed ones (default: 5, 2 for large sizes).
+    #[arg(short = 'w', long)]
+    pub warmup: Option<usize>,
+    /// Transport between the ranks.
+    #[arg(long, default_value = "shm", value_parser = parse_transport)]
+    pub transport: TransportChoice,
+    /// Algorithm (default: the tuner chooses per size).
+    #[arg(long, default_value = "auto", value_parser = parse_algorithm_or_auto)]
+    pub algorithm: AlgorithmArg,
+    /// Verify every result against a reference (the default).
+    #[arg(long, overrides_with = "no_check")]
+    pub check: bool,
+    /// Do not verify results (`#wrong` shows N/A).
+    #[arg(long)]
+    pub no_check: bool,
+    /// How the per-rank times combine: max (default), avg, min, rank0.
+    #[arg(short = 'a', long, default_value = "max", value_parser = parse_average)]
+    pub average: Average,
+    /// Print one JSON object per size instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Each rank's bound on every wait, in seconds.
+    #[arg(long, value_parser = parse_secs, default_value = "60")]
+    pub rank_timeout: Duration,
+    /// Bound on the whole run, in seconds.
+    #[arg(long, value_parser = parse_secs, default_value = "600")]
+    pub timeout: Duration,
+
+    /// (internal) Run as one rank of a bench started by the coordinator.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+    /// (internal, tests) Inject a fault: kill, exit, abort, mismatch, hang, garbage-store, bad-token.
+    #[arg(long, hide = true, value_parser = parse_fault)]
+    pub fault: Option<Fault>,
+    /// (internal, tests) The rank that injects the fault.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub fault_rank: usize,
+    /// (internal, tests) The size index (row) at which the fault happens.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub fault_row: usize,
+}
+
+/// A collective as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchCollective {
+    /// all_reduce
+    AllReduce,
+    /// all_gather
+    AllGather,
+    /// reduce_scatter
+    ReduceScatter,
+    /// broadcast
+    Broadcast,
+    /// reduce
+    Reduce,
+    /// all_to_all
+    AllToAll,
+    /// sendrecv
+    SendRecv,
+    /// barrier
+    Barrier,
+}
+
+impl BenchCollective {
+    const ALL: [(BenchCollective, &'static str); 8] = [
+        (BenchCollective::AllReduce, "all_reduce"),
+        (BenchCollective::AllGather, "all_gather"),
+        (BenchCollective::ReduceScatter, "reduce_scatter"),
+        (BenchCollective::Broadcast, "broadcast"),
+        (BenchCollective::Reduce, "reduce"),
+        (BenchCollective::AllToAll, "all_to_all"),
+        (BenchCollective::SendRecv, "sendrecv"),
+        (BenchCollective::Barrier, "barrier"),
+    ];
+
+    /// The command-line name.
+    pub fn name(&self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| c == self)
+            .map(|(_, n)| *n)
+            .unwrap_or("?")
+    }
+
+    /// The algo crate's collective, with its root (and shift 1 for sendrecv,
+    /// as nccl-tests' sendrecv_perf).
+    pub fn collective(&self, root: usize) -> Collective {
+        match self {
+            BenchCollective::AllReduce => Collective::AllReduce,
+            BenchCollective::AllGather => Collective::AllGather,
+            BenchCollective::ReduceScatter => Collective::ReduceScatter,
+            BenchCollective::Broadcast => Collective::Broadcast { root },
+            BenchCollective::Reduce => Collective::Reduce { root },
+            BenchCollective::AllToAll => Collective::AllToAll,
+            BenchCollective::SendRecv => Collective::SendRecv { shift: 1 },
+            BenchCollective::Barrier => Collective::Barrier,
+        }
+    }
+}
+
+fn parse_collective_name(s: &str) -> Result<BenchCollective, String> {
+    let norm: String = s
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .collect();
+    let norm = norm.strip_suffix("perf").unwrap_or(&norm);
+    BenchCollective::ALL
+        .iter()
+        .find(|(_, n)| n.replace('_', "") == norm)
+        .map(|(c, _)| *c)
+        .ok_or_else(|| {
+            let names: Vec<_> = BenchCollective::ALL.iter().map(|(_, n)| *n).collect();
+            format!(
+                "unknown collective {s:?} (expected one of {})",
+                names.join(", ")
+            )
+        })
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| format!("{e:#}"))
+}
+
+fn parse_dtype(s: &str) -> Result<gpucomm::DataType, String> {
+    gpucomm::DataType::from_name(s).ok_or_else(|| {
+        format!("unknown type {s:?} (expected f32, f64, f16, bf16, i8, u8, i32, u32, i64 or u64)")
+    })
+}
+
+fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::ALL
+        .into_iter()
+        .find(|o| o.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown op {s:?} (expected sum, prod, min, max or avg)"))
+}
+
+/// `--algorithm`: a name, or `auto` (the tuner chooses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlgorithmArg(pub Option<Algorithm>);
+
+impl AlgorithmArg {
+    fn name(&self) -> &'static str {
+        self.0.map(|a| a.name()).unwrap_or("auto")
+    }
+}
+
+fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmArg, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        Ok(AlgorithmArg(None))
+    } else {
+        parse_algorithm(s).map(|a| AlgorithmArg(Some(a)))
+    }
+}
+
+/// How per-rank times combine into the reported time (nccl-tests' `-a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Average {
+    /// Rank 0's time.
+    Rank0,
+    /// The mean over ranks (nccl-tests' default).
+    Avg,
+    /// The fastest rank.
+    Min,
+    /// The slowest rank (our default: a collective is done when the last rank is).
+    Max,
+}
+
+fn parse_average(s: &str) -> Result<Average, String> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "0" | "rank0" => Average::Rank0,
+        "1" | "avg" => Average::Avg,
+        "2" | "min" => Average::Min,
+        "3" | "max" => Average::Max,
+        _ => {
+            return Err(format!(
+                "unknown average {s:?} (expected max, avg, min or rank0)"
+            ));
+        }
+    })
+}
+
+impl Average {
+    fn name(&self) -> &'static str {
+        match self {
+            Average::Rank0 => "rank0",
+            Average::Avg => "avg",
+            Average::Min => "min",
+            Average::Max => "max",
+        }
+    }
+
+    fn combine(&self, per_rank: &[f64]) -> f64 {
+        match self {
+            Average::Rank0 => per_rank.first().copied().unwrap_or(0.0),
+            Average::Avg => per_rank.iter().sum::<f64>() / per_rank.len().max(1) as f64,
+            Average::Min => per_rank.iter().copied().fold(f64::INFINITY, f64::min),
+            Average::Max => per_rank.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
+/// Faults a worker can inject (for the failure tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The rank kills itself with SIGKILL in the middle of the timed loop.
+    Kill,
+    /// The rank exits with code 3 in the middle of the timed loop.
+    Exit,
+    /// Another thread of the rank calls `abort()` while it waits in a collective.
+    Abort,
+    /// The rank calls the collective with another count.
+    Mismatch,
+    /// The rank stops calling collectives (sleeps): the others must time out.
+    Hang,
+    /// Before joining, the rank connects to the store and sends garbage.
+    GarbageStore,
+    /// The rank presents a wrong token to the store.
+    BadToken,
+}
+
+fn parse_fault(s: &str) -> Result<Fault, String> {
+    Ok(match s {
+        "kill" => Fault::Kill,
+        "exit" => Fault::Exit,
+        "abort" => Fault::Abort,
+        "mismatch" => Fault::Mismatch,
+        "hang" => Fault::Hang,
+        "garbage-store" => Fault::GarbageStore,
+        "bad-token" => Fault::BadToken,
+        _ => return Err(format!("unknown fault {s:?}")),
+    })
+}
+
+impl Fault {
+    fn name(&self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Exit => "exit",
+            Fault::Abort => "abort",
+            Fault::Mismatch => "mismatch",
+            Fault::Hang => "hang",
+            Fault::GarbageStore => "garbage-store",
+            Fault::BadToken => "bad-token",
+        }
+    }
+}
+
+/// Everything both the coordinator and the workers derive from the arguments.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The collective, with its root.
+    pub collective: Collective,
+    /// The sweep's sizes (sweep bytes, before the per-collective layout).
+    pub sizes: Vec<u64>,
+    /// Verify results.
+    pub check: bool,
+}
+
+impl Args {
+    /// The sizes and settings every rank uses.
+    pub fn plan(&self) -> anyhow::Result<Plan> {
+        if self.ranks == 0 {
+            bail!("--ranks must be at least 1");
+        }
+        let collective = self.collective.collective(self.root);
+        if let Some(root) = collective.root() {
+            if root >= self.ranks {
+                bail!("--root {root} is not a rank of a {}-rank job", self.ranks);
+            }
+        }
+        let sizes = if collective == Collective::Barrier {
+            vec![0]
+        } else {
+            size_sweep(self.min_bytes, self.max_bytes, self.step_factor)?
+        };
+        if self.iters == Some(0) {
+            bail!("--iters must be at least 1");
+        }
+        Ok(Plan {
+            collective,
+            sizes,
+            check: !self.no_check,
+        })
+    }
+
+    /// Timed iterations for a size.
+    pub fn iters_for(&self, bytes: u64) -> usize {
+        self.iters
+            .unwrap_or_else(|| ((256u64 << 20) / bytes.max(1)).clamp(5, 1000) as usize)
+    }
+
+    /// Warm-up iterations for a size.
+    pub fn warmup_for(&self, bytes: u64) -> usize {
+        self.warmup.unwrap_or(if bytes >= 16 << 20 { 2 } else { 5 })
+    }
+
+    /// The arguments a worker gets (the coordinator's, plus `--worker`).
+    fn worker_argv(&self) -> Vec<String> {
+        let mut v = vec![
+            "bench".to_string(),
+            self.collective.name().to_string(),
+            "--worker".into(),
+            "--ranks".into(),
+            self.ranks.to_string(),
+            "-b".into(),
+            self.min_bytes.to_string(),
+            "-e".into(),
+            self.max_bytes.to_string(),
+            "-f".into(),
+            self.step_factor.to_string(),
+            "-d".into(),
+            self.dtype.name().into(),
+            "-o".into(),
+            self.op.name().into(),
+            "-r".into(),
+            self.root.to_string(),
+            "--transport".into(),
+            self.transport.name().into(),
+        ];
+        if let Some(n) = self.iters {
+            v.extend(["-n".into(), n.to_string()]);
+        }
+        if let Some(n) = self.warmup {
+            v.extend(["-w".into(), n.to_string()]);
+        }
+        if let Some(a) = self.algorithm.0 {
+            v.extend(["--algorithm".into(), a.name().into()]);
+        }
+        if self.no_check {
+            v.push("--no-check".into());
+        }
+        if let Some(f) = self.fault {
+            v.extend([
+                "--fault".into(),
+                f.name().into(),
+                "--fault-rank".into(),
+                self.fault_rank.to_string(),
+                "--fault-row".into(),
+                self.fault_row.to_string(),
+            ]);
+        }
+        v
+    }
+}
+
+/// What a worker tells the coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// The rank joined the job.
+    Hello {
+        /// Its rank.
+        rank: usize,
+        /// Its process id.
+        pid: u32,
+        /// Its host name.
+        host: String,
+        /// The transports its links use (`shm`, `tcp`, ...), deduplicated.
+        transports: Vec<String>,
+    },
+    /// One size done on one rank.
+    Row {
+        /// The rank.
+        rank: usize,
+        /// Index into the sweep.
+        index: usize,
+        /// Timed iterations.
+        iters: usize,
+        /// Warm-up iterations.
+        warmup: usize,
+        /// Mean time of one out-of-place call, in microseconds.
+        oop_us: f64,
+        /// Mean time of one in-place call.
+        ip_us: f64,
+        /// Wrong elements out of place (None: not checked).
+        oop_wrong: Option<u64>,
+        /// Wrong elements in place.
+        ip_wrong: Option<u64>,
+    },
+}
 
 /// Runs `gpucomm bench`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`gpucomm bench` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let plan = args.plan()?;
+    if args.worker {
+        return worker::run(&args, &plan);
+    }
+    coordinate(&args, &plan)
+}
+
+/// One output row, combined over ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// nccl-tests' size: the larger of input and output, bytes.
+    pub bytes: u64,
+    /// nccl-tests' count.
+    pub count: usize,
+    /// Out-of-place time (us), combined over ranks.
+    pub oop_us: f64,
+    /// In-place time (us).
+    pub ip_us: f64,
+    /// Out-of-place wrong elements, summed over ranks (None: not checked).
+    pub oop_wrong: Option<u64>,
+    /// In-place wrong elements.
+    pub ip_wrong: Option<u64>,
+    /// Timed iterations.
+    pub iters: usize,
+    /// Warm-up iterations.
+    pub warmup: usize,
+}
+
+/// Algorithm and bus bandwidth in GB/s (10^9 bytes/s) for `bytes` in `us`.
+pub fn bandwidths(collective: &Collective, nranks: usize, bytes: u64, us: f64) -> (f64, f64) {
+    if us <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let algbw = bytes as f64 / 1e3 / us;
+    (algbw, algbw * collective.busbw_factor(nranks))
+}
+
+/// The output of one bench run: the header, rows as they complete, the footer.
+struct Printer {
+    args: Args,
+    plan: Plan,
+    hellos: BTreeMap<usize, Record>,
+    header_done: bool,
+    pending: BTreeMap<usize, Vec<Record>>,
+    next_row: usize,
+    busbw_sum: f64,
+    busbw_n: usize,
+    wrong_rows: usize,
+    out: Box<dyn Write + Send>,
+    failed: Option<String>,
+}
+
+impl Printer {
+    fn layout(&self, bytes: u64) -> check::Layout {
+        check::Layout::new(
+            self.plan.collective,
+            bytes,
+            self.args.dtype.size(),
+            self.args.ranks,
+        )
+    }
+
+    fn take(&mut self, rec: Record) {
+        match rec {
+            Record::Hello { rank, .. } => {
+                self.hellos.insert(rank, rec);
+            }
+            Record::Row { index, .. } => self.pending.entry(index).or_default().push(rec),
+        }
+        if !self.header_done && self.hellos.len() == self.args.ranks {
+            self.header_done = true;
+            if !self.args.json {
+                let h = header(&self.args, &self.plan, &self.hellos);
+                self.write(&h);
+            }
+        }
+        while self.header_done
+            && self
+                .pending
+                .get(&self.next_row)
+                .is_some_and(|v| v.len() == self.args.ranks)
+        {
+            let recs = self.pending.remove(&self.next_row).unwrap_or_default();
+            let row = self.combine(self.next_row, &recs);
+            self.emit(&row);
+            self.next_row += 1;
+        }
+    }
+
+    fn combine(&self, index: usize, recs: &[Record]) -> Row {
+        let mut by_rank: Vec<_> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Row {
+                    rank,
+                    oop_us,
+                    ip_us,
+                    oop_wrong,
+                    ip_wrong,
+                    iters,
+                    warmup,
+                    ..
+                } => Some((
+                    *rank, *oop_us, *ip_us, *oop_wrong, *ip_wrong, *iters, *warmup,
+                )),
+                _ => None,
+            })
+            .collect();
+        by_rank.sort_by_key(|r| r.0);
+        let oop: Vec<f64> = by_rank.iter().map(|r| r.1).collect();
+        let ip: Vec<f64> = by_rank.iter().map(|r| r.2).collect();
+        let sum = |xs: Vec<Option<u64>>| xs.into_iter().sum::<Option<u64>>();
+        let layout = self.layout(self.plan.sizes[index]);
+        Row {
+            bytes: layout.bytes(self.args.dtype.size()),
+            count: layout.count,
+            oop_us: self.args.average.combine(&oop),
+            ip_us: self.args.average.combine(&ip),
+            oop_wrong: sum(by_rank.iter().map(|r| r.3).collect()),
+            ip_wrong: sum(by_rank.iter().map(|r| r.4).collect()),
+            iters: by_rank.first().map(|r| r.5).unwrap_or(0),
+            warmup: by_rank.first().map(|r| r.6).unwrap_or(0),
+        }
+    }
+
+    fn emit(&mut self, row: &Row) {
+        let c = &self.plan.collective;
+        let n = self.args.ranks;
+        let (oa, ob) = bandwidths(c, n, row.bytes, row.oop_us);
+        let (ia, ib) = bandwidths(c, n, row.bytes, row.ip_us);
+        self.busbw_sum += ob + ib;
+        self.busbw_n += 2;
+        self.wrong_rows += usize::from(row.oop_wrong.unwrap_or(0) > 0)
+            + usize::from(row.ip_wrong.unwrap_or(0) > 0);
+        let line = if self.args.json {
+            let v = serde_json::json!({
+                "collective": self.args.collective.name(),
+                "ranks": n,
+                "transport": self.args.transport.name(),
+                "algorithm": self.args.algorithm.name(),
+                "bytes": row.bytes,
+                "count": row.count,
+                "type": self.args.dtype.name(),
+                "redop": redop_name(c, self.args.op),
+                "root": root_value(c),
+                "iters": row.iters,
+                "warmup": row.warmup,
+                "time_us": row.oop_us,
+                "algbw_gbps": oa,
+                "busbw_gbps": ob,
+                "wrong": row.oop_wrong,
+                "in_place_time_us": row.ip_us,
+                "in_place_algbw_gbps": ia,
+                "in_place_busbw_gbps": ib,
+                "in_place_wrong": row.ip_wrong,
+            });
+            format!("{v}\n")
+        } else {
+            format_row(
+                row,
+                nccl_type_name(self.args.dtype),
+                redop_name(c, self.args.op),
+                root_value(c),
+                (oa, ob),
+                (ia, ib),
+            )
+        };
+        self.write(&line);
+    }
+
+    fn write(&mut self, s: &str) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self
+            .out
+            .write_all(s.as_bytes())
+            .and_then(|_| self.out.flush())
+        {
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    fn footer(&mut self) {
+        if self.args.json {
+            return;
+        }
+        let avg = if self.busbw_n > 0 {
+            self.busbw_sum / self.busbw_n as f64
+        } else {
+            0.0
+        };
+        let status = if self.wrong_rows > 0 { "FAILED" } else { "OK" };
+        let s = format!(
+            "# {:<20} : {} {}\n# {:<20} : {} \n#\n# Collective test concluded: gpucomm bench {}\n#\n",
+            "Out of bounds values",
+            self.wrong_rows,
+            status,
+            "Avg bus bandwidth",
+            fmt_g(avg),
+            self.args.collective.name()
+        );
+        self.write(&s);
+    }
+}
+
+/// nccl-tests' type names (the `type` column).
+pub fn nccl_type_name(t: gpucomm::DataType) -> &'static str {
+    match t.name() {
+        "f32" => "float",
+        "f64" => "double",
+        "f16" => "half",
+        "bf16" => "bfloat16",
+        "i8" => "int8",
+        "u8" => "uint8",
+        "i32" => "int32",
+        "u32" => "uint32",
+        "i64" => "int64",
+        "u64" => "uint64",
+        other => other,
+    }
+}
+
+/// The `redop` column: the op for collectives that reduce (and sendrecv, as
+/// nccl-tests prints it), `none` otherwise.
+pub fn redop_name(c: &Collective, op: ReduceOp) -> &'static str {
+    match c {
+        Collective::AllReduce
+        | Collective::ReduceScatter
+        | Collective::Reduce { .. }
+        | Collective::SendRecv { .. } => op.name(),
+        _ => "none",
+    }
+}
+
+/// The `root` column: the root of rooted collectives, -1 otherwise.
+pub fn root_value(c: &Collective) -> i64 {
+    c.root().map(|r| r as i64).unwrap_or(-1)
+}
+
+/// nccl-tests' `getFloatStr`: `%*.2f`, then fewer decimals, then `%e`, so
+/// the value fits `width` characters.
+pub fn float_str(v: f64, width: usize) -> String {
+    for prec in [2, 1, 0] {
+        let s = format!("{v:>width$.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    let s = c_exp(v, if width >= 7 { 1 } else { 0 });
+    format!("{s:>width$}")
+}
+
+/// C's `%.{prec}e` (`1.5e+03`).
+fn c_exp(v: f64, prec: usize) -> String {
+    let s = format!("{v:.prec$e}");
+    match s.split_once('e') {
+        Some((m, e)) => {
+            let e: i32 = e.parse().unwrap_or(0);
+            format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+        }
+        None => s,
+    }
+}
+
+/// C's `%g` (6 significant digits, trailing zeros removed).
+pub fn fmt_g(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    if !v.is_finite() {
+        return if v.is_nan() {
+            "nan".into()
+        } else if v > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        };
+    }
+    let e = format!("{v:.5e}");
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let strip = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        format!(
+            "{}e{}{:02}",
+            strip(mant),
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
+    } else {
+        let prec = (5 - exp) as usize;
+        strip(&format!("{v:.prec$}"))
+    }
+}
+
+/// One table row, in nccl-tests' format.
+pub fn format_row(
+    row: &Row,
+    type_name: &str,
+    redop: &str,
+    root: i64,
+    oop: (f64, f64),
+    ip: (f64, f64),
+) -> String {
+    let mut s = format!(
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
+        row.bytes, row.count, type_name, redop, root
+    );
+    for (us, (alg, bus), wrong) in [
+        (row.oop_us, oop, row.oop_wrong),
+        (row.ip_us, ip, row.ip_wrong),
+    ] {
+        s.push_str(&format!(
+            "  {:>7}  {:>6}  {:>6}",
+            float_str(us, 7),
+            float_str(alg, 6),
+            float_str(bus, 6)
+        ));
+        match wrong {
+            Some(w) => s.push_str(&format!("  {:>6}", fmt_g(w as f64))),
+            None => s.push_str("    N/A"),
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// The column headings, in nccl-tests' format.
+pub fn column_header() -> String {
+    let mut s = format!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          \n",
+        "", "", "", "", ""
+    );
+    s.push_str(&format!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} \n",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+    ));
+    s.push_str(&format!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} \n",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+    ));
+    s
+}
+
+fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String {
+    let iters = args
+        .iters
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "auto".into());
+    let warmup = args
+        .warmup
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "auto".into());
+    let mut s = format!(
+        "# gpucomm bench {}: nranks {} (processes) transport {} algorithm {} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} time: {} over ranks\n#\n# Using ranks\n",
+        args.collective.name(),
+        args.ranks,
+        args.transport.name(),
+        args.algorithm.name(),
+        args.min_bytes,
+        args.max_bytes,
+        args.step_factor,
+        warmup,
+        iters,
+        u8::from(plan.check),
+        args.average.name(),
+    );
+    for rec in hellos.values() {
+        if let Record::Hello {
+            rank,
+            pid,
+            host,
+            transports,
+        } = rec
+        {
+            s.push_str(&format!(
+                "#  Rank {rank:>2} Pid {pid:>6} on {host:>10} links {}\n",
+                if transports.is_empty() {
+                    "none".to_string()
+                } else {
+                    transports.join(",")
+                }
+            ));
+        }
+    }
+    s.push_str("#\n");
+    s.push_str(&column_header());
+    s
+}
+
+fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    let exe =
+        std::env::current_exe().context("cannot find the gpucomm executable to start ranks")?;
+    let printer = Arc::new(Mutex::new(Printer {
+        args: args.clone(),
+        plan: plan.clone(),
+        hellos: BTreeMap::new(),
+        header_done: false,
+        pending: BTreeMap::new(),
+        next_row: 0,
+        busbw_sum: 0.0,
+        busbw_n: 0,
+        wrong_rows: 0,
+        out: Box::new(std::io::stdout()),
+        failed: None,
+    }));
+    let forward = prefix_sink();
+    let p2 = printer.clone();
+    let sink: LineSink = Arc::new(move |rank, stream, line| {
+        if stream == Stream::Stdout {
+            if let Some(rest) = line.strip_prefix(RECORD.as_bytes()) {
+                match serde_json::from_slice::<Record>(rest) {
+                    Ok(rec) => {
+                        if let Ok(mut p) = p2.lock() {
+                            p.take(rec);
+                        }
+                    }
+                    Err(e) => forward(
+                        rank,
+                        Stream::Stderr,
+                        format!("bad record ({e}): {}", String::from_utf8_lossy(line)).as_bytes(),
+                    ),
+                }
+                return;
+            }
+        }
+        forward(rank, stream, line)
+    });
+    let cfg = LaunchConfig {
+        transport: Some(args.transport),
+        rank_timeout: Some(args.rank_timeout),
+        timeout: Some(args.timeout),
+        // Let the surviving ranks print their own errors before they are stopped.
+        term_delay: Duration::from_secs(2),
+        grace: Duration::from_secs(2),
+        ..LaunchConfig::new(args.ranks, exe.into_os_string()).args(args.worker_argv())
+    };
+    let result = launch_with(&cfg, sink);
+    let mut p = printer
+        .lock()
+        .map_err(|_| anyhow::anyhow!("output lock poisoned"))?;
+    match result {
+        Ok(_) => {
+            if p.next_row != plan.sizes.len() {
+                bail!(
+                    "the ranks ended after {} of {} sizes without an error",
+                    p.next_row,
+                    plan.sizes.len()
+                );
+            }
+            p.footer();
+            if let Some(e) = &p.failed {
+                if e.contains("Broken pipe") {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                bail!("writing the results: {e}");
+            }
+            if p.wrong_rows > 0 {
+                eprintln!(
+                    "gpucomm bench: {} result(s) had wrong elements",
+                    p.wrong_rows
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let code = e.exit_code().clamp(1, 255) as u8;
+            let what = match &e {
+                LaunchError::RankFailed { .. } | LaunchError::Timeout { .. } => "bench failed",
+                _ => "cannot start the ranks",
+            };
+            eprintln!("gpucomm bench: {what}: {e}");
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn defaults_are_the_readme_command() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.collective, BenchCollective::AllReduce);
+        assert_eq!(
+            (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
+            (2, 8, 64 << 20, 2)
+        );
+        assert_eq!(a.transport, TransportChoice::Shm);
+        assert_eq!(a.dtype, gpucomm::DataType::F32);
+        assert_eq!(a.op, ReduceOp::Sum);
+        assert!(!a.no_check && !a.json);
+        let plan = a.plan().unwrap();
+        assert!(plan.check);
+        assert_eq!(plan.sizes.len(), 24);
+        assert_eq!(plan.sizes[0], 8);
+        assert_eq!(*plan.sizes.last().unwrap(), 64 << 20);
+    }
+
+    #[test]
+    fn options_parse() {
+        let a = parse(&[
+            "allgather",
+            "--ranks",
+            "4",
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-d",
+            "bfloat16",
+            "-o",
+            "max",
+            "-n",
+            "7",
+            "-w",
+            "1",
+            "--transport",
+            "tcp",
+            "--algorithm",
+            "ring",
+            "--no-check",
+            "--json",
+            "-a",
+            "avg",
+        ])
+        .unwrap();
+        assert_eq!(a.collective, BenchCollective::AllGather);
+        assert_eq!(
+            (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
+            (4, 1024, 1 << 20, 4)
+        );
+        assert_eq!(a.dtype, gpucomm::DataType::Bf16);
+        assert_eq!(a.op, ReduceOp::Max);
+        assert_eq!((a.iters, a.warmup), (Some(7), Some(1)));
+        assert_eq!(a.algorithm, AlgorithmArg(Some(Algorithm::Ring)));
+        assert_eq!(a.average, Average::Avg);
+        assert!(a.no_check && a.json);
+        assert!(!a.plan().unwrap().check);
+        // The worker gets the same settings back.
+        let w = a.worker_argv();
+        let b = parse(&w[1..].iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert!(b.worker);
+        assert_eq!(
+            (
+                b.collective,
+                b.ranks,
+                b.min_bytes,
+                b.max_bytes,
+                b.step_factor
+            ),
+            (a.collective, 4, 1024, 1 << 20, 4)
+        );
+        assert_eq!(
+            (b.dtype, b.op, b.iters, b.warmup, b.algorithm, b.no_check),
+            (a.dtype, a.op, a.iters, a.warmup, a.algorithm, true)
+        );
+        assert_eq!(b.transport, TransportChoice::Tcp);
+        for name in [
+            "all_reduce",
+            "all-to-all",
+            "alltoall",
+            "reduce_scatter_perf",
+            "SendRecv",
+            "barrier",
+            "broadcast",
+            "reduce",
+        ] {
+            assert!(parse(&[name]).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        for (argv, needle) in [
+            (&["gather"][..], "unknown collective"),
+            (&["-b", "8X"][..], "invalid size"),
+            (&["-d", "f8"][..], "unknown type"),
+            (&["-o", "xor"][..], "unknown op"),
+            (&["--transport", "ib"][..], "auto, shm or tcp"),
+            (&["--algorithm", "magic"][..], "unknown algorithm"),
+            (&["-a", "median"][..], "unknown average"),
+        ] {
+            let e = parse(argv)
+                .err()
+                .unwrap_or_else(|| panic!("{argv:?} parsed"));
+            assert!(e.to_string().contains(needle), "{argv:?}: {e}");
+        }
+        for (argv, needle) in [
+            (&["-b", "64", "-e", "8"][..], "larger than max"),
+            (&["-f", "1"][..], "step factor"),
+            (&["--ranks", "0"][..], "at least 1"),
+            (
+                &["broadcast", "--root", "2"][..],
+                "--root 2 is not a rank of a 2-rank job",
+            ),
+            (&["-n", "0"][..], "--iters"),
+        ] {
+            let e = parse(argv).unwrap().plan().unwrap_err();
+            assert!(format!("{e:#}").contains(needle), "{argv:?}: {e:#}");
+        }
+    }
+
+    #[test]
+    fn barrier_has_one_row() {
+        let a = parse(&["barrier", "-b", "8", "-e", "1M"]).unwrap();
+        assert_eq!(a.plan().unwrap().sizes, vec![0]);
+    }
+
+    #[test]
+    fn iteration_counts_adapt_to_size() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.iters_for(8), 1000);
+        assert_eq!(a.iters_for(1 << 20), 256);
+        assert_eq!(a.iters_for(64 << 20), 5);
+        assert_eq!((a.warmup_for(8), a.warmup_for(64 << 20)), (5, 2));
+        let a = parse(&["-n", "3", "-w", "0"]).unwrap();
+        assert_eq!((a.iters_for(8), a.warmup_for(8)), (3, 0));
+    }
+
+    #[test]
+    fn c_style_numbers() {
+        assert_eq!(float_str(12.345, 7), "  12.35");
+        assert_eq!(float_str(1234.5678, 7), "1234.57");
+        assert_eq!(float_str(12345.678, 7), "12345.7");
+        assert_eq!(float_str(1234567.8, 7), "1234568");
+        assert_eq!(float_str(12345678.9, 7), "1.2e+07");
+        assert_eq!(float_str(0.0, 6), "  0.00");
+        assert_eq!(float_str(123456.0, 6), "123456");
+        assert_eq!(float_str(1234567.0, 6), " 1e+06");
+        assert_eq!(fmt_g(0.0), "0");
+        assert_eq!(fmt_g(3.0), "3");
+        assert_eq!(fmt_g(1.234567), "1.23457");
+        assert_eq!(fmt_g(0.5), "0.5");
+        assert_eq!(fmt_g(123456.0), "123456");
+        assert_eq!(fmt_g(1234567.0), "1.23457e+06");
+        assert_eq!(fmt_g(0.0001), "0.0001");
+        assert_eq!(fmt_g(0.00001234), "1.234e-05");
+    }
+
+    #[test]
+    fn rows_in_nccl_tests_format() {
+        // Widths from nccl-tests' printf formats.
+        let row = Row {
+            bytes: 1048576,
+            count: 262144,
+            oop_us: 334.21,
+            ip_us: 330.0,
+            oop_wrong: Some(0),
+            ip_wrong: Some(0),
+            iters: 20,
+            warmup: 5,
+        };
+        let c = Collective::AllReduce;
+        let (oa, ob) = bandwidths(&c, 2, row.bytes, row.oop_us);
+        let (ia, ib) = bandwidths(&c, 2, row.bytes, row.ip_us);
+        let s = format_row(&row, "float", "sum", -1, (oa, ob), (ia, ib));
+        assert_eq!(
+            s,
+            "     1048576        262144     float     sum      -1   334.21    3.14    3.14       0   330.00    3.18    3.18       0\n"
+        );
+        let first = s.clone();
+        let s = format_row(
+            &Row {
+                oop_wrong: None,
+                ip_wrong: Some(12),
+                ..row.clone()
+            },
+            "float",
+            "sum",
+            -1,
+            (oa, ob),
+            (ia, ib),
+        );
+        assert!(s.contains("    3.14    N/A   330.00"), "{s}");
+        assert!(s.ends_with("      12\n"), "{s}");
+        let h = column_header();
+        let lines: Vec<_> = h.lines().collect();
+        assert_eq!(
+            lines[1],
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong "
+        );
+        assert_eq!(
+            lines[2],
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "
+        );
+        // Column edges line up with the rows.
+        assert_eq!(lines[1].len(), first.len());
+    }
+
+    #[test]
+    fn bus_bandwidth_factors() {
+        let (a, b) = bandwidths(&Collective::AllReduce, 4, 1_000_000, 1000.0);
+        assert!((a - 1.0).abs() < 1e-12 && (b - 1.5).abs() < 1e-12);
+        let (_, b) = bandwidths(&Collective::AllGather, 4, 1_000_000, 1000.0);
+        assert!((b - 0.75).abs() < 1e-12);
+        let (_, b) = bandwidths(&Collective::Broadcast { root: 0 }, 4, 1_000_000, 1000.0);
+        assert!((b - 1.0).abs() < 1e-12);
+        assert_eq!(bandwidths(&Collective::Barrier, 2, 0, 0.0), (0.0, 0.0));
+    }
+
+    fn row_rec(rank: usize, index: usize, us: f64, wrong: u64) -> Record {
+        Record::Row {
+            rank,
+            index,
+            iters: 10,
+            warmup: 2,
+            oop_us: us,
+            ip_us: us * 2.0,
+            oop_wrong: Some(wrong),
+            ip_wrong: Some(0),
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn printer(argv: &[&str]) -> (Printer, Shared) {
+        let args = parse(argv).unwrap();
+        let plan = args.plan().unwrap();
+        let out = Shared::default();
+        let p = Printer {
+            args,
+            plan,
+            hellos: BTreeMap::new(),
+            header_done: false,
+            pending: BTreeMap::new(),
+            next_row: 0,
+            busbw_sum: 0.0,
+            busbw_n: 0,
+            wrong_rows: 0,
+            out: Box::new(out.clone()),
+            failed: None,
+        };
+        (p, out)
+    }
+
+    fn hello(rank: usize) -> Record {
+        Record::Hello {
+            rank,
+            pid: 100 + rank as u32,
+            host: "h".into(),
+            transports: vec!["shm".into()],
+        }
+    }
+
+    #[test]
+    fn records_combine_into_rows_in_order() {
+        let (mut p, out) = printer(&["-b", "8", "-e", "16", "--ranks", "3"]);
+        // Rows arrive out of order and before the hellos; nothing prints early.
+        p.take(row_rec(1, 1, 5.0, 0));
+        p.take(row_rec(0, 0, 1.0, 0));
+        p.take(hello(0));
+        p.take(hello(2));
+        p.take(row_rec(1, 0, 3.0, 1));
+        assert!(out.0.lock().unwrap().is_empty());
+        p.take(hello(1));
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("#  Rank  2 Pid    102 on          h links shm"),
+            "{text}"
+        );
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 0);
+        p.take(row_rec(2, 0, 2.0, 2));
+        p.take(row_rec(0, 1, 4.0, 0));
+        p.take(row_rec(2, 1, 6.0, 0));
+        p.footer();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let rows: Vec<_> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        // Max over ranks; wrong summed.
+        assert!(
+            rows[0].starts_with("           8             2     float     sum      -1     3.00"),
+            "{}",
+            rows[0]
+        );
+        assert!(rows[0].contains("       3     6.00"), "{}", rows[0]);
+        assert!(
+            rows[1].starts_with("          16             4     float     sum      -1     6.00"),
+            "{}",
+            rows[1]
+        );
+        assert!(text.contains("# Out of bounds values : 1 FAILED"), "{text}");
+        assert!(text.contains("# Avg bus bandwidth    : "), "{text}");
+    }
+
+    #[test]
+    fn json_rows() {
+        let (mut p, out) = printer(&[
+            "reduce_scatter",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "--json",
+            "--no-check",
+        ]);
+        p.take(hello(0));
+        p.take(hello(1));
+        p.take(Record::Row {
+            rank: 0,
+            index: 0,
+            iters: 10,
+            warmup: 2,
+            oop_us: 2.0,
+            ip_us: 4.0,
+            oop_wrong: None,
+            ip_wrong: None,
+        });
+        p.take(Record::Row {
+            rank: 1,
+            index: 0,
+            iters: 10,
+            warmup: 2,
+            oop_us: 1.0,
+            ip_us: 4.0,
+            oop_wrong: None,
+            ip_wrong: None,
+        });
+        p.footer();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["bytes"], 1024);
+        assert_eq!(v["count"], 128);
+        assert_eq!(v["time_us"], 2.0);
+        assert_eq!(v["algbw_gbps"], 1024.0 / 1e3 / 2.0);
+        assert_eq!(v["busbw_gbps"], 1024.0 / 1e3 / 2.0 * 0.5);
+        assert!(v["wrong"].is_null());
+        assert_eq!(v["in_place_time_us"], 4.0);
+        assert_eq!(v["redop"], "sum");
+        assert_eq!(v["type"], "f32");
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let r = row_rec(1, 2, 3.5, 0);
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Record>(&s).unwrap(), r);
+        let h = hello(0);
+        assert_eq!(
+            serde_json::from_str::<Record>(&serde_json::to_string(&h).unwrap()).unwrap(),
+            h
+        );
+    }
+
+    #[test]
+    fn names_like_nccl_tests() {
+        assert_eq!(nccl_type_name(gpucomm::DataType::F32), "float");
+        assert_eq!(nccl_type_name(gpucomm::DataType::Bf16), "bfloat16");
+        assert_eq!(redop_name(&Collective::AllGather, ReduceOp::Sum), "none");
+        assert_eq!(
+            redop_name(&Collective::Reduce { root: 0 }, ReduceOp::Max),
+            "max"
+        );
+        assert_eq!(root_value(&Collective::Broadcast { root: 1 }), 1);
+        assert_eq!(root_value(&Collective::AllToAll), -1);
+    }
 }
