@@ -19,12 +19,17 @@
 #![warn(missing_docs)]
 
 mod check;
+mod cost;
 mod exec;
 mod generate;
 mod problem;
 mod schedule;
 
 pub use check::{CheckError, CheckReport, RankReport, check, check_steps, check_steps_in_place};
+pub use cost::{
+    CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, candidates, critical_path,
+    predict, traffic, tune,
+};
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
 pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind};

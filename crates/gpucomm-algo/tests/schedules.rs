@@ -8,6 +8,7 @@ use gpucomm_algo::{Problem, ReduceOp, check, execute, expected};
 
 #[test]
 fn all_schedules_small() {
+    let mut seen = std::collections::BTreeMap::new();
     for n in 1..=9 {
         for coll in collectives(n) {
             for count in [0, 1, 5, 13] {
@@ -21,6 +22,7 @@ fn all_schedules_small() {
                         s.chunk_elems
                     );
                     check(&s).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    *seen.entry(s.algorithm.name()).or_insert(0) += 1;
                     for op in ReduceOp::ALL {
                         let inp = inputs(&p, op, 7);
                         let got = execute(&s, op, &inp).unwrap_or_else(|e| panic!("{ctx}: {e}"));
@@ -31,4 +33,6 @@ fn all_schedules_small() {
             }
         }
     }
+    eprintln!("schedules checked per algorithm: {seen:?}");
+    assert_eq!(seen.len(), gpucomm_algo::Algorithm::ALL.len());
 }

@@ -147,6 +147,16 @@ pub trait Element:
     fn from_i64(v: i64) -> Self;
     /// The value as `f64` (checks).
     fn to_f64(self) -> f64;
+    /// `dst = a op b` elementwise (`a` is `None` when `dst` is also the
+    /// left operand). Types override it with a faster form (halves convert
+    /// whole blocks through f32 with the CPU's conversion instructions).
+    #[doc(hidden)]
+    fn reduce_slices(dst: &mut [Self], a: Option<&[Self]>, b: &[Self], op: ReduceOp) {
+        match a {
+            Some(a) => reduce3_loop(dst, a, b, op),
+            None => reduce2_loop(dst, b, op),
+        }
+    }
 }
 
 macro_rules! int_element {
@@ -232,15 +242,44 @@ macro_rules! half_element {
             fn to_f64(self) -> f64 {
                 self.to_f64()
             }
+            fn reduce_slices(dst: &mut [Self], a: Option<&[Self]>, b: &[Self], op: ReduceOp) {
+                use half::slice::HalfFloatSliceExt;
+                const B: usize = 1024;
+                let (mut fa, mut fb) = ([0f32; B], [0f32; B]);
+                let n = dst.len();
+                let mut i = 0;
+                while i < n {
+                    let m = (n - i).min(B);
+                    match a {
+                        Some(a) => a[i..i + m].convert_to_f32_slice(&mut fa[..m]),
+                        None => dst[i..i + m].convert_to_f32_slice(&mut fa[..m]),
+                    }
+                    b[i..i + m].convert_to_f32_slice(&mut fb[..m]);
+                    reduce2_loop(&mut fa[..m], &fb[..m], op);
+                    dst[i..i + m].convert_from_f32_slice(&fa[..m]);
+                    i += m;
+                }
+            }
         }
     };
 }
 half_element!(f16, F16);
 half_element!(bf16, Bf16);
 
-/// `dst[i] = a[i] op b[i]` for every `i`. The three slices must have one length.
+/// `dst[i] = a[i] op b[i]` for every `i` (`a` and `b` at least as long as `dst`).
 #[inline]
 pub fn reduce3<T: Element>(dst: &mut [T], a: &[T], b: &[T], op: ReduceOp) {
+    T::reduce_slices(dst, Some(a), b, op)
+}
+
+/// `acc[i] = acc[i] op b[i]` for every `i`.
+#[inline]
+pub fn reduce2<T: Element>(acc: &mut [T], b: &[T], op: ReduceOp) {
+    T::reduce_slices(acc, None, b, op)
+}
+
+#[inline]
+fn reduce3_loop<T: Element>(dst: &mut [T], a: &[T], b: &[T], op: ReduceOp) {
     let n = dst.len();
     let (a, b) = (&a[..n], &b[..n]);
     // One loop per op so each inner loop is branch-free and vectorizable.
@@ -268,9 +307,8 @@ pub fn reduce3<T: Element>(dst: &mut [T], a: &[T], b: &[T], op: ReduceOp) {
     }
 }
 
-/// `acc[i] = acc[i] op b[i]` for every `i`.
 #[inline]
-pub fn reduce2<T: Element>(acc: &mut [T], b: &[T], op: ReduceOp) {
+fn reduce2_loop<T: Element>(acc: &mut [T], b: &[T], op: ReduceOp) {
     let n = acc.len();
     let b = &b[..n];
     match op {
@@ -410,6 +448,32 @@ mod tests {
         let mut e = [bf16::from_f32(3.0)];
         reduce2(&mut e, &[bf16::from_f32(5.0)], ReduceOp::Max);
         assert_eq!(e[0].to_f32(), 5.0);
+    }
+
+    #[test]
+    fn half_block_path_matches_per_element() {
+        for op in ReduceOp::ALL {
+            let a: Vec<f16> = (0..3001)
+                .map(|i| f16::from_f32((i % 37) as f32 * 0.25 - 3.0))
+                .collect();
+            let b: Vec<f16> = (0..3001)
+                .map(|i| f16::from_f32((i % 11) as f32 * 0.5 - 2.0))
+                .collect();
+            let mut d = vec![f16::ZERO; 3001];
+            reduce3(&mut d, &a, &b, op);
+            let mut acc = a.clone();
+            reduce2(&mut acc, &b, op);
+            for i in 0..3001 {
+                assert_eq!(d[i], a[i].combine(b[i], op), "{op:?} {i}");
+                assert_eq!(acc[i], d[i]);
+            }
+            let ab: Vec<bf16> = a.iter().map(|x| bf16::from_f32(x.to_f32())).collect();
+            let mut db = ab.clone();
+            reduce2(&mut db, &ab, op);
+            for i in 0..3001 {
+                assert_eq!(db[i], ab[i].combine(ab[i], op));
+            }
+        }
     }
 
     #[test]

@@ -273,6 +273,13 @@ impl Exec<'_> {
     }
 
     fn link_err(&self, peer: usize, e: LinkError) -> Error {
+        if self.abort.load(Ordering::Acquire) {
+            // Our own abort closed the links: report the cause, not the symptom.
+            return self.fail(
+                Some(peer),
+                Failure::Aborted("abort() called on this communicator".into()),
+            );
+        }
         self.fail(Some(peer), e.failure)
     }
 }

@@ -1,12 +1,152 @@
-//! (being built)
+//! Hierarchical two-level algorithms for ranks spread over nodes
+//! (`ranks_per_node` = L consecutive ranks per node, N nodes).
+//!
+//! * all_reduce: intra-node ring reduce-scatter (local rank l ends with
+//!   block l of the node's sum), inter-node ring all-reduce of block l among
+//!   the ranks with local index l (one "rail" per local index, as NCCL's
+//!   CollNet/NVLS-tree and rail-optimised fabrics do), intra-node ring
+//!   all-gather. Network traffic per rank: `2 (N-1)/N * count/L` elements.
+//! * reduce_scatter: intra-node ring reduce-scatter where local rank l's
+//!   block is the union of the final blocks of the ranks with local index l
+//!   (`q L + l` for every node q), then an inter-node ring reduce-scatter on
+//!   each rail.
+//! * all_gather: the reverse, inter-node ring all-gather on each rail, then
+//!   intra-node ring all-gather of the same interleaved blocks.
+//! * broadcast: pipelined chain over the root's rail, then pipelined chains
+//!   inside every node from the rank on that rail.
+//!
+//! The reduce and gather phases are not chunked (each phase needs the
+//! previous one's block); broadcast is.
 
-use super::Builder;
-use crate::Schedule;
+use super::ring::{self, Block, single};
+use super::{Builder, Group, Plan, blocks, max_block, sl};
+use crate::{Buf, Collective, Schedule};
 
-pub(super) fn steps(_s: &Schedule, _b: &mut Builder) {
-    unreachable!("not supported yet")
+fn unchunked(s: &Schedule, unit: usize) -> Plan {
+    let mut pl = Plan::new(s, unit);
+    pl.chunks = 1;
+    pl
 }
 
-pub(super) fn scratch_len(_s: &Schedule, _rank: usize) -> usize {
-    0
+/// The intra-node group and the rail of `rank`.
+pub(crate) fn groups(n: usize, l: usize, rank: usize) -> (Group, Group) {
+    let (node, local) = (rank / l, rank % l);
+    (
+        Group {
+            base: node * l,
+            stride: 1,
+            size: l,
+            pos: local,
+        },
+        Group {
+            base: local,
+            stride: l,
+            size: n / l,
+            pos: node,
+        },
+    )
+}
+
+fn entry(chain: &[Vec<u32>]) -> Vec<u32> {
+    let mut e: Vec<u32> = chain.concat();
+    e.sort_unstable();
+    e.dedup();
+    e
+}
+
+pub(super) fn steps(s: &Schedule, b: &mut Builder) {
+    let p = *b.p;
+    let n = p.nranks;
+    let l = p.ranks_per_node;
+    let nodes = n / l;
+    let r = b.rank;
+    let c = p.count;
+    let (intra, rail) = groups(n, l, r);
+    let (node, local) = (intra.base / l, intra.pos);
+    if c == 0 {
+        return;
+    }
+    // Interleaved blocks: local index j owns the final blocks q L + j.
+    let interleaved = |j: usize| -> Block { (0..nodes).map(|q| p.block(q * l + j)).collect() };
+    match p.collective {
+        Collective::AllReduce => {
+            let bl1 = single(blocks(c, l));
+            let pl1 = unchunked(s, max_block(c, l));
+            let mut ch = vec![Vec::new(); ring::pieces(&pl1, &bl1)];
+            let (bo, blen) = bl1[local][0];
+            ring::reduce_scatter(
+                b,
+                &pl1,
+                intra,
+                &bl1,
+                Buf::Input,
+                Buf::Output,
+                Some((Buf::Output, bo)),
+                &mut ch,
+            );
+            let bl2: Vec<Block> = blocks(blen, nodes)
+                .into_iter()
+                .map(|(o, x)| vec![(bo + o, x)])
+                .collect();
+            let pl2 = unchunked(s, max_block(blen, nodes));
+            let mut ch2 = vec![entry(&ch); ring::pieces(&pl2, &bl2)];
+            if nodes > 1 {
+                let fin = Some((Buf::Output, bl2[node][0].0));
+                ring::reduce_scatter(b, &pl2, rail, &bl2, Buf::Output, Buf::Output, fin, &mut ch2);
+                ring::all_gather(b, &pl2, rail, &bl2, Buf::Output, &mut ch2);
+            }
+            let mut ch3 = vec![entry(&ch2); ring::pieces(&pl1, &bl1)];
+            ring::all_gather(b, &pl1, intra, &bl1, Buf::Output, &mut ch3);
+        }
+        Collective::ReduceScatter => {
+            let bl1: Vec<Block> = (0..l).map(interleaved).collect();
+            let pl = unchunked(s, max_block(c, n));
+            let mut ch = vec![Vec::new(); ring::pieces(&pl, &bl1)];
+            ring::reduce_scatter(b, &pl, intra, &bl1, Buf::Input, Buf::Scratch, None, &mut ch);
+            let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
+            let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl2)];
+            let fin = Some((Buf::Output, 0));
+            ring::reduce_scatter(
+                b,
+                &pl,
+                rail,
+                &bl2,
+                Buf::Scratch,
+                Buf::Scratch,
+                fin,
+                &mut ch2,
+            );
+        }
+        Collective::AllGather => {
+            let (o, len) = p.block(r);
+            let copy = b.copy(sl(Buf::Input, 0, len), sl(Buf::Output, o, len));
+            let pl = unchunked(s, max_block(c, n));
+            let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
+            let mut ch = vec![copy.into_iter().collect::<Vec<u32>>(); ring::pieces(&pl, &bl2)];
+            ring::all_gather(b, &pl, rail, &bl2, Buf::Output, &mut ch);
+            let bl1: Vec<Block> = (0..l).map(interleaved).collect();
+            let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
+            ring::all_gather(b, &pl, intra, &bl1, Buf::Output, &mut ch2);
+        }
+        Collective::Broadcast { root } => {
+            let pl = Plan::new(s, c);
+            let (root_node, root_local) = (root / l, root % l);
+            let src = if r == root { Buf::Input } else { Buf::Output };
+            if r == root {
+                b.copy(sl(Buf::Input, 0, c), sl(Buf::Output, 0, c));
+            }
+            if local == root_local {
+                ring::chain_broadcast(b, &pl, rail, root_node, (0, c), src);
+            }
+            ring::chain_broadcast(b, &pl, intra, root_local, (0, c), src);
+        }
+        _ => unreachable!("validated by support()"),
+    }
+}
+
+pub(super) fn scratch_len(s: &Schedule, _rank: usize) -> usize {
+    match s.problem.collective {
+        Collective::ReduceScatter => s.problem.count,
+        _ => 0,
+    }
 }

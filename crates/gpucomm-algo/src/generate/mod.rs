@@ -10,10 +10,10 @@
 //! the accesses an in-place call makes conflict.
 
 mod direct;
-mod hd;
+pub(crate) mod hd;
 mod hier;
 mod ring;
-mod tree;
+pub(crate) mod tree;
 
 use std::collections::BTreeMap;
 
@@ -22,20 +22,10 @@ use crate::{
 };
 
 /// Which (algorithm, collective) pairs have a schedule, and why not.
-const TODO_UNBUILT: bool = true;
-
 pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
     use Collective as C;
     let c = p.collective;
     let ok = match a {
-        Algorithm::Tree
-        | Algorithm::HalvingDoubling
-        | Algorithm::RecursiveDoubling
-        | Algorithm::Hierarchical
-            if TODO_UNBUILT =>
-        {
-            false
-        }
         Algorithm::Ring => matches!(
             c,
             C::AllReduce | C::ReduceScatter | C::AllGather | C::Broadcast { .. } | C::Reduce { .. }

@@ -347,3 +347,179 @@ pub(crate) fn connect_retry(addr: &std::net::SocketAddr, deadline: Instant) -> i
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "connect timed out")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DataType, Reducer};
+    use crate::transport::RecvReq;
+    use gpucomm_algo::ReduceOp;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    fn desc(count: u64) -> OpDesc {
+        OpDesc {
+            coll: 1,
+            dtype: DataType::F32.code(),
+            op: 1,
+            algo: 1,
+            arg: 0,
+            count,
+        }
+    }
+
+    /// A TcpLink whose peer is a raw socket the test writes anything into.
+    fn raw_pair() -> (TcpLink, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let raw = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let s = Socket::from(s);
+        tune_socket(&s).unwrap();
+        (TcpLink::new(1, vec![s]), raw)
+    }
+
+    fn recv_until_done(link: &mut TcpLink, req: &RecvReq) -> Result<bool, LinkError> {
+        let mut st = XferState::default();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if link.poll_recv(0, req, &mut st)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn req(buf: &mut [f32], d: OpDesc) -> RecvReq {
+        RecvReq {
+            kind: MsgKind::Data,
+            desc: d,
+            dst: buf.as_mut_ptr() as *mut u8,
+            len: buf.len() * 4,
+            reduce: None,
+        }
+    }
+
+    #[test]
+    fn header_round_trip() {
+        let h = encode_header(MsgKind::Data, 7, &desc(3), 12);
+        let d = decode_header(&h).unwrap();
+        assert_eq!(d.seq, 7);
+        assert_eq!(d.desc, desc(3));
+        assert_eq!(d.len, 12);
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        let (mut link, mut raw) = raw_pair();
+        raw.write_all(&[0xAB; 100]).unwrap();
+        let mut buf = [0f32; 4];
+        let e = recv_until_done(&mut link, &req(&mut buf, desc(4))).unwrap_err();
+        assert!(
+            matches!(e.failure, crate::Failure::Protocol(ref s) if s.contains("magic")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn wrong_version_is_refused() {
+        let (mut link, mut raw) = raw_pair();
+        let mut h = encode_header(MsgKind::Data, 0, &desc(4), 16);
+        h[4] = 9;
+        raw.write_all(&h).unwrap();
+        let mut buf = [0f32; 4];
+        let e = recv_until_done(&mut link, &req(&mut buf, desc(4))).unwrap_err();
+        assert!(
+            matches!(e.failure, crate::Failure::Protocol(ref s) if s.contains("version")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_any_payload_is_read() {
+        let (mut link, mut raw) = raw_pair();
+        // Announces 2^60 bytes; sends a little payload after it.
+        let h = encode_header(MsgKind::Data, 0, &desc(4), 1 << 60);
+        raw.write_all(&h).unwrap();
+        raw.write_all(&[1u8; 64]).unwrap();
+        let mut buf = [7f32; 4];
+        let e = recv_until_done(&mut link, &req(&mut buf, desc(4))).unwrap_err();
+        assert!(
+            matches!(e.failure, crate::Failure::Protocol(ref s) if s.contains("bytes")),
+            "{e:?}"
+        );
+        assert_eq!(buf, [7.0; 4], "nothing copied");
+    }
+
+    #[test]
+    fn other_descriptor_is_a_mismatch() {
+        let (mut link, mut raw) = raw_pair();
+        raw.write_all(&encode_header(MsgKind::Data, 0, &desc(5), 16))
+            .unwrap();
+        let mut buf = [0f32; 4];
+        let e = recv_until_done(&mut link, &req(&mut buf, desc(4))).unwrap_err();
+        assert!(
+            matches!(e.failure, crate::Failure::Mismatch { .. }),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn closed_connection_is_peer_gone() {
+        let (mut link, raw) = raw_pair();
+        drop(raw);
+        let mut buf = [0f32; 4];
+        let e = recv_until_done(&mut link, &req(&mut buf, desc(4))).unwrap_err();
+        assert!(matches!(e.failure, crate::Failure::PeerGone(_)), "{e:?}");
+    }
+
+    #[test]
+    fn valid_frame_with_reduce_in_small_writes() {
+        let (mut link, mut raw) = raw_pair();
+        let n = 100_000usize;
+        let payload: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let h = encode_header(MsgKind::Data, 0, &desc(n as u64), (n * 4) as u64);
+        let writer = std::thread::spawn(move || {
+            raw.write_all(&h[..5]).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            raw.write_all(&h[5..]).unwrap();
+            for c in payload.chunks(777) {
+                raw.write_all(c).unwrap();
+            }
+            raw
+        });
+        let src = vec![1f32; n];
+        let mut out = vec![0f32; n];
+        let r = RecvReq {
+            kind: MsgKind::Data,
+            desc: desc(n as u64),
+            dst: out.as_mut_ptr() as *mut u8,
+            len: n * 4,
+            reduce: Some((
+                src.as_ptr() as *const u8,
+                Reducer {
+                    dtype: DataType::F32,
+                    op: ReduceOp::Sum,
+                },
+            )),
+        };
+        assert!(recv_until_done(&mut link, &r).unwrap());
+        let _raw = writer.join().unwrap();
+        for (i, x) in out.iter().enumerate() {
+            assert_eq!(*x, i as f32 + 1.0);
+        }
+    }
+
+    #[test]
+    fn hello_with_wrong_token_is_refused() {
+        let mut bad = encode_hello("wrong", 1, 0);
+        let mut r: &[u8] = &bad;
+        assert!(read_hello(&mut r, "right").is_err());
+        bad = encode_hello("right", 3, 0);
+        let mut r: &[u8] = &bad;
+        assert_eq!(read_hello(&mut r, "right").unwrap(), (3, 0));
+        let mut huge = bad.clone();
+        huge[6..8].copy_from_slice(&60000u16.to_le_bytes());
+        let mut r: &[u8] = &huge;
+        assert!(read_hello(&mut r, "right").is_err());
+    }
+}

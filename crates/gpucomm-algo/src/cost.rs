@@ -1,0 +1,642 @@
+//! The alpha-beta cost model and the tuner.
+//!
+//! For a [`Schedule`] the model gives, in closed form (no steps generated):
+//!
+//! * `steps`: the number of sequential communication steps, equal to the
+//!   checker's [`crate::CheckReport::critical_path`];
+//! * `max_bytes_sent` / `max_bytes_recv`: the busiest rank's traffic, equal to
+//!   the checker's counts;
+//! * `time_us`: `sum over link classes of steps_c * (latency_c + overhead)
+//!   + path_bytes_c / bandwidth_c`, where `path_bytes` is what one rank moves
+//!   along the critical path (for a pipelined algorithm: steps times the
+//!   piece that moves per step; for the others: the busiest rank's bytes),
+//!   and the bandwidth is `min(link, channels * per-channel)`.
+//!
+//! Flat algorithms on more than one node run every step at the inter-node
+//! class (a ring or tree step waits for its slowest link); hierarchical
+//! algorithms put their intra-node phases on the intra-node class and their
+//! rail phases on the inter-node class. Every rank is assumed to have its own
+//! link of each class (one NIC per GPU, as on rail-optimised clusters).
+//!
+//! Textbook checks (in the tests): ring all_reduce moves `2 (n-1)/n` of the
+//! buffer per rank in `2 (n-1)` steps; recursive doubling takes `log2 n`
+//! steps on a power of two.
+
+use serde::{Deserialize, Serialize};
+
+use crate::generate::hd::fold;
+use crate::generate::tree::{btree_depth, dtree, rooted};
+use crate::generate::{Plan, max_block};
+use crate::{Algorithm, Collective, Problem, Schedule, block_partition};
+
+/// One class of link: latency per hop and bandwidth per direction.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkClass {
+    /// One-way latency of a hop, microseconds.
+    pub latency_us: f64,
+    /// Bandwidth per direction, GB/s (1e9 bytes per second).
+    pub bandwidth_gbps: f64,
+}
+
+/// Alpha-beta parameters for the two link classes a collective crosses.
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, CostModel, LinkClass, Problem, Schedule, predict};
+///
+/// let model = CostModel::new(
+///     LinkClass { latency_us: 1.0, bandwidth_gbps: 100.0 },
+///     LinkClass { latency_us: 5.0, bandwidth_gbps: 25.0 },
+/// );
+/// let p = Problem::new(Collective::AllReduce, 1 << 20, 8, 8);
+/// let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(4);
+/// let pred = predict(&s, &model);
+/// assert_eq!(pred.steps, 14);
+/// assert!(pred.time_us > 0.0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Links between ranks on the same node (NVLink, PCIe, shared memory).
+    pub intra: LinkClass,
+    /// Links between nodes (InfiniBand, RoCE, TCP).
+    pub inter: LinkClass,
+    /// Software overhead per communication step, microseconds.
+    pub step_overhead_us: f64,
+    /// Bandwidth one channel can drive, GB/s (several channels are needed
+    /// to fill a fast link, as in NCCL).
+    pub channel_gbps: f64,
+}
+
+impl CostModel {
+    /// A model with the given link classes, 1 µs step overhead and 25 GB/s
+    /// per channel.
+    pub const fn new(intra: LinkClass, inter: LinkClass) -> Self {
+        CostModel {
+            intra,
+            inter,
+            step_overhead_us: 1.0,
+            channel_gbps: 25.0,
+        }
+    }
+
+    /// Both classes the same (one flat network).
+    pub const fn uniform(latency_us: f64, bandwidth_gbps: f64) -> Self {
+        let l = LinkClass {
+            latency_us,
+            bandwidth_gbps,
+        };
+        Self::new(l, l)
+    }
+
+    /// Nominal figures for an H100 SXM node with NDR InfiniBand: 450 GB/s
+    /// per direction of NVLink 4 per GPU (900 GB/s total, NVIDIA H100
+    /// datasheet) and one 400 Gb/s NDR port per GPU (50 GB/s). The
+    /// latencies (2 µs NVLink hop, 5 µs network hop) are assumptions to be
+    /// calibrated against measurements, not measurements.
+    pub const fn h100_ndr() -> Self {
+        Self::new(
+            LinkClass {
+                latency_us: 2.0,
+                bandwidth_gbps: 450.0,
+            },
+            LinkClass {
+                latency_us: 5.0,
+                bandwidth_gbps: 50.0,
+            },
+        )
+    }
+
+    /// The same model with another per-step overhead.
+    pub const fn with_step_overhead_us(mut self, us: f64) -> Self {
+        self.step_overhead_us = us;
+        self
+    }
+
+    /// The same model with another per-channel bandwidth.
+    pub const fn with_channel_gbps(mut self, gbps: f64) -> Self {
+        self.channel_gbps = gbps;
+        self
+    }
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self::h100_ndr()
+    }
+}
+
+/// What the model predicts for one schedule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Channels asked for.
+    pub channels: u16,
+    /// Chunk limit in elements (0 = none).
+    pub chunk_elems: usize,
+    /// Sequential communication steps (the checker's critical path).
+    pub steps: u32,
+    /// Steps on the intra-node class.
+    pub intra_steps: u32,
+    /// Steps on the inter-node class.
+    pub inter_steps: u32,
+    /// Most bytes any rank sends.
+    pub max_bytes_sent: u64,
+    /// Most bytes any rank receives.
+    pub max_bytes_recv: u64,
+    /// Bytes moved along the critical path, intra-node class.
+    pub intra_path_bytes: f64,
+    /// Bytes moved along the critical path, inter-node class.
+    pub inter_path_bytes: f64,
+    /// Predicted time, microseconds.
+    pub time_us: f64,
+}
+
+/// Per-rank `(sent, received)` element counts of `s`, in closed form.
+pub fn traffic(s: &Schedule) -> Vec<(u64, u64)> {
+    let p = &s.problem;
+    let n = p.nranks;
+    (0..n)
+        .map(|r| rank_traffic(s, r))
+        .map(|(a, b)| (a as u64, b as u64))
+        .collect()
+}
+
+fn len(p: &Problem, i: isize) -> usize {
+    let n = p.nranks as isize;
+    p.block(i.rem_euclid(n) as usize).1
+}
+
+/// Ring phase traffic over blocks `b` (group of m): (sent, recv) of member `pos`.
+fn ring_rs(b: &[usize], pos: usize) -> (usize, usize) {
+    let m = b.len();
+    if m <= 1 {
+        return (0, 0);
+    }
+    let tot: usize = b.iter().sum();
+    (tot - b[pos], tot - b[(pos + m - 1) % m])
+}
+fn ring_ag(b: &[usize], pos: usize) -> (usize, usize) {
+    let m = b.len();
+    if m <= 1 {
+        return (0, 0);
+    }
+    let tot: usize = b.iter().sum();
+    (tot - b[(pos + 1) % m], tot - b[pos])
+}
+
+fn add(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// Elements `(sent, received)` by `r`.
+fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
+    let p = &s.problem;
+    let n = p.nranks;
+    let c = p.count;
+    let ri = r as isize;
+    if n == 1 || (c == 0 && p.collective != Collective::Barrier) {
+        return (0, 0);
+    }
+    let whole = |b: bool| if b { c } else { 0 };
+    match (s.algorithm, p.collective) {
+        (_, Collective::Barrier) => (0, 0),
+        (Algorithm::Ring, Collective::AllReduce) => (
+            2 * c - len(p, ri) - len(p, ri + 1),
+            2 * c - len(p, ri - 1) - len(p, ri),
+        ),
+        (Algorithm::Ring, Collective::ReduceScatter) => (c - len(p, ri), c - len(p, ri - 1)),
+        (Algorithm::Ring, Collective::AllGather) => (c - len(p, ri + 1), c - len(p, ri)),
+        (Algorithm::Ring, Collective::Broadcast { root }) => {
+            let d = (r + n - root) % n;
+            (whole(d < n - 1), whole(d != 0))
+        }
+        (Algorithm::Ring, Collective::Reduce { root }) => {
+            let d = (r + n - root) % n;
+            (whole(d != 0), whole(d != 1))
+        }
+        (Algorithm::Direct, coll) => {
+            let l = len(p, ri);
+            match coll {
+                Collective::AllReduce => ((c - l) + (n - 1) * l, (n - 1) * l + (c - l)),
+                Collective::ReduceScatter => (c - l, (n - 1) * l),
+                Collective::AllGather => ((n - 1) * l, c - l),
+                Collective::Broadcast { root } => {
+                    if r == root {
+                        ((n - 1) * c, 0)
+                    } else {
+                        (0, c)
+                    }
+                }
+                Collective::Reduce { root } => {
+                    if r == root {
+                        (0, (n - 1) * c)
+                    } else {
+                        (c, 0)
+                    }
+                }
+                Collective::AllToAll => ((n - 1) * c, (n - 1) * c),
+                Collective::SendRecv { shift } => {
+                    if shift % n == 0 {
+                        (0, 0)
+                    } else {
+                        (c, c)
+                    }
+                }
+                Collective::Barrier => (0, 0),
+            }
+        }
+        (Algorithm::Tree, Collective::AllReduce) => {
+            let plan = Plan::new(s, c);
+            let mut t = (0, 0);
+            for ch in 0..plan.channels {
+                let d = block_partition(c, plan.channels, ch).1;
+                let (par, kids) = dtree(n, ch % 2, r);
+                let deg = kids.len() + usize::from(par.is_some());
+                t = add(t, (deg * d, deg * d));
+            }
+            t
+        }
+        (Algorithm::Tree, Collective::Broadcast { root }) => {
+            let (par, kids) = rooted(n, root, r);
+            (kids.len() * c, whole(par.is_some()))
+        }
+        (Algorithm::Tree, Collective::Reduce { root }) => {
+            let (par, kids) = rooted(n, root, r);
+            (whole(par.is_some()), kids.len() * c)
+        }
+        (Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling, coll) => hd_traffic(s, r, coll),
+        (Algorithm::Hierarchical, coll) => {
+            let (a, b) = hier_traffic(p, r, coll);
+            add(a, b)
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Halving-doubling spans, mirroring `generate::hd`.
+fn hd_span(p: &Problem, lo: usize, hi: usize) -> usize {
+    let n = p.nranks;
+    let (_, rem) = fold(n);
+    let real = |nr: usize| if nr < rem { 2 * nr + 1 } else { nr + rem };
+    let first = if lo < rem { 2 * lo } else { lo + rem };
+    let last = real(hi - 1);
+    let (o, l) = p.block(last);
+    o + l - p.block(first).0
+}
+
+fn halving_traffic(p: &Problem, nr: usize, p2: usize) -> (usize, usize) {
+    let (mut lo, mut hi, mut d) = (0, p2, p2 / 2);
+    let mut t = (0, 0);
+    while d >= 1 {
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if nr & d == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        t = add(t, (hd_span(p, give.0, give.1), hd_span(p, keep.0, keep.1)));
+        (lo, hi) = keep;
+        d /= 2;
+    }
+    t
+}
+
+fn doubling_traffic(p: &Problem, nr: usize, p2: usize) -> (usize, usize) {
+    let mut d = 1;
+    let mut t = (0, 0);
+    while d < p2 {
+        let mine = nr & !(d - 1);
+        let theirs = (nr ^ d) & !(d - 1);
+        t = add(
+            t,
+            (hd_span(p, mine, mine + d), hd_span(p, theirs, theirs + d)),
+        );
+        d <<= 1;
+    }
+    t
+}
+
+fn hd_traffic(s: &Schedule, r: usize, coll: Collective) -> (usize, usize) {
+    let p = &s.problem;
+    let n = p.nranks;
+    let c = p.count;
+    let (p2, rem) = fold(n);
+    let folded_even = r < 2 * rem && r % 2 == 0;
+    let folded_odd = r < 2 * rem && r % 2 == 1;
+    let nr = if r < 2 * rem { r / 2 } else { r - rem };
+    let log = p2.trailing_zeros() as usize;
+    match coll {
+        Collective::AllReduce => {
+            if folded_even {
+                return (c, c);
+            }
+            let mid = if s.algorithm == Algorithm::HalvingDoubling {
+                add(halving_traffic(p, nr, p2), doubling_traffic(p, nr, p2))
+            } else {
+                (log * c, log * c)
+            };
+            if folded_odd { add(mid, (c, c)) } else { mid }
+        }
+        Collective::ReduceScatter => {
+            if folded_even {
+                return (c, p.block(r).1);
+            }
+            let mid = halving_traffic(p, nr, p2);
+            if folded_odd {
+                add(mid, (p.block(r - 1).1, c))
+            } else {
+                mid
+            }
+        }
+        Collective::AllGather => {
+            if folded_even {
+                return (p.block(r).1, c);
+            }
+            let mid = doubling_traffic(p, nr, p2);
+            if folded_odd {
+                add(mid, (c, p.block(r - 1).1))
+            } else {
+                mid
+            }
+        }
+        Collective::Broadcast { root } => {
+            let v = (r + n - root) % n;
+            let low = if v == 0 {
+                n.next_power_of_two()
+            } else {
+                v & v.wrapping_neg()
+            };
+            let kids = (0..usize::BITS)
+                .map(|b| 1usize << b)
+                .take_while(|&m| m < low)
+                .filter(|&m| v + m < n)
+                .count();
+            (kids * c, if v == 0 { 0 } else { c })
+        }
+        Collective::Reduce { root } => {
+            let v = (r + n - root) % n;
+            let low = if v == 0 {
+                n.next_power_of_two()
+            } else {
+                v & v.wrapping_neg()
+            };
+            let kids = (0..usize::BITS)
+                .map(|b| 1usize << b)
+                .take_while(|&m| m < low)
+                .filter(|&m| v + m < n)
+                .count();
+            (if v == 0 { 0 } else { c }, kids * c)
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Hierarchical traffic of rank r: `(intra (sent, recv), inter (sent, recv))`.
+fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (usize, usize)) {
+    let n = p.nranks;
+    let l = p.ranks_per_node;
+    let nodes = n / l;
+    let (q, loc) = (r / l, r % l);
+    let c = p.count;
+    if c == 0 {
+        return ((0, 0), (0, 0));
+    }
+    let inter_blocks =
+        |j: usize| -> Vec<usize> { (0..nodes).map(|x| p.block(x * l + j).1).collect() };
+    let interleaved: Vec<usize> = (0..l).map(|j| inter_blocks(j).iter().sum()).collect();
+    match coll {
+        Collective::AllReduce => {
+            let bl: Vec<usize> = (0..l).map(|j| block_partition(c, l, j).1).collect();
+            let intra = add(ring_rs(&bl, loc), ring_ag(&bl, loc));
+            let sub: Vec<usize> = (0..nodes)
+                .map(|j| block_partition(bl[loc], nodes, j).1)
+                .collect();
+            let inter = add(ring_rs(&sub, q), ring_ag(&sub, q));
+            (intra, inter)
+        }
+        Collective::ReduceScatter => (ring_rs(&interleaved, loc), ring_rs(&inter_blocks(loc), q)),
+        Collective::AllGather => (ring_ag(&interleaved, loc), ring_ag(&inter_blocks(loc), q)),
+        Collective::Broadcast { root } => {
+            let (rq, rl) = (root / l, root % l);
+            let mut inter = (0, 0);
+            if loc == rl && nodes > 1 {
+                let d = (q + nodes - rq) % nodes;
+                inter = (
+                    if d < nodes - 1 { c } else { 0 },
+                    if d != 0 { c } else { 0 },
+                );
+            }
+            let mut intra = (0, 0);
+            if l > 1 {
+                let e = (loc + l - rl) % l;
+                intra = (if e < l - 1 { c } else { 0 }, if e != 0 { c } else { 0 });
+            }
+            (intra, inter)
+        }
+        _ => ((0, 0), (0, 0)),
+    }
+}
+
+/// Sequential communication steps (the checker's critical path), in closed form.
+pub fn critical_path(s: &Schedule) -> u32 {
+    let (a, b) = class_steps(s);
+    a + b
+}
+
+fn ceil_log2(n: usize) -> u32 {
+    n.next_power_of_two().trailing_zeros()
+}
+
+/// `(first-class steps, rail steps)`: for hierarchical, intra and inter;
+/// for flat algorithms everything is in the first.
+fn class_steps(s: &Schedule) -> (u32, u32) {
+    let p = &s.problem;
+    let n = p.nranks;
+    let c = p.count;
+    if n == 1 || (c == 0 && p.collective != Collective::Barrier) {
+        return (0, 0);
+    }
+    let k = |unit: usize| Plan::new(s, unit).chunks as u32;
+    let n32 = n as u32;
+    let flat = match (s.algorithm, p.collective) {
+        (_, Collective::Barrier) => match s.algorithm {
+            Algorithm::Direct => 1,
+            _ => ceil_log2(n),
+        },
+        (Algorithm::Ring, Collective::AllReduce) => 2 * (n32 - 1) * k(max_block(c, n)),
+        (Algorithm::Ring, Collective::ReduceScatter | Collective::AllGather) => {
+            (n32 - 1) * k(max_block(c, n))
+        }
+        (Algorithm::Ring, Collective::Broadcast { .. } | Collective::Reduce { .. }) => {
+            (n32 - 1) + k(c) - 1
+        }
+        (Algorithm::Direct, Collective::AllReduce) => 2 * k(max_block(c, n)),
+        (Algorithm::Direct, Collective::ReduceScatter | Collective::AllGather) => {
+            k(max_block(c, n))
+        }
+        (Algorithm::Direct, Collective::SendRecv { shift }) if shift % n == 0 => 0,
+        (Algorithm::Direct, _) => k(c),
+        (Algorithm::Tree, Collective::AllReduce) => 2 * btree_depth(n) as u32 + k(c) - 1,
+        (Algorithm::Tree, _) => btree_depth(n) as u32 + k(c) - 1,
+        (Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling, coll) => {
+            let (p2, rem) = fold(n);
+            let log = p2.trailing_zeros();
+            let f = if rem > 0 { 2 } else { 0 };
+            match coll {
+                Collective::AllReduce if s.algorithm == Algorithm::HalvingDoubling => 2 * log + f,
+                Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather => {
+                    log + f
+                }
+                Collective::Broadcast { .. } => {
+                    let m = n - 1;
+                    m.count_ones().max(usize::BITS - m.leading_zeros() - 1)
+                }
+                Collective::Reduce { .. } => ceil_log2(n),
+                _ => 0,
+            }
+        }
+        (Algorithm::Hierarchical, coll) => {
+            let l = p.ranks_per_node as u32;
+            let nodes = n32 / l;
+            return match coll {
+                Collective::AllReduce => (2 * (l - 1), 2 * (nodes - 1)),
+                // The intra-node phase moves one slice per node per step
+                // (the interleaved blocks), one after another on a channel.
+                Collective::ReduceScatter | Collective::AllGather => ((l - 1) * nodes, nodes - 1),
+                Collective::Broadcast { .. } => ((l - 1) + k(c) - 1, nodes - 1),
+                _ => (0, 0),
+            };
+        }
+        _ => 0,
+    };
+    (flat, 0)
+}
+
+/// Predicts `s` under `model`.
+pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
+    let p = &s.problem;
+    let e = p.elem_size as f64;
+    let t = traffic(s);
+    let max_sent = t.iter().map(|x| x.0).max().unwrap_or(0) * p.elem_size as u64;
+    let max_recv = t.iter().map(|x| x.1).max().unwrap_or(0) * p.elem_size as u64;
+    let busiest = max_sent.max(max_recv) as f64;
+    let (a, b) = class_steps(s);
+    let multi_node = p.nranks > p.ranks_per_node;
+    let plan_c = |unit: usize| Plan::new(s, unit);
+    let (intra_steps, inter_steps, intra_bytes, inter_bytes);
+    if s.algorithm == Algorithm::Hierarchical {
+        let mut intra_b = 0.0f64;
+        let mut inter_b = 0.0f64;
+        for r in 0..p.nranks {
+            let (ia, ie) = hier_traffic(p, r, p.collective);
+            intra_b = intra_b.max(ia.0.max(ia.1) as f64);
+            inter_b = inter_b.max(ie.0.max(ie.1) as f64);
+        }
+        if let Collective::Broadcast { .. } = p.collective {
+            let k = plan_c(p.count).chunks as f64;
+            intra_b = a as f64 * p.count as f64 / k;
+            inter_b = b as f64 * p.count as f64 / k;
+        }
+        (intra_steps, inter_steps, intra_bytes, inter_bytes) = (a, b, intra_b * e, inter_b * e);
+    } else {
+        let steps = a as f64;
+        let c = p.count as f64;
+        let n = p.nranks;
+        let path = match (s.algorithm, p.collective) {
+            (
+                Algorithm::Ring,
+                Collective::AllReduce | Collective::ReduceScatter | Collective::AllGather,
+            ) => {
+                let u = max_block(p.count, n);
+                steps * (u as f64 / plan_c(u).chunks as f64) * e
+            }
+            (Algorithm::Ring, _) => steps * c / plan_c(p.count).chunks as f64 * e,
+            (Algorithm::Tree, _) => steps * busiest / plan_c(p.count).chunks as f64,
+            (
+                Algorithm::RecursiveDoubling,
+                Collective::Broadcast { .. } | Collective::Reduce { .. },
+            ) => (steps * c * e).max(busiest),
+            _ => busiest,
+        };
+        if multi_node {
+            (intra_steps, inter_steps, intra_bytes, inter_bytes) = (0, a, 0.0, path);
+        } else {
+            (intra_steps, inter_steps, intra_bytes, inter_bytes) = (a, 0, path, 0.0);
+        }
+    }
+    let ch = s.channels.max(1) as f64;
+    let bw = |l: &LinkClass| l.bandwidth_gbps.min(ch * model.channel_gbps).max(1e-9) * 1e3; // bytes/us
+    let time = intra_steps as f64 * (model.intra.latency_us + model.step_overhead_us)
+        + inter_steps as f64 * (model.inter.latency_us + model.step_overhead_us)
+        + intra_bytes / bw(&model.intra)
+        + inter_bytes / bw(&model.inter);
+    Prediction {
+        algorithm: s.algorithm,
+        channels: s.channels,
+        chunk_elems: s.chunk_elems,
+        steps: a + b,
+        intra_steps,
+        inter_steps,
+        max_bytes_sent: max_sent,
+        max_bytes_recv: max_recv,
+        intra_path_bytes: intra_bytes,
+        inter_path_bytes: inter_bytes,
+        time_us: time,
+    }
+}
+
+/// Channel counts the tuner tries.
+pub const TUNE_CHANNELS: [u16; 6] = [1, 2, 4, 8, 16, 32];
+/// Chunk sizes (bytes) the tuner tries besides "no chunking".
+pub const TUNE_CHUNK_BYTES: [usize; 5] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+
+/// Every candidate the tuner considers for `p`, with its prediction,
+/// fastest first (ties: fewer channels, then algorithm order).
+pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)> {
+    let mut out = Vec::new();
+    for a in Algorithm::ALL {
+        let Ok(base) = Schedule::new(*p, a) else {
+            continue;
+        };
+        for ch in TUNE_CHANNELS {
+            let mut chunks = vec![0usize];
+            chunks.extend(
+                TUNE_CHUNK_BYTES
+                    .iter()
+                    .map(|b| (b / p.elem_size.max(1)).max(1)),
+            );
+            for chunk in chunks {
+                let s = base.clone().with_channels(ch).with_chunk_elems(chunk);
+                let pred = predict(&s, model);
+                out.push((s, pred));
+            }
+        }
+    }
+    out.sort_by(|x, y| {
+        x.1.time_us
+            .total_cmp(&y.1.time_us)
+            .then(x.0.channels.cmp(&y.0.channels))
+            .then(x.0.algorithm.cmp(&y.0.algorithm))
+            .then(x.0.chunk_elems.cmp(&y.0.chunk_elems))
+    });
+    out
+}
+
+/// Picks the algorithm, channels and chunk size the model predicts fastest.
+/// Fails only when the problem itself is invalid.
+///
+/// ```
+/// use gpucomm_algo::{Collective, CostModel, Problem, tune};
+///
+/// let s = tune(&Problem::new(Collective::AllReduce, 256 << 20, 8, 8), &CostModel::default()).unwrap();
+/// assert!(s.channels >= 1);
+/// ```
+pub fn tune(p: &Problem, model: &CostModel) -> Result<Schedule, crate::AlgoError> {
+    // Validate first, so the error names the problem, not an algorithm.
+    Schedule::new(*p, Algorithm::Direct)?;
+    Ok(candidates(p, model)
+        .into_iter()
+        .next()
+        .map(|c| c.0)
+        .expect("direct always applies"))
+}

@@ -1,0 +1,163 @@
+//! The cost model's closed forms agree with the checker, and with the
+//! textbook results.
+
+mod common;
+
+use common::{collectives, schedules};
+use gpucomm_algo::{
+    Algorithm, Collective, CostModel, Problem, Schedule, check, critical_path, predict, tune,
+};
+
+fn agree(s: &Schedule) -> Result<(), String> {
+    let rep = check(s).map_err(|e| e.to_string())?;
+    let pred = predict(s, &CostModel::default());
+    let e = s.problem.elem_size as u64;
+    let got = (pred.steps, pred.max_bytes_sent, pred.max_bytes_recv);
+    let want = (
+        rep.critical_path,
+        rep.max_bytes_sent(),
+        rep.max_bytes_recv(),
+    );
+    if got != want {
+        return Err(format!(
+            "model (steps, sent, recv) = {got:?}, checker {want:?} (elem {e})"
+        ));
+    }
+    if critical_path(s) != rep.critical_path {
+        return Err("critical_path() differs from predict().steps".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn model_matches_checker_exhaustively_small() {
+    for n in 1..=12 {
+        for rpn in (1..=n).filter(|d| n % d == 0) {
+            for coll in collectives(n) {
+                for count in [0, 1, 3, 13, 40] {
+                    let p = Problem::new(coll, count, n, rpn);
+                    for s in schedules(p) {
+                        agree(&s).unwrap_or_else(|e| {
+                            panic!(
+                                "{} {} n={n} rpn={rpn} count={count} ch={} chunk={}: {e}",
+                                coll.name(),
+                                s.algorithm.name(),
+                                s.channels,
+                                s.chunk_elems
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn textbook_ring_all_reduce() {
+    for n in [2usize, 3, 4, 8, 16, 17] {
+        let count = n * 1000;
+        let s = Schedule::new(
+            Problem::new(Collective::AllReduce, count, n, n),
+            Algorithm::Ring,
+        )
+        .unwrap();
+        let rep = check(&s).unwrap();
+        // 2 (n-1) steps, 2 (n-1)/n of the buffer through each rank.
+        assert_eq!(rep.critical_path as usize, 2 * (n - 1));
+        let bytes = 4 * count as u64;
+        for r in &rep.ranks {
+            assert_eq!(r.bytes_sent, 2 * (n as u64 - 1) * bytes / n as u64);
+            assert_eq!(r.bytes_recv, r.bytes_sent);
+        }
+        assert_eq!(
+            predict(&s, &CostModel::default()).steps as usize,
+            2 * (n - 1)
+        );
+    }
+}
+
+#[test]
+fn textbook_recursive_doubling() {
+    for k in 0..=6 {
+        let n = 1usize << k;
+        let s = Schedule::new(
+            Problem::new(Collective::AllReduce, 33, n, n),
+            Algorithm::RecursiveDoubling,
+        )
+        .unwrap();
+        assert_eq!(check(&s).unwrap().critical_path, k, "n={n}");
+        assert_eq!(critical_path(&s), k);
+        let b = Schedule::new(
+            Problem::new(Collective::Barrier, 0, n, n),
+            Algorithm::RecursiveDoubling,
+        )
+        .unwrap();
+        assert_eq!(check(&b).unwrap().critical_path, k, "barrier n={n}");
+    }
+    // Rabenseifner: 2 log2 n steps, 2 (n-1)/n of the buffer.
+    let s = Schedule::new(
+        Problem::new(Collective::AllReduce, 8000, 8, 8),
+        Algorithm::HalvingDoubling,
+    )
+    .unwrap();
+    let rep = check(&s).unwrap();
+    assert_eq!(rep.critical_path, 6);
+    assert_eq!(rep.max_bytes_sent(), 2 * 7 * 4 * 8000 / 8);
+}
+
+#[test]
+fn chunking_pipelines_the_ring() {
+    let p = Problem::new(Collective::AllReduce, 4 * 64, 4, 4);
+    let s = Schedule::new(p, Algorithm::Ring)
+        .unwrap()
+        .with_chunk_elems(16);
+    // 64 elements per block in chunks of 16: 4 chunks. Every transfer of a
+    // ring step uses the same connection, so chunking multiplies the steps
+    // (each 4 times smaller): 2 (n-1) * 4.
+    assert_eq!(check(&s).unwrap().critical_path, 24);
+    let b = Schedule::new(
+        Problem::new(Collective::Broadcast { root: 2 }, 100, 5, 5),
+        Algorithm::Ring,
+    )
+    .unwrap()
+    .with_chunk_elems(10);
+    // A chain pipelines: the last of 10 chunks leaves the root at step 10
+    // and needs 3 more hops.
+    assert_eq!(check(&b).unwrap().critical_path, 4 + 10 - 1);
+}
+
+#[test]
+fn tuner_prefers_latency_for_small_and_bandwidth_for_large() {
+    let m = CostModel::default();
+    let small = tune(&Problem::new(Collective::AllReduce, 2, 64, 8), &m).unwrap();
+    let large = tune(&Problem::new(Collective::AllReduce, 1 << 28, 64, 8), &m).unwrap();
+    let ps = predict(&small, &m);
+    let pl = predict(&large, &m);
+    assert!(
+        ps.steps < 2 * 63,
+        "small messages should not take a 64-rank ring: {ps:?}"
+    );
+    assert_ne!(small.algorithm, Algorithm::Ring);
+    // The tuned schedule beats the plain ring at both sizes.
+    for (s, p) in [(&small, &ps), (&large, &pl)] {
+        let ring = Schedule::new(s.problem, Algorithm::Ring).unwrap();
+        assert!(p.time_us <= predict(&ring, &m).time_us);
+    }
+    // And a single-channel schedule cannot fill a 450 GB/s link at 25 GB/s per channel.
+    let one = Problem::new(Collective::AllReduce, 1 << 28, 8, 8);
+    assert!(tune(&one, &m).unwrap().channels > 1);
+}
+
+#[test]
+fn tune_rejects_bad_problems() {
+    let m = CostModel::default();
+    assert!(tune(&Problem::new(Collective::AllReduce, 8, 0, 1), &m).is_err());
+    assert!(
+        tune(
+            &Problem::new(Collective::Broadcast { root: 9 }, 8, 4, 4),
+            &m
+        )
+        .is_err()
+    );
+}

@@ -1,0 +1,101 @@
+//! A quick all-reduce timing of the runtime itself (the user-facing bench is
+//! `gpucomm bench`): `cargo run --release -p gpucomm --example perf -- 2 shm shared`
+//! runs 2 local ranks over shm with library-allocated (zero-copy) buffers;
+//! use `vec` for ordinary `Vec` buffers and `tcp` for TCP.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpucomm::{BootstrapConfig, Communicator, ReduceOp, TransportChoice};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2);
+    let transport = args.get(2).cloned().unwrap_or_else(|| "shm".into());
+    let mode = args.get(3).cloned().unwrap_or_else(|| "shared".into());
+    if let Ok(rank) = std::env::var("PERF_RANK") {
+        return worker(rank.parse().unwrap(), n, &transport, &mode);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kids: Vec<_> = (0..n)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(&args[1..])
+                .env("PERF_RANK", r.to_string())
+                .env("PERF_STORE", format!("127.0.0.1:{port}"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+}
+
+fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
+    let cfg = BootstrapConfig {
+        rank,
+        world_size: n,
+        local_rank: Some(rank),
+        local_world_size: Some(n),
+        store_addr: std::env::var("PERF_STORE").unwrap(),
+        token: "perf".into(),
+        transport: if transport == "tcp" {
+            TransportChoice::Tcp
+        } else {
+            TransportChoice::Shm
+        },
+        algorithm: std::env::var("PERF_ALGO")
+            .ok()
+            .and_then(|a| gpucomm::Algorithm::from_name(&a)),
+        timeout: Duration::from_secs(60),
+    };
+    let c = Communicator::new(&cfg).unwrap();
+    if rank == 0 {
+        println!("# {n} ranks, {transport}, {mode} buffers, f32 sum all_reduce, out of place");
+        println!("{:>12} {:>10} {:>10}", "bytes", "time_us", "busbw_GB/s");
+    }
+    let mut bytes = 8usize;
+    while bytes <= 64 << 20 {
+        let count = bytes / 4;
+        let iters = if bytes <= 64 << 10 {
+            2000
+        } else if bytes <= 4 << 20 {
+            100
+        } else {
+            10
+        };
+        let (mut sb, mut rb);
+        let (mut sv, mut rv);
+        let (send, recv): (&[f32], &mut [f32]) = if mode == "shared" {
+            sb = c.alloc::<f32>(count).unwrap();
+            rb = c.alloc::<f32>(count).unwrap();
+            sb.fill(1.0);
+            (&sb[..], &mut rb[..])
+        } else {
+            sv = vec![1.0f32; count];
+            rv = vec![0.0f32; count];
+            let _ = &mut sv;
+            (&sv[..], &mut rv[..])
+        };
+        for _ in 0..iters / 10 + 2 {
+            c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+        }
+        c.barrier().unwrap();
+        let t = Instant::now();
+        for _ in 0..iters {
+            c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        assert!(recv.iter().all(|&x| x == n as f32));
+        let busbw = bytes as f64 / us / 1e3 * 2.0 * (n - 1) as f64 / n as f64;
+        if rank == 0 {
+            println!("{bytes:>12} {us:>10.2} {busbw:>10.3}");
+        }
+        bytes *= 8;
+    }
+}

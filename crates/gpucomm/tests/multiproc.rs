@@ -1,0 +1,319 @@
+//! Real multi-process jobs over shared memory and TCP: the test binary
+//! re-executes itself with `GPUCOMM_TEST_ROLE` set, one process per rank, and
+//! builds each rank's `BootstrapConfig` directly (no environment parsing).
+//! Failure cases (killed rank, abort, mismatched call) must end in an error
+//! within the timeout, never a hang.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpucomm::{BootstrapConfig, Communicator, Failure, ReduceOp, TransportChoice, TransportKind};
+
+const ROLE: &str = "GPUCOMM_TEST_ROLE";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Job {
+    children: Vec<Child>,
+}
+
+impl Job {
+    fn spawn(scenario: &str, n: usize, transport: &str, timeout_ms: u64) -> Job {
+        let port = free_port();
+        let exe = std::env::current_exe().unwrap();
+        let token = format!("tok-{}-{port}", std::process::id());
+        let children = (0..n)
+            .map(|r| {
+                Command::new(&exe)
+                    .args([
+                        "--exact",
+                        "worker",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(
+                        ROLE,
+                        format!(
+                            "{scenario},{r},{n},127.0.0.1:{port},{token},{transport},{timeout_ms}"
+                        ),
+                    )
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        Job { children }
+    }
+
+    /// Waits for every rank (bounded); returns (exit code, output) per rank.
+    fn wait(mut self, limit: Duration) -> Vec<(i32, String)> {
+        let deadline = Instant::now() + limit;
+        let mut out = Vec::new();
+        for c in self.children.iter_mut() {
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    let mut s = String::new();
+                    use std::io::Read;
+                    c.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+                    c.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+                    out.push((st.code().unwrap_or(-1), s));
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    out.push((-2, "HUNG: killed by the test".into()));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn all_ok(res: &[(i32, String)]) {
+    for (r, (code, out)) in res.iter().enumerate() {
+        assert_eq!(*code, 0, "rank {r} failed:\n{out}");
+        assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
+    }
+}
+
+/// The worker role: never runs unless re-executed by a test.
+#[test]
+#[ignore]
+fn worker() {
+    let Ok(spec) = std::env::var(ROLE) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split(',').collect();
+    let (scenario, rank, n) = (
+        f[0],
+        f[1].parse::<usize>().unwrap(),
+        f[2].parse::<usize>().unwrap(),
+    );
+    let cfg = BootstrapConfig {
+        rank,
+        world_size: n,
+        local_rank: Some(rank),
+        local_world_size: Some(n),
+        store_addr: f[3].to_string(),
+        token: f[4].to_string(),
+        transport: match f[5] {
+            "shm" => TransportChoice::Shm,
+            "tcp" => TransportChoice::Tcp,
+            _ => TransportChoice::Auto,
+        },
+        algorithm: None,
+        timeout: Duration::from_millis(f[6].parse().unwrap()),
+    };
+    let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+    let want = match f[5] {
+        "tcp" => TransportKind::Tcp,
+        _ => TransportKind::Shm,
+    };
+    for p in (0..n).filter(|&p| p != rank) {
+        assert_eq!(c.transport_to(p), Some(want));
+    }
+    match scenario {
+        "collectives" => {
+            let cases: Vec<_> = common::cases(n, n <= 4)
+                .into_iter()
+                .filter(|k| common::supported(k, n))
+                .collect();
+            let mut checked = 0;
+            for case in &cases {
+                checked += common::run_dyn(&c, case).unwrap_or_else(|e| panic!("{e}"));
+            }
+            println!(
+                "rank {rank}: {} cases, {checked} elements checked",
+                cases.len()
+            );
+        }
+        "killed" => {
+            // The last rank dies; the others must notice.
+            if rank == n - 1 {
+                std::process::exit(17);
+            }
+            let mut buf = vec![1.0f32; 1000];
+            let t = Instant::now();
+            let e = c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap_err();
+            println!("rank {rank}: {e} after {:?}", t.elapsed());
+            assert!(t.elapsed() < Duration::from_secs(10));
+            let ctx = e.context().expect("an operation error");
+            assert_eq!(ctx.op, "all_reduce");
+            assert!(
+                matches!(
+                    e.failure(),
+                    Some(Failure::PeerGone(_)) | Some(Failure::Aborted(_))
+                ),
+                "{e}"
+            );
+        }
+        "mismatch" => {
+            // Rank 0 reduces 10 elements, the others 11.
+            let mut buf = vec![1i32; if rank == 0 { 10 } else { 11 }];
+            let e = c.all_reduce_in_place(&mut buf, ReduceOp::Sum).unwrap_err();
+            println!("rank {rank}: {e}");
+            assert!(
+                matches!(
+                    e.failure(),
+                    Some(Failure::Mismatch { .. })
+                        | Some(Failure::Aborted(_))
+                        | Some(Failure::PeerGone(_))
+                ),
+                "{e}"
+            );
+        }
+        "rootmismatch" => {
+            // Everyone thinks it is the broadcast root.
+            let mut buf = vec![rank as u8; 100];
+            let e = c.broadcast_in_place(&mut buf, rank).unwrap_err();
+            println!("rank {rank}: {e}");
+        }
+        "abort" => {
+            // Rank 0 aborts from another thread while everyone waits on it.
+            let h = c.abort_handle();
+            if rank == 0 {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(200));
+                    h.abort();
+                });
+                let mut v = [0f32; 4];
+                let e = c.recv(&mut v, 1).unwrap_err();
+                println!("rank {rank}: {e}");
+                assert!(matches!(e.failure(), Some(Failure::Aborted(_))), "{e}");
+            } else {
+                let mut v = [0f32; 4];
+                let e = c.recv(&mut v, 0).unwrap_err();
+                println!("rank {rank}: {e}");
+                assert!(
+                    matches!(
+                        e.failure(),
+                        Some(Failure::Aborted(_)) | Some(Failure::PeerGone(_))
+                    ),
+                    "{e}"
+                );
+            }
+        }
+        "timeout" => {
+            // Rank 1 never joins the collective: rank 0 must time out naming it.
+            if rank == 0 {
+                let mut v = [0f32; 4];
+                let t = Instant::now();
+                let e = c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap_err();
+                println!("rank {rank}: {e}");
+                assert!(matches!(e.failure(), Some(Failure::Timeout(_))), "{e}");
+                assert!(t.elapsed() < Duration::from_secs(5));
+                assert_eq!(e.context().unwrap().peer, Some(1));
+            } else {
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    println!("WORKER-OK");
+}
+
+fn collectives(n: usize, transport: &str) {
+    let res = Job::spawn("collectives", n, transport, 60_000).wait(Duration::from_secs(120));
+    all_ok(&res);
+}
+
+#[test]
+fn shm_2_ranks() {
+    collectives(2, "shm");
+}
+#[test]
+fn shm_3_ranks() {
+    collectives(3, "shm");
+}
+#[test]
+fn shm_4_ranks() {
+    collectives(4, "shm");
+}
+#[test]
+fn shm_8_ranks() {
+    collectives(8, "shm");
+}
+#[test]
+fn tcp_2_ranks() {
+    collectives(2, "tcp");
+}
+#[test]
+fn tcp_3_ranks() {
+    collectives(3, "tcp");
+}
+#[test]
+fn tcp_4_ranks() {
+    collectives(4, "tcp");
+}
+#[test]
+fn tcp_8_ranks() {
+    collectives(8, "tcp");
+}
+
+fn failure(scenario: &str, n: usize, transport: &str, timeout_ms: u64, expect_ok: &[usize]) {
+    let t = Instant::now();
+    let res = Job::spawn(scenario, n, transport, timeout_ms).wait(Duration::from_secs(30));
+    for (r, (code, out)) in res.iter().enumerate() {
+        assert_ne!(*code, -2, "rank {r} hung:\n{out}");
+        if expect_ok.contains(&r) {
+            assert_eq!(*code, 0, "rank {r}:\n{out}");
+            assert!(out.contains("WORKER-OK"), "rank {r}:\n{out}");
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn killed_rank_shm() {
+    failure("killed", 3, "shm", 20_000, &[0, 1]);
+}
+#[test]
+fn killed_rank_tcp() {
+    failure("killed", 3, "tcp", 20_000, &[0, 1]);
+}
+#[test]
+fn mismatched_count_shm() {
+    failure("mismatch", 3, "shm", 20_000, &[0, 1, 2]);
+}
+#[test]
+fn mismatched_count_tcp() {
+    failure("mismatch", 2, "tcp", 20_000, &[0, 1]);
+}
+#[test]
+fn mismatched_root_ends_in_error() {
+    failure("rootmismatch", 3, "shm", 20_000, &[0, 1, 2]);
+}
+#[test]
+fn abort_from_another_thread_shm() {
+    failure("abort", 2, "shm", 20_000, &[0, 1]);
+}
+#[test]
+fn abort_from_another_thread_tcp() {
+    failure("abort", 2, "tcp", 20_000, &[0, 1]);
+}
+#[test]
+fn missing_peer_times_out_naming_it() {
+    failure("timeout", 2, "shm", 500, &[0]);
+}
