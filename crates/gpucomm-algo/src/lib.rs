@@ -25,7 +25,9 @@ mod generate;
 mod problem;
 mod schedule;
 
-pub use check::{CheckError, CheckReport, RankReport, check, check_steps, check_steps_in_place};
+pub use check::{
+    CheckError, CheckReport, RankReport, check, check_rank, check_steps, check_steps_in_place,
+};
 pub use cost::{
     CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, candidates, critical_path,
     predict, traffic, tune,

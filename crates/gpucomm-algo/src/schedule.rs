@@ -229,6 +229,15 @@ impl Schedule {
         crate::generate::rank_steps(self, rank)
     }
 
+    /// The steps of `rank` as JSON (an array of objects such as
+    /// `{"kind":"send","peer":1,"src":{"buf":"input","offset":0,"len":4},"channel":0,"deps":[]}`).
+    ///
+    /// # Panics
+    /// If `rank >= problem.nranks`.
+    pub fn rank_steps_json(&self, rank: usize) -> String {
+        serde_json::to_string(&self.rank_steps(rank)).expect("steps serialize")
+    }
+
     /// Length in elements of `buf` on `rank` (see the table in [`crate::Collective`]).
     pub fn buffer_len(&self, rank: usize, buf: Buf) -> usize {
         match buf {

@@ -29,6 +29,7 @@ mod order;
 
 use std::rc::Rc;
 
+use order::validate_rank;
 pub(crate) use order::{Event, order, validate};
 
 use crate::generate::{locate, physical_lens};
@@ -241,6 +242,20 @@ pub fn check_steps_in_place(
     scratch_len: &[usize],
 ) -> Result<CheckReport, CheckError> {
     run(problem, steps, scratch_len, true)
+}
+
+/// Checks the structure of one rank's steps alone (dependencies point to
+/// earlier steps, peers exist, slices lie inside the buffers, nothing writes
+/// the input): what can be checked without the other ranks, for schedules
+/// too large to check whole.
+pub fn check_rank(s: &Schedule, rank: usize, steps: &[Step]) -> Result<(), CheckError> {
+    if rank >= s.problem.nranks {
+        return Err(CheckError::Shape(format!(
+            "rank {rank} out of range ({} ranks)",
+            s.problem.nranks
+        )));
+    }
+    validate_rank(&s.problem, rank, steps, s.buffer_len(rank, Buf::Scratch))
 }
 
 fn run(

@@ -77,6 +77,20 @@ pub(crate) fn validate(
         )));
     }
     for (rank, list) in steps.iter().enumerate() {
+        validate_rank(p, rank, list, scratch_len[rank])?;
+    }
+    Ok(())
+}
+
+/// Checks one rank's dependencies, peers and slice bounds.
+pub(crate) fn validate_rank(
+    p: &Problem,
+    rank: usize,
+    list: &[Step],
+    scratch_len: usize,
+) -> Result<(), CheckError> {
+    let n = p.nranks;
+    {
         if list.len() > u32::MAX as usize {
             return Err(CheckError::Shape(format!("rank {rank} has too many steps")));
         }
@@ -112,7 +126,7 @@ pub(crate) fn validate(
                 let len = match s.buf {
                     Buf::Input => p.input_len(rank),
                     Buf::Output => p.output_len(rank),
-                    Buf::Scratch => scratch_len[rank],
+                    Buf::Scratch => scratch_len,
                 };
                 if s.offset.checked_add(s.len).is_none_or(|e| e > len) {
                     return Err(bad(format!(
