@@ -489,3 +489,30 @@ fn a_rank_with_the_wrong_token_is_refused() {
         out.dump()
     );
 }
+
+#[test]
+fn threads_instead_of_processes() {
+    for coll in ["all_reduce", "all_to_all", "broadcast"] {
+        let rows = json_rows(&[
+            coll,
+            "--threads",
+            "--ranks",
+            "3",
+            "-b",
+            "8",
+            "-e",
+            "40K",
+            "-f",
+            "9",
+            "-n",
+            "2",
+            "-r",
+            "2",
+        ]);
+        assert_all_right(&rows, coll);
+        assert!(
+            rows.iter().all(|r| r["transport"] == "in-process"),
+            "{rows:?}"
+        );
+    }
+}

@@ -94,6 +94,10 @@ pub struct Args {
     /// Print one JSON object per size instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Run the ranks as threads of this process (the in-process transport)
+    /// instead of separate processes.
+    #[arg(long)]
+    pub threads: bool,
     /// Each rank's bound on every wait, in seconds.
     #[arg(long, value_parser = parse_secs, default_value = "60")]
     pub rank_timeout: Duration,
@@ -359,6 +363,15 @@ impl Args {
         })
     }
 
+    /// The transport as reported: `in-process` with `--threads`.
+    pub fn transport_label(&self) -> &'static str {
+        if self.threads {
+            "in-process"
+        } else {
+            self.transport.name()
+        }
+    }
+
     /// Timed iterations for a size.
     pub fn iters_for(&self, bytes: u64) -> usize {
         self.iters
@@ -595,7 +608,7 @@ impl Printer {
             let v = serde_json::json!({
                 "collective": self.args.collective.name(),
                 "ranks": n,
-                "transport": self.args.transport.name(),
+                "transport": self.args.transport_label(),
                 "algorithm": self.args.algorithm.name(),
                 "bytes": row.bytes,
                 "count": row.count,
@@ -818,10 +831,11 @@ fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String 
         .map(|n| n.to_string())
         .unwrap_or_else(|| "auto".into());
     let mut s = format!(
-        "# gpucomm bench {}: nranks {} (processes) transport {} algorithm {} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} time: {} over ranks\n#\n# Using ranks\n",
+        "# gpucomm bench {}: nranks {} ({}) transport {} algorithm {} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} time: {} over ranks\n#\n# Using ranks\n",
         args.collective.name(),
         args.ranks,
-        args.transport.name(),
+        if args.threads { "threads" } else { "processes" },
+        args.transport_label(),
         args.algorithm.name(),
         args.min_bytes,
         args.max_bytes,
@@ -854,10 +868,8 @@ fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String 
     s
 }
 
-fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
-    let exe =
-        std::env::current_exe().context("cannot find the gpucomm executable to start ranks")?;
-    let printer = Arc::new(Mutex::new(Printer {
+fn new_printer(args: &Args, plan: &Plan) -> Arc<Mutex<Printer>> {
+    Arc::new(Mutex::new(Printer {
         args: args.clone(),
         plan: plan.clone(),
         hellos: BTreeMap::new(),
@@ -869,7 +881,92 @@ fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
         wrong_rows: 0,
         out: Box::new(std::io::stdout()),
         failed: None,
-    }));
+    }))
+}
+
+/// The footer and the exit code once every rank is done.
+fn finish(printer: &Mutex<Printer>, plan: &Plan) -> anyhow::Result<ExitCode> {
+    let mut p = printer
+        .lock()
+        .map_err(|_| anyhow::anyhow!("output lock poisoned"))?;
+    if p.next_row != plan.sizes.len() {
+        bail!(
+            "the ranks ended after {} of {} sizes without an error",
+            p.next_row,
+            plan.sizes.len()
+        );
+    }
+    p.footer();
+    if let Some(e) = &p.failed {
+        if e.contains("Broken pipe") {
+            return Ok(ExitCode::SUCCESS);
+        }
+        bail!("writing the results: {e}");
+    }
+    if p.wrong_rows > 0 {
+        eprintln!(
+            "gpucomm bench: {} result(s) had wrong elements",
+            p.wrong_rows
+        );
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--threads`: every rank a thread of this process, joined by the runtime's
+/// in-process transport.
+fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    if args.fault.is_some() {
+        bail!("fault injection needs separate processes (drop --threads)");
+    }
+    let opts = gpucomm::InProcessOptions {
+        timeout: Some(args.rank_timeout),
+        ..Default::default()
+    };
+    let comms = gpucomm::Communicator::in_process_with(args.ranks, &opts)
+        .context("creating in-process ranks")?;
+    let printer = new_printer(args, plan);
+    let errors: Vec<anyhow::Error> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|comm| {
+                let printer = printer.clone();
+                s.spawn(move || {
+                    let rank = comm.rank();
+                    let sink = move |rec: &Record| -> anyhow::Result<()> {
+                        printer
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("output lock poisoned"))?
+                            .take(rec.clone());
+                        Ok(())
+                    };
+                    worker::run_rank(&comm, args, plan, &sink)
+                        .with_context(|| format!("rank {rank} (thread)"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(anyhow::anyhow!("a rank thread panicked")),
+            })
+            .collect()
+    });
+    if let Some(first) = errors.into_iter().next() {
+        return Err(first);
+    }
+    finish(&printer, plan)
+}
+
+fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    if args.threads {
+        return run_threads(args, plan);
+    }
+    let exe =
+        std::env::current_exe().context("cannot find the gpucomm executable to start ranks")?;
+    let printer = new_printer(args, plan);
     let forward = prefix_sink();
     let p2 = printer.clone();
     let sink: LineSink = Arc::new(move |rank, stream, line| {
@@ -901,35 +998,8 @@ fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
         grace: Duration::from_secs(2),
         ..LaunchConfig::new(args.ranks, exe.into_os_string()).args(args.worker_argv())
     };
-    let result = launch_with(&cfg, sink);
-    let mut p = printer
-        .lock()
-        .map_err(|_| anyhow::anyhow!("output lock poisoned"))?;
-    match result {
-        Ok(_) => {
-            if p.next_row != plan.sizes.len() {
-                bail!(
-                    "the ranks ended after {} of {} sizes without an error",
-                    p.next_row,
-                    plan.sizes.len()
-                );
-            }
-            p.footer();
-            if let Some(e) = &p.failed {
-                if e.contains("Broken pipe") {
-                    return Ok(ExitCode::SUCCESS);
-                }
-                bail!("writing the results: {e}");
-            }
-            if p.wrong_rows > 0 {
-                eprintln!(
-                    "gpucomm bench: {} result(s) had wrong elements",
-                    p.wrong_rows
-                );
-                return Ok(ExitCode::from(2));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+    match launch_with(&cfg, sink) {
+        Ok(_) => finish(&printer, plan),
         Err(e) => {
             let code = e.exit_code().clamp(1, 255) as u8;
             let what = match &e {

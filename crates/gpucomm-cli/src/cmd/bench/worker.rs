@@ -38,6 +38,21 @@ pub fn run(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     }
     let comm = Communicator::new(&cfg)
         .with_context(|| format!("rank {} cannot join the job", cfg.rank))?;
+    run_rank(&comm, args, plan, &emit)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where a rank's records go: stdout lines for the coordinator (processes),
+/// or straight to the printer (`--threads`).
+pub type Emit<'a> = dyn Fn(&Record) -> anyhow::Result<()> + 'a;
+
+/// Runs the sweep on one rank of `comm`, handing every record to `emit`.
+pub fn run_rank(
+    comm: &Communicator,
+    args: &Args,
+    plan: &Plan,
+    emit: &Emit<'_>,
+) -> anyhow::Result<()> {
     let mut transports: Vec<String> = (0..comm.world_size())
         .filter_map(|p| comm.transport_to(p))
         .map(|t| t.name().to_string())
@@ -52,19 +67,18 @@ pub fn run(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     })?;
     use gpucomm::DataType as D;
     match args.dtype {
-        D::F32 => sweep::<f32>(&comm, args, plan),
-        D::F64 => sweep::<f64>(&comm, args, plan),
-        D::F16 => sweep::<gpucomm::f16>(&comm, args, plan),
-        D::Bf16 => sweep::<gpucomm::bf16>(&comm, args, plan),
-        D::I8 => sweep::<i8>(&comm, args, plan),
-        D::U8 => sweep::<u8>(&comm, args, plan),
-        D::I32 => sweep::<i32>(&comm, args, plan),
-        D::U32 => sweep::<u32>(&comm, args, plan),
-        D::I64 => sweep::<i64>(&comm, args, plan),
-        D::U64 => sweep::<u64>(&comm, args, plan),
+        D::F32 => sweep::<f32>(comm, args, plan, emit),
+        D::F64 => sweep::<f64>(comm, args, plan, emit),
+        D::F16 => sweep::<gpucomm::f16>(comm, args, plan, emit),
+        D::Bf16 => sweep::<gpucomm::bf16>(comm, args, plan, emit),
+        D::I8 => sweep::<i8>(comm, args, plan, emit),
+        D::U8 => sweep::<u8>(comm, args, plan, emit),
+        D::I32 => sweep::<i32>(comm, args, plan, emit),
+        D::U32 => sweep::<u32>(comm, args, plan, emit),
+        D::I64 => sweep::<i64>(comm, args, plan, emit),
+        D::U64 => sweep::<u64>(comm, args, plan, emit),
         other => bail!("the bench does not handle {other} yet"),
-    }?;
-    Ok(ExitCode::SUCCESS)
+    }
 }
 
 fn emit(rec: &Record) -> anyhow::Result<()> {
@@ -113,7 +127,12 @@ struct Bufs<T: Element> {
     inplace: Buffer<T>,
 }
 
-fn sweep<T: Elem + Element>(comm: &Communicator, args: &Args, plan: &Plan) -> anyhow::Result<()> {
+fn sweep<T: Elem + Element>(
+    comm: &Communicator,
+    args: &Args,
+    plan: &Plan,
+    emit: &Emit<'_>,
+) -> anyhow::Result<()> {
     let n = comm.world_size();
     let rank = comm.rank();
     let elt = std::mem::size_of::<T>();
