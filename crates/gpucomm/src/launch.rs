@@ -21,6 +21,9 @@
 //! rank that dies on its own is observed before the ranks that fail because
 //! it died (they must first notice, then exit), except when the machine is so
 //! loaded that the waiting threads are not scheduled for longer than that.
+//! To make that case right where it matters most, a first failure that is an
+//! exit code waits 100 ms for a rank killed by a signal: if one shows up, it
+//! is named first (a crash causes errors on its peers, not the reverse).
 //!
 //! ```no_run
 //! use gpucomm::launch::{launch, LaunchConfig};
@@ -351,6 +354,9 @@ pub fn free_port(host: &str) -> io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// How long a failure with an exit code waits for a signal death to explain it.
+const SETTLE: Duration = Duration::from_millis(100);
+
 enum Event {
     Exited(usize, ExitKind, Instant),
 }
@@ -459,6 +465,37 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         if !kind.success() {
             first_failure = Some(rank);
             break;
+        }
+    }
+
+    // A rank that exited with an error code may be reacting to a peer that a
+    // signal killed a moment earlier, whose exit the launcher has not seen yet
+    // (a loaded machine delays the waiting threads). Give such a peer a short
+    // while to show up; a signal death is the cause, not the reaction.
+    if let Some(f) =
+        first_failure.filter(|&f| matches!(exits[f].map(|e| e.kind), Some(ExitKind::Code(_))))
+    {
+        let mut settle_end = Instant::now() + SETTLE;
+        if let Some(d) = deadline {
+            settle_end = settle_end.min(d);
+        }
+        while remaining > 0 {
+            match rx.recv_timeout(settle_end.saturating_duration_since(Instant::now())) {
+                Ok(Event::Exited(rank, kind, at)) => {
+                    exits[rank] = Some(RankExit {
+                        rank,
+                        kind,
+                        after: at - start,
+                        stopped: false,
+                    });
+                    remaining -= 1;
+                    if matches!(kind, ExitKind::Signal(_)) && first_failure == Some(f) {
+                        first_failure = Some(rank);
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
         }
     }
 
@@ -744,6 +781,40 @@ mod tests {
             err.to_string().contains("killed by signal 9 (SIGKILL)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_signal_death_just_after_an_error_exit_is_named_first() {
+        // Rank 0 "reacts" (exits 1) a moment before the launcher sees rank 1's
+        // crash: within the settle window, the crash is the cause.
+        let (sink, _) = capture();
+        let cfg = sh(
+            3,
+            r#"case $GPUCOMM_RANK in 0) exit 1;; 1) sleep 0.03; kill -9 $$;; esac; exec sleep 30"#,
+        );
+        let err = launch_with(&cfg, sink).unwrap_err();
+        let LaunchError::RankFailed { first, others } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            (first.rank, first.kind),
+            (1, ExitKind::Signal(libc::SIGKILL)),
+            "{err}"
+        );
+        assert_eq!(others[0].kind, ExitKind::Code(1));
+        assert!(!others[0].stopped);
+        assert!(others[1].stopped);
+        // Outside the window, the order stands.
+        let (sink, _) = capture();
+        let cfg = sh(
+            2,
+            r#"case $GPUCOMM_RANK in 0) exit 1;; esac; trap '' TERM; sleep 1; kill -9 $$"#,
+        );
+        let err = launch_with(&cfg, sink).unwrap_err();
+        let LaunchError::RankFailed { first, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(first.rank, 0, "{err}");
     }
 
     #[test]
