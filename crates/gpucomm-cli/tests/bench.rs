@@ -87,13 +87,25 @@ fn every_collective_over_shared_memory() {
 }
 
 #[test]
-#[ignore = "runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs poll_send makes a slice of it (UB; aborts debug builds)"]
+// Runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs
+// poll_send makes a slice of it, which debug builds abort on (UB check);
+// release builds (CI) run these. Drop the attribute once the runtime is fixed.
+#[cfg_attr(
+    debug_assertions,
+    ignore = "runtime bug: null DescSend slice in tcp.rs aborts debug builds"
+)]
 fn every_collective_over_tcp() {
     sweep_every_collective("tcp");
 }
 
 #[test]
-#[ignore = "runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs poll_send makes a slice of it (UB; aborts debug builds)"]
+// Runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs
+// poll_send makes a slice of it, which debug builds abort on (UB check);
+// release builds (CI) run these. Drop the attribute once the runtime is fixed.
+#[cfg_attr(
+    debug_assertions,
+    ignore = "runtime bug: null DescSend slice in tcp.rs aborts debug builds"
+)]
 fn every_dtype_and_op() {
     let ops = ["sum", "prod", "min", "max", "avg"];
     let dtypes = [
@@ -358,7 +370,7 @@ fn a_killed_rank_under_gpucomm_launch() {
             "-n",
             "20",
             "--fault",
-            "exit",
+            "kill",
             "--fault-rank",
             "0",
             "--fault-row",
@@ -366,10 +378,10 @@ fn a_killed_rank_under_gpucomm_launch() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(3), "{}", out.dump());
+    assert_eq!(out.code, Some(128 + 6), "{}", out.dump());
     assert!(
         out.stderr
-            .contains("rank 0 failed first: it exited with code 3"),
+            .contains("rank 0 failed first: it was killed by signal 6 (SIGABRT)"),
         "{}",
         out.dump()
     );
