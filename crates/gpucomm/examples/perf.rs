@@ -59,16 +59,34 @@ fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
         println!("# {n} ranks, {transport}, {mode} buffers, f32 sum all_reduce, out of place");
         println!("{:>12} {:>10} {:>10}", "bytes", "time_us", "busbw_GB/s");
     }
-    let mut bytes = 8usize;
-    while bytes <= 64 << 20 {
+    let sizes: Vec<usize> = match std::env::var("PERF_SIZES") {
+        Ok(s) => s.split(',').map(|x| x.parse().unwrap()).collect(),
+        Err(_) => vec![
+            8,
+            64,
+            1024,
+            32 << 10,
+            256 << 10,
+            1 << 20,
+            4 << 20,
+            16 << 20,
+            64 << 20,
+        ],
+    };
+    for bytes in sizes {
         let count = bytes / 4;
-        let iters = if bytes <= 64 << 10 {
-            2000
-        } else if bytes <= 4 << 20 {
-            100
-        } else {
-            10
-        };
+        let scale: usize = std::env::var("PERF_SCALE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let iters = scale
+            * if bytes <= 64 << 10 {
+                20000
+            } else if bytes <= 4 << 20 {
+                200
+            } else {
+                20
+            };
         let (mut sb, mut rb);
         let (mut sv, mut rv);
         let (send, recv): (&[f32], &mut [f32]) = if mode == "shared" {
@@ -96,6 +114,5 @@ fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
         if rank == 0 {
             println!("{bytes:>12} {us:>10.2} {busbw:>10.3}");
         }
-        bytes *= 8;
     }
 }

@@ -57,6 +57,8 @@ struct Info {
     region_fd: i32,
     region_len: usize,
     tcp: Option<String>,
+    /// Address of this process's CMA probe word.
+    cma_probe: usize,
 }
 
 pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
@@ -113,6 +115,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
             .as_ref()
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string()),
+        cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
     store.set(&format!("info/{me}"), &json)?;
@@ -158,7 +161,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                     ))
                 })?;
             let mine = region.clone().expect("shm wanted");
-            links[p] = Some(Box::new(RingLink::new(
+            let mut link = RingLink::new(
                 TransportKind::Shm,
                 me,
                 p,
@@ -168,7 +171,9 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                     pid: info.pid,
                     pidfd: pidfd(info.pid),
                 },
-            )));
+            );
+            link.probe_cma(info.cma_probe);
+            links[p] = Some(Box::new(link));
         } else {
             tcp_peers.push(p);
         }
@@ -250,9 +255,52 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
     store
         .barrier("init", n, left)
         .map_err(|e| fail(format!("init barrier: {e}")))?;
+    // Rank 0 hosts the store: it must not return (and maybe exit) before
+    // every other rank is done with the store.
+    if me == 0 {
+        loop {
+            let left = store
+                .get("init/left")?
+                .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(i64::from_le_bytes)
+                .unwrap_or(0);
+            if left as usize >= n - 1 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(fail(format!(
+                    "only {left} of {} ranks left the init barrier within {timeout:?}",
+                    n - 1
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    } else {
+        store.add("init/left", 1)?;
+    }
+    // Ranks per node for the schedules: hosts must hold equal, contiguous
+    // groups of ranks; otherwise (and when TCP is forced) the job is flat.
+    let hosts: Vec<&str> = (0..n)
+        .map(|p| {
+            infos[p]
+                .as_ref()
+                .map(|i| i.host.as_str())
+                .unwrap_or(host.as_str())
+        })
+        .collect();
+    let first = hosts.iter().take_while(|h| **h == hosts[0]).count();
+    let uniform = n % first == 0
+        && hosts.chunks(first).all(|c| c.iter().all(|h| *h == c[0]))
+        && (0..n / first).all(|g| (0..g).all(|h| hosts[h * first] != hosts[g * first]));
+    let ranks_per_node = if cfg.transport == TransportChoice::Tcp || !uniform {
+        1
+    } else {
+        first
+    };
     Ok(InnerParts {
         rank: me,
         world: n,
+        ranks_per_node,
         links,
         region,
         timeout,

@@ -122,6 +122,7 @@ pub struct InProcessOptions {
 pub(crate) struct State {
     pub links: Vec<Option<Box<dyn Link>>>,
     plans: HashMap<(Problem, Algorithm), (Arc<Plan>, bool)>,
+    tuned: HashMap<Problem, Algorithm>,
     exec: ExecState,
     arena: Option<Arc<Segment>>,
     seq: u64,
@@ -130,6 +131,8 @@ pub(crate) struct State {
 pub(crate) struct Inner {
     pub rank: usize,
     pub world: usize,
+    /// Ranks per node as the schedules see it (ranks numbered node by node).
+    pub ranks_per_node: usize,
     pub state: Mutex<State>,
     pub abort: AtomicBool,
     broken: Mutex<Option<String>>,
@@ -161,6 +164,7 @@ type Job = Box<dyn FnOnce(&Inner) + Send>;
 pub(crate) struct InnerParts {
     pub rank: usize,
     pub world: usize,
+    pub ranks_per_node: usize,
     pub links: Vec<Option<Box<dyn Link>>>,
     pub region: Option<Region>,
     pub timeout: Duration,
@@ -180,9 +184,11 @@ impl Inner {
         Inner {
             rank: p.rank,
             world: p.world,
+            ranks_per_node: p.ranks_per_node.clamp(1, p.world.max(1)),
             state: Mutex::new(State {
                 links: p.links,
                 plans: HashMap::new(),
+                tuned: HashMap::new(),
                 exec: ExecState::default(),
                 arena: None,
                 seq: 0,
@@ -351,26 +357,63 @@ pub(crate) fn raw_call<T: Element>(
     }
 }
 
-/// What the tuner would pick when no algorithm is forced.
+/// The cost model the tuner uses for this machine class: shared memory
+/// within a node, TCP between nodes. Rough figures of a 2-core VM (one
+/// ~0.5 us hop and ~8 GB/s through shared memory; ~12 us and 1.3 GB/s per
+/// direction over loopback TCP); they only need to rank algorithms.
+pub(crate) fn cost_model() -> gpucomm_algo::CostModel {
+    let mut m = gpucomm_algo::CostModel::new(
+        gpucomm_algo::LinkClass {
+            latency_us: 0.5,
+            bandwidth_gbps: 8.0,
+        },
+        gpucomm_algo::LinkClass {
+            latency_us: 12.0,
+            bandwidth_gbps: 1.3,
+        },
+    );
+    m.step_overhead_us = 0.3;
+    m.channel_gbps = 100.0;
+    m
+}
+
+/// Local memory bandwidth the reduce and copy steps run at, GB/s (one core).
+const LOCAL_GBPS: f64 = 8.0;
+
+/// The tuner's pick among the algorithms the runtime can run (one channel,
+/// no schedule-level chunking: the transports pipeline by themselves), then
+/// every other algorithm as a fallback order. The algo crate's alpha-beta
+/// prediction is completed with the local work of rank 0 (bytes reduced or
+/// copied at [`LOCAL_GBPS`]): with zero-copy transports the reduction, not
+/// the link, is what a large all-reduce costs on a CPU.
 pub(crate) fn choose_algorithm(problem: &Problem) -> Vec<Algorithm> {
-    let bytes = problem.bytes();
-    let mut v = Vec::new();
-    if bytes <= 32 * 1024 {
-        v.extend([
-            Algorithm::Direct,
-            Algorithm::RecursiveDoubling,
-            Algorithm::Tree,
-            Algorithm::Ring,
-        ]);
-    } else {
-        v.extend([
-            Algorithm::Ring,
-            Algorithm::HalvingDoubling,
-            Algorithm::Direct,
-            Algorithm::Tree,
-        ]);
-    }
-    v.extend(Algorithm::ALL);
+    let model = cost_model();
+    let mut scored: Vec<(f64, Algorithm)> = Algorithm::ALL
+        .iter()
+        .filter_map(|&a| {
+            let s = Schedule::new(*problem, a).ok()?;
+            let local: usize = s
+                .rank_steps(0)
+                .iter()
+                .map(|st| match st.kind {
+                    StepKind::RecvReduce { dst, .. }
+                    | StepKind::Reduce { dst, .. }
+                    | StepKind::Copy { dst, .. } => dst.len,
+                    _ => 0,
+                })
+                .sum();
+            let local_us = (local * problem.elem_size) as f64 / (LOCAL_GBPS * 1e3);
+            Some((gpucomm_algo::predict(&s, &model).time_us + local_us, a))
+        })
+        .collect();
+    scored.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let mut v: Vec<Algorithm> = scored.into_iter().map(|(_, a)| a).collect();
+    let rest: Vec<Algorithm> = Algorithm::ALL
+        .iter()
+        .filter(|a| !v.contains(a))
+        .copied()
+        .collect();
+    v.extend(rest);
     v
 }
 
@@ -520,11 +563,18 @@ impl Inner {
                     }
                     return Ok(());
                 }
-                let problem = Problem::new(coll, count, n, n).with_elem_size(es);
-                let algos: Vec<Algorithm> = match rc.opts.algorithm.or(self.algorithm) {
-                    Some(a) => vec![a],
-                    None => choose_algorithm(&problem),
-                };
+                let problem = Problem::new(coll, count, n, self.ranks_per_node).with_elem_size(es);
+                // A per-call algorithm is strict; the communicator's default
+                // (GPUCOMM_ALGORITHM) applies where it has a schedule and
+                // the tuner picks for the other collectives (barrier, ...).
+                let forced = rc.opts.algorithm.or(self.algorithm);
+                let algos: Vec<Algorithm> =
+                    match (rc.opts.algorithm, self.algorithm, st.tuned.get(&problem)) {
+                        (Some(a), _, _) => vec![a],
+                        (None, Some(a), _) if Schedule::new(problem, a).is_ok() => vec![a],
+                        (None, _, Some(&a)) => vec![a],
+                        _ => choose_algorithm(&problem),
+                    };
                 let mut last = None;
                 let mut found = None;
                 for a in algos {
@@ -546,6 +596,9 @@ impl Inner {
                 let Some((plan, a, safe)) = found else {
                     return Err(Error::Algo(last.expect("at least one algorithm tried")));
                 };
+                if forced != Some(a) {
+                    st.tuned.insert(problem, a);
+                }
                 (plan, count, algo_code(a), Some((coll, safe)))
             }
         };
@@ -617,7 +670,7 @@ impl Inner {
         let lookup = |p: *const u8, b: usize| -> Option<ZeroCopy> {
             match self.kinds.iter().flatten().next() {
                 Some(TransportKind::InProcess) => Some(ZeroCopy::Addr(p as usize)),
-                _ => self.lookup(p, b),
+                _ => self.lookup(p, b).or(Some(ZeroCopy::Remote(p as usize))),
             }
         };
         rc.space.check_supported()?;

@@ -200,6 +200,7 @@ impl Communicator {
             let parts = comm::InnerParts {
                 rank: me,
                 world: n,
+                ranks_per_node: n,
                 links,
                 region: Some(regions[me].clone()),
                 timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),

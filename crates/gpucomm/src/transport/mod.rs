@@ -146,6 +146,9 @@ pub(crate) enum ZeroCopy {
         seg_len: usize,
         offset: usize,
     },
+    /// Any address of the sender's process, read with cross-memory attach
+    /// (`process_vm_readv`) where the kernel allows it.
+    Remote(usize),
 }
 
 /// A posted send.

@@ -48,6 +48,9 @@ const KIND_DATA: u32 = 1;
 const KIND_DESC: u32 = 2;
 const KIND_REF_ADDR: u32 = 3;
 const KIND_REF_SEG: u32 = 4;
+const KIND_REF_CMA: u32 = 5;
+/// Staging for receive-and-reduce through cross-memory attach.
+const CMA_STAGE: usize = 256 * 1024;
 
 pub(crate) const STATE_ALIVE: u32 = 0;
 pub(crate) const STATE_CLOSED: u32 = 1;
@@ -149,32 +152,46 @@ struct SlotHdr {
     zref: u64,
 }
 
-fn write_hdr(slot: *mut u8, h: &SlotHdr) {
+/// The slot's stamp: message index + 1 once published (word 0, atomic).
+/// The receiver polls the stamp of the slot it expects, in the same cache
+/// line as the header, instead of a separate head counter.
+fn stamp(slot: *mut u8) -> &'static AtomicU64 {
+    // SAFETY: word 0 of a slot inside a live mapping, 64-aligned; only ever
+    // accessed atomically. The 'static is local to the callers, which never
+    // keep the reference beyond the link's (and so the mapping's) life.
+    unsafe { &*(slot as *const AtomicU64) }
+}
+
+/// Writes the header (words 1..8) then publishes the slot with its stamp.
+fn write_hdr(slot: *mut u8, h: &SlotHdr, msg_index: u64) {
     let w = slot as *mut u64;
-    // SAFETY: the slot is ours to write (head - tail < NSLOTS) and 64-aligned.
+    // SAFETY: the slot is ours to write (fewer than NSLOTS in flight) and
+    // 64-aligned; the release store of the stamp orders these writes (and
+    // the payload's) before the receiver's acquire load.
     unsafe {
-        w.write(h.kind as u64);
-        w.add(1).write(h.seq);
-        w.add(2).write(h.desc[0]);
-        w.add(3).write(h.desc[1]);
-        w.add(4).write(h.total);
-        w.add(5).write(h.offset);
-        w.add(6).write(h.len);
+        w.add(1).write((h.kind as u64) << 56 | h.len);
+        w.add(2).write(h.seq);
+        w.add(3).write(h.desc[0]);
+        w.add(4).write(h.desc[1]);
+        w.add(5).write(h.total);
+        w.add(6).write(h.offset);
         w.add(7).write(h.zref);
     }
+    stamp(slot).store(msg_index + 1, Ordering::Release);
 }
 
 fn read_hdr(slot: *const u8) -> SlotHdr {
     let w = slot as *const u64;
-    // SAFETY: the slot was published by the sender (tail < head, acquire).
+    // SAFETY: the slot was published (its stamp was loaded with acquire).
     unsafe {
+        let kl = w.add(1).read();
         SlotHdr {
-            kind: w.read() as u32,
-            seq: w.add(1).read(),
-            desc: [w.add(2).read(), w.add(3).read()],
-            total: w.add(4).read(),
-            offset: w.add(5).read(),
-            len: w.add(6).read(),
+            kind: (kl >> 56) as u32,
+            len: kl & ((1 << 56) - 1),
+            seq: w.add(2).read(),
+            desc: [w.add(3).read(), w.add(4).read()],
+            total: w.add(5).read(),
+            offset: w.add(6).read(),
             zref: w.add(7).read(),
         }
     }
@@ -197,6 +214,12 @@ pub(crate) struct RingLink {
     peer: usize,
     liveness: Liveness,
     peer_segments: HashMap<u64, Arc<Segment>>,
+    /// Last tail seen per outbound ring: read the receiver's line only when
+    /// the ring looks full.
+    tail_cache: [u64; CHANNELS],
+    /// Cross-memory attach to the peer works (probed at setup).
+    cma: bool,
+    cma_stage: Vec<u64>,
 }
 
 // SAFETY: the raw pointers inside Region/Ring point into Arc'd mappings that
@@ -220,6 +243,9 @@ impl RingLink {
             peer,
             liveness,
             peer_segments: HashMap::new(),
+            tail_cache: [0; CHANNELS],
+            cma: false,
+            cma_stage: Vec::new(),
         }
     }
 
@@ -240,6 +266,64 @@ impl RingLink {
                 "peer {} closed its communicator",
                 self.peer
             ))),
+        }
+    }
+
+    /// Enables cross-memory attach if reading `probe` (the address of the
+    /// peer's [`CMA_PROBE`]) from the peer process returns the magic value.
+    pub fn probe_cma(&mut self, probe: usize) -> bool {
+        let Liveness::Process { pid, .. } = self.liveness else {
+            return false;
+        };
+        let mut v = 0u64;
+        let ok = cma_copy(pid, &mut v as *mut u64 as *mut u8, probe, 8).is_ok();
+        self.cma = ok && v == CMA_MAGIC;
+        if self.cma {
+            self.cma_stage = vec![0u64; CMA_STAGE / 8];
+        }
+        self.cma
+    }
+
+    /// Reads `n` bytes at the sender's `addr` into the posted receive at
+    /// offset `done` (through a staging buffer for a receive-and-reduce).
+    fn cma_read(
+        &mut self,
+        req: &RecvReq,
+        done: usize,
+        addr: usize,
+        n: usize,
+    ) -> Result<(), LinkError> {
+        let Liveness::Process { pid, .. } = self.liveness else {
+            return Err(LinkError::protocol(
+                "cross-memory reference between threads",
+            ));
+        };
+        if !self.cma {
+            return Err(LinkError::protocol(
+                "cross-memory reference on a link without it",
+            ));
+        }
+        let err = |e: std::io::Error| {
+            LinkError::gone(format!("process_vm_readv from process {pid}: {e}"))
+        };
+        match req.reduce {
+            None => {
+                // SAFETY: dst is valid for req.len >= done + n bytes.
+                cma_copy(pid, unsafe { req.dst.add(done) }, addr, n).map_err(err)
+            }
+            Some((a, r)) => {
+                let stage = self.cma_stage.as_mut_ptr() as *mut u8;
+                let mut off = 0;
+                while off < n {
+                    let m = (n - off).min(CMA_STAGE);
+                    cma_copy(pid, stage, addr + off, m).map_err(err)?;
+                    // SAFETY: dst/a valid for req.len bytes (engine contract),
+                    // stage holds m bytes, 8-aligned, disjoint from dst.
+                    unsafe { r.apply(req.dst.add(done + off), a.add(done + off), stage, m) };
+                    off += m;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -305,6 +389,7 @@ impl Link for RingLink {
         match zc {
             ZeroCopy::Addr(_) => self.kind == TransportKind::InProcess,
             ZeroCopy::Segment { .. } => self.kind == TransportKind::Shm,
+            ZeroCopy::Remote(_) => self.kind == TransportKind::Shm && self.cma,
         }
     }
 
@@ -326,9 +411,11 @@ impl Link for RingLink {
         let mut progressed = false;
         loop {
             let head = ring.head().load(Ordering::Relaxed);
-            let tail = ring.tail().load(Ordering::Acquire);
-            if head - tail >= NSLOTS {
-                break;
+            if head - self.tail_cache[ch] >= NSLOTS {
+                self.tail_cache[ch] = ring.tail().load(Ordering::Acquire);
+                if head - self.tail_cache[ch] >= NSLOTS {
+                    break;
+                }
             }
             let slot = ring.slot(head);
             let mut h = SlotHdr {
@@ -346,6 +433,11 @@ impl Link for RingLink {
             match req.zero_copy {
                 Some(ZeroCopy::Addr(a)) if req.kind == MsgKind::Data => {
                     h.kind = KIND_REF_ADDR;
+                    h.len = req.len as u64;
+                    h.zref = a as u64;
+                }
+                Some(ZeroCopy::Remote(a)) if req.kind == MsgKind::Data => {
+                    h.kind = KIND_REF_CMA;
                     h.len = req.len as u64;
                     h.zref = a as u64;
                 }
@@ -382,11 +474,11 @@ impl Link for RingLink {
                     }
                 }
             }
-            write_hdr(slot, &h);
-            ring.head().store(head + 1, Ordering::Release);
+            write_hdr(slot, &h, head);
+            ring.head().store(head + 1, Ordering::Relaxed);
             progressed = true;
             st.started = true;
-            if h.kind == KIND_REF_ADDR || h.kind == KIND_REF_SEG {
+            if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA) {
                 st.slot = head;
                 self.theirs.wake();
                 return Ok(false);
@@ -412,16 +504,10 @@ impl Link for RingLink {
         let ring = self.in_ring(ch);
         loop {
             let tail = ring.tail().load(Ordering::Relaxed);
-            let head = ring.head().load(Ordering::Acquire);
-            if tail == head {
+            let slot = ring.slot(tail);
+            if stamp(slot).load(Ordering::Acquire) != tail + 1 {
                 return Ok(false);
             }
-            if head - tail > NSLOTS {
-                return Err(LinkError::protocol(format!(
-                    "ring head {head} ahead of tail {tail} by more than {NSLOTS}"
-                )));
-            }
-            let slot = ring.slot(tail);
             let h = read_hdr(slot);
             let theirs = OpDesc::decode(h.desc);
             if theirs != req.desc {
@@ -432,7 +518,10 @@ impl Link for RingLink {
             }
             let want_kind = match req.kind {
                 MsgKind::Desc => h.kind == KIND_DESC,
-                MsgKind::Data => matches!(h.kind, KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG),
+                MsgKind::Data => matches!(
+                    h.kind,
+                    KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA
+                ),
             };
             if !want_kind {
                 return Err(LinkError::mismatch(
@@ -446,6 +535,12 @@ impl Link for RingLink {
                     h.total, req.len
                 )));
             }
+            if h.kind == KIND_DATA && h.len > PAYLOAD as u64 {
+                return Err(LinkError::protocol(format!(
+                    "chunk of {} bytes in a {PAYLOAD}-byte slot",
+                    h.len
+                )));
+            }
             if h.offset != st.done as u64 || h.len > (req.len - st.done) as u64 {
                 return Err(LinkError::protocol(format!(
                     "chunk [{}, +{}) out of order (expected offset {}, {} bytes left)",
@@ -456,6 +551,16 @@ impl Link for RingLink {
                 )));
             }
             let n = h.len as usize;
+            if h.kind == KIND_REF_CMA {
+                self.cma_read(req, st.done, h.zref as usize, n)?;
+                st.done += n;
+                ring.tail().store(tail + 1, Ordering::Release);
+                self.theirs.wake();
+                if st.done >= req.len {
+                    return Ok(true);
+                }
+                continue;
+            }
             let src: *const u8 = match h.kind {
                 KIND_REF_ADDR | KIND_REF_SEG => self.resolve(&h, slot, n)?,
                 // SAFETY: payload of a published slot.
@@ -515,6 +620,38 @@ impl Link for RingLink {
     fn shutdown(&mut self) {
         self.theirs.wake();
     }
+}
+
+/// A word every process publishes the address of, so peers can check that
+/// cross-memory attach works (and reads the right process) before using it.
+pub(crate) static CMA_PROBE: AtomicU64 = AtomicU64::new(CMA_MAGIC);
+const CMA_MAGIC: u64 = 0x6770_636f_6d6d_434d;
+
+/// Copies `n` bytes at `addr` in process `pid` to `dst` (all of them, or an error).
+fn cma_copy(pid: u32, dst: *mut u8, addr: usize, n: usize) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < n {
+        let local = libc::iovec {
+            iov_base: dst.wrapping_add(done) as *mut libc::c_void,
+            iov_len: n - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done) as *mut libc::c_void,
+            iov_len: n - done,
+        };
+        // SAFETY: `local` describes memory this process may write (the
+        // caller's contract); the kernel validates the remote range and
+        // fails with EFAULT instead of touching anything else.
+        let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == 0 {
+            return Err(std::io::Error::other("process_vm_readv read nothing"));
+        }
+        done += r as usize;
+    }
+    Ok(())
 }
 
 /// Wakes every sleeper on `r`'s doorbell unconditionally (abort, close).
