@@ -7,7 +7,9 @@
 //! * `max_bytes_sent` / `max_bytes_recv`: the busiest rank's traffic, equal to
 //!   the checker's counts;
 //! * `time_us`: `sum over link classes of steps_c * (latency_c + overhead)
-//!   + path_bytes_c / bandwidth_c`, where `path_bytes` is what one rank moves
+//!   + path_bytes_c / bandwidth_c`, where the overhead is paid per message
+//!   (`n - 1` per step for direct algorithms, which post to every peer at
+//!   once), `path_bytes` is what one rank moves
 //!   along the critical path (for a pipelined algorithm: steps times the
 //!   piece that moves per step; for the others: the busiest rank's bytes),
 //!   and the bandwidth is `min(link, channels * per-channel)`.
@@ -151,8 +153,12 @@ pub struct Prediction {
     pub time_us: f64,
 }
 
-/// Per-rank `(sent, received)` element counts of `s`, in closed form.
+/// Per-rank `(sent, received)` element counts of `s`, in closed form
+/// (empty for a schedule that fails [`Schedule::validate`]).
 pub fn traffic(s: &Schedule) -> Vec<(u64, u64)> {
+    if s.validate().is_err() {
+        return Vec::new();
+    }
     let p = &s.problem;
     let n = p.nranks;
     (0..n)
@@ -438,7 +444,11 @@ fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (us
 }
 
 /// Sequential communication steps (the checker's critical path), in closed form.
+/// (0 for a schedule that fails [`Schedule::validate`]).
 pub fn critical_path(s: &Schedule) -> u32 {
+    if s.validate().is_err() {
+        return 0;
+    }
     let (a, b) = class_steps(s);
     a + b
 }
@@ -512,8 +522,25 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
     (flat, 0)
 }
 
-/// Predicts `s` under `model`.
+/// Predicts `s` under `model`. A schedule whose fields fail
+/// [`Schedule::validate`] (only possible when set by hand) gets zero steps
+/// and bytes and an infinite time.
 pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
+    if s.validate().is_err() {
+        return Prediction {
+            algorithm: s.algorithm,
+            channels: s.channels,
+            chunk_elems: s.chunk_elems,
+            steps: 0,
+            intra_steps: 0,
+            inter_steps: 0,
+            max_bytes_sent: 0,
+            max_bytes_recv: 0,
+            intra_path_bytes: 0.0,
+            inter_path_bytes: 0.0,
+            time_us: f64::INFINITY,
+        };
+    }
     let p = &s.problem;
     let e = p.elem_size as f64;
     let t = traffic(s);
@@ -566,8 +593,16 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
     }
     let ch = s.channels.max(1) as f64;
     let bw = |l: &LinkClass| l.bandwidth_gbps.min(ch * model.channel_gbps).max(1e-9) * 1e3; // bytes/us
-    let time = intra_steps as f64 * (model.intra.latency_us + model.step_overhead_us)
-        + inter_steps as f64 * (model.inter.latency_us + model.step_overhead_us)
+    // Direct posts a message to every peer per step: the software overhead
+    // is paid per message.
+    let fanout = match (s.algorithm, p.collective) {
+        (Algorithm::Direct, Collective::SendRecv { .. }) => 1.0,
+        (Algorithm::Direct, _) => p.nranks.saturating_sub(1).max(1) as f64,
+        _ => 1.0,
+    };
+    let o = model.step_overhead_us * fanout;
+    let time = intra_steps as f64 * (model.intra.latency_us + o)
+        + inter_steps as f64 * (model.inter.latency_us + o)
         + intra_bytes / bw(&model.intra)
         + inter_bytes / bw(&model.inter);
     Prediction {
@@ -590,21 +625,65 @@ pub const TUNE_CHANNELS: [u16; 6] = [1, 2, 4, 8, 16, 32];
 /// Chunk sizes (bytes) the tuner tries besides "no chunking".
 pub const TUNE_CHUNK_BYTES: [usize; 5] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
 
+/// What the tuner may choose from (an engine's limits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TuneOptions {
+    /// The most channels the engine runs (candidates above are skipped).
+    pub max_channels: u16,
+    /// Algorithms allowed (empty: all).
+    pub algorithms: Vec<Algorithm>,
+    /// Try the chunk sizes in [`TUNE_CHUNK_BYTES`] besides no chunking.
+    pub chunking: bool,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            max_channels: u16::MAX,
+            algorithms: Vec::new(),
+            chunking: true,
+        }
+    }
+}
+
 /// Every candidate the tuner considers for `p`, with its prediction,
 /// fastest first (ties: fewer channels, then algorithm order).
 pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)> {
+    candidates_with(p, model, &TuneOptions::default())
+}
+
+/// [`candidates`] within an engine's limits.
+pub fn candidates_with(
+    p: &Problem,
+    model: &CostModel,
+    opts: &TuneOptions,
+) -> Vec<(Schedule, Prediction)> {
+    let max_ch = opts.max_channels.max(1);
+    let mut channels: Vec<u16> = TUNE_CHANNELS
+        .iter()
+        .copied()
+        .filter(|&c| c <= max_ch)
+        .collect();
+    if max_ch < 32 && !channels.contains(&max_ch) {
+        channels.push(max_ch);
+    }
     let mut out = Vec::new();
     for a in Algorithm::ALL {
+        if !opts.algorithms.is_empty() && !opts.algorithms.contains(&a) {
+            continue;
+        }
         let Ok(base) = Schedule::new(*p, a) else {
             continue;
         };
-        for ch in TUNE_CHANNELS {
+        for &ch in &channels {
             let mut chunks = vec![0usize];
-            chunks.extend(
-                TUNE_CHUNK_BYTES
-                    .iter()
-                    .map(|b| (b / p.elem_size.max(1)).max(1)),
-            );
+            if opts.chunking {
+                chunks.extend(
+                    TUNE_CHUNK_BYTES
+                        .iter()
+                        .map(|b| (b / p.elem_size.max(1)).max(1)),
+                );
+            }
             for chunk in chunks {
                 let s = base.clone().with_channels(ch).with_chunk_elems(chunk);
                 let pred = predict(&s, model);
@@ -612,6 +691,21 @@ pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)>
             }
         }
     }
+    // Chunk sizes that change nothing (same steps and time) are one candidate.
+    out.sort_by(|x, y| {
+        (x.0.algorithm, x.0.channels, x.1.steps, x.0.chunk_elems).cmp(&(
+            y.0.algorithm,
+            y.0.channels,
+            y.1.steps,
+            y.0.chunk_elems,
+        ))
+    });
+    out.dedup_by(|later, first| {
+        later.0.algorithm == first.0.algorithm
+            && later.0.channels == first.0.channels
+            && later.1.steps == first.1.steps
+            && later.1.time_us == first.1.time_us
+    });
     out.sort_by(|x, y| {
         x.1.time_us
             .total_cmp(&y.1.time_us)
@@ -632,11 +726,26 @@ pub fn candidates(p: &Problem, model: &CostModel) -> Vec<(Schedule, Prediction)>
 /// assert!(s.channels >= 1);
 /// ```
 pub fn tune(p: &Problem, model: &CostModel) -> Result<Schedule, crate::AlgoError> {
+    tune_with(p, model, &TuneOptions::default())
+}
+
+/// [`tune`] within an engine's limits (for example a runtime that drives
+/// at most `max_channels` channels). Fails when the problem is invalid or no
+/// allowed algorithm implements it.
+pub fn tune_with(
+    p: &Problem,
+    model: &CostModel,
+    opts: &TuneOptions,
+) -> Result<Schedule, crate::AlgoError> {
     // Validate first, so the error names the problem, not an algorithm.
     Schedule::new(*p, Algorithm::Direct)?;
-    Ok(candidates(p, model)
+    candidates_with(p, model, opts)
         .into_iter()
         .next()
         .map(|c| c.0)
-        .expect("direct always applies"))
+        .ok_or_else(|| crate::AlgoError::Unsupported {
+            collective: p.collective.name(),
+            algorithm: "any allowed algorithm",
+            why: format!(": allowed {:?}", opts.algorithms),
+        })
 }

@@ -64,6 +64,7 @@ pub fn execute(
     op: ReduceOp,
     inputs: &[Vec<f64>],
 ) -> Result<Vec<Vec<f64>>, ExecError> {
+    s.validate().map_err(|e| CheckError::Shape(e.to_string()))?;
     let n = s.problem.nranks;
     let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
     let scratch: Vec<usize> = (0..n).map(|r| s.buffer_len(r, Buf::Scratch)).collect();
@@ -186,6 +187,10 @@ pub fn finish_avg(p: &Problem, op: ReduceOp, outputs: &mut [Vec<f64>]) {
 /// The collective computed directly from its definition (see the table in
 /// [`Collective`]): every rank's output. Non-root outputs of a reduce are
 /// NaN (undefined).
+///
+/// # Panics
+/// If `inputs` does not hold one vector per rank of the lengths
+/// [`Problem::input_len`] gives (what [`execute`] checks).
 pub fn expected(p: &Problem, op: ReduceOp, inputs: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let n = p.nranks;
     let c = p.count;

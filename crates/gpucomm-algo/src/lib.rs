@@ -7,13 +7,37 @@
 //! memory and transports, the simulator (`gpucomm-sim`) on a modeled fabric,
 //! and the checker in this crate executes it symbolically to prove it right.
 //!
-//! * [`Schedule::new`] picks an [`Algorithm`] for a [`Problem`];
-//!   [`Schedule::rank_steps`] generates one rank's [`Step`]s on demand.
-//! * [`check`] proves a schedule right and counts its bytes and steps.
-//! * [`execute`] runs it on numbers, [`expected`] computes the collective
-//!   directly: the reference both engines are tested against.
+//! ```text
+//!  Problem ──Schedule::new(algorithm)──> Schedule ──rank_steps(r)──> Vec<Step>
+//!     │                                     │                          │
+//!     └──tune(&CostModel)──> Schedule       ├─check()──> CheckReport   ├─ runtime
+//!                                           ├─predict()─> Prediction   ├─ simulator
+//!                                           └─execute()─> Vec<f64>s    └─ JSON
+//! ```
 //!
-//! See `docs/algo.md` for the representation with a worked example.
+//! * [`Schedule::new`] picks an [`Algorithm`] for a [`Problem`] (ring, double
+//!   binary tree, halving-doubling, recursive doubling, direct, hierarchical);
+//!   [`Schedule::rank_steps`] generates one rank's [`Step`]s on demand, so a
+//!   16384-rank schedule costs a few numbers until a rank asks for its steps.
+//! * [`check`] proves a schedule right: every rank ends with exactly the
+//!   contributions the collective defines, every send meets a receive of
+//!   the same size, no rendezvous deadlock, no race between a rank's steps,
+//!   and (when claimed) in-place safety. It counts bytes and the critical path.
+//! * [`execute`] runs a schedule on numbers, [`expected`] computes the
+//!   collective directly: the reference both engines are tested against.
+//! * [`predict`] and [`tune`]: an alpha-beta [`CostModel`] whose byte and step
+//!   counts equal the checker's, and a tuner over algorithm, channels, chunk.
+//!
+//! Why generate dependencies instead of writing them: generators list a
+//! rank's steps in a valid sequential order and a builder derives every data
+//! dependency from the ranges each step reads and writes, so a schedule
+//! cannot forget one; the checker then proves that no two unordered steps
+//! conflict, so any engine order gives the same result.
+//!
+//! What this crate does not do: move bytes, know about topology beyond
+//! `ranks_per_node`, or apply reduction ops to real data outside the
+//! reference executor. See `docs/algo.md` for the representation with a
+//! worked example.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,8 +53,8 @@ pub use check::{
     CheckError, CheckReport, RankReport, check, check_rank, check_steps, check_steps_in_place,
 };
 pub use cost::{
-    CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, candidates, critical_path,
-    predict, traffic, tune,
+    CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, TuneOptions, candidates,
+    candidates_with, critical_path, predict, traffic, tune, tune_with,
 };
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};

@@ -23,8 +23,12 @@
 //!   [`StepKind::RecvReduce`]) posted by `b` from `a` on channel `c`, and both
 //!   carry the same `len`.
 //! * Transfers are treated as rendezvous: a send completes when its receive
-//!   has completed. A schedule must not deadlock under that rule (the checker
-//!   proves it), so an engine with buffering is also safe.
+//!   has completed, and the transfers of one `(sender, receiver, channel)`
+//!   connection happen in order. A schedule must not deadlock under those
+//!   rules (the checker proves it), so an engine with buffering is also safe.
+//! * Two steps of a rank that touch the same elements (one of them writing)
+//!   are always ordered by dependencies (the checker proves that too), so any
+//!   order an engine picks computes the same result.
 //! * Schedules are independent of the reduction operator: they combine
 //!   contributions with "the op". [`crate::ReduceOp::Avg`] is a sum followed by
 //!   a division by the number of ranks, applied by the engine to the elements
@@ -208,6 +212,18 @@ impl Schedule {
         })
     }
 
+    /// Checks that the fields describe a schedule [`Schedule::new`] would
+    /// build (useful after deserializing one): a valid problem, an algorithm
+    /// that implements it, at least one channel.
+    pub fn validate(&self) -> Result<(), AlgoError> {
+        if self.channels == 0 {
+            return Err(AlgoError::InvalidProblem(
+                "channels must be at least 1".into(),
+            ));
+        }
+        crate::generate::validate(&self.problem, self.algorithm)
+    }
+
     /// The same schedule spread over `channels` parallel channels (at least 1).
     pub fn with_channels(mut self, channels: u16) -> Self {
         self.channels = channels.max(1);
@@ -223,7 +239,8 @@ impl Schedule {
     /// The ordered steps of `rank`, generated on demand.
     ///
     /// # Panics
-    /// If `rank >= problem.nranks`.
+    /// If `rank >= problem.nranks`, or if the fields were set by hand to
+    /// something [`Schedule::validate`] rejects.
     pub fn rank_steps(&self, rank: usize) -> Vec<Step> {
         assert!(rank < self.problem.nranks, "rank {rank} out of range");
         crate::generate::rank_steps(self, rank)

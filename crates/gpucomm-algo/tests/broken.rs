@@ -447,3 +447,26 @@ fn wrong_number_of_ranks() {
     let (e, m) = err(&Problem::new(Collective::AllReduce, 2, 3, 3), &exchange());
     assert!(matches!(e, CheckError::Shape(_)), "{m}");
 }
+
+#[test]
+fn hand_made_schedule_fields_are_validated() {
+    let mut s = Schedule::new(
+        Problem::new(Collective::AllToAll, 2, 3, 3),
+        Algorithm::Direct,
+    )
+    .unwrap();
+    s.algorithm = Algorithm::Ring;
+    let e = gpucomm_algo::check(&s).unwrap_err().to_string();
+    assert!(e.contains("ring does not implement all_to_all"), "{e}");
+    s.algorithm = Algorithm::Direct;
+    s.channels = 0;
+    assert!(gpucomm_algo::check(&s).is_err());
+    assert!(
+        gpucomm_algo::execute(
+            &s,
+            gpucomm_algo::ReduceOp::Sum,
+            &[vec![0.0; 6], vec![0.0; 6], vec![0.0; 6]]
+        )
+        .is_err()
+    );
+}

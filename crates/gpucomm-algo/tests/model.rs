@@ -161,3 +161,48 @@ fn tune_rejects_bad_problems() {
         .is_err()
     );
 }
+
+#[test]
+fn hand_made_invalid_schedules_do_not_panic_the_model() {
+    let mut s = Schedule::new(
+        Problem::new(Collective::AllReduce, 8, 4, 4),
+        Algorithm::Ring,
+    )
+    .unwrap();
+    s.problem.nranks = 0;
+    let p = predict(&s, &CostModel::default());
+    assert!(p.time_us.is_infinite());
+    assert_eq!(critical_path(&s), 0);
+    assert!(gpucomm_algo::traffic(&s).is_empty());
+}
+
+#[test]
+fn tuner_respects_engine_limits() {
+    use gpucomm_algo::{TuneOptions, tune_with};
+    let m = CostModel::default();
+    let p = Problem::new(Collective::AllReduce, 1 << 28, 8, 8);
+    let one = TuneOptions {
+        max_channels: 1,
+        ..TuneOptions::default()
+    };
+    assert_eq!(tune_with(&p, &m, &one).unwrap().channels, 1);
+    let three = TuneOptions {
+        max_channels: 3,
+        ..TuneOptions::default()
+    };
+    assert!(tune_with(&p, &m, &three).unwrap().channels <= 3);
+    let only_ring = TuneOptions {
+        algorithms: vec![Algorithm::Ring],
+        ..TuneOptions::default()
+    };
+    assert_eq!(
+        tune_with(&p, &m, &only_ring).unwrap().algorithm,
+        Algorithm::Ring
+    );
+    let none = TuneOptions {
+        algorithms: vec![Algorithm::Tree],
+        ..TuneOptions::default()
+    };
+    let a2a = Problem::new(Collective::AllToAll, 4, 8, 8);
+    assert!(tune_with(&a2a, &m, &none).is_err());
+}

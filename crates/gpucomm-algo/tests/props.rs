@@ -8,8 +8,8 @@ mod common;
 
 use common::{inputs, same};
 use gpucomm_algo::{
-    AlgoError, Algorithm, Collective, CostModel, Problem, ReduceOp, Schedule, check, execute,
-    expected, predict,
+    AlgoError, Algorithm, Buf, Collective, CostModel, Problem, ReduceOp, Schedule, Step, check,
+    execute, execute_steps, expected, predict,
 };
 use proptest::prelude::*;
 
@@ -81,10 +81,18 @@ proptest! {
         prop_assert_eq!(pred.steps, rep.critical_path);
         prop_assert_eq!(pred.max_bytes_sent, rep.max_bytes_sent());
         prop_assert_eq!(pred.max_bytes_recv, rep.max_bytes_recv());
+        let steps: Vec<Vec<Step>> = (0..p.nranks).map(|r| s.rank_steps(r)).collect();
+        let scratch: Vec<usize> = (0..p.nranks).map(|r| s.buffer_len(r, Buf::Scratch)).collect();
         for op in ReduceOp::ALL {
             let inp = inputs(&p, op, seed);
+            let want = expected(&p, op, &inp);
             let got = execute(&s, op, &inp).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            same(&got, &expected(&p, op, &inp)).map_err(|e| TestCaseError::fail(format!("{}: {e}", op.name())))?;
+            same(&got, &want).map_err(|e| TestCaseError::fail(format!("{}: {e}", op.name())))?;
+            if s.in_place_safe() {
+                let got = execute_steps(&p, &steps, &scratch, op, &inp, true)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                same(&got, &want).map_err(|e| TestCaseError::fail(format!("in place {}: {e}", op.name())))?;
+            }
         }
     }
 }

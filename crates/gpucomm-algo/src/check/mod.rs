@@ -211,6 +211,7 @@ impl CheckReport {
 /// assert_eq!(report.critical_path, 6); // 2 (n - 1)
 /// ```
 pub fn check(s: &Schedule) -> Result<CheckReport, CheckError> {
+    s.validate().map_err(|e| CheckError::Shape(e.to_string()))?;
     let n = s.problem.nranks;
     let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
     let scratch: Vec<usize> = (0..n).map(|r| s.buffer_len(r, Buf::Scratch)).collect();

@@ -311,30 +311,22 @@ impl<'a> Builder<'a> {
             StepKind::Reduce { src, dst } => ([Some(src), Some(dst)], Some(dst)),
         };
         let mut deps: Vec<u32> = extra.to_vec();
-        let reads: Vec<_> = reads
-            .iter()
-            .flatten()
-            .filter_map(|s| self.range(*s))
-            .collect();
-        let write = write.and_then(|s| self.range(s));
-        for &(b, lo, hi) in &reads {
-            deps.extend(self.segs[b].range(lo..hi).filter_map(|(_, s)| s.writer));
-        }
-        if let Some((b, lo, hi)) = write {
-            for (_, s) in self.segs[b].range(lo..hi) {
-                deps.extend(s.writer);
-                deps.extend_from_slice(&s.readers);
+        // One pass per access: reads record themselves as readers, then the
+        // write depends on earlier readers (not on this step) and clears them.
+        for r in reads.iter().flatten() {
+            if let Some((b, lo, hi)) = self.range(*r) {
+                for (_, seg) in self.segs[b].range_mut(lo..hi) {
+                    deps.extend(seg.writer);
+                    seg.readers.push(idx);
+                }
             }
         }
-        for &(b, lo, hi) in &reads {
-            for (_, s) in self.segs[b].range_mut(lo..hi) {
-                s.readers.push(idx);
-            }
-        }
-        if let Some((b, lo, hi)) = write {
-            for (_, s) in self.segs[b].range_mut(lo..hi) {
-                s.writer = Some(idx);
-                s.readers.clear();
+        if let Some((b, lo, hi)) = write.and_then(|w| self.range(w)) {
+            for (_, seg) in self.segs[b].range_mut(lo..hi) {
+                deps.extend(seg.writer);
+                deps.extend(seg.readers.iter().copied().filter(|&x| x != idx));
+                seg.writer = Some(idx);
+                seg.readers.clear();
             }
         }
         deps.sort_unstable();

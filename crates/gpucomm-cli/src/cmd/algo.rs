@@ -1,12 +1,572 @@
-//! `gpucomm algo` (being built).
+//! `gpucomm algo`: inspect, check and tune collective schedules.
+//!
+//! * `gpucomm algo show all_reduce --algorithm ring --ranks 4 --bytes 1024`
+//!   prints the schedule as a table (one column per rank, one row per step
+//!   index), then the checker's report and the cost model's prediction.
+//! * `gpucomm algo check COLLECTIVE ...` checks one algorithm, or every
+//!   algorithm that implements the collective when `--algorithm` is left out.
+//! * `gpucomm algo tune COLLECTIVE --ranks N --bytes B` ranks the candidates
+//!   of the tuner under an alpha-beta model given on the command line.
 
+use std::io::Write;
 use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use comfy_table::Table;
+use gpucomm_algo::{
+    Algorithm, Buf, CheckReport, Collective, CostModel, LinkClass, Problem, Schedule, Slice, Step,
+    StepKind, TuneOptions, candidates_with, check, critical_path, predict, tune_with,
+};
+
+use super::common::{format_bytes, parse_size};
 
 /// Arguments of `gpucomm algo`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print a schedule as a table of steps, then the checker's report.
+    Show(Box<ProblemArgs>),
+    /// Check a schedule (every algorithm for the collective if none given).
+    Check(Box<ProblemArgs>),
+    /// Rank algorithm, channel and chunk choices under the cost model.
+    Tune(Box<TuneArgs>),
+}
+
+/// What to build: the collective, its size and the rank layout.
+#[derive(clap::Args, Debug)]
+struct ProblemArgs {
+    /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier.
+    collective: String,
+    /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical.
+    #[arg(long, short = 'a')]
+    algorithm: Option<String>,
+    /// Number of ranks.
+    #[arg(long, short = 'n', default_value_t = 4)]
+    ranks: usize,
+    /// Bytes per rank, as nccl-tests counts them (K, M, G suffixes).
+    #[arg(long, short = 'b', default_value = "1024")]
+    bytes: String,
+    /// Bytes per element.
+    #[arg(long, default_value_t = 4)]
+    elem_size: usize,
+    /// Parallel channels.
+    #[arg(long, short = 'c', default_value_t = 1)]
+    channels: u16,
+    /// Largest piece a step moves, in bytes (0: no chunking).
+    #[arg(long, default_value = "0")]
+    chunk: String,
+    /// Ranks per node (defaults to all ranks on one node).
+    #[arg(long)]
+    ranks_per_node: Option<usize>,
+    /// Root of broadcast and reduce.
+    #[arg(long, default_value_t = 0)]
+    root: usize,
+    /// Distance of sendrecv's destination.
+    #[arg(long, default_value_t = 1)]
+    shift: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Show at most this many ranks as columns (show).
+    #[arg(long, default_value_t = 16)]
+    max_ranks: usize,
+    /// Show each step's dependencies (show).
+    #[arg(long)]
+    deps: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct TuneArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    /// Intra-node latency per hop, microseconds.
+    #[arg(long)]
+    intra_latency_us: Option<f64>,
+    /// Intra-node bandwidth per direction, GB/s.
+    #[arg(long)]
+    intra_gbps: Option<f64>,
+    /// Inter-node latency per hop, microseconds.
+    #[arg(long)]
+    inter_latency_us: Option<f64>,
+    /// Inter-node bandwidth per direction, GB/s.
+    #[arg(long)]
+    inter_gbps: Option<f64>,
+    /// Software overhead per step, microseconds.
+    #[arg(long)]
+    overhead_us: Option<f64>,
+    /// Bandwidth one channel drives, GB/s.
+    #[arg(long)]
+    channel_gbps: Option<f64>,
+    /// Candidates to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// The most channels the engine can run.
+    #[arg(long, default_value_t = 32)]
+    max_channels: u16,
+}
 
 /// Runs `gpucomm algo`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`gpucomm algo` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.cmd {
+        Cmd::Show(a) => show(&a),
+        Cmd::Check(a) => check_cmd(&a),
+        Cmd::Tune(a) => tune_cmd(&a),
+    }
+}
+
+fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
+    let name = a.collective.to_ascii_lowercase().replace('-', "_");
+    Ok(match name.as_str() {
+        "all_reduce" | "allreduce" => Collective::AllReduce,
+        "reduce_scatter" | "reducescatter" => Collective::ReduceScatter,
+        "all_gather" | "allgather" => Collective::AllGather,
+        "broadcast" | "bcast" => Collective::Broadcast { root: a.root },
+        "reduce" => Collective::Reduce { root: a.root },
+        "all_to_all" | "alltoall" => Collective::AllToAll,
+        "sendrecv" | "send_recv" => Collective::SendRecv { shift: a.shift },
+        "barrier" => Collective::Barrier,
+        _ => bail!(
+            "unknown collective {:?} (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier)",
+            a.collective
+        ),
+    })
+}
+
+fn parse_algorithm(s: &str) -> anyhow::Result<Algorithm> {
+    Algorithm::from_name(s).with_context(|| {
+        let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        format!("unknown algorithm {s:?} ({})", names.join(", "))
+    })
+}
+
+fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
+    let collective = parse_collective(a)?;
+    if a.ranks == 0 {
+        bail!("--ranks must be at least 1");
+    }
+    if a.elem_size == 0 {
+        bail!("--elem-size must be at least 1");
+    }
+    let bytes = usize::try_from(parse_size(&a.bytes)?).context("--bytes too large")?;
+    let per = match collective {
+        Collective::AllToAll => a.elem_size * a.ranks,
+        _ => a.elem_size,
+    };
+    let count = match collective {
+        Collective::Barrier => 0,
+        _ if bytes % per != 0 => bail!(
+            "--bytes {bytes} is not a multiple of {per} ({} bytes per element{})",
+            a.elem_size,
+            if collective == Collective::AllToAll {
+                " times the rank count"
+            } else {
+                ""
+            }
+        ),
+        _ => bytes / per,
+    };
+    let rpn = a.ranks_per_node.unwrap_or(a.ranks);
+    Ok(Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size))
+}
+
+fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
+    let chunk_bytes = usize::try_from(parse_size(&a.chunk)?).context("--chunk too large")?;
+    Ok(Schedule::new(p, alg)?
+        .with_channels(a.channels)
+        .with_chunk_elems(chunk_bytes.div_ceil(p.elem_size)))
+}
+
+/// Refuses schedules whose steps (over all ranks) would exceed `limit`,
+/// estimated from the model's critical path, before generating anything.
+fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
+    let n = s.problem.nranks as u64;
+    let fan = if s.algorithm == Algorithm::Direct {
+        n
+    } else {
+        1
+    };
+    let est = (critical_path(s) as u64 + 1) * 2 * fan * n;
+    if est > limit {
+        bail!(
+            "{} {} on {n} ranks has about {est} steps, too many to {what} here (raise --chunk, or use fewer ranks)",
+            s.algorithm.name(),
+            s.problem.collective.name()
+        );
+    }
+    Ok(())
+}
+
+/// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
+fn slice_label(p: &Problem, rank: usize, s: &Slice) -> String {
+    let buf = match s.buf {
+        Buf::Input => "in",
+        Buf::Output => "out",
+        Buf::Scratch => "tmp",
+    };
+    // Offsets of block b in this buffer's layout.
+    let n = p.nranks;
+    let block_at = |b: usize| -> Option<(usize, usize)> {
+        let (o, l) = p.block(b);
+        match (p.collective, s.buf) {
+            (Collective::AllGather, Buf::Input) => (b == rank).then_some((0, l)),
+            (Collective::ReduceScatter, Buf::Output) => (b == rank).then_some((0, l)),
+            (Collective::AllToAll, Buf::Input | Buf::Output) => Some((b * p.count, p.count)),
+            (_, Buf::Scratch) => None,
+            _ => Some((o, l)),
+        }
+    };
+    if s.len > 0 {
+        for b in 0..n {
+            if block_at(b) == Some((s.offset, s.len)) {
+                return format!("{buf}:b{b}");
+            }
+        }
+    }
+    format!("{buf}[{}..{}]", s.offset, s.end())
+}
+
+fn cell(p: &Problem, rank: usize, st: &Step, channels: bool, deps: bool) -> String {
+    let l = |s: &Slice| slice_label(p, rank, s);
+    let mut c = match st.kind {
+        StepKind::Send { peer, src } => format!("send {} ->{peer}", l(&src)),
+        StepKind::Recv { peer, dst } => format!("recv {} <-{peer}", l(&dst)),
+        StepKind::RecvReduce { peer, src, dst } => {
+            if src == dst {
+                format!("recv+ {} <-{peer}", l(&dst))
+            } else {
+                format!("recv+ {}={}+ <-{peer}", l(&dst), l(&src))
+            }
+        }
+        StepKind::Copy { src, dst } => format!("copy {}={}", l(&dst), l(&src)),
+        StepKind::Reduce { src, dst } => format!("reduce {}+={}", l(&dst), l(&src)),
+    };
+    if channels {
+        c.push_str(&format!(" @{}", st.channel));
+    }
+    if deps && !st.deps.is_empty() {
+        let d: Vec<String> = st.deps.iter().map(|d| d.to_string()).collect();
+        c.push_str(&format!(" after {}", d.join(",")));
+    }
+    c
+}
+
+fn report_table(p: &Problem, rep: &CheckReport) -> Table {
+    let mut t = Table::new();
+    t.set_header(vec![
+        "rank",
+        "steps",
+        "sends",
+        "recvs",
+        "bytes sent",
+        "bytes recv",
+        "comm steps",
+    ]);
+    for (r, rr) in rep.ranks.iter().enumerate() {
+        let _ = p;
+        t.add_row(vec![
+            r.to_string(),
+            rr.steps.to_string(),
+            rr.sends.to_string(),
+            rr.recvs.to_string(),
+            rr.bytes_sent.to_string(),
+            rr.bytes_recv.to_string(),
+            rr.comm_steps.to_string(),
+        ]);
+    }
+    t
+}
+
+fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
+    let p = problem(a)?;
+    let alg = parse_algorithm(a.algorithm.as_deref().unwrap_or("ring"))?;
+    let s = schedule(a, p, alg)?;
+    if p.nranks > 4096 {
+        bail!(
+            "show prints every rank's steps; {} ranks is too many (check and tune scale further)",
+            p.nranks
+        );
+    }
+    let steps: Vec<Vec<Step>> = (0..p.nranks).map(|r| s.rank_steps(r)).collect();
+    let rep = check(&s);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v = serde_json::json!({
+            "schedule": s,
+            "in_place_safe": s.in_place_safe(),
+            "scratch": (0..p.nranks).map(|r| s.buffer_len(r, Buf::Scratch)).collect::<Vec<_>>(),
+            "steps": steps,
+            "check": match &rep { Ok(r) => serde_json::to_value(r)?, Err(e) => serde_json::json!({"error": e.to_string()}) },
+            "prediction": predict(&s, &CostModel::default()),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(if rep.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        });
+    }
+    let shown = p.nranks.min(a.max_ranks.max(1));
+    writeln!(
+        out,
+        "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), chunk {} elements{}",
+        alg.name(),
+        p.collective.name(),
+        p.nranks,
+        p.ranks_per_node,
+        p.count,
+        p.elem_size,
+        s.channels,
+        s.chunk_elems,
+        if shown < p.nranks {
+            format!(" (first {shown} ranks shown)")
+        } else {
+            String::new()
+        }
+    )?;
+    let mut t = Table::new();
+    let mut header = vec!["step".to_string()];
+    header.extend((0..shown).map(|r| format!("rank {r}")));
+    t.set_header(header);
+    let rows = steps[..shown].iter().map(|v| v.len()).max().unwrap_or(0);
+    let multi = s.channels > 1;
+    for i in 0..rows {
+        let mut row = vec![i.to_string()];
+        for (r, list) in steps.iter().enumerate().take(shown) {
+            row.push(
+                list.get(i)
+                    .map(|st| cell(&p, r, st, multi, a.deps))
+                    .unwrap_or_default(),
+            );
+        }
+        t.add_row(row);
+    }
+    writeln!(out, "{t}")?;
+    writeln!(
+        out,
+        "legend: in/out/tmp = input/output/scratch, b<i> = block i of the {}-way partition, recv+ = receive and reduce{}",
+        p.nranks,
+        if multi { ", @c = channel" } else { "" }
+    )?;
+    check_result(&mut out, &p, &s, rep)
+}
+
+fn check_result(
+    out: &mut impl Write,
+    p: &Problem,
+    s: &Schedule,
+    rep: Result<CheckReport, gpucomm_algo::CheckError>,
+) -> anyhow::Result<ExitCode> {
+    match rep {
+        Ok(rep) => {
+            writeln!(out, "{}", report_table(p, &rep))?;
+            let pred = predict(s, &CostModel::default());
+            writeln!(
+                out,
+                "check: ok ({} {}); critical path {} steps; max sent {}; in-place {}",
+                s.algorithm.name(),
+                p.collective.name(),
+                rep.critical_path,
+                format_bytes(rep.max_bytes_sent()),
+                if rep.in_place_verified {
+                    "verified"
+                } else {
+                    "not safe (engines stage the input)"
+                }
+            )?;
+            writeln!(
+                out,
+                "model (CostModel::default): {} steps, {:.1} us",
+                pred.steps, pred.time_us
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            writeln!(
+                out,
+                "check: FAILED ({} {}): {e}",
+                s.algorithm.name(),
+                p.collective.name()
+            )?;
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
+    let p = problem(a)?;
+    let algs: Vec<Algorithm> = match &a.algorithm {
+        Some(name) => vec![parse_algorithm(name)?],
+        None => Algorithm::ALL
+            .into_iter()
+            .filter(|&alg| Schedule::new(p, alg).is_ok())
+            .collect(),
+    };
+    if algs.is_empty() {
+        bail!(
+            "no algorithm implements {} for this problem",
+            p.collective.name()
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    let mut code = ExitCode::SUCCESS;
+    let mut results = Vec::new();
+    for alg in algs {
+        let s = schedule(a, p, alg)?;
+        guard(&s, 50_000_000, "check")?;
+        let rep = check(&s);
+        if a.json {
+            results.push(serde_json::json!({
+                "algorithm": alg.name(),
+                "ok": rep.is_ok(),
+                "report": rep.as_ref().ok(),
+                "error": rep.as_ref().err().map(|e| e.to_string()),
+            }));
+            if rep.is_err() {
+                code = ExitCode::from(2);
+            }
+            continue;
+        }
+        if check_result(&mut out, &p, &s, rep)? != ExitCode::SUCCESS {
+            code = ExitCode::from(2);
+        }
+    }
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+    }
+    Ok(code)
+}
+
+fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
+    let p = problem(&a.problem)?;
+    let d = CostModel::default();
+    let mut m = CostModel::new(
+        LinkClass {
+            latency_us: a.intra_latency_us.unwrap_or(d.intra.latency_us),
+            bandwidth_gbps: a.intra_gbps.unwrap_or(d.intra.bandwidth_gbps),
+        },
+        LinkClass {
+            latency_us: a.inter_latency_us.unwrap_or(d.inter.latency_us),
+            bandwidth_gbps: a.inter_gbps.unwrap_or(d.inter.bandwidth_gbps),
+        },
+    );
+    m.step_overhead_us = a.overhead_us.unwrap_or(d.step_overhead_us);
+    m.channel_gbps = a.channel_gbps.unwrap_or(d.channel_gbps);
+    for (name, v) in [
+        ("intra bandwidth", m.intra.bandwidth_gbps),
+        ("inter bandwidth", m.inter.bandwidth_gbps),
+        ("channel bandwidth", m.channel_gbps),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            bail!("{name} must be positive (got {v})");
+        }
+    }
+    let opts = TuneOptions {
+        max_channels: a.max_channels,
+        ..TuneOptions::default()
+    };
+    let best = tune_with(&p, &m, &opts)?;
+    let all = candidates_with(&p, &m, &opts);
+    let mut out = std::io::stdout().lock();
+    if a.problem.json {
+        let top: Vec<_> = all.iter().take(a.top).map(|(_, pr)| pr).collect();
+        let v = serde_json::json!({ "problem": p, "model": m, "best": best, "candidates": top });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "{} of {} on {} ranks ({} per node); model {}",
+        p.collective.name(),
+        format_bytes(p.bytes() as u64),
+        p.nranks,
+        p.ranks_per_node,
+        serde_json::to_string(&m)?
+    )?;
+    let mut t = Table::new();
+    t.set_header(vec![
+        "algorithm",
+        "channels",
+        "chunk",
+        "steps",
+        "max sent",
+        "time (us)",
+    ]);
+    for (s, pr) in all.iter().take(a.top) {
+        t.add_row(vec![
+            s.algorithm.name().to_string(),
+            s.channels.to_string(),
+            if s.chunk_elems == 0 {
+                "-".into()
+            } else {
+                format_bytes((s.chunk_elems * p.elem_size) as u64)
+            },
+            pr.steps.to_string(),
+            format_bytes(pr.max_bytes_sent),
+            format!("{:.2}", pr.time_us),
+        ]);
+    }
+    writeln!(out, "{t}")?;
+    writeln!(
+        out,
+        "best: {} with {} channel(s), chunk {} elements",
+        best.algorithm.name(),
+        best.channels,
+        best.chunk_elems
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(coll: &str) -> ProblemArgs {
+        ProblemArgs {
+            collective: coll.into(),
+            algorithm: None,
+            ranks: 4,
+            bytes: "1024".into(),
+            elem_size: 4,
+            channels: 1,
+            chunk: "0".into(),
+            ranks_per_node: None,
+            root: 0,
+            shift: 1,
+            json: false,
+            max_ranks: 16,
+            deps: false,
+        }
+    }
+
+    #[test]
+    fn sizes_become_counts() {
+        assert_eq!(problem(&args("all_reduce")).unwrap().count, 256);
+        assert_eq!(problem(&args("all-to-all")).unwrap().count, 64);
+        assert_eq!(problem(&args("barrier")).unwrap().count, 0);
+        let mut a = args("all_reduce");
+        a.bytes = "1023".into();
+        assert!(
+            problem(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("not a multiple of 4")
+        );
+        assert!(problem(&args("allgatherv")).is_err());
+    }
+
+    #[test]
+    fn cells_name_blocks() {
+        let p = Problem::new(Collective::AllReduce, 256, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring).unwrap();
+        let st = &s.rank_steps(0)[0];
+        assert_eq!(cell(&p, 0, st, false, false), "send in:b3 ->1");
+        let st = &s.rank_steps(0)[1];
+        assert_eq!(cell(&p, 0, st, false, false), "recv+ out:b2=in:b2+ <-3");
+    }
 }
