@@ -267,12 +267,9 @@ fn sweep<T: Elem + Element>(
             ip_wrong,
         })?;
     }
-    // Leave together, then linger: the runtime (as of this writing) fails a
-    // peer that is still finishing the last call when this rank drops its
-    // communicator ("peer N closed its communicator"), even though this rank
-    // sent everything. The barrier and a short pause make that window small.
+    // Leave together, so that no rank drops its communicator while a peer
+    // still reads its buffers.
     comm.barrier().context("final barrier")?;
-    std::thread::sleep(Duration::from_millis(100));
     Ok(())
 }
 
