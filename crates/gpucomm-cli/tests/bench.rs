@@ -1,5 +1,5 @@
-//! `gpucomm bench`: every collective over shared memory and TCP on 2, 3 and
-//! 4 ranks with every result checked against a reference, the table format,
+//! `gpucomm bench`: every collective over shared memory and TCP on 2, 3, 4
+//! and 8 ranks with every result checked against a reference, the table format,
 //! and the failure cases (a killed rank, abort, a mismatched call, a hung
 //! rank, a stray connection sending garbage, a wrong token), each of which
 //! must end in an error within the timeout naming the rank that failed.
@@ -46,9 +46,12 @@ fn assert_all_right(rows: &[serde_json::Value], what: &str) {
 }
 
 fn sweep_every_collective(transport: &str) {
-    for nranks in ["2", "3", "4"] {
+    for nranks in ["2", "3", "4", "8"] {
+        // The last rank is the root: not rank 0, which algorithms favour.
+        let root = (nranks.parse::<usize>().unwrap() - 1).to_string();
         for coll in COLLECTIVES {
-            // Odd sizes: counts that do not divide by the number of ranks.
+            // Odd sizes: counts that do not divide by the number of ranks
+            // (with 8 ranks, the first blocked sizes are empty).
             let rows = json_rows(&[
                 coll,
                 "--ranks",
@@ -66,7 +69,7 @@ fn sweep_every_collective(transport: &str) {
                 "-w",
                 "1",
                 "-r",
-                "1",
+                &root,
             ]);
             let what = format!("{coll} on {nranks} ranks over {transport}");
             assert_all_right(&rows, &what);
