@@ -1210,6 +1210,25 @@ mod tests {
     }
 
     #[test]
+    fn torchrun_under_srun_wins_over_slurm() {
+        // `srun torchrun ...`: Slurm's variables describe the agent, torchrun's
+        // the worker; the worker's are the ones that count.
+        let mut v = SLURM.to_vec();
+        v.extend_from_slice(TORCHRUN);
+        let c = cfg(&v).unwrap();
+        assert_eq!((c.rank, c.world_size), (3, 8));
+        assert_eq!(c.store_addr, "node7:29501");
+        // And mpirun's variables win over Slurm's when both are set.
+        let mut v = SLURM.to_vec();
+        v.extend_from_slice(OMPI);
+        assert_eq!(cfg(&v).unwrap().world_size, 6); // Slurm says 7
+        assert_eq!(
+            Launcher::detect(|n| v.iter().find(|(k, _)| *k == n).map(|(_, x)| x.to_string())),
+            Some(Launcher::OpenMpi)
+        );
+    }
+
+    #[test]
     fn slurm_host_lists() {
         assert_eq!(first_slurm_host("a").as_deref(), Some("a"));
         assert_eq!(first_slurm_host("a[3-5]b,c").as_deref(), Some("a3b"));
