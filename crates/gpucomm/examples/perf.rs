@@ -1,7 +1,10 @@
 //! A quick all-reduce timing of the runtime itself (the user-facing bench is
 //! `gpucomm bench`): `cargo run --release -p gpucomm --example perf -- 2 shm shared`
 //! runs 2 local ranks over shm with library-allocated (zero-copy) buffers;
-//! use `vec` for ordinary `Vec` buffers and `tcp` for TCP.
+//! use `vec` for ordinary `Vec` buffers and `tcp` for TCP. Environment:
+//! `PERF_SIZES=8,1048576` (bytes), `PERF_ALGO=ring`, `PERF_IN_PLACE=1`
+//! (in place; includes refilling the buffer each iteration), `PERF_SCALE=n`
+//! (n times more iterations).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -75,6 +78,7 @@ fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
     };
     for bytes in sizes {
         let count = bytes / 4;
+        let in_place = std::env::var("PERF_IN_PLACE").is_ok();
         let scale: usize = std::env::var("PERF_SCALE")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -101,15 +105,27 @@ fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
             (&sv[..], &mut rv[..])
         };
         for _ in 0..iters / 10 + 2 {
-            c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+            if in_place {
+                recv.fill(1.0);
+                c.all_reduce_in_place(recv, ReduceOp::Sum).unwrap();
+            } else {
+                c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+            }
         }
         c.barrier().unwrap();
         let t = Instant::now();
         for _ in 0..iters {
-            c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+            if in_place {
+                recv.fill(1.0);
+                c.all_reduce_in_place(recv, ReduceOp::Sum).unwrap();
+            } else {
+                c.all_reduce(send, recv, ReduceOp::Sum).unwrap();
+            }
         }
         let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
-        assert!(recv.iter().all(|&x| x == n as f32));
+        if !in_place {
+            assert!(recv.iter().all(|&x| x == n as f32));
+        }
         let busbw = bytes as f64 / us / 1e3 * 2.0 * (n - 1) as f64 / n as f64;
         if rank == 0 {
             println!("{bytes:>12} {us:>10.2} {busbw:>10.3}");

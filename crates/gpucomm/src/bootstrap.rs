@@ -297,9 +297,11 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
     } else {
         first
     };
+    let local_ranks = hosts.iter().filter(|h| **h == host.as_str()).count();
     Ok(InnerParts {
         rank: me,
         world: n,
+        local_ranks,
         ranks_per_node,
         links,
         region,

@@ -133,6 +133,7 @@ pub(crate) struct Inner {
     pub world: usize,
     /// Ranks per node as the schedules see it (ranks numbered node by node).
     pub ranks_per_node: usize,
+    patience: engine::Patience,
     pub state: Mutex<State>,
     pub abort: AtomicBool,
     broken: Mutex<Option<String>>,
@@ -164,6 +165,8 @@ type Job = Box<dyn FnOnce(&Inner) + Send>;
 pub(crate) struct InnerParts {
     pub rank: usize,
     pub world: usize,
+    /// Ranks of the job on this host (this one included).
+    pub local_ranks: usize,
     pub ranks_per_node: usize,
     pub links: Vec<Option<Box<dyn Link>>>,
     pub region: Option<Region>,
@@ -185,6 +188,7 @@ impl Inner {
             rank: p.rank,
             world: p.world,
             ranks_per_node: p.ranks_per_node.clamp(1, p.world.max(1)),
+            patience: engine::Patience::for_local_ranks(p.local_ranks),
             state: Mutex::new(State {
                 links: p.links,
                 plans: HashMap::new(),
@@ -658,7 +662,7 @@ impl Inner {
             .arena
             .as_ref()
             .map(|a| a.ptr())
-            .unwrap_or(std::ptr::null_mut());
+            .unwrap_or(std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8);
         if stage {
             let staged = unsafe_add(arena, scratch_bytes);
             // SAFETY: `input` is the user's buffer of >= in_len elements, the
@@ -703,6 +707,7 @@ impl Inner {
             timeout,
             abort: &self.abort,
             region: self.region.as_ref(),
+            patience: self.patience,
             zero_copy: &lookup,
         };
         engine::execute(&plan, &mut ex, exec)?;

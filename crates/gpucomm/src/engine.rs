@@ -27,8 +27,40 @@ use crate::transport::{
 
 /// Sends of at least this many bytes go zero-copy when the link allows.
 pub(crate) const ZERO_COPY_MIN: usize = 16 * 1024;
-const SPIN: Duration = Duration::from_micros(20);
-const YIELD: Duration = Duration::from_micros(300);
+/// How long an idle engine polls before it yields or sleeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Patience {
+    /// Pure polling (no system call).
+    pub spin: Duration,
+    /// Then `sched_yield` until this much idle time.
+    pub yield_until: Duration,
+}
+
+impl Patience {
+    /// Every local rank can have a core: poll for 2 ms, as MPI libraries do,
+    /// so both sides of a transfer stay on their cores.
+    pub const DEDICATED: Patience = Patience {
+        spin: Duration::from_millis(2),
+        yield_until: Duration::from_millis(2),
+    };
+    /// More local ranks than cores: give the core away quickly.
+    pub const SHARED: Patience = Patience {
+        spin: Duration::from_micros(20),
+        yield_until: Duration::from_micros(300),
+    };
+
+    /// The right patience for `local_ranks` ranks on this host.
+    pub fn for_local_ranks(local_ranks: usize) -> Patience {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        if local_ranks <= cores {
+            Patience::DEDICATED
+        } else {
+            Patience::SHARED
+        }
+    }
+}
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,6 +281,7 @@ pub(crate) struct Exec<'a> {
     pub timeout: Duration,
     pub abort: &'a AtomicBool,
     pub region: Option<&'a Region>,
+    pub patience: Patience,
     /// Finds a zero-copy reference for `bytes` bytes at a pointer.
     pub zero_copy: &'a dyn Fn(*const u8, usize) -> Option<ZeroCopy>,
 }
@@ -332,7 +365,7 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
         let now = Instant::now();
         let since = *idle_since.get_or_insert(now);
         let idle = now - since;
-        if idle < SPIN {
+        if idle < ex.patience.spin {
             // One pause per pass: a pause costs ~40-140 cycles, more would
             // add latency to every small message.
             std::hint::spin_loop();
@@ -348,7 +381,9 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
             let peer = blocked_peer(plan, state);
             return Err(ex.fail(peer, Failure::Timeout(ex.timeout)));
         }
-        if now - last_liveness >= LIVENESS_EVERY || idle < YIELD + SPIN && last_liveness < since {
+        if now - last_liveness >= LIVENESS_EVERY
+            || idle < ex.patience.yield_until + ex.patience.spin && last_liveness < since
+        {
             last_liveness = now;
             let mut gone = None;
             for &p in &plan.peers {
@@ -380,7 +415,7 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
                 return Err(ex.link_err(p, e));
             }
         }
-        if idle < YIELD {
+        if idle < ex.patience.yield_until {
             std::thread::yield_now();
             continue;
         }
@@ -558,7 +593,11 @@ fn step_transfer(
                     MsgKind::Data,
                 )
             } else {
-                (std::ptr::null(), 0, MsgKind::Desc)
+                (
+                    std::ptr::NonNull::<u64>::dangling().as_ptr() as *const u8,
+                    0,
+                    MsgKind::Desc,
+                )
             };
             let mut zero_copy = None;
             if kind == MsgKind::Data && len >= ZERO_COPY_MIN {
@@ -585,7 +624,7 @@ fn step_transfer(
                 ItemKind::DescRecv => RecvReq {
                     kind: MsgKind::Desc,
                     desc,
-                    dst: std::ptr::null_mut(),
+                    dst: std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8,
                     len: 0,
                     reduce: None,
                 },

@@ -201,6 +201,7 @@ impl Communicator {
                 rank: me,
                 world: n,
                 ranks_per_node: n,
+                local_ranks: n,
                 links,
                 region: Some(regions[me].clone()),
                 timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),

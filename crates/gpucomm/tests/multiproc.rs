@@ -23,6 +23,7 @@ fn free_port() -> u16 {
 
 struct Job {
     children: Vec<Child>,
+    port: u16,
 }
 
 impl Job {
@@ -52,7 +53,7 @@ impl Job {
                     .unwrap()
             })
             .collect();
-        Job { children }
+        Job { children, port }
     }
 
     /// Waits for every rank (bounded); returns (exit code, output) per rank.
@@ -127,6 +128,7 @@ fn worker() {
         timeout: Duration::from_millis(f[6].parse().unwrap()),
     };
     let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+    // Auto must find that every rank shares this host.
     let want = match f[5] {
         "tcp" => TransportKind::Tcp,
         _ => TransportKind::Shm,
@@ -148,6 +150,28 @@ fn worker() {
                 "rank {rank}: {} cases, {checked} elements checked",
                 cases.len()
             );
+        }
+        "p2p" => {
+            // A ring of sends and receives, then a barrier.
+            let next = (rank + 1) % n;
+            let prev = (rank + n - 1) % n;
+            let data: Vec<u64> = (0..100_000)
+                .map(|i| (rank * 1_000_000 + i) as u64)
+                .collect();
+            let mut got = vec![0u64; 100_000];
+            if rank % 2 == 0 {
+                c.send(&data, next).unwrap();
+                c.recv(&mut got, prev).unwrap();
+            } else {
+                c.recv(&mut got, prev).unwrap();
+                c.send(&data, next).unwrap();
+            }
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &x)| x == (prev * 1_000_000 + i) as u64)
+            );
+            c.barrier().unwrap();
         }
         "killed" => {
             // The last rank dies; the others must notice.
@@ -283,6 +307,45 @@ fn failure(scenario: &str, n: usize, transport: &str, timeout_ms: u64, expect_ok
         }
     }
     assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn auto_picks_shm_on_one_host() {
+    let res = Job::spawn("p2p", 3, "auto", 20_000).wait(Duration::from_secs(60));
+    all_ok(&res);
+}
+
+/// Strangers connecting to the store with garbage, a wrong token, or
+/// nothing at all while the job starts do not disturb it.
+#[test]
+fn stray_connections_do_not_disturb_a_job() {
+    use std::io::Write;
+    let job = Job::spawn("p2p", 2, "tcp", 20_000);
+    let port = job.port;
+    let t = Instant::now();
+    let mut strays = Vec::new();
+    while strays.len() < 3 && t.elapsed() < Duration::from_secs(10) {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            match strays.len() {
+                0 => {
+                    let _ = s.write_all(&[0xde; 300]);
+                }
+                1 => {
+                    // A well-formed hello with the wrong token.
+                    let mut m = vec![1u8];
+                    m.extend_from_slice(&0u32.to_le_bytes());
+                    m.extend_from_slice(&5u32.to_le_bytes());
+                    m.extend_from_slice(b"wrong");
+                    let _ = s.write_all(&m);
+                }
+                _ => {}
+            }
+            strays.push(s);
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    all_ok(&job.wait(Duration::from_secs(60)));
 }
 
 #[test]

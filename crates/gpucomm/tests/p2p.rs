@@ -96,3 +96,37 @@ fn abort_from_another_thread_ends_a_wait() {
     let e = comms[0].recv(&mut v, 1).unwrap_err();
     assert!(matches!(e.failure(), Some(Failure::Aborted(_))), "{e}");
 }
+
+#[test]
+fn injected_link_failure_ends_in_errors_on_both_sides() {
+    let comms = Communicator::in_process_with(
+        2,
+        &InProcessOptions {
+            timeout: Some(Duration::from_secs(20)),
+            faults: vec![(0, 1, gpucomm::Fault::BreakAfterSends(3))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut v = vec![1f32; 100];
+                    for _ in 0..10 {
+                        c.all_reduce_in_place(&mut v, gpucomm::ReduceOp::Sum)?;
+                    }
+                    Ok::<_, gpucomm::Error>(())
+                })
+            })
+            .collect();
+        let r: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let e0 = r[0].as_ref().unwrap_err();
+        assert!(matches!(e0.failure(), Some(Failure::PeerGone(_))), "{e0}");
+        let e1 = r[1].as_ref().unwrap_err();
+        assert!(e1.context().is_some(), "{e1}");
+    });
+    assert!(t.elapsed() < Duration::from_secs(10));
+}

@@ -209,8 +209,12 @@ impl Link for TcpLink {
         st: &mut XferState,
     ) -> Result<bool, LinkError> {
         let hdr = encode_header(req.kind, req.seq, &req.desc, req.len as u64);
-        // SAFETY: the engine guarantees req.data is valid for req.len bytes.
-        let data = unsafe { std::slice::from_raw_parts(req.data, req.len) };
+        let data: &[u8] = if req.len == 0 {
+            &[]
+        } else {
+            // SAFETY: the engine guarantees req.data is valid for req.len bytes.
+            unsafe { std::slice::from_raw_parts(req.data, req.len) }
+        };
         loop {
             // st.partial: header bytes written; st.done: payload bytes written.
             if st.partial >= HDR && st.done >= req.len {
