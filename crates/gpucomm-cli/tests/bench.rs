@@ -90,25 +90,11 @@ fn every_collective_over_shared_memory() {
 }
 
 #[test]
-// Runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs
-// poll_send makes a slice of it, which debug builds abort on (UB check);
-// release builds (CI) run these. Drop the attribute once the runtime is fixed.
-#[cfg_attr(
-    debug_assertions,
-    ignore = "runtime bug: null DescSend slice in tcp.rs aborts debug builds"
-)]
 fn every_collective_over_tcp() {
     sweep_every_collective("tcp");
 }
 
 #[test]
-// Runtime bug: engine.rs sends DescSend with a null pointer and tcp.rs
-// poll_send makes a slice of it, which debug builds abort on (UB check);
-// release builds (CI) run these. Drop the attribute once the runtime is fixed.
-#[cfg_attr(
-    debug_assertions,
-    ignore = "runtime bug: null DescSend slice in tcp.rs aborts debug builds"
-)]
 fn every_dtype_and_op() {
     let ops = ["sum", "prod", "min", "max", "avg"];
     let dtypes = [
