@@ -213,7 +213,12 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                 Ok((s, _)) => {
                     let s = Socket::from(s);
                     let _ = s.set_nonblocking(false);
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    // A stranger that connects and says nothing holds the
+                    // accept loop for at most this long.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let _ = s.set_read_timeout(Some(
+                        left.clamp(Duration::from_millis(10), Duration::from_secs(2)),
+                    ));
                     let mut r: &Socket = &s;
                     match read_hello(&mut r, &cfg.token) {
                         Ok((rank, ch)) => {

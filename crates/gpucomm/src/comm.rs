@@ -119,10 +119,14 @@ pub struct InProcessOptions {
     pub faults: Vec<(usize, usize, crate::Fault)>,
 }
 
+type LastPlan = ((Problem, Option<Algorithm>), Arc<Plan>, Algorithm, bool);
+
 pub(crate) struct State {
     pub links: Vec<Option<Box<dyn Link>>>,
     plans: HashMap<(Problem, Algorithm), (Arc<Plan>, bool)>,
     tuned: HashMap<Problem, Algorithm>,
+    /// The last collective's plan, keyed by (problem, per-call algorithm).
+    last: Option<LastPlan>,
     exec: ExecState,
     arena: Option<Arc<Segment>>,
     seq: u64,
@@ -137,6 +141,7 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub abort: AtomicBool,
     broken: Mutex<Option<String>>,
+    is_broken: AtomicBool,
     pub region: Option<Region>,
     pub kinds: Vec<Option<TransportKind>>,
     timeout_ms: AtomicU64,
@@ -193,12 +198,14 @@ impl Inner {
                 links: p.links,
                 plans: HashMap::new(),
                 tuned: HashMap::new(),
+                last: None,
                 exec: ExecState::default(),
                 arena: None,
                 seq: 0,
             }),
             abort: AtomicBool::new(false),
             broken: Mutex::new(None),
+            is_broken: AtomicBool::new(false),
             region: p.region,
             kinds,
             timeout_ms: AtomicU64::new(p.timeout.as_millis().max(1) as u64),
@@ -251,6 +258,7 @@ impl Inner {
             *b = Some(why);
         }
         drop(b);
+        self.is_broken.store(true, Ordering::Release);
         if let Some(r) = &self.region {
             r.state().store(state, Ordering::Release);
             r.doorbell().fetch_add(1, Ordering::SeqCst);
@@ -272,6 +280,9 @@ impl Inner {
     }
 
     fn check_usable(&self) -> Result<(), Error> {
+        if !self.is_broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if let Some(b) = self.broken.lock().expect("broken lock").as_ref() {
             return Err(Error::Broken(b.clone()));
         }
@@ -281,6 +292,9 @@ impl Inner {
     /// Waits until every queued async operation has run.
     fn drain(&self) {
         let target = self.queue.submitted.load(Ordering::Acquire);
+        if target == 0 {
+            return; // never used async: no lock on the hot path
+        }
         let mut c = self.queue.completed.lock().expect("queue lock");
         while *c < target {
             c = self.queue.cv.wait(c).expect("queue lock");
@@ -571,39 +585,48 @@ impl Inner {
                 // A per-call algorithm is strict; the communicator's default
                 // (GPUCOMM_ALGORITHM) applies where it has a schedule and
                 // the tuner picks for the other collectives (barrier, ...).
-                let forced = rc.opts.algorithm.or(self.algorithm);
-                let algos: Vec<Algorithm> =
-                    match (rc.opts.algorithm, self.algorithm, st.tuned.get(&problem)) {
-                        (Some(a), _, _) => vec![a],
-                        (None, Some(a), _) if Schedule::new(problem, a).is_ok() => vec![a],
-                        (None, _, Some(&a)) => vec![a],
-                        _ => choose_algorithm(&problem),
-                    };
-                let mut last = None;
-                let mut found = None;
-                for a in algos {
-                    if let Some((p, safe)) = st.plans.get(&(problem, a)) {
-                        found = Some((p.clone(), a, *safe));
-                        break;
-                    }
-                    match Schedule::new(problem, a) {
-                        Ok(s) => {
-                            let plan = Arc::new(Plan::compile(&s, me, true)?);
-                            let safe = s.in_place_safe();
-                            st.plans.insert((problem, a), (plan.clone(), safe));
-                            found = Some((plan, a, safe));
+                let key = (problem, rc.opts.algorithm);
+                if let Some((k, plan, a, safe)) = &st.last
+                    && *k == key
+                {
+                    // The same call as the last one (a loop): no hashing, no allocation.
+                    (plan.clone(), count, algo_code(*a), Some((coll, *safe)))
+                } else {
+                    let forced = rc.opts.algorithm.or(self.algorithm);
+                    let algos: Vec<Algorithm> =
+                        match (rc.opts.algorithm, self.algorithm, st.tuned.get(&problem)) {
+                            (Some(a), _, _) => vec![a],
+                            (None, Some(a), _) if Schedule::new(problem, a).is_ok() => vec![a],
+                            (None, _, Some(&a)) => vec![a],
+                            _ => choose_algorithm(&problem),
+                        };
+                    let mut last = None;
+                    let mut found = None;
+                    for a in algos {
+                        if let Some((p, safe)) = st.plans.get(&(problem, a)) {
+                            found = Some((p.clone(), a, *safe));
                             break;
                         }
-                        Err(e) => last = Some(e),
+                        match Schedule::new(problem, a) {
+                            Ok(s) => {
+                                let plan = Arc::new(Plan::compile(&s, me, true)?);
+                                let safe = s.in_place_safe();
+                                st.plans.insert((problem, a), (plan.clone(), safe));
+                                found = Some((plan, a, safe));
+                                break;
+                            }
+                            Err(e) => last = Some(e),
+                        }
                     }
+                    let Some((plan, a, safe)) = found else {
+                        return Err(Error::Algo(last.expect("at least one algorithm tried")));
+                    };
+                    if forced != Some(a) {
+                        st.tuned.insert(problem, a);
+                    }
+                    st.last = Some((key, plan.clone(), a, safe));
+                    (plan, count, algo_code(a), Some((coll, safe)))
                 }
-                let Some((plan, a, safe)) = found else {
-                    return Err(Error::Algo(last.expect("at least one algorithm tried")));
-                };
-                if forced != Some(a) {
-                    st.tuned.insert(problem, a);
-                }
-                (plan, count, algo_code(a), Some((coll, safe)))
             }
         };
         let (ccode, arg) = match coll {
@@ -807,7 +830,14 @@ pub(crate) fn start<T: Element>(
     rc.space = recv.space();
     let job: Job = Box::new(move |inner: &Inner| {
         let rc = rc;
-        let r = inner.run(rc).map(|()| (send, recv));
+        // A panic must not leave the request unanswered (its wait would hang).
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.run(rc))) {
+            Ok(r) => r.map(|()| (send, recv)),
+            Err(_) => {
+                inner.poison("a panic in the progress thread".into(), STATE_ABORTED);
+                Err(Error::Broken("a panic in the progress thread".into()))
+            }
+        };
         *s2.result.lock().expect("request lock") = Some(r);
         s2.cv.notify_all();
     });

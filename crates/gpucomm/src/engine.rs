@@ -176,12 +176,15 @@ impl Plan {
                 kind,
                 ItemKind::RecvReduce | ItemKind::Copy | ItemKind::Reduce
             ) && src.len != dst.len
-                && kind != ItemKind::Copy
             {
                 return Err(bad(format!("step {i}: operands of different lengths")));
             }
-            if kind == ItemKind::Copy && src.len != dst.len {
-                return Err(bad(format!("step {i}: copy of different lengths")));
+            // Reduce kernels accept dst == src or disjoint operands only.
+            if kind == ItemKind::Reduce && src.buf == dst.buf {
+                let (a, b) = (src.offset, dst.offset);
+                if a < b + dst.len && b < a + src.len {
+                    return Err(bad(format!("step {i}: overlapping reduce operands")));
+                }
             }
             if kind == ItemKind::RecvReduce && src.buf == dst.buf && src.offset != dst.offset {
                 let (a, b) = (src.offset, dst.offset);
@@ -373,7 +376,7 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
         }
         if ex.abort.load(Ordering::Acquire) {
             return Err(ex.fail(
-                None,
+                blocked_peer(plan, state),
                 Failure::Aborted("abort() called on this communicator".into()),
             ));
         }

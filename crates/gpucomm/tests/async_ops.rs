@@ -191,3 +191,13 @@ fn ring_hammer() {
         }
     });
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Communicator>();
+    check::<gpucomm::AbortHandle>();
+    check::<gpucomm::Request<f32>>();
+    check::<Buffer<gpucomm::f16>>();
+    check::<Error>();
+}

@@ -89,6 +89,10 @@ fn abort_from_another_thread_ends_a_wait() {
         let mut v = [0f32; 4];
         let e = comms[1].recv(&mut v, 0).unwrap_err();
         assert!(matches!(e.failure(), Some(Failure::Aborted(_))), "{e}");
+        // The error names the operation, its sequence number, the peer and the transport.
+        let ctx = e.context().unwrap();
+        assert_eq!((ctx.op, ctx.seq, ctx.peer), ("recv", 0, Some(0)));
+        assert_eq!(ctx.transport, Some(gpucomm::TransportKind::InProcess));
     });
     assert!(t.elapsed() < Duration::from_secs(5));
     // The peer sees the abort too.
