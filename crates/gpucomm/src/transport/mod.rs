@@ -1,12 +1,12 @@
 //! Transports: one small trait, tried in priority order, as in NCCL's
 //! `transport.h` (`can_connect`, then setup).
 //!
-//! A [`Link`] joins this rank to one peer. It carries messages on
+//! A `Link` joins this rank to one peer. It carries messages on
 //! independent FIFO streams, one per channel and direction; the engine never
-//! blocks inside a link: it calls [`Link::poll_send`] / [`Link::poll_recv`],
+//! blocks inside a link: it calls `Link::poll_send` / `Link::poll_recv`,
 //! which make whatever progress is possible now and say whether the transfer
 //! is complete. Every message carries the operation's descriptor
-//! ([`OpDesc`]), so a peer that called a different operation is detected on
+//! (`OpDesc`), so a peer that called a different operation is detected on
 //! the first message, and every length is checked against the posted receive
 //! before a byte is copied.
 //!
