@@ -462,10 +462,26 @@ fn worker() {
         local_world_size: Some(local.len()),
         store_addr: f[3].to_string(),
         token: f[4].to_string(),
-        transport: TransportChoice::Auto,
+        transport: if scenario == "forceshm" {
+            TransportChoice::Shm
+        } else {
+            TransportChoice::Auto
+        },
         algorithm: None,
         timeout: boot_timeout,
     };
+    if scenario == "forceshm" {
+        // Shared memory forced across hosts: a clear error, on every rank.
+        let t = Instant::now();
+        let e = Communicator::new(&cfg).expect_err("shm across namespaces must be refused");
+        println!("rank {rank}: {e} after {:?}", t.elapsed());
+        assert!(
+            matches!(e, gpucomm::Error::Bootstrap { .. }) && e.to_string().contains("another host"),
+            "{e}"
+        );
+        println!("WORKER-OK");
+        return;
+    }
     let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
     c.set_timeout(op_timeout);
     // Auto: shared memory inside a namespace, TCP between namespaces.
@@ -630,6 +646,22 @@ fn mixed_two_ranks_per_host() {
 fn mixed_uneven_placement() {
     let Some(net) = setup(2) else { return };
     collectives(&net, &[0, 1, 0], 1);
+}
+
+/// `TransportChoice::Shm` forced for ranks on different hosts: every rank
+/// gets a bootstrap error saying so (none waits for the 20 s timeout).
+#[test]
+fn forced_shm_across_hosts_is_refused() {
+    let Some(net) = setup(2) else { return };
+    let t = Instant::now();
+    let mut job = Job::spawn(&net, "forceshm", &[0, 1], 1, Duration::from_secs(5));
+    let res = job.wait(Duration::from_secs(30));
+    for (r, o) in res.iter().enumerate() {
+        assert_ok(r, o);
+        let line = o.output.lines().find(|l| l.contains("forced"));
+        eprintln!("{}", line.unwrap_or(""));
+    }
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
 
 /// Host 1's cable limited to 200 Mbit/s both ways (token bucket, 4 KB burst,
