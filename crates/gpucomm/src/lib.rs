@@ -52,6 +52,7 @@ mod dtype;
 mod engine;
 pub mod env;
 mod error;
+pub mod launch;
 pub mod store;
 pub mod transport;
 

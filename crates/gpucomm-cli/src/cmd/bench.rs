@@ -1,12 +1,775 @@
-//! `gpucomm bench` (being built).
+//! `gpucomm bench COLLECTIVE`: nccl-tests for gpucomm.
+//!
+//! The command is a coordinator: it starts `--ranks` worker processes (this
+//! same binary, re-executed as `gpucomm bench --worker ...`) through the
+//! launch machinery of `gpucomm launch` (`gpucomm::launch`). Every worker
+//! joins the job through the environment the launcher sets, runs the sweep,
+//! and prints one machine-readable record per size on its stdout (lines
+//! starting with [`RECORD`]); the coordinator collects the records of all
+//! ranks and prints the table (or JSON), so the numbers are aggregated in
+//! one place and worker output that is not a record is forwarded with its
+//! rank in front, like `gpucomm launch` does.
+//!
+//! Definitions follow nccl-tests (`src/common.cu`, `doc/PERFORMANCE.md`):
+//! `size` is the larger of a rank's input and output in bytes; `count` the
+//! element count nccl-tests passes to the collective; `time` the average over
+//! the timed iterations (after warm-up) of one call, taken as the maximum over
+//! ranks (`--average` changes that); `algbw = size / time`;
+//! `busbw = algbw * factor` with [`Collective::busbw_factor`]; `#wrong` the
+//! number of wrong elements of a separate checked run, summed over ranks.
 
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Arguments of `gpucomm bench`.
-#[derive(clap::Args, Debug)]
-pub struct Args {}
+use anyhow::{Context, bail};
+use gpucomm::env::TransportChoice;
+use gpucomm::launch::{LaunchConfig, LaunchError, LineSink, Stream, launch_with, prefix_sink};
+use gpucomm_algo::{Algorithm, Collective, ReduceOp};
+use serde::{Deserialize, Serialize};
+
+use super::common::{parse_size, size_sweep};
+use super::launch::{parse_algorithm, parse_secs, parse_transport};
+
+mod check;
+mod table;
+mod worker;
+
+use table::Printer;
+
+/// Prefix of the lines a worker prints for the coordinator.
+pub const RECORD: &str = "@gpucomm-bench ";
+
+/// Arguments of `gpucomm bench`. Short options are nccl-tests' (`-b -e -f -n
+/// -w -d -o -r -c -a`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The collective: all_reduce, all_gather, reduce_scatter, broadcast,
+    /// reduce, all_to_all, sendrecv or barrier.
+    #[arg(default_value = "all_reduce", value_parser = parse_collective_name)]
+    pub collective: BenchCollective,
+    /// Number of ranks (separate processes on this host).
+    #[arg(long, default_value_t = 2)]
+    pub ranks: usize,
+    /// Smallest size, in bytes (K, M, G suffixes: powers of 1024).
+    #[arg(short = 'b', long, default_value = "8", value_parser = parse_size_arg)]
+    pub min_bytes: u64,
+    /// Largest size, in bytes.
+    #[arg(short = 'e', long, default_value = "64M", value_parser = parse_size_arg)]
+    pub max_bytes: u64,
+    /// Multiply the size by this from one row to the next.
+    #[arg(short = 'f', long, default_value_t = 2)]
+    pub step_factor: u64,
+    /// Element type: f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64
+    /// (nccl-tests' names float, double, half, bfloat16, int8, ... work too).
+    #[arg(short = 'd', long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: gpucomm::DataType,
+    /// Reduction op: sum, prod, min, max, avg.
+    #[arg(short = 'o', long, default_value = "sum", value_parser = parse_op)]
+    pub op: ReduceOp,
+    /// Root rank of broadcast and reduce.
+    #[arg(short = 'r', long, default_value_t = 0)]
+    pub root: usize,
+    /// Timed iterations per size (default: from 1000 for small sizes down
+    /// to 5, about 256 MiB of data per size).
+    #[arg(short = 'n', long)]
+    pub iters: Option<usize>,
+    /// Untimed iterations before the timed ones (default: 5, 2 for large sizes).
+    #[arg(short = 'w', long)]
+    pub warmup: Option<usize>,
+    /// Transport between the ranks.
+    #[arg(long, default_value = "shm", value_parser = parse_transport)]
+    pub transport: TransportChoice,
+    /// Algorithm (default: the tuner chooses per size).
+    #[arg(long, default_value = "auto", value_parser = parse_algorithm_or_auto)]
+    pub algorithm: AlgorithmArg,
+    /// Verify every result against a reference (the default).
+    #[arg(long, overrides_with = "no_check")]
+    pub check: bool,
+    /// Do not verify results (`#wrong` shows N/A).
+    #[arg(long)]
+    pub no_check: bool,
+    /// How the per-rank times combine: max (default), avg, min, rank0.
+    #[arg(short = 'a', long, default_value = "max", value_parser = parse_average)]
+    pub average: Average,
+    /// Print one JSON object per size instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Run the ranks as threads of this process (the in-process transport)
+    /// instead of separate processes.
+    #[arg(long)]
+    pub threads: bool,
+    /// Each rank's bound on every wait, in seconds.
+    #[arg(long, value_parser = parse_secs, default_value = "60")]
+    pub rank_timeout: Duration,
+    /// Bound on the whole run, in seconds.
+    #[arg(long, value_parser = parse_secs, default_value = "600")]
+    pub timeout: Duration,
+
+    /// (internal) Run as one rank of a bench started by the coordinator.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+    /// (internal, tests) Inject a fault: kill, exit, abort, mismatch, hang, garbage-store, bad-token.
+    #[arg(long, hide = true, value_parser = parse_fault)]
+    pub fault: Option<Fault>,
+    /// (internal, tests) The rank that injects the fault.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub fault_rank: usize,
+    /// (internal, tests) The size index (row) at which the fault happens.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub fault_row: usize,
+}
+
+/// A collective as named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchCollective {
+    /// all_reduce
+    AllReduce,
+    /// all_gather
+    AllGather,
+    /// reduce_scatter
+    ReduceScatter,
+    /// broadcast
+    Broadcast,
+    /// reduce
+    Reduce,
+    /// all_to_all
+    AllToAll,
+    /// sendrecv
+    SendRecv,
+    /// barrier
+    Barrier,
+}
+
+impl BenchCollective {
+    const ALL: [(BenchCollective, &'static str); 8] = [
+        (BenchCollective::AllReduce, "all_reduce"),
+        (BenchCollective::AllGather, "all_gather"),
+        (BenchCollective::ReduceScatter, "reduce_scatter"),
+        (BenchCollective::Broadcast, "broadcast"),
+        (BenchCollective::Reduce, "reduce"),
+        (BenchCollective::AllToAll, "all_to_all"),
+        (BenchCollective::SendRecv, "sendrecv"),
+        (BenchCollective::Barrier, "barrier"),
+    ];
+
+    /// The command-line name.
+    pub fn name(&self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| c == self)
+            .map(|(_, n)| *n)
+            .unwrap_or("?")
+    }
+
+    /// The algo crate's collective, with its root (and shift 1 for sendrecv,
+    /// as nccl-tests' sendrecv_perf).
+    pub fn collective(&self, root: usize) -> Collective {
+        match self {
+            BenchCollective::AllReduce => Collective::AllReduce,
+            BenchCollective::AllGather => Collective::AllGather,
+            BenchCollective::ReduceScatter => Collective::ReduceScatter,
+            BenchCollective::Broadcast => Collective::Broadcast { root },
+            BenchCollective::Reduce => Collective::Reduce { root },
+            BenchCollective::AllToAll => Collective::AllToAll,
+            BenchCollective::SendRecv => Collective::SendRecv { shift: 1 },
+            BenchCollective::Barrier => Collective::Barrier,
+        }
+    }
+}
+
+fn parse_collective_name(s: &str) -> Result<BenchCollective, String> {
+    let norm: String = s
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .collect();
+    let norm = norm.strip_suffix("perf").unwrap_or(&norm);
+    BenchCollective::ALL
+        .iter()
+        .find(|(_, n)| n.replace('_', "") == norm)
+        .map(|(c, _)| *c)
+        .ok_or_else(|| {
+            let names: Vec<_> = BenchCollective::ALL.iter().map(|(_, n)| *n).collect();
+            format!(
+                "unknown collective {s:?} (expected one of {})",
+                names.join(", ")
+            )
+        })
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| format!("{e:#}"))
+}
+
+fn parse_dtype(s: &str) -> Result<gpucomm::DataType, String> {
+    gpucomm::DataType::from_name(s).ok_or_else(|| {
+        format!("unknown type {s:?} (expected f32, f64, f16, bf16, i8, u8, i32, u32, i64 or u64)")
+    })
+}
+
+fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::ALL
+        .into_iter()
+        .find(|o| o.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown op {s:?} (expected sum, prod, min, max or avg)"))
+}
+
+/// `--algorithm`: a name, or `auto` (the tuner chooses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlgorithmArg(pub Option<Algorithm>);
+
+impl AlgorithmArg {
+    fn name(&self) -> &'static str {
+        self.0.map(|a| a.name()).unwrap_or("auto")
+    }
+}
+
+fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmArg, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        Ok(AlgorithmArg(None))
+    } else {
+        parse_algorithm(s).map(|a| AlgorithmArg(Some(a)))
+    }
+}
+
+/// How per-rank times combine into the reported time (nccl-tests' `-a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Average {
+    /// Rank 0's time.
+    Rank0,
+    /// The mean over ranks (nccl-tests' default).
+    Avg,
+    /// The fastest rank.
+    Min,
+    /// The slowest rank (our default: a collective is done when the last rank is).
+    Max,
+}
+
+fn parse_average(s: &str) -> Result<Average, String> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "0" | "rank0" => Average::Rank0,
+        "1" | "avg" => Average::Avg,
+        "2" | "min" => Average::Min,
+        "3" | "max" => Average::Max,
+        _ => {
+            return Err(format!(
+                "unknown average {s:?} (expected max, avg, min or rank0)"
+            ));
+        }
+    })
+}
+
+impl Average {
+    fn name(&self) -> &'static str {
+        match self {
+            Average::Rank0 => "rank0",
+            Average::Avg => "avg",
+            Average::Min => "min",
+            Average::Max => "max",
+        }
+    }
+
+    fn combine(&self, per_rank: &[f64]) -> f64 {
+        match self {
+            Average::Rank0 => per_rank.first().copied().unwrap_or(0.0),
+            Average::Avg => per_rank.iter().sum::<f64>() / per_rank.len().max(1) as f64,
+            Average::Min => per_rank.iter().copied().fold(f64::INFINITY, f64::min),
+            Average::Max => per_rank.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
+/// Faults a worker can inject (for the failure tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The rank kills itself with SIGKILL in the middle of the timed loop.
+    Kill,
+    /// The rank exits with code 3 in the middle of the timed loop.
+    Exit,
+    /// Another thread of the rank calls `abort()` while it waits in a collective.
+    Abort,
+    /// The rank calls the collective with another count.
+    Mismatch,
+    /// The rank stops calling collectives (sleeps): the others must time out.
+    Hang,
+    /// Before joining, the rank connects to the store and sends garbage.
+    GarbageStore,
+    /// The rank presents a wrong token to the store.
+    BadToken,
+}
+
+fn parse_fault(s: &str) -> Result<Fault, String> {
+    Ok(match s {
+        "kill" => Fault::Kill,
+        "exit" => Fault::Exit,
+        "abort" => Fault::Abort,
+        "mismatch" => Fault::Mismatch,
+        "hang" => Fault::Hang,
+        "garbage-store" => Fault::GarbageStore,
+        "bad-token" => Fault::BadToken,
+        _ => return Err(format!("unknown fault {s:?}")),
+    })
+}
+
+impl Fault {
+    fn name(&self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Exit => "exit",
+            Fault::Abort => "abort",
+            Fault::Mismatch => "mismatch",
+            Fault::Hang => "hang",
+            Fault::GarbageStore => "garbage-store",
+            Fault::BadToken => "bad-token",
+        }
+    }
+}
+
+/// Everything both the coordinator and the workers derive from the arguments.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The collective, with its root.
+    pub collective: Collective,
+    /// The sweep's sizes (sweep bytes, before the per-collective layout).
+    pub sizes: Vec<u64>,
+    /// Verify results.
+    pub check: bool,
+}
+
+impl Args {
+    /// The sizes and settings every rank uses.
+    pub fn plan(&self) -> anyhow::Result<Plan> {
+        if self.ranks == 0 {
+            bail!("--ranks must be at least 1");
+        }
+        let collective = self.collective.collective(self.root);
+        if let Some(root) = collective.root() {
+            if root >= self.ranks {
+                bail!("--root {root} is not a rank of a {}-rank job", self.ranks);
+            }
+        }
+        let sizes = if collective == Collective::Barrier {
+            vec![0]
+        } else {
+            size_sweep(self.min_bytes, self.max_bytes, self.step_factor)?
+        };
+        if self.iters == Some(0) {
+            bail!("--iters must be at least 1");
+        }
+        Ok(Plan {
+            collective,
+            sizes,
+            check: !self.no_check,
+        })
+    }
+
+    /// The transport as reported: `in-process` with `--threads`.
+    pub fn transport_label(&self) -> &'static str {
+        if self.threads {
+            "in-process"
+        } else {
+            self.transport.name()
+        }
+    }
+
+    /// Timed iterations for a size.
+    pub fn iters_for(&self, bytes: u64) -> usize {
+        self.iters
+            .unwrap_or_else(|| ((256u64 << 20) / bytes.max(1)).clamp(5, 1000) as usize)
+    }
+
+    /// Warm-up iterations for a size.
+    pub fn warmup_for(&self, bytes: u64) -> usize {
+        self.warmup.unwrap_or(if bytes >= 16 << 20 { 2 } else { 5 })
+    }
+
+    /// The arguments a worker gets (the coordinator's, plus `--worker`).
+    fn worker_argv(&self) -> Vec<String> {
+        let mut v = vec![
+            "bench".to_string(),
+            self.collective.name().to_string(),
+            "--worker".into(),
+            "--ranks".into(),
+            self.ranks.to_string(),
+            "-b".into(),
+            self.min_bytes.to_string(),
+            "-e".into(),
+            self.max_bytes.to_string(),
+            "-f".into(),
+            self.step_factor.to_string(),
+            "-d".into(),
+            self.dtype.name().into(),
+            "-o".into(),
+            self.op.name().into(),
+            "-r".into(),
+            self.root.to_string(),
+            "--transport".into(),
+            self.transport.name().into(),
+        ];
+        if let Some(n) = self.iters {
+            v.extend(["-n".into(), n.to_string()]);
+        }
+        if let Some(n) = self.warmup {
+            v.extend(["-w".into(), n.to_string()]);
+        }
+        if let Some(a) = self.algorithm.0 {
+            v.extend(["--algorithm".into(), a.name().into()]);
+        }
+        if self.no_check {
+            v.push("--no-check".into());
+        }
+        if let Some(f) = self.fault {
+            v.extend([
+                "--fault".into(),
+                f.name().into(),
+                "--fault-rank".into(),
+                self.fault_rank.to_string(),
+                "--fault-row".into(),
+                self.fault_row.to_string(),
+            ]);
+        }
+        v
+    }
+}
+
+/// What a worker tells the coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// The rank joined the job.
+    Hello {
+        /// Its rank.
+        rank: usize,
+        /// Its process id.
+        pid: u32,
+        /// Its host name.
+        host: String,
+        /// The transports its links use (`shm`, `tcp`, ...), deduplicated.
+        transports: Vec<String>,
+    },
+    /// One size done on one rank.
+    Row {
+        /// The rank.
+        rank: usize,
+        /// Index into the sweep.
+        index: usize,
+        /// Timed iterations.
+        iters: usize,
+        /// Warm-up iterations.
+        warmup: usize,
+        /// Mean time of one out-of-place call, in microseconds.
+        oop_us: f64,
+        /// Mean time of one in-place call.
+        ip_us: f64,
+        /// Wrong elements out of place (None: not checked).
+        oop_wrong: Option<u64>,
+        /// Wrong elements in place.
+        ip_wrong: Option<u64>,
+    },
+}
 
 /// Runs `gpucomm bench`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`gpucomm bench` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let plan = args.plan()?;
+    if args.worker {
+        return worker::run(&args, &plan);
+    }
+    coordinate(&args, &plan)
+}
+
+fn new_printer(args: &Args, plan: &Plan) -> Arc<Mutex<Printer>> {
+    Arc::new(Mutex::new(Printer::new(
+        args.clone(),
+        plan.clone(),
+        Box::new(std::io::stdout()),
+    )))
+}
+
+/// The footer and the exit code once every rank is done.
+fn finish(printer: &Mutex<Printer>, plan: &Plan) -> anyhow::Result<ExitCode> {
+    let mut p = printer
+        .lock()
+        .map_err(|_| anyhow::anyhow!("output lock poisoned"))?;
+    if p.next_row != plan.sizes.len() {
+        bail!(
+            "the ranks ended after {} of {} sizes without an error",
+            p.next_row,
+            plan.sizes.len()
+        );
+    }
+    p.footer();
+    if let Some(e) = &p.failed {
+        if e.contains("Broken pipe") {
+            return Ok(ExitCode::SUCCESS);
+        }
+        bail!("writing the results: {e}");
+    }
+    if p.wrong_rows > 0 {
+        eprintln!(
+            "gpucomm bench: {} result(s) had wrong elements",
+            p.wrong_rows
+        );
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--threads`: every rank a thread of this process, joined by the runtime's
+/// in-process transport.
+fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    if args.fault.is_some() {
+        bail!("fault injection needs separate processes (drop --threads)");
+    }
+    let opts = gpucomm::InProcessOptions {
+        timeout: Some(args.rank_timeout),
+        ..Default::default()
+    };
+    let comms = gpucomm::Communicator::in_process_with(args.ranks, &opts)
+        .context("creating in-process ranks")?;
+    let printer = new_printer(args, plan);
+    let errors: Vec<anyhow::Error> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|comm| {
+                let printer = printer.clone();
+                s.spawn(move || {
+                    let rank = comm.rank();
+                    let sink = move |rec: &Record| -> anyhow::Result<()> {
+                        printer
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("output lock poisoned"))?
+                            .take(rec.clone());
+                        Ok(())
+                    };
+                    worker::run_rank(&comm, args, plan, &sink)
+                        .with_context(|| format!("rank {rank} (thread)"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(anyhow::anyhow!("a rank thread panicked")),
+            })
+            .collect()
+    });
+    if let Some(first) = errors.into_iter().next() {
+        return Err(first);
+    }
+    finish(&printer, plan)
+}
+
+fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    if args.threads {
+        return run_threads(args, plan);
+    }
+    let exe =
+        std::env::current_exe().context("cannot find the gpucomm executable to start ranks")?;
+    let printer = new_printer(args, plan);
+    let forward = prefix_sink();
+    let p2 = printer.clone();
+    let sink: LineSink = Arc::new(move |rank, stream, line| {
+        if stream == Stream::Stdout {
+            if let Some(rest) = line.strip_prefix(RECORD.as_bytes()) {
+                match serde_json::from_slice::<Record>(rest) {
+                    Ok(rec) => {
+                        if let Ok(mut p) = p2.lock() {
+                            p.take(rec);
+                        }
+                    }
+                    Err(e) => forward(
+                        rank,
+                        Stream::Stderr,
+                        format!("bad record ({e}): {}", String::from_utf8_lossy(line)).as_bytes(),
+                    ),
+                }
+                return;
+            }
+        }
+        forward(rank, stream, line)
+    });
+    let cfg = LaunchConfig {
+        transport: Some(args.transport),
+        rank_timeout: Some(args.rank_timeout),
+        timeout: Some(args.timeout),
+        // Let the surviving ranks print their own errors before they are stopped.
+        term_delay: Duration::from_secs(2),
+        grace: Duration::from_secs(2),
+        ..LaunchConfig::new(args.ranks, exe.into_os_string()).args(args.worker_argv())
+    };
+    match launch_with(&cfg, sink) {
+        Ok(_) => finish(&printer, plan),
+        Err(e) => {
+            let code = e.exit_code().clamp(1, 255) as u8;
+            let what = match &e {
+                LaunchError::RankFailed { .. } | LaunchError::Timeout { .. } => "bench failed",
+                _ => "cannot start the ranks",
+            };
+            eprintln!("gpucomm bench: {what}: {e}");
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+/// Parses `gpucomm bench` arguments (for the tests).
+#[cfg(test)]
+pub(crate) fn parse_args(argv: &[&str]) -> Result<Args, clap::Error> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+    Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied())).map(|c| c.args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parse_args as parse;
+
+    #[test]
+    fn defaults_are_the_readme_command() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.collective, BenchCollective::AllReduce);
+        assert_eq!(
+            (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
+            (2, 8, 64 << 20, 2)
+        );
+        assert_eq!(a.transport, TransportChoice::Shm);
+        assert_eq!(a.dtype, gpucomm::DataType::F32);
+        assert_eq!(a.op, ReduceOp::Sum);
+        assert!(!a.no_check && !a.json);
+        let plan = a.plan().unwrap();
+        assert!(plan.check);
+        assert_eq!(plan.sizes.len(), 24);
+        assert_eq!(plan.sizes[0], 8);
+        assert_eq!(*plan.sizes.last().unwrap(), 64 << 20);
+    }
+
+    #[test]
+    fn options_parse() {
+        let a = parse(&[
+            "allgather",
+            "--ranks",
+            "4",
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-d",
+            "bfloat16",
+            "-o",
+            "max",
+            "-n",
+            "7",
+            "-w",
+            "1",
+            "--transport",
+            "tcp",
+            "--algorithm",
+            "ring",
+            "--no-check",
+            "--json",
+            "-a",
+            "avg",
+        ])
+        .unwrap();
+        assert_eq!(a.collective, BenchCollective::AllGather);
+        assert_eq!(
+            (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
+            (4, 1024, 1 << 20, 4)
+        );
+        assert_eq!(a.dtype, gpucomm::DataType::Bf16);
+        assert_eq!(a.op, ReduceOp::Max);
+        assert_eq!((a.iters, a.warmup), (Some(7), Some(1)));
+        assert_eq!(a.algorithm, AlgorithmArg(Some(Algorithm::Ring)));
+        assert_eq!(a.average, Average::Avg);
+        assert!(a.no_check && a.json);
+        assert!(!a.plan().unwrap().check);
+        // The worker gets the same settings back.
+        let w = a.worker_argv();
+        let b = parse(&w[1..].iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert!(b.worker);
+        assert_eq!(
+            (
+                b.collective,
+                b.ranks,
+                b.min_bytes,
+                b.max_bytes,
+                b.step_factor
+            ),
+            (a.collective, 4, 1024, 1 << 20, 4)
+        );
+        assert_eq!(
+            (b.dtype, b.op, b.iters, b.warmup, b.algorithm, b.no_check),
+            (a.dtype, a.op, a.iters, a.warmup, a.algorithm, true)
+        );
+        assert_eq!(b.transport, TransportChoice::Tcp);
+        for name in [
+            "all_reduce",
+            "all-to-all",
+            "alltoall",
+            "reduce_scatter_perf",
+            "SendRecv",
+            "barrier",
+            "broadcast",
+            "reduce",
+        ] {
+            assert!(parse(&[name]).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        for (argv, needle) in [
+            (&["gather"][..], "unknown collective"),
+            (&["-b", "8X"][..], "invalid size"),
+            (&["-d", "f8"][..], "unknown type"),
+            (&["-o", "xor"][..], "unknown op"),
+            (&["--transport", "ib"][..], "auto, shm or tcp"),
+            (&["--algorithm", "magic"][..], "unknown algorithm"),
+            (&["-a", "median"][..], "unknown average"),
+        ] {
+            let e = parse(argv)
+                .err()
+                .unwrap_or_else(|| panic!("{argv:?} parsed"));
+            assert!(e.to_string().contains(needle), "{argv:?}: {e}");
+        }
+        for (argv, needle) in [
+            (&["-b", "64", "-e", "8"][..], "larger than max"),
+            (&["-f", "1"][..], "step factor"),
+            (&["--ranks", "0"][..], "at least 1"),
+            (
+                &["broadcast", "--root", "2"][..],
+                "--root 2 is not a rank of a 2-rank job",
+            ),
+            (&["-n", "0"][..], "--iters"),
+        ] {
+            let e = parse(argv).unwrap().plan().unwrap_err();
+            assert!(format!("{e:#}").contains(needle), "{argv:?}: {e:#}");
+        }
+    }
+
+    #[test]
+    fn barrier_has_one_row() {
+        let a = parse(&["barrier", "-b", "8", "-e", "1M"]).unwrap();
+        assert_eq!(a.plan().unwrap().sizes, vec![0]);
+    }
+
+    #[test]
+    fn iteration_counts_adapt_to_size() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.iters_for(8), 1000);
+        assert_eq!(a.iters_for(1 << 20), 256);
+        assert_eq!(a.iters_for(64 << 20), 5);
+        assert_eq!((a.warmup_for(8), a.warmup_for(64 << 20)), (5, 2));
+        let a = parse(&["-n", "3", "-w", "0"]).unwrap();
+        assert_eq!((a.iters_for(8), a.warmup_for(8)), (3, 0));
+    }
 }

@@ -1,0 +1,519 @@
+//! `gpucomm bench`: every collective over shared memory and TCP on 2, 3, 4
+//! and 8 ranks with every result checked against a reference, the table format,
+//! and the failure cases (a killed rank, abort, a mismatched call, a hung
+//! rank, a stray connection sending garbage, a wrong token), each of which
+//! must end in an error within the timeout naming the rank that failed.
+
+mod common;
+
+use common::{Output, gpucomm};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+const COLLECTIVES: [&str; 8] = [
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "sendrecv",
+    "barrier",
+];
+
+/// Runs a JSON bench and returns its rows, asserting a clean exit.
+fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut argv = vec!["bench", "--json", "--rank-timeout", "20", "--timeout", "50"];
+    argv.extend_from_slice(args);
+    let out = gpucomm(&argv, LIMIT);
+    assert_eq!(out.code, Some(0), "{argv:?}\n{}", out.dump());
+    let rows: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}\n{}", out.dump())))
+        .collect();
+    assert!(!rows.is_empty(), "{}", out.dump());
+    rows
+}
+
+fn assert_all_right(rows: &[serde_json::Value], what: &str) {
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{what}: {r}");
+        assert_eq!(r["in_place_wrong"], 0, "{what}: {r}");
+        assert!(r["time_us"].as_f64().unwrap() > 0.0, "{what}: {r}");
+    }
+}
+
+fn sweep_every_collective(transport: &str) {
+    for nranks in ["2", "3", "4", "8"] {
+        // The last rank is the root: not rank 0, which algorithms favour.
+        let root = (nranks.parse::<usize>().unwrap() - 1).to_string();
+        for coll in COLLECTIVES {
+            // Odd sizes: counts that do not divide by the number of ranks
+            // (with 8 ranks, the first blocked sizes are empty).
+            let rows = json_rows(&[
+                coll,
+                "--ranks",
+                nranks,
+                "--transport",
+                transport,
+                "-b",
+                "4",
+                "-e",
+                "20K",
+                "-f",
+                "9",
+                "-n",
+                "2",
+                "-w",
+                "1",
+                "-r",
+                &root,
+            ]);
+            let what = format!("{coll} on {nranks} ranks over {transport}");
+            assert_all_right(&rows, &what);
+            let expected_rows = if coll == "barrier" { 1 } else { 5 }; // 4 36 324 2916 20480
+            assert_eq!(rows.len(), expected_rows, "{what}: {rows:?}");
+            assert!(
+                rows.iter()
+                    .all(|r| r["ranks"] == nranks.parse::<u64>().unwrap()),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_collective_over_shared_memory() {
+    sweep_every_collective("shm");
+}
+
+#[test]
+fn every_collective_over_tcp() {
+    sweep_every_collective("tcp");
+}
+
+#[test]
+fn every_dtype_and_op() {
+    let ops = ["sum", "prod", "min", "max", "avg"];
+    let dtypes = [
+        "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "u32", "i64", "u64",
+    ];
+    for (i, dtype) in dtypes.iter().enumerate() {
+        for (coll, op) in [
+            ("all_reduce", ops[i % 5]),
+            ("reduce_scatter", ops[(i + 2) % 5]),
+            ("reduce", ops[(i + 4) % 5]),
+        ] {
+            let transport = if i % 2 == 0 { "shm" } else { "tcp" };
+            let rows = json_rows(&[
+                coll,
+                "--ranks",
+                "3",
+                "--transport",
+                transport,
+                "-d",
+                dtype,
+                "-o",
+                op,
+                "-b",
+                "3",
+                "-e",
+                "3000",
+                "-f",
+                "10",
+                "-n",
+                "1",
+                "-w",
+                "0",
+                "-r",
+                "2",
+            ]);
+            assert_all_right(&rows, &format!("{coll} {dtype} {op} over {transport}"));
+        }
+    }
+}
+
+#[test]
+fn forced_algorithms_check_clean() {
+    for algo in ["ring", "direct"] {
+        let rows = json_rows(&[
+            "all_reduce",
+            "--ranks",
+            "3",
+            "--algorithm",
+            algo,
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "16",
+            "-n",
+            "2",
+        ]);
+        assert_all_right(&rows, algo);
+        assert!(rows.iter().all(|r| r["algorithm"] == algo));
+    }
+}
+
+#[test]
+fn the_table_is_in_nccl_tests_format() {
+    let out = gpucomm(
+        &[
+            "bench",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+            "-f",
+            "4",
+            "-n",
+            "5",
+            "--timeout",
+            "50",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+        )),
+        "{}",
+        out.dump()
+    );
+    let rows: Vec<Vec<&str>> = lines
+        .iter()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 5, "{}", out.dump());
+    for (row, size) in rows.iter().zip([8u64, 32, 128, 512, 1024]) {
+        assert_eq!(row.len(), 13, "{row:?}");
+        assert_eq!(row[0], size.to_string());
+        assert_eq!(row[1], (size / 4).to_string());
+        assert_eq!(&row[2..5], &["float", "sum", "-1"]);
+        assert_eq!(row[8], "0");
+        assert_eq!(row[12], "0");
+    }
+    assert!(
+        out.stdout.contains("# Out of bounds values : 0 OK"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stdout.contains("# Avg bus bandwidth    : "),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn no_check_prints_na() {
+    let out = gpucomm(
+        &[
+            "bench",
+            "broadcast",
+            "-b",
+            "64",
+            "-e",
+            "64",
+            "--no-check",
+            "-r",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    let row = out.stdout.lines().find(|l| !l.starts_with('#')).unwrap();
+    assert_eq!(row.matches("N/A").count(), 2, "{row}");
+    assert!(row.contains("  none       1"), "{row}");
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let out = gpucomm(&["bench", "broadcast", "--root", "5"], LIMIT);
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("--root 5 is not a rank of a 2-rank job"),
+        "{}",
+        out.dump()
+    );
+    let out = gpucomm(&["bench", "all_reduce", "-b", "1M", "-e", "1K"], LIMIT);
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr.contains("larger than max bytes"),
+        "{}",
+        out.dump()
+    );
+    let out = gpucomm(&["bench", "gather"], LIMIT);
+    assert_eq!(out.code, Some(2), "{}", out.dump());
+    assert!(out.stderr.contains("unknown collective"), "{}", out.dump());
+    // A worker started by hand, outside any launcher, says why it cannot run.
+    let out = gpucomm(&["bench", "--worker"], LIMIT);
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr.contains("no launcher environment found"),
+        "{}",
+        out.dump()
+    );
+}
+
+/// Runs a bench with an injected fault; it must fail within `within`.
+fn faulty(args: &[&str], within: Duration) -> Output {
+    let mut argv = vec![
+        "bench",
+        "-b",
+        "8",
+        "-e",
+        "256K",
+        "-f",
+        "8",
+        "-n",
+        "40",
+        "-w",
+        "1",
+        "--timeout",
+        "40",
+    ];
+    argv.extend_from_slice(args);
+    if !args.contains(&"--rank-timeout") {
+        argv.extend_from_slice(&["--rank-timeout", "5"]);
+    }
+    let out = gpucomm(&argv, LIMIT);
+    assert_ne!(out.code, Some(0), "{argv:?} succeeded:\n{}", out.dump());
+    assert!(
+        out.elapsed < within,
+        "{argv:?} took too long:\n{}",
+        out.dump()
+    );
+    out
+}
+
+#[test]
+fn a_killed_rank_is_named_and_the_others_fail_with_an_error() {
+    for transport in ["shm", "tcp"] {
+        let out = faulty(
+            &[
+                "--ranks",
+                "3",
+                "--transport",
+                transport,
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "1",
+                "--fault-row",
+                "2",
+            ],
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.code, Some(128 + 6), "{}", out.dump());
+        assert!(
+            out.stderr
+                .contains("rank 1 failed first: it was killed by signal 6 (SIGABRT)"),
+            "{}",
+            out.dump()
+        );
+        // The survivors noticed on their own (within the term delay) and said so.
+        for r in [0, 2] {
+            assert!(
+                out.stderr.contains(&format!("[{r}] gpucomm: error:")),
+                "rank {r} over {transport}:\n{}",
+                out.dump()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_rank_under_gpucomm_launch() {
+    // The bench worker is an ordinary program of the launcher: run it directly.
+    let out = gpucomm(
+        &[
+            "launch",
+            "-n",
+            "2",
+            "--term-delay",
+            "5",
+            "--timeout",
+            "40",
+            "--rank-timeout",
+            "5",
+            "--transport",
+            "tcp",
+            "--",
+            common::exe(),
+            "bench",
+            "--worker",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-n",
+            "20",
+            "--fault",
+            "kill",
+            "--fault-rank",
+            "0",
+            "--fault-row",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(128 + 6), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("rank 0 failed first: it was killed by signal 6 (SIGABRT)"),
+        "{}",
+        out.dump()
+    );
+    assert!(out.stderr.contains("[1] gpucomm: error:"), "{}", out.dump());
+    assert!(out.stdout.contains("[0] @gpucomm-bench"), "{}", out.dump());
+}
+
+#[test]
+fn abort_from_another_thread() {
+    let out = faulty(
+        &[
+            "--ranks",
+            "2",
+            "--fault",
+            "abort",
+            "--fault-rank",
+            "0",
+            "--fault-row",
+            "1",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.stderr.contains("rank 0 failed first"), "{}", out.dump());
+    assert!(
+        out.stderr.to_lowercase().contains("abort"),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn a_mismatched_call_is_an_error_on_every_rank() {
+    for transport in ["shm", "tcp"] {
+        let out = faulty(
+            &[
+                "--ranks",
+                "3",
+                "--transport",
+                transport,
+                "--fault",
+                "mismatch",
+                "--fault-rank",
+                "2",
+                "--fault-row",
+                "1",
+            ],
+            Duration::from_secs(20),
+        );
+        assert!(out.stderr.contains("failed first"), "{}", out.dump());
+        assert!(
+            out.stderr.to_lowercase().contains("mismatch"),
+            "{}",
+            out.dump()
+        );
+    }
+}
+
+#[test]
+fn a_hung_rank_makes_the_others_time_out() {
+    let out = faulty(
+        &[
+            "--ranks",
+            "2",
+            "--transport",
+            "tcp",
+            "--rank-timeout",
+            "2",
+            "--fault",
+            "hang",
+            "--fault-rank",
+            "1",
+            "--fault-row",
+            "1",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.stderr.contains("rank 0 failed first"), "{}", out.dump());
+    assert!(out.stderr.contains("timed out"), "{}", out.dump());
+}
+
+#[test]
+fn a_stray_connection_sending_garbage_does_not_disturb_the_job() {
+    for transport in ["shm", "tcp"] {
+        let rows = json_rows(&[
+            "--ranks",
+            "3",
+            "--transport",
+            transport,
+            "-b",
+            "8",
+            "-e",
+            "4K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "--fault",
+            "garbage-store",
+            "--fault-rank",
+            "1",
+        ]);
+        assert_all_right(&rows, "garbage-store");
+    }
+}
+
+#[test]
+fn a_rank_with_the_wrong_token_is_refused() {
+    let out = faulty(
+        &["--ranks", "2", "--fault", "bad-token", "--fault-rank", "1"],
+        Duration::from_secs(25),
+    );
+    assert!(out.stderr.contains("failed first"), "{}", out.dump());
+    assert!(
+        out.stderr
+            .contains("[1] gpucomm: error: rank 1 cannot join the job"),
+        "{}",
+        out.dump()
+    );
+}
+
+#[test]
+fn threads_instead_of_processes() {
+    for coll in ["all_reduce", "all_to_all", "broadcast"] {
+        let rows = json_rows(&[
+            coll,
+            "--threads",
+            "--ranks",
+            "3",
+            "-b",
+            "8",
+            "-e",
+            "40K",
+            "-f",
+            "9",
+            "-n",
+            "2",
+            "-r",
+            "2",
+        ]);
+        assert_all_right(&rows, coll);
+        assert!(
+            rows.iter().all(|r| r["transport"] == "in-process"),
+            "{rows:?}"
+        );
+    }
+}
