@@ -1,8 +1,5 @@
 //! Helpers shared by subcommands: sizes with K/M/G suffixes and nccl-tests-style sweeps.
 
-// Used by `bench` and `sim`; remove once both call them.
-#![allow(dead_code)]
-
 use anyhow::{Context, bail};
 
 /// Parses a byte size as nccl-tests does: a number with an optional suffix
