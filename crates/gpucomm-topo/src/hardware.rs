@@ -88,6 +88,10 @@ pub mod gpu_memory {
     pub const A100_80GB_SXM: f64 = 2039.0;
     /// H100 SXM5 80GB (HBM3): 3.35 TB/s.
     pub const H100_SXM: f64 = 3350.0;
+    /// H100 PCIe 80GB (HBM2e): 2 TB/s.
+    pub const H100_PCIE: f64 = 2000.0;
+    /// H100 NVL 94GB (HBM3): 3.9 TB/s.
+    pub const H100_NVL: f64 = 3900.0;
     /// H200 SXM 141GB (HBM3e): 4.8 TB/s.
     pub const H200: f64 = 4800.0;
     /// B200 (HBM3e): 8 TB/s per GPU (DGX B200 datasheet: 64 TB/s for 8).
@@ -124,7 +128,14 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
         } else if l.contains("H200") {
             (GpuArch::Hopper, m::H200)
         } else if l.contains("H100") || l.contains("H800") {
-            (GpuArch::Hopper, m::H100_SXM)
+            let bw = if l.contains("NVL") {
+                m::H100_NVL
+            } else if l.contains("PCIE") {
+                m::H100_PCIE
+            } else {
+                m::H100_SXM
+            };
+            (GpuArch::Hopper, bw)
         } else if l.contains("A100") || l.contains("A800") {
             let bw = if l.contains("80") {
                 if l.contains("PCIE") {
@@ -202,6 +213,8 @@ mod tests {
         assert_eq!(gpu_from_label("A100-PCIE-40GB").unwrap().1, 1555.0);
         assert_eq!(gpu_from_label("A100 SXM4 80GB").unwrap().1, 2039.0);
         assert_eq!(gpu_from_label("GeForce RTX 4090").unwrap().0, GpuArch::Ada);
+        assert_eq!(gpu_from_label("NVIDIA H100 NVL").unwrap().1, 3900.0);
+        assert_eq!(gpu_from_label("NVIDIA H100 PCIe").unwrap().1, 2000.0);
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);

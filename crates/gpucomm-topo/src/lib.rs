@@ -39,6 +39,10 @@
 //!   [`Topology::reduction_support`].
 //! - [`select`] picks a topology from command-line input for both
 //!   `gpucomm topo` and `gpucomm sim`.
+//! - [`Node::gpu_arch`] and [`Node::memory_gbps`]: a GPU's architecture
+//!   and device-memory bandwidth, a CPU socket's memory bandwidth
+//!   ([`hardware`]); the presets are the one source of machines for the
+//!   simulator, which has no table of its own.
 //!
 //! # Example
 //!

@@ -265,6 +265,11 @@ fn the_documented_example_loads() {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/example.toml");
     let t = format::load(&p).unwrap();
     assert!(!t.gpus().is_empty());
+    // Set on gpu0 and equal to what the label gives gpu1.
+    let g = t.gpus();
+    assert_eq!(t.node(g[0]).memory_bandwidth, Some(3900.0));
+    assert_eq!(t.node(g[1]).memory_bandwidth, None);
+    assert_eq!(t.node(g[1]).memory_gbps(), Some(3900.0));
 }
 
 #[test]

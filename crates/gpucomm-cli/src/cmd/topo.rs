@@ -96,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.list {
         for (name, desc) in PRESETS {
-            writeln!(out, "{name:<12} {desc}")?;
+            writeln!(out, "{name:<19} {desc}")?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -245,6 +245,12 @@ fn node_line(t: &Topology, ix: NodeIx) -> String {
     }
     if let Some(a) = &n.pci_address {
         s.push_str(&format!(" @{a}"));
+    }
+    if let Some(a) = n.arch {
+        s.push_str(&format!(", {a}"));
+    }
+    if let Some(m) = n.memory_bandwidth {
+        s.push_str(&format!(", memory bandwidth {} GB/s", bw(m)));
     }
     if let Some(p) = n.port {
         s.push_str(&format!(", port {}", link_text(p, p.bandwidth())));
