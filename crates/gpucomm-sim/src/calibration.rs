@@ -1,9 +1,10 @@
 //! Published measurements (`shared/calibration/measurements.toml`) and the
 //! simulator's prediction for each.
 //!
-//! A case names a system in words; [`scenario`] reads the GPU, PCIe
+//! A case names a system in words; [`predict`] reads the GPU, PCIe
 //! generation, NIC count and speed, memory kind and link description from
-//! that text and the case's fields, picks the matching machine, and runs
+//! that text and the case's fields, picks the matching gpucomm-topo preset
+//! ([`machine_for`]), and runs
 //! the command the measurement used (nccl-tests, p2pBandwidthLatencyTest,
 //! bandwidthTest). No case-specific constant is involved: a case the
 //! resolver cannot read is an error, not a guess.
@@ -81,8 +82,9 @@ fn has(s: &str, w: &str) -> bool {
     s.to_ascii_lowercase().contains(&w.to_ascii_lowercase())
 }
 
-/// The machine a system description names (by GPU), with the PCIe
-/// generation and NICs the text states.
+/// The machine a system description names: the gpucomm-topo preset of its
+/// GPU (read with [`Machine::from_topology`]), with the PCIe generation and
+/// NICs the text states.
 pub fn machine_for(system: &str) -> Result<Machine, SimError> {
     let base = if has(system, "GB200") || has(system, "B200") {
         "dgx-b200"

@@ -4,9 +4,11 @@
 //! The simulator models identical nodes, so it reads the first host of the
 //! topology: its GPUs, how they reach each other (NVSwitch, direct NVLink,
 //! PCIe switches), CPU sockets and the link between them, NICs and their
-//! port speed, and NVMe drives. What a topology does not describe (device
-//! and host memory bandwidth) comes from the GPU and CPU tables in
-//! [`crate::model`]. The inter-node network is modeled as non-blocking
+//! port speed, NVMe drives, and the hardware attributes of its nodes: GPU
+//! architecture and device-memory bandwidth, memory bandwidth per socket
+//! ([`gpucomm_topo::Node::gpu_arch`], [`gpucomm_topo::Node::memory_gbps`]:
+//! set by topo's presets or the file, else inferred by topo from the
+//! node's label). The inter-node network is modeled as non-blocking
 //! rails; a multi-node topology's leaf/spine layout and oversubscription
 //! are not read.
 
@@ -16,59 +18,7 @@ use gpucomm_topo::{LinkKind, NodeIx, NodeKind, Topology};
 
 use crate::SimError;
 use crate::machine::{Machine, NodeModel, NvFabric};
-use crate::model::{self, Arch};
-
-/// GPU architecture and device-memory bandwidth (GB/s) from a product name
-/// (NVIDIA datasheets: V100 SXM2 900, A100 80GB 2039, A100 40GB PCIe 1555,
-/// H100 SXM5 3350, H200 4800, B200 8000, RTX 4090 1008).
-pub fn gpu_from_label(label: &str) -> Option<(Arch, f64)> {
-    let l = label.to_ascii_uppercase();
-    Some(
-        if l.contains("B200") || l.contains("GB200") || l.contains("B100") {
-            (Arch::Blackwell, 8000.0)
-        } else if l.contains("H200") {
-            (Arch::Hopper, 4800.0)
-        } else if l.contains("H100") || l.contains("H800") {
-            (Arch::Hopper, 3350.0)
-        } else if l.contains("A100") || l.contains("A800") {
-            (
-                Arch::Ampere,
-                if l.contains("PCIE") || l.contains("40") {
-                    1555.0
-                } else {
-                    2039.0
-                },
-            )
-        } else if l.contains("V100") {
-            (Arch::Volta, 900.0)
-        } else if l.contains("P100") {
-            (Arch::Pascal, 732.0)
-        } else if l.contains("4090") || l.contains("L40") || l.contains("A40") || l.contains("ADA")
-        {
-            (Arch::Ada, 1008.0)
-        } else {
-            return None;
-        },
-    )
-}
-
-/// Host memory bandwidth per socket (GB/s) from a CPU name (vendor
-/// datasheets: channels x transfer rate x 8 bytes). Unknown CPUs get 8
-/// channels of DDR4-3200 (204.8).
-pub fn host_mem_from_cpu(label: &str) -> f64 {
-    let l = label.to_ascii_uppercase();
-    if l.contains("E5-26") || l.contains("E5-2698") {
-        76.8 // 4 x DDR4-2400
-    } else if l.contains("8480") || l.contains("SAPPHIRE") || l.contains("8468") {
-        307.2 // 8 x DDR5-4800
-    } else if l.contains("8168") || l.contains("PLATINUM 81") {
-        127.8 // 6 x DDR4-2666
-    } else if l.contains("GRACE") {
-        500.0 // LPDDR5X, Grace datasheet
-    } else {
-        204.8
-    }
-}
+use crate::model;
 
 fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
     let _ = t;
@@ -121,13 +71,19 @@ impl Machine {
         }
         let index: BTreeMap<NodeIx, usize> =
             gpus.iter().enumerate().map(|(i, &g)| (g, i)).collect();
-        let label = topo.node(gpus[0]).label.clone();
-        let (arch, hbm) = gpu_from_label(&label).ok_or_else(|| {
+        let g0 = topo.node(gpus[0]);
+        let label = g0.label.clone();
+        let unknown = |what: &str| {
             SimError::Model(format!(
-                "unknown GPU {label:?} in topology {} (no architecture)",
+                "unknown GPU {label:?} in topology {} (no {what}; set the GPU node's \
+                 `arch` and `memory_bandwidth`)",
                 topo.name()
             ))
-        })?;
+        };
+        let arch = g0.gpu_arch().ok_or_else(|| unknown("architecture"))?;
+        let hbm = g0
+            .memory_gbps()
+            .ok_or_else(|| unknown("memory bandwidth"))?;
         let mut switch_links: Option<(u8, u32, bool)> = None;
         let mut pairs = Vec::new();
         let mut nvgen = 0u8;
@@ -207,8 +163,8 @@ impl Machine {
         }
         let host_mem = cpus
             .first()
-            .map(|&c| host_mem_from_cpu(&topo.node(c).label))
-            .unwrap_or(204.8);
+            .and_then(|&c| topo.node(c).memory_gbps())
+            .unwrap_or(gpucomm_topo::hardware::DEFAULT_CPU_MEMORY_GBPS);
         let nics = in_domain(NodeKind::Nic);
         let nic_gbps = nics
             .first()
@@ -267,6 +223,7 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Arch;
 
     #[test]
     fn topo_presets_read_like_the_hardware() {
@@ -301,11 +258,42 @@ mod tests {
     }
 
     #[test]
-    fn unknown_gpus_are_errors() {
-        assert!(gpu_from_label("Voodoo 3").is_none());
+    fn hardware_attributes_come_from_the_topology() {
+        use gpucomm_topo::{GpuArch, Node, NodeKind, TopologyBuilder};
+        let b200 = Machine::from_topology(&gpucomm_topo::preset("dgx-b200").unwrap()).unwrap();
+        assert_eq!(b200.node.arch, GpuArch::Blackwell);
+        assert_eq!(b200.node.hbm_gbps, 8000.0);
         assert_eq!(
-            gpu_from_label("NVIDIA H100 80GB HBM3").unwrap().0,
-            Arch::Hopper
+            b200.node.nvlink,
+            NvFabric::Switch {
+                generation: 5,
+                links: 18,
+                nvls: true
+            }
         );
+        let ws = Machine::from_topology(&gpucomm_topo::preset("rtx4090").unwrap()).unwrap();
+        assert_eq!((ws.node.gpus, ws.node.sockets, ws.node.nics), (1, 1, 0));
+        assert_eq!(ws.node.gpus_per_switch, 0);
+        assert!((ws.node.host_mem_gbps - 89.6).abs() < 1e-9);
+        // An unknown GPU is an error unless the node says what it is.
+        let mut b = TopologyBuilder::new("odd");
+        let h = b.node(Node::new("h", NodeKind::Host));
+        b.node(
+            Node::new("g", NodeKind::Gpu)
+                .with_label("Voodoo 3")
+                .in_host(h),
+        );
+        let t = b.build().unwrap();
+        assert!(Machine::from_topology(&t).is_err());
+        b = TopologyBuilder::new("odd");
+        let h = b.node(Node::new("h", NodeKind::Host));
+        b.node(
+            Node::new("g", NodeKind::Gpu)
+                .with_label("Voodoo 3")
+                .with_gpu(GpuArch::Ampere, 1000.0)
+                .in_host(h),
+        );
+        let m = Machine::from_topology(&b.build().unwrap()).unwrap();
+        assert_eq!((m.node.arch, m.node.hbm_gbps), (GpuArch::Ampere, 1000.0));
     }
 }

@@ -109,31 +109,27 @@ impl Machine {
         ClusterFabric::new(self.clone(), engine, nodes)
     }
 
-    /// A machine by name: a gpucomm-topo preset (read with
-    /// [`Machine::from_topology`]), else one of the simulator's own
-    /// ([`model::PRESETS`]: systems gpucomm-topo does not have).
+    /// A gpucomm-topo preset by name (case-insensitive; see
+    /// [`gpucomm_topo::PRESETS`]), read with [`Machine::from_topology`].
     pub fn preset(name: &str) -> Result<Machine, SimError> {
-        let lower = name.to_ascii_lowercase();
-        if gpucomm_topo::PRESETS.iter().any(|p| p.0 == lower) || lower == "dgx1" {
-            let t = gpucomm_topo::preset(&lower).map_err(|e| SimError::Model(e.to_string()))?;
-            return Machine::from_topology(&t);
-        }
-        model::preset(&lower)
+        let t = gpucomm_topo::preset(&name.to_ascii_lowercase())
+            .map_err(|e| SimError::Model(e.to_string()))?;
+        Machine::from_topology(&t)
     }
 
-    /// What `--topology` accepts: a preset name (gpucomm-topo's or the
-    /// simulator's), `local`, or a gpucomm-topo topology file.
+    /// What `--topology` accepts: whatever [`gpucomm_topo::select`] does (a
+    /// preset name, `local`, or a topology file), read with
+    /// [`Machine::from_topology`].
     pub fn select(spec: &str) -> Result<Machine, SimError> {
-        if let Ok(m) = Machine::preset(spec) {
-            return Ok(m);
-        }
-        match gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()) {
-            Ok(t) => Machine::from_topology(&t),
-            Err(e) => Err(SimError::Model(format!(
-                "{e}; the simulator also knows {}",
-                model::PRESETS.join(", ")
-            ))),
-        }
+        let lower = spec.to_ascii_lowercase();
+        let spec = if gpucomm_topo::is_preset(&lower) {
+            lower.as_str()
+        } else {
+            spec
+        };
+        let t = gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default())
+            .map_err(|e| SimError::Model(e.to_string()))?;
+        Machine::from_topology(&t)
     }
 }
 

@@ -4,30 +4,21 @@
 //! rate from a standard or datasheet, a protocol overhead computed from a
 //! packet format, or a constant published in NCCL's source. `docs/sim.md`
 //! lists them in one table.
+//!
+//! Machines are not here: every machine comes from a gpucomm-topo
+//! [`Topology`](gpucomm_topo::Topology) (preset, cluster, file or
+//! discovered), read by [`Machine::from_topology`](crate::Machine::from_topology);
+//! the hardware figures it needs beyond links (GPU architecture, device
+//! and host memory bandwidth) are attributes of topo's nodes.
 
 use crate::SimError;
 use crate::SimTime;
 use crate::exec::Overheads;
 use crate::machine::Engine;
-use crate::machine::{Machine, NodeModel, NvFabric};
 
 /// GPU architecture, which decides NCCL's per-link bandwidth figures and
-/// NVLS efficiency.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Arch {
-    /// Pascal (P100), sm_60.
-    Pascal,
-    /// Volta (V100), sm_70.
-    Volta,
-    /// Ampere (A100), sm_80.
-    Ampere,
-    /// Ada / consumer Ampere (RTX 4090, A40), sm_86/89.
-    Ada,
-    /// Hopper (H100, H200), sm_90.
-    Hopper,
-    /// Blackwell (B200, GB200), sm_100.
-    Blackwell,
-}
+/// NVLS efficiency: gpucomm-topo's, an attribute of its GPU nodes.
+pub use gpucomm_topo::GpuArch as Arch;
 
 /// Latency of one NVLink traversal incl. port logic, us (gpucomm-topo's
 /// catalog assumption; order of magnitude, no standard gives it).
@@ -212,202 +203,6 @@ pub const CE_COPY_OVERHEAD_US: f64 = 1.5;
 /// host-to-device half (an event synchronisation plus a second submission).
 /// A modeling assumption (order of magnitude of a CUDA event wait, 5-10 us).
 pub const STAGED_SYNC_US: f64 = 10.0;
-
-fn node(
-    arch: Arch,
-    name: &str,
-    gpus: usize,
-    hbm: f64,
-    nvlink: NvFabric,
-    pcie_gen: u8,
-) -> NodeModel {
-    NodeModel {
-        arch,
-        gpu_name: name.to_string(),
-        gpus,
-        hbm_gbps: hbm,
-        nvlink,
-        pcie_gen,
-        pcie_width: 16,
-        gpus_per_switch: 2,
-        sockets: 2,
-        inter_socket_gbps: 20.8 * 2.0,
-        host_mem_gbps: 200.0,
-        cpu_memcpy_gbps: 10.0,
-        nics: 0,
-        nic_gbps: 0.0,
-        storage_gbps: 0.0,
-    }
-}
-
-/// DGX-1 V100 hybrid cube mesh (NVIDIA DGX-1 with Tesla V100 system
-/// architecture whitepaper, figure 3): quads 0-3 and 4-7, cross links i-(i+4).
-pub fn dgx1_mesh() -> Vec<(usize, usize, u32)> {
-    vec![
-        (0, 1, 1),
-        (0, 2, 1),
-        (0, 3, 2),
-        (0, 4, 2),
-        (1, 2, 2),
-        (1, 3, 1),
-        (1, 5, 2),
-        (2, 3, 2),
-        (2, 6, 1),
-        (3, 7, 1),
-        (4, 5, 1),
-        (4, 6, 1),
-        (4, 7, 2),
-        (5, 6, 2),
-        (5, 7, 1),
-        (6, 7, 2),
-    ]
-}
-
-/// The simulator's built-in machines (the same names as gpucomm-topo's presets).
-pub fn preset(name: &str) -> Result<Machine, SimError> {
-    let lower = name.to_ascii_lowercase();
-    let mut n = match lower.as_str() {
-        "dgx1-v100" | "dgx-1" | "dgx1" => {
-            let mut n = node(
-                Arch::Volta,
-                "Tesla V100-SXM2",
-                8,
-                900.0,
-                NvFabric::Mesh {
-                    generation: 2,
-                    pairs: dgx1_mesh(),
-                },
-                3,
-            );
-            // Dual Xeon E5-2698 v4: 2 QPI links at 9.6 GT/s = 38.4 GB/s per direction.
-            n.inter_socket_gbps = 38.4;
-            n.host_mem_gbps = 76.8; // 4 channels DDR4-2400 per socket
-            n.nics = 4;
-            n.nic_gbps = 100.0 / 8.0; // EDR
-            n
-        }
-        "dgx-a100" | "dgx-a100-80g" => {
-            let mut n = node(
-                Arch::Ampere,
-                "A100-SXM4-80GB",
-                8,
-                2039.0,
-                NvFabric::Switch {
-                    generation: 3,
-                    links: 12,
-                    nvls: false,
-                },
-                4,
-            );
-            // AMD EPYC 7742 x2: xGMI, 8 channels DDR4-3200 per socket.
-            n.host_mem_gbps = 204.8;
-            n.inter_socket_gbps = 4.0 * 16.0 * 2.0; // 4 xGMI x16 links at 16 GT/s
-            n.nics = 8;
-            n.nic_gbps = 200.0 / 8.0; // HDR
-            n.storage_gbps = 25.0; // 8x NVMe (Gen4 x4 ~3.5-7 GB/s each), limited to ~25 GB/s
-            n
-        }
-        "dgx-h100" => {
-            let mut n = node(
-                Arch::Hopper,
-                "H100-SXM5-80GB",
-                8,
-                3350.0,
-                NvFabric::Switch {
-                    generation: 4,
-                    links: 18,
-                    nvls: true,
-                },
-                5,
-            );
-            n.host_mem_gbps = 307.2; // 8 channels DDR5-4800 per socket (Xeon 8480C)
-            n.inter_socket_gbps = 128.0; // 4 UPI 2.0 links at 16 GT/s, 2 bytes per transfer
-            n.nics = 8;
-            n.nic_gbps = 400.0 / 8.0; // NDR ConnectX-7
-            n.storage_gbps = 50.0;
-            n
-        }
-        "hgx-h200" => {
-            let mut n = node(
-                Arch::Hopper,
-                "H200-SXM-141GB",
-                8,
-                4800.0,
-                NvFabric::Switch {
-                    generation: 4,
-                    links: 18,
-                    nvls: true,
-                },
-                5,
-            );
-            n.host_mem_gbps = 307.2;
-            n.inter_socket_gbps = 160.0;
-            n.nics = 8;
-            n.nic_gbps = 400.0 / 8.0;
-            n.storage_gbps = 50.0;
-            n
-        }
-        "dgx-b200" | "hgx-b200" => {
-            let mut n = node(
-                Arch::Blackwell,
-                "B200",
-                8,
-                8000.0,
-                NvFabric::Switch {
-                    generation: 5,
-                    links: 18,
-                    nvls: true,
-                },
-                5,
-            );
-            n.host_mem_gbps = 307.2;
-            n.inter_socket_gbps = 160.0;
-            n.nics = 8;
-            n.nic_gbps = 400.0 / 8.0;
-            n
-        }
-        "pcie-8gpu" => {
-            let mut n = node(Arch::Ampere, "A100-PCIE-40GB", 8, 1555.0, NvFabric::None, 4);
-            n.host_mem_gbps = 204.8;
-            n.inter_socket_gbps = 128.0;
-            n.nics = 2;
-            n.nic_gbps = 200.0 / 8.0;
-            n
-        }
-        "workstation-rtx4090" | "rtx4090" => {
-            let mut n = node(Arch::Ada, "GeForce RTX 4090", 1, 1008.0, NvFabric::None, 4);
-            n.sockets = 1;
-            n.gpus_per_switch = 0;
-            n.host_mem_gbps = 89.6; // 2 channels DDR5-5600
-            n
-        }
-        _ => {
-            return Err(SimError::Model(format!(
-                "unknown machine {name:?}; known: {}",
-                PRESETS.join(", ")
-            )));
-        }
-    };
-    n.cpu_memcpy_gbps = memcpy_gbps(n.host_mem_gbps);
-    Ok(Machine {
-        name: lower,
-        node: n,
-        nodes: 1,
-        gpus_used: None,
-    })
-}
-
-/// Names accepted by [`preset`].
-pub const PRESETS: [&str; 8] = [
-    "dgx1-v100",
-    "dgx-a100",
-    "dgx-h100",
-    "hgx-h200",
-    "dgx-b200",
-    "pcie-8gpu",
-    "workstation-rtx4090",
-    "rtx4090",
-];
 
 /// Bandwidth of one large `memcpy` on the host, GB/s: glibc switches to
 /// non-temporal stores above 3/4 of the shared cache

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen, parse_port, port_name};
 use crate::error::TopoError;
+use crate::hardware::GpuArch;
 use crate::model::{Link, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
 
 /// The file format version this crate reads and writes.
@@ -98,6 +99,14 @@ pub struct NodeEntry {
     /// NIC port speed: `edr`, `hdr`, `ndr`, `ndr200`, `xdr`, `roce400`, `eth100`...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<String>,
+    /// GPU architecture: `pascal`, `volta`, `ampere`, `ada`, `hopper`,
+    /// `blackwell` (default: inferred from the label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Memory bandwidth in GB/s: a GPU's device memory, a CPU socket's
+    /// memory (default: inferred from the label; CPUs 204.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bandwidth: Option<f64>,
     /// Free-form properties.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub props: BTreeMap<String, String>,
@@ -424,6 +433,35 @@ impl TopologyFile {
                     )
                 })?);
             }
+            if let Some(a) = &e.arch {
+                if kind != NodeKind::Gpu {
+                    return Err(bad(f("arch"), "only GPUs have an architecture"));
+                }
+                n.arch = Some(GpuArch::parse(a).ok_or_else(|| {
+                    bad(
+                        f("arch"),
+                        format!(
+                            "unknown GPU architecture {a:?} (expected one of: {})",
+                            GpuArch::ALL.map(|a| a.name()).join(", ")
+                        ),
+                    )
+                })?);
+            }
+            if let Some(bw) = e.memory_bandwidth {
+                if !matches!(kind, NodeKind::Gpu | NodeKind::Cpu) {
+                    return Err(bad(
+                        f("memory_bandwidth"),
+                        "only GPUs and CPUs have a memory bandwidth",
+                    ));
+                }
+                if !(bw.is_finite() && bw > 0.0) {
+                    return Err(bad(
+                        f("memory_bandwidth"),
+                        format!("must be a positive number of GB/s, got {bw}"),
+                    ));
+                }
+                n.memory_bandwidth = Some(bw);
+            }
             n.props = e.props.clone();
             b.node(n);
         }
@@ -478,6 +516,8 @@ impl TopologyFile {
                 reduction: n.reduction,
                 chips: n.chips.map(i64::from),
                 port: n.port.and_then(port_name),
+                arch: n.arch.map(|a| a.name().to_string()),
+                memory_bandwidth: n.memory_bandwidth,
                 props: n.props.clone(),
             })
             .collect();

@@ -39,6 +39,10 @@
 //!   [`Topology::reduction_support`].
 //! - [`select`] picks a topology from command-line input for both
 //!   `gpucomm topo` and `gpucomm sim`.
+//! - [`Node::gpu_arch`] and [`Node::memory_gbps`]: a GPU's architecture
+//!   and device-memory bandwidth, a CPU socket's memory bandwidth
+//!   ([`hardware`]); the presets are the one source of machines for the
+//!   simulator, which has no table of its own.
 //!
 //! # Example
 //!
@@ -65,6 +69,7 @@ mod cluster;
 pub mod discover;
 mod error;
 pub mod format;
+pub mod hardware;
 mod model;
 mod presets;
 mod route;
@@ -75,8 +80,9 @@ pub use catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen};
 pub use cluster::{ClusterOptions, Fabric, cluster, first_gpus};
 pub use discover::{DiscoverOptions, discover};
 pub use error::TopoError;
+pub use hardware::GpuArch;
 pub use model::{Dir, Link, LinkIx, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
-pub use presets::{DGX1_V100_NVLINKS, PRESETS, preset, preset_names};
+pub use presets::{DGX1_V100_NVLINKS, PRESET_ALIASES, PRESETS, is_preset, preset, preset_names};
 pub use route::{Hop, PathClass, PathInfo};
 
 /// Picks a topology from command-line-ish input; used by `gpucomm topo` and
@@ -98,7 +104,7 @@ pub use route::{Hop, PathClass, PathInfo};
 /// assert!(select("no-such-thing", &opts).is_err());
 /// ```
 pub fn select(spec: &str, opts: &ClusterOptions) -> Result<Topology, TopoError> {
-    let base = if PRESETS.iter().any(|p| p.0 == spec) || spec == "dgx1" || spec == "dgx-2" {
+    let base = if is_preset(spec) {
         preset(spec)?
     } else if spec == "local" {
         discover(&DiscoverOptions::default())?

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use crate::catalog::LinkKind;
 use crate::error::TopoError;
+use crate::hardware::{self, GpuArch};
 use crate::route::Router;
 
 /// Index of a node in [`Topology::nodes`].
@@ -142,6 +143,13 @@ pub struct Node {
     /// For NICs: the kind of the network port (InfiniBand or Ethernet);
     /// clusters link the NIC to the fabric with it.
     pub port: Option<LinkKind>,
+    /// For GPUs: the architecture. `None`: inferred from the label
+    /// ([`Node::gpu_arch`]).
+    pub arch: Option<GpuArch>,
+    /// Memory bandwidth in GB/s: device memory for a GPU, the socket's
+    /// memory for a CPU. `None`: inferred from the label
+    /// ([`Node::memory_gbps`]).
+    pub memory_bandwidth: Option<f64>,
     /// Free-form properties shown by `gpucomm topo` (interface names,
     /// driver, CPU list, memory size).
     pub props: BTreeMap<String, String>,
@@ -162,7 +170,61 @@ impl Node {
             reduction: false,
             chips: None,
             port: None,
+            arch: None,
+            memory_bandwidth: None,
             props: BTreeMap::new(),
+        }
+    }
+    /// Sets the GPU architecture and memory bandwidth (GB/s).
+    pub fn with_gpu(mut self, arch: GpuArch, memory_gbps: f64) -> Self {
+        self.arch = Some(arch);
+        self.memory_bandwidth = Some(memory_gbps);
+        self
+    }
+    /// Sets the memory bandwidth (GB/s): a GPU's device memory, a CPU
+    /// socket's memory.
+    pub fn with_memory_bandwidth(mut self, gbps: f64) -> Self {
+        self.memory_bandwidth = Some(gbps);
+        self
+    }
+    /// A GPU's architecture: [`Node::arch`] if set, else inferred from the
+    /// label ([`hardware::gpu_from_label`]); `None` for other kinds and
+    /// unknown GPUs.
+    ///
+    /// ```
+    /// use gpucomm_topo::{GpuArch, Node, NodeKind};
+    /// let g = Node::new("gpu0", NodeKind::Gpu).with_label("NVIDIA H100 80GB HBM3");
+    /// assert_eq!(g.gpu_arch(), Some(GpuArch::Hopper));
+    /// ```
+    pub fn gpu_arch(&self) -> Option<GpuArch> {
+        if self.kind != NodeKind::Gpu {
+            return None;
+        }
+        self.arch
+            .or_else(|| hardware::gpu_from_label(&self.label).map(|g| g.0))
+    }
+    /// Memory bandwidth in GB/s: [`Node::memory_bandwidth`] if set, else
+    /// inferred from the label ([`hardware::gpu_from_label`],
+    /// [`hardware::cpu_memory_from_label`]); a CPU not in the table gets
+    /// [`hardware::DEFAULT_CPU_MEMORY_GBPS`]. `None` for other kinds and
+    /// unknown GPUs.
+    ///
+    /// ```
+    /// use gpucomm_topo::{Node, NodeKind};
+    /// let c = Node::new("cpu0", NodeKind::Cpu).with_label("Z80");
+    /// assert_eq!(c.memory_gbps(), Some(204.8));
+    /// ```
+    pub fn memory_gbps(&self) -> Option<f64> {
+        match self.kind {
+            NodeKind::Gpu => self
+                .memory_bandwidth
+                .or_else(|| hardware::gpu_from_label(&self.label).map(|g| g.1)),
+            NodeKind::Cpu => Some(
+                self.memory_bandwidth
+                    .or_else(|| hardware::cpu_memory_from_label(&self.label))
+                    .unwrap_or(hardware::DEFAULT_CPU_MEMORY_GBPS),
+            ),
+            _ => None,
         }
     }
     /// Sets the label.

@@ -5,6 +5,7 @@
 
 use crate::catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen};
 use crate::error::TopoError;
+use crate::hardware::{GpuArch, ddr_gbps, gpu_memory};
 use crate::model::{Node, NodeIx, NodeKind, Topology, TopologyBuilder};
 
 /// The preset names with a one-line description each.
@@ -37,7 +38,28 @@ pub const PRESETS: &[(&str, &str)] = &[
         "pcie-8gpu",
         "8 PCIe GPUs: 2 sockets x 2 PCIe Gen4 switches x 2 GPUs, one HDR NIC per switch",
     ),
+    (
+        "dgx-b200",
+        "NVIDIA DGX B200: 8x B200, 2 NVSwitch gen4 with NVLS (NVLink 5 x18), 2x Xeon 8570, 8x NDR",
+    ),
+    (
+        "workstation-rtx4090",
+        "Workstation: 1x GeForce RTX 4090 on PCIe Gen4 x16 of a Core i9-13900K, no NIC",
+    ),
 ];
+
+/// Other names accepted by [`preset`], with the preset each stands for.
+pub const PRESET_ALIASES: &[(&str, &str)] = &[
+    ("dgx1", "dgx1-v100"),
+    ("dgx-2", "dgx2"),
+    ("hgx-b200", "dgx-b200"),
+    ("rtx4090", "workstation-rtx4090"),
+];
+
+/// Whether `name` is a preset name or an alias of one.
+pub fn is_preset(name: &str) -> bool {
+    PRESETS.iter().any(|p| p.0 == name) || PRESET_ALIASES.iter().any(|a| a.0 == name)
+}
 
 /// The names of all presets, comma-separated (for messages).
 pub fn preset_names() -> String {
@@ -51,24 +73,20 @@ pub fn preset_names() -> String {
 /// assert_eq!(t.gpus().len(), 8);
 /// ```
 pub fn preset(name: &str) -> Result<Topology, TopoError> {
+    let name = PRESET_ALIASES
+        .iter()
+        .find(|a| a.0 == name)
+        .map_or(name, |a| a.1);
     let b = match name {
-        "dgx1-v100" | "dgx1" => dgx1_v100(),
-        "dgx2" | "dgx-2" => dgx2(),
+        "dgx1-v100" => dgx1_v100(),
+        "dgx2" => dgx2(),
         "dgx-a100" => dgx_a100(),
-        "dgx-h100" => nvswitch_box(
-            "dgx-h100",
-            "H100 SXM5 80GB",
-            "Xeon Platinum 8480C",
-            PRESETS[3].1,
-        ),
-        "hgx-h200" => nvswitch_box(
-            "hgx-h200",
-            "H200 SXM 141GB",
-            "Xeon Platinum 8480C",
-            PRESETS[4].1,
-        ),
+        "dgx-h100" => nvswitch_box(&DGX_H100),
+        "hgx-h200" => nvswitch_box(&HGX_H200),
+        "dgx-b200" => nvswitch_box(&DGX_B200),
         "gb200-nvl72" => gb200_nvl72(),
         "pcie-8gpu" => pcie_8gpu(),
+        "workstation-rtx4090" => workstation_rtx4090(),
         _ => {
             return Err(TopoError::UnknownTopology {
                 name: name.to_string(),
@@ -99,8 +117,19 @@ impl<'a> Host<'a> {
                 .in_host(self.host),
         )
     }
-    fn cpu(&mut self, prefix: &str, i: u32, label: &str) -> NodeIx {
-        self.node(format!("{prefix}cpu{i}"), NodeKind::Cpu, label, i)
+    /// CPU socket `i` with its memory bandwidth (GB/s).
+    fn cpu(&mut self, prefix: &str, i: u32, label: &str, memory_gbps: f64) -> NodeIx {
+        let ix = self.node(format!("{prefix}cpu{i}"), NodeKind::Cpu, label, i);
+        self.b.node_mut(ix).memory_bandwidth = Some(memory_gbps);
+        ix
+    }
+    /// A GPU with its architecture and device-memory bandwidth (GB/s).
+    fn gpu(&mut self, id: String, g: Gpu, socket: u32) -> NodeIx {
+        let ix = self.node(id, NodeKind::Gpu, g.label, socket);
+        let n = self.b.node_mut(ix);
+        n.arch = Some(g.arch);
+        n.memory_bandwidth = Some(g.memory_gbps);
+        ix
     }
     fn nic(&mut self, prefix: &str, i: u32, label: &str, socket: u32, port: LinkKind) -> NodeIx {
         let ix = self.node(format!("{prefix}nic{i}"), NodeKind::Nic, label, socket);
@@ -108,6 +137,61 @@ impl<'a> Host<'a> {
         ix
     }
 }
+
+/// A GPU product: label, architecture, device memory bandwidth (GB/s,
+/// [`gpu_memory`]).
+#[derive(Clone, Copy)]
+struct Gpu {
+    label: &'static str,
+    arch: GpuArch,
+    memory_gbps: f64,
+}
+
+const V100_SXM2: Gpu = Gpu {
+    label: "Tesla V100 SXM2 16GB",
+    arch: GpuArch::Volta,
+    memory_gbps: gpu_memory::V100,
+};
+const V100_SXM3: Gpu = Gpu {
+    label: "Tesla V100 SXM3 32GB",
+    arch: GpuArch::Volta,
+    memory_gbps: gpu_memory::V100,
+};
+const A100_SXM4_80GB: Gpu = Gpu {
+    label: "A100 SXM4 80GB",
+    arch: GpuArch::Ampere,
+    memory_gbps: gpu_memory::A100_80GB_SXM,
+};
+const A100_PCIE_80GB: Gpu = Gpu {
+    label: "A100 PCIe 80GB",
+    arch: GpuArch::Ampere,
+    memory_gbps: gpu_memory::A100_80GB_PCIE,
+};
+const H100_SXM5: Gpu = Gpu {
+    label: "H100 SXM5 80GB",
+    arch: GpuArch::Hopper,
+    memory_gbps: gpu_memory::H100_SXM,
+};
+const H200_SXM: Gpu = Gpu {
+    label: "H200 SXM 141GB",
+    arch: GpuArch::Hopper,
+    memory_gbps: gpu_memory::H200,
+};
+const B200: Gpu = Gpu {
+    label: "B200 180GB",
+    arch: GpuArch::Blackwell,
+    memory_gbps: gpu_memory::B200,
+};
+const B200_GB200: Gpu = Gpu {
+    label: "B200 (GB200)",
+    arch: GpuArch::Blackwell,
+    memory_gbps: gpu_memory::B200,
+};
+const RTX_4090: Gpu = Gpu {
+    label: "GeForce RTX 4090",
+    arch: GpuArch::Ada,
+    memory_gbps: gpu_memory::RTX_4090,
+};
 
 fn pcie(generation: PcieGen, width: u8) -> LinkKind {
     LinkKind::Pcie { generation, width }
@@ -149,9 +233,11 @@ fn dgx1_v100() -> TopologyBuilder {
     let mut b = TopologyBuilder::new("dgx1-v100");
     b.description(PRESETS[0].1);
     let mut h = Host::new(&mut b, "host0", "DGX-1 (Tesla V100)");
+    // Xeon E5-2698 v4: 4 channels of DDR4-2400 per socket (Intel ARK).
+    let mem = ddr_gbps(4, 2400);
     let cpus = [
-        h.cpu("", 0, "Xeon E5-2698 v4"),
-        h.cpu("", 1, "Xeon E5-2698 v4"),
+        h.cpu("", 0, "Xeon E5-2698 v4", mem),
+        h.cpu("", 1, "Xeon E5-2698 v4", mem),
     ];
     // Two QPI links at 9.6 GT/s between the sockets (E5-2698 v4 datasheet).
     h.b.link(
@@ -173,12 +259,7 @@ fn dgx1_v100() -> TopologyBuilder {
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen3, 16));
         for g in 0..2 {
-            let gpu = h.node(
-                format!("gpu{}", s * 2 + g),
-                NodeKind::Gpu,
-                "Tesla V100 SXM2 16GB",
-                socket,
-            );
+            let gpu = h.gpu(format!("gpu{}", s * 2 + g), V100_SXM2, socket);
             h.b.link(gpu, sw, pcie(PcieGen::Gen3, 16));
             gpus.push(gpu);
         }
@@ -195,9 +276,11 @@ fn dgx2() -> TopologyBuilder {
     let mut b = TopologyBuilder::new("dgx2");
     b.description(PRESETS[1].1);
     let mut h = Host::new(&mut b, "host0", "DGX-2");
+    // Xeon Platinum 8168: 6 channels of DDR4-2666 per socket (Intel ARK).
+    let mem = ddr_gbps(6, 2666);
     let cpus = [
-        h.cpu("", 0, "Xeon Platinum 8168"),
-        h.cpu("", 1, "Xeon Platinum 8168"),
+        h.cpu("", 0, "Xeon Platinum 8168", mem),
+        h.cpu("", 1, "Xeon Platinum 8168", mem),
     ];
     h.b.link(
         cpus[0],
@@ -246,12 +329,7 @@ fn dgx2() -> TopologyBuilder {
             );
             h.b.link(lsw, usw, pcie(PcieGen::Gen3, 16));
             for _ in 0..2 {
-                let gpu = h.node(
-                    format!("gpu{gi}"),
-                    NodeKind::Gpu,
-                    "Tesla V100 SXM3 32GB",
-                    socket,
-                );
+                let gpu = h.gpu(format!("gpu{gi}"), V100_SXM3, socket);
                 h.b.link(gpu, lsw, pcie(PcieGen::Gen3, 16));
                 h.b.link(gpu, boards[(gi / 8) as usize], nvlink(NvLinkGen::V2, 6));
                 gi += 1;
@@ -268,7 +346,12 @@ fn dgx_a100() -> TopologyBuilder {
     let mut b = TopologyBuilder::new("dgx-a100");
     b.description(PRESETS[2].1);
     let mut h = Host::new(&mut b, "host0", "DGX A100");
-    let cpus = [h.cpu("", 0, "EPYC 7742"), h.cpu("", 1, "EPYC 7742")];
+    // EPYC 7742: 8 channels of DDR4-3200 per socket (AMD: 204.8 GB/s).
+    let mem = ddr_gbps(8, 3200);
+    let cpus = [
+        h.cpu("", 0, "EPYC 7742", mem),
+        h.cpu("", 1, "EPYC 7742", mem),
+    ];
     h.b.link(
         cpus[0],
         cpus[1],
@@ -296,12 +379,7 @@ fn dgx_a100() -> TopologyBuilder {
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen4, 16));
         for g in 0..2 {
-            let gpu = h.node(
-                format!("gpu{}", s * 2 + g),
-                NodeKind::Gpu,
-                "A100 SXM4 80GB",
-                socket,
-            );
+            let gpu = h.gpu(format!("gpu{}", s * 2 + g), A100_SXM4_80GB, socket);
             h.b.link(gpu, sw, pcie(PcieGen::Gen4, 16));
             h.b.link(gpu, nvs, nvlink(NvLinkGen::V3, 12));
         }
@@ -320,36 +398,86 @@ fn dgx_a100() -> TopologyBuilder {
     b
 }
 
-/// DGX H100 / HGX H200: 8 GPUs on one NVSwitch gen3 fabric (4 chips, NVLink
-/// SHARP), 4 PCIe Gen5 switches each with 2 GPUs and 2 NDR NICs.
-fn nvswitch_box(name: &str, gpu: &str, cpu: &str, description: &str) -> TopologyBuilder {
-    let mut b = TopologyBuilder::new(name);
-    b.description(description);
-    let label = if name == "dgx-h100" {
-        "DGX H100"
-    } else {
-        "HGX H200"
-    };
-    let mut h = Host::new(&mut b, "host0", label);
-    let cpus = [h.cpu("", 0, cpu), h.cpu("", 1, cpu)];
-    // Sapphire Rapids: 4 UPI 2.0 links at 16 GT/s.
+/// An 8-GPU NVSwitch baseboard system (DGX H100, HGX H200, DGX B200).
+struct NvSwitchBox {
+    name: &'static str,
+    description: &'static str,
+    host: &'static str,
+    gpu: Gpu,
+    nvlink: NvLinkGen,
+    nvswitch: &'static str,
+    nvswitch_chips: u32,
+    cpu: &'static str,
+    cpu_memory_gbps: f64,
+    upi_mts: u16,
+}
+
+/// DGX H100 (NVIDIA DGX H100 user guide / datasheet): 2x Xeon Platinum
+/// 8480C (Sapphire Rapids: 8 x DDR5-4800, 4 UPI at 16 GT/s), 4 NVSwitch
+/// gen3 chips, NVLink 4 x18 per GPU.
+const DGX_H100: NvSwitchBox = NvSwitchBox {
+    name: "dgx-h100",
+    description: PRESETS[3].1,
+    host: "DGX H100",
+    gpu: H100_SXM5,
+    nvlink: NvLinkGen::V4,
+    nvswitch: "NVSwitch gen3 x4 (NVLS)",
+    nvswitch_chips: 4,
+    cpu: "Xeon Platinum 8480C",
+    cpu_memory_gbps: ddr_gbps(8, 4800),
+    upi_mts: 16000,
+};
+
+/// HGX H200 8-GPU: the DGX H100 baseboard with H200 141GB (NVIDIA H200
+/// datasheet); host side taken as the DGX H100's.
+const HGX_H200: NvSwitchBox = NvSwitchBox {
+    name: "hgx-h200",
+    description: PRESETS[4].1,
+    host: "HGX H200",
+    gpu: H200_SXM,
+    ..DGX_H100
+};
+
+/// DGX B200 (NVIDIA DGX B200 datasheet and user guide): 8x B200 (1,440 GB
+/// HBM3e, 64 TB/s in all), 2 fifth-generation NVLink switch chips (NVSwitch
+/// gen4, NVLink SHARP), NVLink 5 x18 per GPU (1.8 TB/s), 2x Xeon Platinum
+/// 8570 (Emerald Rapids: 8 x DDR5-5600, 4 UPI at 20 GT/s, Intel ARK), 8x
+/// ConnectX-7 400 Gb/s, 8x 3.84 TB U.2 NVMe.
+const DGX_B200: NvSwitchBox = NvSwitchBox {
+    name: "dgx-b200",
+    description: PRESETS[7].1,
+    host: "DGX B200",
+    gpu: B200,
+    nvlink: NvLinkGen::V5,
+    nvswitch: "NVSwitch gen4 x2 (NVLS)",
+    nvswitch_chips: 2,
+    cpu: "Xeon Platinum 8570",
+    cpu_memory_gbps: ddr_gbps(8, 5600),
+    upi_mts: 20000,
+};
+
+/// 8 GPUs on one NVSwitch fabric (NVLink SHARP), 4 PCIe Gen5 switches each
+/// with 2 GPUs and 2 NDR NICs (and one NVMe drive).
+fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
+    let mut b = TopologyBuilder::new(spec.name);
+    b.description(spec.description);
+    let mut h = Host::new(&mut b, "host0", spec.host);
+    let cpus = [
+        h.cpu("", 0, spec.cpu, spec.cpu_memory_gbps),
+        h.cpu("", 1, spec.cpu, spec.cpu_memory_gbps),
+    ];
     h.b.link(
         cpus[0],
         cpus[1],
         LinkKind::Upi {
-            mts: 16000,
+            mts: spec.upi_mts,
             count: 4,
         },
     );
-    let nvs = h.node(
-        "nvswitch0".into(),
-        NodeKind::NvSwitch,
-        "NVSwitch gen3 x4 (NVLS)",
-        0,
-    );
+    let nvs = h.node("nvswitch0".into(), NodeKind::NvSwitch, spec.nvswitch, 0);
     {
         let n = h.b.node_mut(nvs);
-        n.chips = Some(4);
+        n.chips = Some(spec.nvswitch_chips);
         n.reduction = true;
         n.numa = None;
         n.socket = None;
@@ -364,9 +492,9 @@ fn nvswitch_box(name: &str, gpu: &str, cpu: &str, description: &str) -> Topology
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen5, 16));
         for g in 0..2 {
-            let gx = h.node(format!("gpu{}", s * 2 + g), NodeKind::Gpu, gpu, socket);
+            let gx = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
             h.b.link(gx, sw, pcie(PcieGen::Gen5, 16));
-            h.b.link(gx, nvs, nvlink(NvLinkGen::V4, 18));
+            h.b.link(gx, nvs, nvlink(spec.nvlink, 18));
         }
         for n in 0..2 {
             let nic = h.nic("", s * 2 + n, "ConnectX-7 NDR", socket, ib(IbSpeed::Ndr));
@@ -394,14 +522,15 @@ fn gb200_nvl72() -> TopologyBuilder {
     for tray in 0..18u32 {
         let p = format!("tray{tray}.");
         let mut h = Host::new(&mut b, &format!("tray{tray}"), "GB200 compute tray");
-        let cpus = [h.cpu(&p, 0, "Grace"), h.cpu(&p, 1, "Grace")];
+        // Grace: up to 500 GB/s of LPDDR5X (NVIDIA Grace CPU datasheet).
+        let cpus = [h.cpu(&p, 0, "Grace", 500.0), h.cpu(&p, 1, "Grace", 500.0)];
         // The two Graces of a tray share the tray's memory space; their link
         // is not in NVIDIA's published figures, so it is an SMP link of
         // unknown speed (classified SYS, like any socket-to-socket link).
         h.b.link(cpus[0], cpus[1], LinkKind::Smp);
         for g in 0..4u32 {
             let socket = g / 2;
-            let gpu = h.node(format!("{p}gpu{g}"), NodeKind::Gpu, "B200 (GB200)", socket);
+            let gpu = h.gpu(format!("{p}gpu{g}"), B200_GB200, socket);
             h.b.link(gpu, cpus[socket as usize], LinkKind::NvLinkC2c);
             h.b.link(gpu, nvs, nvlink(NvLinkGen::V5, 18));
             let nic = h.nic(&p, g, "ConnectX-7 NDR", socket, ib(IbSpeed::Ndr));
@@ -415,9 +544,11 @@ fn pcie_8gpu() -> TopologyBuilder {
     let mut b = TopologyBuilder::new("pcie-8gpu");
     b.description(PRESETS[6].1);
     let mut h = Host::new(&mut b, "host0", "2-socket PCIe GPU server");
+    // Ice Lake-SP: 8 channels of DDR4-3200 per socket (Intel ARK).
+    let mem = ddr_gbps(8, 3200);
     let cpus = [
-        h.cpu("", 0, "Xeon (Ice Lake-SP)"),
-        h.cpu("", 1, "Xeon (Ice Lake-SP)"),
+        h.cpu("", 0, "Xeon (Ice Lake-SP)", mem),
+        h.cpu("", 1, "Xeon (Ice Lake-SP)", mem),
     ];
     h.b.link(
         cpus[0],
@@ -437,16 +568,24 @@ fn pcie_8gpu() -> TopologyBuilder {
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen4, 16));
         for g in 0..2 {
-            let gpu = h.node(
-                format!("gpu{}", s * 2 + g),
-                NodeKind::Gpu,
-                "A100 PCIe 80GB",
-                socket,
-            );
+            let gpu = h.gpu(format!("gpu{}", s * 2 + g), A100_PCIE_80GB, socket);
             h.b.link(gpu, sw, pcie(PcieGen::Gen4, 16));
         }
         let nic = h.nic("", s, "ConnectX-6 HDR", socket, ib(IbSpeed::Hdr));
         h.b.link(nic, sw, pcie(PcieGen::Gen4, 16));
     }
+    b
+}
+
+/// One GeForce RTX 4090 (NVIDIA: PCIe Gen4 x16, 24 GB GDDR6X at 1,008 GB/s)
+/// on the CPU's own PCIe lanes of a Core i9-13900K (Intel ARK: one socket,
+/// 2 channels of DDR5-5600, 89.6 GB/s); no NIC, no NVLink.
+fn workstation_rtx4090() -> TopologyBuilder {
+    let mut b = TopologyBuilder::new("workstation-rtx4090");
+    b.description(PRESETS[8].1);
+    let mut h = Host::new(&mut b, "host0", "workstation");
+    let cpu = h.cpu("", 0, "Core i9-13900K", ddr_gbps(2, 5600));
+    let gpu = h.gpu("gpu0".into(), RTX_4090, 0);
+    h.b.link(gpu, cpu, pcie(PcieGen::Gen4, 16));
     b
 }

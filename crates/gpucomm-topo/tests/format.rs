@@ -265,4 +265,43 @@ fn the_documented_example_loads() {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/example.toml");
     let t = format::load(&p).unwrap();
     assert!(!t.gpus().is_empty());
+    // Set on gpu0 and equal to what the label gives gpu1.
+    let g = t.gpus();
+    assert_eq!(t.node(g[0]).memory_bandwidth, Some(3900.0));
+    assert_eq!(t.node(g[1]).memory_bandwidth, None);
+    assert_eq!(t.node(g[1]).memory_gbps(), Some(3900.0));
+}
+
+#[test]
+fn hardware_attributes_load_validate_and_default() {
+    let with = good_with(
+        "id = \"gpu0\"\nkind = \"gpu\"",
+        "id = \"gpu0\"\nkind = \"gpu\"\narch = \"hopper\"\nmemory_bandwidth = 3350.0",
+    );
+    let t = format::parse(&with, Format::Toml, "hw.toml").unwrap();
+    let g0 = t.node(t.find("gpu0").unwrap());
+    assert_eq!(g0.gpu_arch(), Some(gpucomm_topo::GpuArch::Hopper));
+    assert_eq!(g0.memory_gbps(), Some(3350.0));
+    // Unset and unlabelled: no architecture; a CPU gets the documented default.
+    let g1 = t.node(t.find("gpu1").unwrap());
+    assert_eq!((g1.gpu_arch(), g1.memory_gbps()), (None, None));
+    let cpu = t.node(t.find("cpu0").unwrap());
+    assert_eq!(
+        cpu.memory_gbps(),
+        Some(gpucomm_topo::hardware::DEFAULT_CPU_MEMORY_GBPS)
+    );
+    let m = err(&good_with(
+        "id = \"gpu0\"\nkind = \"gpu\"",
+        "id = \"gpu0\"\nkind = \"gpu\"\narch = \"kepler\"",
+    ));
+    assert_names(&m, &["bad.toml", "node[2].arch", "kepler", "hopper"]);
+    let m = err(&good_with("numa = 0", "numa = 0\narch = \"volta\""));
+    assert_names(&m, &["node[1].arch", "only GPUs"]);
+    let m = err(&good_with("numa = 0", "numa = 0\nmemory_bandwidth = -1.0"));
+    assert_names(&m, &["node[1].memory_bandwidth", "positive"]);
+    let m = err(&good_with(
+        "id = \"host0\"\nkind = \"host\"",
+        "id = \"host0\"\nkind = \"host\"\nmemory_bandwidth = 10.0",
+    ));
+    assert_names(&m, &["node[0].memory_bandwidth", "only GPUs and CPUs"]);
 }

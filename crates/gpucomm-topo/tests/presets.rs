@@ -140,6 +140,82 @@ fn dgx_h100_every_pair_is_nv18_through_the_switch() {
 }
 
 #[test]
+fn every_preset_gpu_and_cpu_has_its_hardware_attributes() {
+    for (name, _) in PRESETS {
+        let t = preset(name).unwrap();
+        for n in t.nodes() {
+            match n.kind {
+                NodeKind::Gpu => {
+                    assert!(n.arch.is_some(), "{name} {}", n.id);
+                    assert!(n.memory_bandwidth.unwrap() > 0.0, "{name} {}", n.id);
+                    // The label table agrees with what the preset sets.
+                    let inferred = gpucomm_topo::hardware::gpu_from_label(&n.label);
+                    assert_eq!(
+                        inferred,
+                        Some((n.arch.unwrap(), n.memory_bandwidth.unwrap()))
+                    );
+                }
+                NodeKind::Cpu => {
+                    let bw = n.memory_bandwidth.unwrap();
+                    assert!(bw > 0.0, "{name} {}", n.id);
+                    let inferred = gpucomm_topo::hardware::cpu_memory_from_label(&n.label);
+                    assert_eq!(inferred, Some(bw), "{name} {}", n.id);
+                }
+                _ => assert!(n.arch.is_none() && n.memory_bandwidth.is_none()),
+            }
+        }
+    }
+    for (alias, name) in gpucomm_topo::PRESET_ALIASES {
+        assert_eq!(preset(alias).unwrap().name(), *name);
+    }
+}
+
+#[test]
+fn dgx_b200_nv18_of_nvlink5_through_nvswitch_gen4() {
+    let t = preset("dgx-b200").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 8);
+    let sw = t.find("nvswitch0").unwrap();
+    assert!(t.node(sw).reduction);
+    assert_eq!(t.node(sw).chips, Some(2));
+    for &a in g {
+        assert_eq!(nvlinks_of(&t, a), 18);
+        assert_eq!(t.node(a).gpu_arch(), Some(gpucomm_topo::GpuArch::Blackwell));
+        assert_eq!(t.node(a).memory_gbps(), Some(8000.0));
+    }
+    // 18 NVLink 5 links of 50 GB/s per direction: 900 GB/s (1.8 TB/s both ways).
+    let p = t.path(g[0], g[7]).unwrap();
+    assert_eq!(p.class, PathClass::NvLink(18));
+    assert_eq!(p.bandwidth, 900.0);
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 8);
+    // 4 UPI links at 20 GT/s between the Xeon 8570s.
+    let c0 = t.find("cpu0").unwrap();
+    let c1 = t.find("cpu1").unwrap();
+    assert_eq!(t.link(t.links_between(c0, c1)[0]).bandwidth, 160.0);
+    assert!((t.node(c0).memory_gbps().unwrap() - 358.4).abs() < 1e-9);
+}
+
+#[test]
+fn workstation_rtx4090_one_gpu_on_the_cpu() {
+    let t = preset("workstation-rtx4090").unwrap();
+    assert_eq!(t.gpus().len(), 1);
+    assert_eq!(t.nodes_of_kind(NodeKind::Cpu).count(), 1);
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 0);
+    let gpu = t.gpus()[0];
+    let cpu = t.find("cpu0").unwrap();
+    let l = t.links_between(gpu, cpu);
+    assert_eq!(
+        t.link(l[0]).kind,
+        LinkKind::Pcie {
+            generation: gpucomm_topo::PcieGen::Gen4,
+            width: 16
+        }
+    );
+    assert_eq!(t.node(gpu).gpu_arch(), Some(gpucomm_topo::GpuArch::Ada));
+    assert!((t.node(cpu).memory_gbps().unwrap() - 89.6).abs() < 1e-9);
+}
+
+#[test]
 fn dgx_a100_nv12_and_hdr_rails() {
     let t = preset("dgx-a100").unwrap();
     let g = t.gpus();

@@ -15,7 +15,7 @@ use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::train::{ModelSpec, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
-use gpucomm_sim::{Engine, Machine, calibration, model, trace};
+use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
 
 use super::common::{format_bytes, parse_size, size_sweep};
@@ -62,7 +62,7 @@ enum SimCmd {
 #[derive(clap::Args, Debug, Clone)]
 struct Machine_ {
     /// Machine: a gpucomm-topo preset (dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200,
-    /// gb200-nvl72, pcie-8gpu), a simulator preset (dgx-b200, workstation-rtx4090),
+    /// gb200-nvl72, pcie-8gpu, dgx-b200, workstation-rtx4090; see `gpucomm topo --list`),
     /// `local`, or a topology file.
     #[arg(long, short = 't', default_value = "dgx-h100")]
     topology: String,
@@ -711,7 +711,6 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         for (name, v, src) in calibration::factors() {
             writeln!(o, "  {name:<40} {v:>8.4}  {src}")?;
         }
-        let _ = model::PRESETS;
     }
     Ok(if worst <= 0.10 {
         ExitCode::SUCCESS

@@ -18,7 +18,8 @@ use gpucomm_topo::{
 /// Arguments of `gpucomm topo`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Presets: dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200, gb200-nvl72, pcie-8gpu.\n\
+    after_help = "Presets: dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200, gb200-nvl72, pcie-8gpu,\n\
+dgx-b200, workstation-rtx4090 (aliases: dgx1, dgx-2, hgx-b200, rtx4090).\n\
 Examples:\n  gpucomm topo\n  gpucomm topo --preset dgx1-v100\n  gpucomm topo --preset dgx-h100 --nodes 4 --bandwidth\n  \
 gpucomm topo --file my.toml --path gpu0 gpu3\n  gpucomm topo --preset dgx-a100 --export dgx-a100.toml"
 )]
@@ -95,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.list {
         for (name, desc) in PRESETS {
-            writeln!(out, "{name:<12} {desc}")?;
+            writeln!(out, "{name:<19} {desc}")?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -244,6 +245,12 @@ fn node_line(t: &Topology, ix: NodeIx) -> String {
     }
     if let Some(a) = &n.pci_address {
         s.push_str(&format!(" @{a}"));
+    }
+    if let Some(a) = n.arch {
+        s.push_str(&format!(", {a}"));
+    }
+    if let Some(m) = n.memory_bandwidth {
+        s.push_str(&format!(", memory bandwidth {} GB/s", bw(m)));
     }
     if let Some(p) = n.port {
         s.push_str(&format!(", port {}", link_text(p, p.bandwidth())));

@@ -1,0 +1,222 @@
+//! Hardware attributes of nodes that are not links: the architecture and
+//! device-memory bandwidth of a GPU, the memory bandwidth of a CPU socket.
+//!
+//! Presets set them on their nodes ([`Node::arch`](crate::Node::arch),
+//! [`Node::memory_bandwidth`](crate::Node::memory_bandwidth)); files may set
+//! them; when a node does not, [`Node::gpu_arch`](crate::Node::gpu_arch) and
+//! [`Node::memory_gbps`](crate::Node::memory_gbps) infer them from the
+//! node's label with the tables below (what discovery gives: `nvidia-smi`'s
+//! product name, `/proc/cpuinfo`'s model name). Every figure is the vendor's
+//! datasheet number; host memory bandwidth is channels x transfer rate x 8
+//! bytes, the theoretical peak vendors quote.
+
+use std::fmt;
+
+/// GPU architecture (decides, in the simulator, NCCL's per-link figures
+/// and NVLink SHARP efficiency).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GpuArch {
+    /// Pascal (P100), sm_60.
+    Pascal,
+    /// Volta (V100), sm_70.
+    Volta,
+    /// Ampere (A100), sm_80.
+    Ampere,
+    /// Ada / consumer Ampere (RTX 4090, L40, A40), sm_86/89.
+    Ada,
+    /// Hopper (H100, H200), sm_90.
+    Hopper,
+    /// Blackwell (B200, GB200), sm_100.
+    Blackwell,
+}
+
+impl GpuArch {
+    /// All architectures, oldest first.
+    pub const ALL: [GpuArch; 6] = [
+        Self::Pascal,
+        Self::Volta,
+        Self::Ampere,
+        Self::Ada,
+        Self::Hopper,
+        Self::Blackwell,
+    ];
+
+    /// The name used in files (`"hopper"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pascal => "pascal",
+            Self::Volta => "volta",
+            Self::Ampere => "ampere",
+            Self::Ada => "ada",
+            Self::Hopper => "hopper",
+            Self::Blackwell => "blackwell",
+        }
+    }
+
+    /// Parses a file name (case-insensitive).
+    ///
+    /// ```
+    /// use gpucomm_topo::GpuArch;
+    /// assert_eq!(GpuArch::parse("Hopper"), Some(GpuArch::Hopper));
+    /// assert_eq!(GpuArch::parse("kepler"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for GpuArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Device memory bandwidth, GB/s, of the GPUs the presets use (NVIDIA
+/// datasheets).
+pub mod gpu_memory {
+    /// Tesla P100 SXM2 (HBM2): 732 GB/s.
+    pub const P100: f64 = 732.0;
+    /// Tesla V100 SXM2/SXM3 (HBM2): 900 GB/s.
+    pub const V100: f64 = 900.0;
+    /// A100 40GB (SXM4 and PCIe, HBM2): 1,555 GB/s.
+    pub const A100_40GB: f64 = 1555.0;
+    /// A100 80GB PCIe (HBM2e): 1,935 GB/s.
+    pub const A100_80GB_PCIE: f64 = 1935.0;
+    /// A100 80GB SXM4 (HBM2e): 2,039 GB/s.
+    pub const A100_80GB_SXM: f64 = 2039.0;
+    /// H100 SXM5 80GB (HBM3): 3.35 TB/s.
+    pub const H100_SXM: f64 = 3350.0;
+    /// H100 PCIe 80GB (HBM2e): 2 TB/s.
+    pub const H100_PCIE: f64 = 2000.0;
+    /// H100 NVL 94GB (HBM3): 3.9 TB/s.
+    pub const H100_NVL: f64 = 3900.0;
+    /// H200 SXM 141GB (HBM3e): 4.8 TB/s.
+    pub const H200: f64 = 4800.0;
+    /// B200 (HBM3e): 8 TB/s per GPU (DGX B200 datasheet: 64 TB/s for 8).
+    pub const B200: f64 = 8000.0;
+    /// GeForce RTX 4090 (24 GB GDDR6X, 384-bit at 21 Gb/s): 1,008 GB/s.
+    pub const RTX_4090: f64 = 1008.0;
+}
+
+/// Host memory bandwidth per socket, GB/s: channels x MT/s x 8 bytes.
+pub const fn ddr_gbps(channels: u32, mts: u32) -> f64 {
+    (channels * mts) as f64 * 8.0 / 1000.0
+}
+
+/// Memory bandwidth per socket assumed for a CPU neither set nor known to
+/// [`cpu_memory_from_label`]: 8 channels of DDR4-3200, 204.8 GB/s (AMD EPYC
+/// 7002/7003 and Intel Ice Lake-SP).
+pub const DEFAULT_CPU_MEMORY_GBPS: f64 = ddr_gbps(8, 3200);
+
+/// GPU architecture and device memory bandwidth (GB/s) from a product name
+/// (`"NVIDIA H100 80GB HBM3"`, `"Tesla V100-SXM2-16GB"`); `None` for a GPU
+/// not in the table. Figures: [`gpu_memory`].
+///
+/// ```
+/// use gpucomm_topo::{GpuArch, hardware::gpu_from_label};
+/// assert_eq!(gpu_from_label("NVIDIA H100 80GB HBM3"), Some((GpuArch::Hopper, 3350.0)));
+/// assert_eq!(gpu_from_label("Voodoo 3"), None);
+/// ```
+pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
+    use gpu_memory as m;
+    let l = label.to_ascii_uppercase();
+    Some(
+        if l.contains("B200") || l.contains("GB200") || l.contains("B100") {
+            (GpuArch::Blackwell, m::B200)
+        } else if l.contains("H200") {
+            (GpuArch::Hopper, m::H200)
+        } else if l.contains("H100") || l.contains("H800") {
+            let bw = if l.contains("NVL") {
+                m::H100_NVL
+            } else if l.contains("PCIE") {
+                m::H100_PCIE
+            } else {
+                m::H100_SXM
+            };
+            (GpuArch::Hopper, bw)
+        } else if l.contains("A100") || l.contains("A800") {
+            let bw = if l.contains("80") {
+                if l.contains("PCIE") {
+                    m::A100_80GB_PCIE
+                } else {
+                    m::A100_80GB_SXM
+                }
+            } else if l.contains("40") || l.contains("PCIE") {
+                m::A100_40GB
+            } else {
+                m::A100_80GB_SXM
+            };
+            (GpuArch::Ampere, bw)
+        } else if l.contains("V100") {
+            (GpuArch::Volta, m::V100)
+        } else if l.contains("P100") {
+            (GpuArch::Pascal, m::P100)
+        } else if l.contains("4090") || l.contains("L40") || l.contains("A40") || l.contains("ADA")
+        {
+            (GpuArch::Ada, m::RTX_4090)
+        } else {
+            return None;
+        },
+    )
+}
+
+/// Host memory bandwidth per socket (GB/s) from a CPU model name; `None`
+/// for a CPU not in the table (vendor datasheets: memory channels and
+/// fastest supported DIMM speed).
+///
+/// ```
+/// use gpucomm_topo::hardware::cpu_memory_from_label;
+/// assert_eq!(cpu_memory_from_label("Xeon E5-2698 v4"), Some(76.8));
+/// assert_eq!(cpu_memory_from_label("Z80"), None);
+/// ```
+pub fn cpu_memory_from_label(label: &str) -> Option<f64> {
+    let l = label.to_ascii_uppercase();
+    Some(if l.contains("E5-26") {
+        ddr_gbps(4, 2400) // Broadwell-EP: 4 x DDR4-2400
+    } else if l.contains("8570") || l.contains("EMERALD") {
+        ddr_gbps(8, 5600) // Emerald Rapids: 8 x DDR5-5600
+    } else if l.contains("8480") || l.contains("8468") || l.contains("SAPPHIRE") {
+        ddr_gbps(8, 4800) // Sapphire Rapids: 8 x DDR5-4800
+    } else if l.contains("8168") || l.contains("PLATINUM 81") {
+        ddr_gbps(6, 2666) // Skylake-SP: 6 x DDR4-2666
+    } else if l.contains("EPYC 7") || l.contains("ICE LAKE") {
+        ddr_gbps(8, 3200) // EPYC 7002/7003, Ice Lake-SP: 8 x DDR4-3200
+    } else if l.contains("GRACE") {
+        500.0 // NVIDIA Grace datasheet: up to 500 GB/s LPDDR5X
+    } else if l.contains("13900K") || l.contains("14900K") {
+        ddr_gbps(2, 5600) // Intel ARK: 2 x DDR5-5600, 89.6 GB/s
+    } else {
+        return None;
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in GpuArch::ALL {
+            assert_eq!(GpuArch::parse(a.name()), Some(a));
+        }
+    }
+
+    #[test]
+    fn labels_of_the_presets_and_of_discovery() {
+        assert_eq!(
+            gpu_from_label("Tesla V100-SXM2-16GB").unwrap().0,
+            GpuArch::Volta
+        );
+        assert_eq!(gpu_from_label("A100 PCIe 80GB").unwrap().1, 1935.0);
+        assert_eq!(gpu_from_label("A100-PCIE-40GB").unwrap().1, 1555.0);
+        assert_eq!(gpu_from_label("A100 SXM4 80GB").unwrap().1, 2039.0);
+        assert_eq!(gpu_from_label("GeForce RTX 4090").unwrap().0, GpuArch::Ada);
+        assert_eq!(gpu_from_label("NVIDIA H100 NVL").unwrap().1, 3900.0);
+        assert_eq!(gpu_from_label("NVIDIA H100 PCIe").unwrap().1, 2000.0);
+        assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
+        assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
+        assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);
+    }
+}
