@@ -246,7 +246,7 @@ impl BootstrapConfig {
     /// The default bound on every wait when `GPUCOMM_TIMEOUT_MS` is not set:
     /// generous, so that slow first connections and large transfers never
     /// trip it, yet finite, so that nothing hangs forever.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const DEFAULT_TIMEOUT: Duration = crate::DEFAULT_TIMEOUT;
 
     /// Reads the process environment (see the [module docs](self)).
     pub fn from_env() -> Result<Self, EnvError> {

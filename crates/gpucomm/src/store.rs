@@ -286,7 +286,17 @@ impl StoreClient {
             s,
             addr: addr.to_string(),
         };
-        let (st, _) = c.request(OP_HELLO, "", token.as_bytes(), timeout)?;
+        // The store drops a connection with a wrong token without a reply,
+        // so a failed hello most likely means another job's token.
+        let (st, _) = c
+            .request(OP_HELLO, "", token.as_bytes(), timeout)
+            .map_err(|e| {
+                err(format!(
+                    "the store did not accept this rank's hello: wrong job token \
+                     (GPUCOMM_TOKEN, or launcher variables that differ between ranks), \
+                     or not a gpucomm store at this address ({e})"
+                ))
+            })?;
         if st != 0 {
             return Err(err("token refused".into()));
         }

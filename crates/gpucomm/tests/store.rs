@@ -41,7 +41,11 @@ fn wait_is_bounded() {
 #[test]
 fn wrong_token_is_dropped() {
     let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
-    assert!(StoreClient::connect(&s.addr().to_string(), "nope", Duration::from_secs(2)).is_err());
+    let err = match StoreClient::connect(&s.addr().to_string(), "nope", Duration::from_secs(2)) {
+        Ok(_) => panic!("a wrong token was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("wrong job token"), "unclear error: {err}");
 }
 
 #[test]
