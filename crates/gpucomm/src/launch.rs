@@ -361,12 +361,24 @@ enum Event {
     Exited(usize, ExitKind, Instant),
 }
 
+/// The most ranks [`launch`] starts on one host. Every rank is a process
+/// with a shared-memory region and a connection to each peer, so far beyond
+/// this the job exhausts the host (descriptors, mappings, memory) long before
+/// it does useful work; a clear refusal beats a job that never starts.
+pub const MAX_LOCAL_RANKS: usize = 1024;
+
 /// Runs the job, handing every line the ranks print to `sink`.
 pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, LaunchError> {
     if cfg.nranks == 0 {
         return Err(LaunchError::Config(
             "the number of ranks must be at least 1".into(),
         ));
+    }
+    if cfg.nranks > MAX_LOCAL_RANKS {
+        return Err(LaunchError::Config(format!(
+            "{} ranks on one host is more than gpucomm starts ({MAX_LOCAL_RANKS})",
+            cfg.nranks
+        )));
     }
     let port = free_port(&cfg.store_host).map_err(|source| LaunchError::Port {
         host: cfg.store_host.clone(),
@@ -679,6 +691,14 @@ mod tests {
 
     fn sh(nranks: usize, script: &str) -> LaunchConfig {
         LaunchConfig::new(nranks, "/bin/sh").args(["-c", script])
+    }
+
+    #[test]
+    fn too_many_ranks_is_refused_before_anything_starts() {
+        match launch(&sh(MAX_LOCAL_RANKS + 1, "exit 0")) {
+            Err(LaunchError::Config(m)) => assert!(m.contains("more than gpucomm starts"), "{m}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
     }
 
     type Lines = Arc<Mutex<Vec<(usize, Stream, String)>>>;

@@ -343,6 +343,13 @@ impl Args {
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
         }
+        if self.ranks > gpucomm::launch::MAX_LOCAL_RANKS {
+            bail!(
+                "--ranks {} is more than gpucomm starts on one host ({})",
+                self.ranks,
+                gpucomm::launch::MAX_LOCAL_RANKS
+            );
+        }
         let collective = self.collective.collective(self.root);
         if let Some(root) = collective.root() {
             if root >= self.ranks {
@@ -745,6 +752,7 @@ mod tests {
             (&["-b", "64", "-e", "8"][..], "larger than max"),
             (&["-f", "1"][..], "step factor"),
             (&["--ranks", "0"][..], "at least 1"),
+            (&["--ranks", "100000"][..], "more than gpucomm starts"),
             (
                 &["broadcast", "--root", "2"][..],
                 "--root 2 is not a rank of a 2-rank job",
