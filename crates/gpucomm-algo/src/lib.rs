@@ -44,6 +44,7 @@
 
 mod check;
 mod cost;
+mod dtype;
 mod exec;
 mod generate;
 mod problem;
@@ -56,6 +57,7 @@ pub use cost::{
     CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, TuneOptions, candidates,
     candidates_with, critical_path, predict, traffic, tune, tune_with,
 };
+pub use dtype::DataType;
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
 pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind};

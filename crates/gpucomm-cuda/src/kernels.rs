@@ -25,112 +25,31 @@
 
 use gpucomm_algo::ReduceOp;
 
-/// Element types the kernels handle (the runtime's `DataType`, by name).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DType {
-    /// `f32`.
-    F32,
-    /// `f64`.
-    F64,
-    /// IEEE half.
-    F16,
-    /// bfloat16.
-    Bf16,
-    /// `i8`.
-    I8,
-    /// `u8`.
-    U8,
-    /// `i32`.
-    I32,
-    /// `u32`.
-    U32,
-    /// `i64`.
-    I64,
-    /// `u64`.
-    U64,
-}
+/// Element types the kernels handle: the workspace's one [`gpucomm_algo::DataType`].
+pub use gpucomm_algo::DataType as DType;
 
-impl DType {
-    /// Every type, in the runtime's order.
-    pub const ALL: [DType; 10] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::Bf16,
-        DType::I8,
-        DType::U8,
-        DType::I32,
-        DType::U32,
-        DType::I64,
-        DType::U64,
-    ];
-
-    /// The name (`f32`, `bf16`, ...), as the runtime's `DataType::name`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::F16 => "f16",
-            DType::Bf16 => "bf16",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-            DType::I64 => "i64",
-            DType::U64 => "u64",
-        }
-    }
-
-    /// Parses [`DType::name`].
-    pub fn from_name(s: &str) -> Option<DType> {
-        DType::ALL.into_iter().find(|d| d.name() == s)
-    }
-
-    /// Bytes per element.
-    pub const fn size(self) -> usize {
-        match self {
-            DType::I8 | DType::U8 => 1,
-            DType::F16 | DType::Bf16 => 2,
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
-        }
-    }
-
-    /// The C type the kernels store it as.
-    pub const fn c_type(self) -> &'static str {
-        match self {
-            DType::F32 => "float",
-            DType::F64 => "double",
-            DType::F16 | DType::Bf16 => "unsigned short",
-            DType::I8 => "signed char",
-            DType::U8 => "unsigned char",
-            DType::I32 => "int",
-            DType::U32 => "unsigned int",
-            DType::I64 => "long long",
-            DType::U64 => "unsigned long long",
-        }
-    }
-
-    /// The unsigned C type of the same width (for wrapping arithmetic).
-    const fn c_unsigned(self) -> &'static str {
-        match self.size() {
-            1 => "unsigned char",
-            2 => "unsigned short",
-            4 => "unsigned int",
-            _ => "unsigned long long",
-        }
-    }
-
-    /// Whether integer semantics apply.
-    pub const fn is_integer(self) -> bool {
-        !matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::Bf16)
+/// The C type the kernels store it as.
+pub const fn c_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 | DType::Bf16 => "unsigned short",
+        DType::I8 => "signed char",
+        DType::U8 => "unsigned char",
+        DType::I32 => "int",
+        DType::U32 => "unsigned int",
+        DType::I64 => "long long",
+        DType::U64 => "unsigned long long",
     }
 }
 
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+/// The unsigned C type of the same width (for wrapping arithmetic).
+const fn c_unsigned(dtype: DType) -> &'static str {
+    match dtype.size() {
+        1 => "unsigned char",
+        2 => "unsigned short",
+        4 => "unsigned int",
+        _ => "unsigned long long",
     }
 }
 
@@ -240,7 +159,7 @@ fn combine_expr(op: ReduceOp, dtype: DType) -> String {
             ReduceOp::Max => format!("fmax({x}, {y})"),
         },
         _ => {
-            let (t, u) = (dtype.c_type(), dtype.c_unsigned());
+            let (t, u) = (c_type(dtype), c_unsigned(dtype));
             match op {
                 ReduceOp::Sum | ReduceOp::Avg => format!("({t})(({u}){x} + ({u}){y})"),
                 ReduceOp::Prod => format!("({t})(({u}){x} * ({u}){y})"),
@@ -256,13 +175,13 @@ fn conversions(dtype: DType) -> (&'static str, &'static str, &'static str) {
     match dtype {
         DType::F16 => ("float", "gc_h2f", "gc_f2h"),
         DType::Bf16 => ("float", "gc_b2f", "gc_f2b"),
-        _ => (dtype.c_type(), "", ""),
+        _ => (c_type(dtype), "", ""),
     }
 }
 
 /// The source of `gpucomm_reduce_<op>_<dtype>` (needs the prelude and helpers).
 pub fn reduce_kernel_source(op: ReduceOp, dtype: DType) -> String {
-    let t = dtype.c_type();
+    let t = c_type(dtype);
     let (ct, load, store) = conversions(dtype);
     let expr = combine_expr(op, dtype);
     format!(
@@ -280,7 +199,7 @@ pub fn reduce_kernel_source(op: ReduceOp, dtype: DType) -> String {
 /// The source of `gpucomm_div_<dtype>`: `dst[i] /= ranks` as the CPU does it
 /// (`ranks` converted to the element type first, as Rust's `n as T`).
 pub fn divide_kernel_source(dtype: DType) -> String {
-    let t = dtype.c_type();
+    let t = c_type(dtype);
     let (ct, load, store) = conversions(dtype);
     let divisor = match dtype {
         DType::F16 | DType::Bf16 | DType::F32 => "(float)ranks".to_string(),

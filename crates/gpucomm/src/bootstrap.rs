@@ -85,6 +85,54 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
+    match join(cfg, &mut store, deadline) {
+        Ok(mut parts) => {
+            parts.store = Some(store);
+            parts.server = server;
+            Ok(parts)
+        }
+        Err(e) => {
+            // Every rank counts itself out of the store, also on failure; the
+            // rank hosting it lingers a little, so that the others read what
+            // they need to fail with their own clear error (not "the store
+            // went away").
+            if me == 0 {
+                let linger = (Instant::now() + Duration::from_secs(2)).min(deadline);
+                while Instant::now() < linger && left_count(&mut store) + 1 < n {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            } else {
+                let _ = store.add("init/left", 1);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// How many ranks other than the store's host have counted themselves out.
+fn left_count(store: &mut StoreClient) -> usize {
+    store
+        .get("init/left")
+        .ok()
+        .flatten()
+        .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+        .map(i64::from_le_bytes)
+        .unwrap_or(0)
+        .max(0) as usize
+}
+
+/// Everything after the store connection: publish, read the peers, connect.
+fn join(
+    cfg: &BootstrapConfig,
+    store: &mut StoreClient,
+    deadline: Instant,
+) -> Result<InnerParts, Error> {
+    let (me, n) = (cfg.rank, cfg.world_size);
+    let fail = |d: String| Error::Bootstrap {
+        rank: me,
+        detail: d,
+    };
+    let timeout = cfg.timeout;
     let host = host_id();
     let want_shm = cfg.transport != TransportChoice::Tcp && n > 1;
     let want_tcp = cfg.transport != TransportChoice::Shm && n > 1;
@@ -264,12 +312,8 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
     // every other rank is done with the store.
     if me == 0 {
         loop {
-            let left = store
-                .get("init/left")?
-                .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(i64::from_le_bytes)
-                .unwrap_or(0);
-            if left as usize >= n - 1 {
+            let left = left_count(store);
+            if left >= n - 1 {
                 break;
             }
             if Instant::now() >= deadline {
@@ -313,7 +357,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         timeout,
         algorithm: cfg.algorithm,
         sockets,
-        store: Some(store),
-        server,
+        store: None,
+        server: None,
     })
 }
