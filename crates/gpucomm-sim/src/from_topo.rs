@@ -1,8 +1,10 @@
 //! From a gpucomm-topo [`Topology`] (preset, file or discovered machine) to
 //! the simulator's parametric [`Machine`].
 //!
-//! The simulator models identical nodes, so it reads the first host of the
-//! topology: its GPUs, how they reach each other (NVSwitch, direct NVLink,
+//! The simulator models identical nodes, so it reads the first host (or
+//! NVLink domain) of the topology and counts how many such nodes the
+//! topology holds ([`Machine::nodes`]; hosts with other GPU counts are an
+//! error, not silently dropped): its GPUs, how they reach each other (NVSwitch, direct NVLink,
 //! PCIe switches), CPU sockets and the link between them, NICs and their
 //! port speed, NVMe drives, and the hardware attributes of its nodes: GPU
 //! architecture and device-memory bandwidth, memory bandwidth per socket
@@ -211,10 +213,25 @@ impl Machine {
             nic_gbps,
             storage_gbps: storage,
         };
+        // How many nodes like the first one the topology holds.
+        let hosts_per_node = hosts.len().max(1);
+        let all_hosts = topo.hosts().len().max(1);
+        let nodes = all_hosts / hosts_per_node;
+        if all_hosts % hosts_per_node != 0 || topo.gpus().len() != gpus.len() * nodes {
+            return Err(SimError::Model(format!(
+                "topology {} is not {} identical nodes of {} GPUs ({} hosts, {} GPUs): \
+                 the simulator models identical nodes",
+                topo.name(),
+                nodes.max(1),
+                gpus.len(),
+                all_hosts,
+                topo.gpus().len()
+            )));
+        }
         Ok(Machine {
             name: topo.name().to_string(),
             node,
-            nodes: 1,
+            nodes,
             gpus_used: None,
         })
     }
@@ -224,6 +241,21 @@ impl Machine {
 mod tests {
     use super::*;
     use crate::model::Arch;
+
+    #[test]
+    fn a_multi_node_topology_keeps_all_its_nodes() {
+        let opts = gpucomm_topo::ClusterOptions {
+            nodes: 3,
+            ..Default::default()
+        };
+        let t = gpucomm_topo::select("dgx-h100", &opts).unwrap();
+        let m = Machine::from_topology(&t).unwrap();
+        assert_eq!((m.nodes, m.node.gpus), (3, 8));
+        let one = Machine::from_topology(&gpucomm_topo::preset("dgx-h100").unwrap()).unwrap();
+        assert_eq!(one.nodes, 1);
+        let nvl = Machine::from_topology(&gpucomm_topo::preset("gb200-nvl72").unwrap()).unwrap();
+        assert_eq!((nvl.nodes, nvl.node.gpus), (1, 72));
+    }
 
     #[test]
     fn topo_presets_read_like_the_hardware() {

@@ -66,9 +66,9 @@ struct Machine_ {
     /// `local`, or a topology file.
     #[arg(long, short = 't', default_value = "dgx-h100")]
     topology: String,
-    /// Number of nodes.
-    #[arg(long, default_value_t = 1)]
-    nodes: usize,
+    /// Number of nodes (default: as many as the topology holds; a preset is one node).
+    #[arg(long)]
+    nodes: Option<usize>,
     /// Use only the first N GPUs of each node.
     #[arg(long)]
     gpus: Option<usize>,
@@ -220,8 +220,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn machine(m: &Machine_) -> anyhow::Result<Machine> {
     let mut mach =
         Machine::select(&m.topology).with_context(|| format!("--topology {}", m.topology))?;
-    if m.nodes == 0 {
-        bail!("--nodes must be at least 1");
+    match m.nodes {
+        Some(0) => bail!("--nodes must be at least 1"),
+        Some(n) if mach.nodes > 1 && n != mach.nodes => bail!(
+            "--nodes {n}: {} already describes {} nodes (leave --nodes out, or give a one-node topology)",
+            m.topology,
+            mach.nodes
+        ),
+        _ => {}
     }
     if let Some(g) = m.gpus {
         if g == 0 || g > mach.node.gpus {
@@ -233,7 +239,7 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
         }
         mach.gpus_used = Some(g);
     }
-    mach.nodes = m.nodes;
+    mach.nodes = m.nodes.unwrap_or(mach.nodes);
     Ok(mach)
 }
 
@@ -243,7 +249,7 @@ fn out() -> std::io::StdoutLock<'static> {
 
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
-    let fabric = mach.fabric(Engine::Nccl, a.m.nodes)?;
+    let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let algorithm = match &a.algorithm {
         None => None,
         Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
@@ -300,7 +306,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 v
             })
             .collect();
-        let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": a.m.nodes,
+        let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
                          "ranks": ranks, "results": rows});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -308,7 +314,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             o,
             "# gpucomm sim {}: {} x {} ({} GPUs per node, {} ranks)",
             coll.name(),
-            a.m.nodes,
+            mach.nodes,
             mach.name,
             fabric.ranks_per_node(),
             ranks
@@ -317,6 +323,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             o,
             "# engine: NCCL-style kernels, Simple protocol; busbw as nccl-tests"
         )?;
+        if mach.nodes > 1 {
+            writeln!(
+                o,
+                "# network: non-blocking, {} NIC(s) of {:.1} GB/s per node (leaf/spine oversubscription is not modeled)",
+                mach.node.nics, mach.node.nic_gbps
+            )?;
+        }
         writeln!(o, "#")?;
         writeln!(
             o,
@@ -576,7 +589,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let bucket = (a.bucket_mb * 1048576.0) as u64;
     let sweep = if a.sweep_nodes.is_empty() {
-        vec![a.m.nodes]
+        vec![mach.nodes]
     } else {
         a.sweep_nodes.clone()
     };
