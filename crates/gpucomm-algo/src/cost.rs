@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::generate::hd::fold;
 use crate::generate::tree::{btree_depth, dtree, rooted};
 use crate::generate::{Plan, max_block};
-use crate::{Algorithm, Collective, Problem, Schedule, block_partition};
+use crate::{Algorithm, Collective, Problem, Schedule, StepKind, block_partition};
 
 /// One class of link: latency per hop and bandwidth per direction.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,6 +66,12 @@ pub struct CostModel {
     /// Bandwidth one channel can drive, GB/s (several channels are needed
     /// to fill a fast link, as in NCCL).
     pub channel_gbps: f64,
+    /// Bandwidth of a rank's local work (the elements its reduce, copy and
+    /// receive-and-reduce steps write), GB/s; 0 = not modeled. On a CPU
+    /// with zero-copy transports this, not the link, is what a large
+    /// all-reduce costs.
+    #[serde(default)]
+    pub local_gbps: f64,
 }
 
 impl CostModel {
@@ -77,6 +83,7 @@ impl CostModel {
             inter,
             step_overhead_us: 1.0,
             channel_gbps: 25.0,
+            local_gbps: 0.0,
         }
     }
 
@@ -116,6 +123,12 @@ impl CostModel {
     /// The same model with another per-channel bandwidth.
     pub const fn with_channel_gbps(mut self, gbps: f64) -> Self {
         self.channel_gbps = gbps;
+        self
+    }
+
+    /// The same model with local work (reduce and copy steps) at `gbps`.
+    pub const fn with_local_gbps(mut self, gbps: f64) -> Self {
+        self.local_gbps = gbps;
         self
     }
 }
@@ -601,10 +614,27 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
         _ => 1.0,
     };
     let o = model.step_overhead_us * fanout;
+    // Local work of rank 0 (elements its reduce and copy steps write).
+    let local_us = if model.local_gbps > 0.0 {
+        let elems: usize = s
+            .rank_steps(0)
+            .iter()
+            .map(|st| match st.kind {
+                StepKind::RecvReduce { dst, .. }
+                | StepKind::Reduce { dst, .. }
+                | StepKind::Copy { dst, .. } => dst.len,
+                _ => 0,
+            })
+            .sum();
+        elems as f64 * e / (model.local_gbps * 1e3)
+    } else {
+        0.0
+    };
     let time = intra_steps as f64 * (model.intra.latency_us + o)
         + inter_steps as f64 * (model.inter.latency_us + o)
         + intra_bytes / bw(&model.intra)
-        + inter_bytes / bw(&model.inter);
+        + inter_bytes / bw(&model.inter)
+        + local_us;
     Prediction {
         algorithm: s.algorithm,
         channels: s.channels,

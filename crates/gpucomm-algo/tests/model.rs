@@ -5,7 +5,8 @@ mod common;
 
 use common::{collectives, schedules};
 use gpucomm_algo::{
-    Algorithm, Collective, CostModel, Problem, Schedule, check, critical_path, predict, tune,
+    Algorithm, Collective, CostModel, Problem, Schedule, StepKind, check, critical_path, predict,
+    tune,
 };
 
 fn agree(s: &Schedule) -> Result<(), String> {
@@ -205,4 +206,32 @@ fn tuner_respects_engine_limits() {
     };
     let a2a = Problem::new(Collective::AllToAll, 4, 8, 8);
     assert!(tune_with(&a2a, &m, &none).is_err());
+}
+
+/// Local work: with `local_gbps` set, the prediction adds exactly rank 0's
+/// reduced and copied bytes at that bandwidth; unset, nothing.
+#[test]
+fn local_work_is_added_when_modeled() {
+    let p = Problem::new(Collective::AllReduce, 1 << 20, 4, 4);
+    let s = Schedule::new(p, Algorithm::Ring).unwrap();
+    let base = CostModel::uniform(1.0, 10.0);
+    let local_elems: usize = s
+        .rank_steps(0)
+        .iter()
+        .map(|st| match st.kind {
+            StepKind::RecvReduce { dst, .. }
+            | StepKind::Reduce { dst, .. }
+            | StepKind::Copy { dst, .. } => dst.len,
+            _ => 0,
+        })
+        .sum();
+    // Ring all-reduce on 4 ranks: 3 receive-and-reduce blocks of a quarter.
+    assert_eq!(local_elems, 3 * (1 << 18));
+    let without = predict(&s, &base).time_us;
+    let with = predict(&s, &base.with_local_gbps(2.0)).time_us;
+    let expected = (local_elems * 4) as f64 / 2e3;
+    assert!(
+        ((with - without) - expected).abs() < 1e-6,
+        "{with} - {without} != {expected}"
+    );
 }

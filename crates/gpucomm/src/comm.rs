@@ -405,27 +405,16 @@ const LOCAL_GBPS: f64 = 8.0;
 /// copied at [`LOCAL_GBPS`]): with zero-copy transports the reduction, not
 /// the link, is what a large all-reduce costs on a CPU.
 pub(crate) fn choose_algorithm(problem: &Problem) -> Vec<Algorithm> {
-    let model = cost_model();
-    let mut scored: Vec<(f64, Algorithm)> = Algorithm::ALL
-        .iter()
-        .filter_map(|&a| {
-            let s = Schedule::new(*problem, a).ok()?;
-            let local: usize = s
-                .rank_steps(0)
-                .iter()
-                .map(|st| match st.kind {
-                    StepKind::RecvReduce { dst, .. }
-                    | StepKind::Reduce { dst, .. }
-                    | StepKind::Copy { dst, .. } => dst.len,
-                    _ => 0,
-                })
-                .sum();
-            let local_us = (local * problem.elem_size) as f64 / (LOCAL_GBPS * 1e3);
-            Some((gpucomm_algo::predict(&s, &model).time_us + local_us, a))
-        })
+    let model = cost_model().with_local_gbps(LOCAL_GBPS);
+    let engine = gpucomm_algo::TuneOptions {
+        max_channels: 1,
+        algorithms: Vec::new(),
+        chunking: false,
+    };
+    let mut v: Vec<Algorithm> = gpucomm_algo::candidates_with(problem, &model, &engine)
+        .into_iter()
+        .map(|(s, _)| s.algorithm)
         .collect();
-    scored.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-    let mut v: Vec<Algorithm> = scored.into_iter().map(|(_, a)| a).collect();
     let rest: Vec<Algorithm> = Algorithm::ALL
         .iter()
         .filter(|a| !v.contains(a))
