@@ -12,7 +12,7 @@ use crate::engine::{FlowNet, Output};
 use crate::exec::{ExecConfig, ExecResult, run_schedule};
 use crate::fabric::Fabric;
 use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
-use crate::model;
+use crate::model::{self, Protocol};
 use crate::{SimError, SimTime};
 
 /// Which algorithm runs a collective.
@@ -47,6 +47,9 @@ impl AlgoChoice {
 pub struct CollOptions {
     /// The algorithm; `None` lets the tuner pick (fastest simulated candidate).
     pub algorithm: Option<AlgoChoice>,
+    /// NCCL's wire protocol; `None` lets the tuner pick among those NCCL
+    /// enables on the machine ([`model::nccl_protocol_enabled`]).
+    pub protocol: Option<Protocol>,
     /// Channels; `None`: one per NIC on multi-node runs (as NCCL binds
     /// channels to NICs), one inside a node.
     pub channels: Option<u16>,
@@ -60,6 +63,7 @@ impl Default for CollOptions {
     fn default() -> Self {
         CollOptions {
             algorithm: None,
+            protocol: None,
             channels: None,
             symmetry: true,
             trace_ranks: 0,
@@ -82,8 +86,10 @@ pub struct CollResult {
     pub busbw_gbps: f64,
     /// The algorithm that ran.
     pub algorithm: AlgoChoice,
+    /// The protocol it ran with.
+    pub protocol: Protocol,
     /// Every candidate the tuner simulated, with its time.
-    pub candidates: Vec<(AlgoChoice, SimTime)>,
+    pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// Details of the run of a schedule (None for NVLS).
     pub exec: Option<ExecResult>,
 }
@@ -224,27 +230,46 @@ pub fn simulate(
             collective.name()
         )));
     }
-    let mut best: Option<(SimTime, AlgoChoice, Option<ExecResult>)> = None;
+    let m = &fabric.machine;
+    let nvlink = !matches!(m.node.nvlink, NvFabric::None);
+    let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
     let mut last_err = None;
     for c in choices {
-        let r = run_one(fabric, collective, bytes, c, opts);
-        match r {
-            Ok((t, ex)) => {
-                tried.push((c, t));
-                if best.as_ref().is_none_or(|b| t < b.0) {
-                    best = Some((t, c, ex));
-                }
+        let protocols: Vec<Protocol> = match opts.protocol {
+            Some(p) => vec![p],
+            None => Protocol::ALL
+                .into_iter()
+                .filter(|&p| model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink))
+                .collect(),
+        };
+        for p in protocols {
+            if !model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink) {
+                last_err = Some(SimError::Model(format!(
+                    "NCCL does not run {} with the {} protocol on {}",
+                    c.name(),
+                    p.name(),
+                    m.name
+                )));
+                continue;
             }
-            Err(e) => {
-                if opts.algorithm.is_some() {
-                    return Err(e);
+            match run_one(fabric, collective, bytes, c, p, opts) {
+                Ok((t, ex)) => {
+                    tried.push((c, p, t));
+                    if best.as_ref().is_none_or(|b| t < b.0) {
+                        best = Some((t, c, p, ex));
+                    }
                 }
-                last_err = Some(e);
+                Err(e) => {
+                    if opts.algorithm.is_some() && opts.protocol.is_some() {
+                        return Err(e);
+                    }
+                    last_err = Some(e);
+                }
             }
         }
     }
-    let (time, algorithm, exec) = match best {
+    let (time, algorithm, protocol, exec) = match best {
         Some(b) => b,
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
     };
@@ -258,6 +283,7 @@ pub fn simulate(
         algbw_gbps: algbw,
         busbw_gbps: algbw * collective.busbw_factor(n),
         algorithm,
+        protocol,
         candidates: tried,
         exec,
     })
@@ -268,6 +294,7 @@ fn run_one(
     collective: Collective,
     bytes: u64,
     c: AlgoChoice,
+    protocol: Protocol,
     opts: &CollOptions,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
     match c {
@@ -276,9 +303,12 @@ fn run_one(
             Ok((nvls_all_reduce(fabric, bytes)?, None))
         }
         AlgoChoice::Schedule(a) => {
-            let s = schedule_for(fabric, collective, bytes, a, opts.channels)?;
+            // The protocol's flags travel with the data: the schedule moves
+            // `wire_factor` times the payload.
+            let wire = wire_bytes(bytes, protocol);
+            let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
-                overheads: model::nccl_overheads(a.name()),
+                overheads: model::nccl_overheads(a.name(), protocol),
                 symmetry: opts.symmetry,
                 trace_ranks: opts.trace_ranks,
                 ..ExecConfig::default()
@@ -287,6 +317,16 @@ fn run_one(
             Ok((r.time, Some(r)))
         }
     }
+}
+
+/// Bytes on the wire for `bytes` of payload under `protocol`, rounded up to
+/// whole 4-byte elements when the payload is.
+fn wire_bytes(bytes: u64, protocol: Protocol) -> u64 {
+    if protocol == Protocol::Simple {
+        return bytes;
+    }
+    let w = (bytes as f64 * protocol.wire_factor()).ceil() as u64;
+    if bytes % 4 == 0 { w.div_ceil(4) * 4 } else { w }
 }
 
 /// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard
@@ -312,7 +352,7 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
         net.start_flow(&[(2 * g) as u32], per_dir, lat, g as u64);
         net.start_flow(&[(2 * g + 1) as u32], per_dir, lat, g as u64);
     }
-    let ov = model::nccl_overheads("nvls");
+    let ov = model::nccl_overheads("nvls", Protocol::Simple);
     let mut out = Vec::new();
     let mut end = SimTime::ZERO;
     while let Some(t) = net.next_batch(&mut out) {
