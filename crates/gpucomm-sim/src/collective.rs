@@ -191,8 +191,15 @@ pub fn schedule_for(
     let mut s = Schedule::new(p, algorithm)
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
-    if algorithm != Algorithm::Ring {
-        // NCCL pipelines non-ring algorithms in chunks (its Simple protocol
+    // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per
+    // step on every rank at once and needs no chunking to keep every link
+    // busy; a ring broadcast or reduce is a chain, which NCCL pipelines.
+    let chain = matches!(
+        collective,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
+    if algorithm != Algorithm::Ring || chain {
+        // NCCL pipelines in chunks (its Simple protocol
         // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step); keep at most
         // 32 chunks per channel to bound the event count.
         let per_channel = bytes / u64::from(ch);
