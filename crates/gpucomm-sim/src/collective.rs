@@ -108,9 +108,12 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
         let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
         Schedule::new(p, a).is_ok()
     };
+    // NCCL runs broadcast, reduce, all_gather and reduce_scatter on rings
+    // only (tree is an all_reduce algorithm: NVIDIA/nccl src/graph/tuning.cc).
+    let tree_ok = matches!(collective, Collective::AllReduce);
     let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
         .into_iter()
-        .filter(|&a| ok(a))
+        .filter(|&a| ok(a) && (a != Algorithm::Tree || tree_ok))
         .map(AlgoChoice::Schedule)
         .collect();
     if v.is_empty() {
