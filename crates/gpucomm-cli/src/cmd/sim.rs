@@ -75,6 +75,19 @@ struct Machine_ {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Inter-node network: rail (default), single, leaf-spine (as `gpucomm topo`).
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Leaf-to-spine oversubscription (1 = non-blocking; leaf-spine fabric).
+    #[arg(long)]
+    oversubscription: Option<f64>,
+    /// Nodes per leaf switch (leaf-spine fabric; default 4).
+    #[arg(long)]
+    nodes_per_leaf: Option<usize>,
+    /// The network switches reduce in the network (InfiniBand SHARP):
+    /// enables `--algorithm collnet` and `nvls` across nodes.
+    #[arg(long)]
+    sharp: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -91,7 +104,7 @@ struct CollArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls); default: the tuner picks the fastest.
+    /// hierarchical, nvls, collnet); default: the tuner picks the fastest.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
     /// Channels (default: one per NIC across nodes, one inside a node).
@@ -239,6 +252,41 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
         }
         mach.gpus_used = Some(g);
     }
+    let net_flags =
+        m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
+    if net_flags {
+        if mach.nodes > 1 {
+            bail!(
+                "{} describes its own network ({}); --fabric, --oversubscription, --nodes-per-leaf \
+                 and --sharp apply to a one-node topology replicated with --nodes",
+                m.topology,
+                mach.network.describe()
+            );
+        }
+        let defaults = gpucomm_topo::ClusterOptions::default();
+        let fabric = match &m.fabric {
+            None => defaults.fabric,
+            Some(f) => gpucomm_topo::Fabric::parse(f)
+                .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))?,
+        };
+        let opts = gpucomm_topo::ClusterOptions {
+            fabric,
+            oversubscription: m.oversubscription.unwrap_or(defaults.oversubscription),
+            nodes_per_leaf: m.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
+            sharp: m.sharp,
+            ..defaults
+        };
+        if opts.oversubscription > 1.0 && opts.fabric != gpucomm_topo::Fabric::LeafSpine {
+            bail!(
+                "--oversubscription {} needs --fabric leaf-spine (on rails every transfer stays on its rail switch, \
+                 and one switch has no uplinks)",
+                opts.oversubscription
+            );
+        }
+        mach = mach
+            .with_cluster_options(&opts)
+            .context("network options")?;
+    }
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
     Ok(mach)
 }
@@ -253,7 +301,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let algorithm = match &a.algorithm {
         None => None,
         Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
-            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls)")
+            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, collnet)")
         })?),
     };
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
@@ -326,8 +374,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         if mach.nodes > 1 {
             writeln!(
                 o,
-                "# network: non-blocking, {} NIC(s) of {:.1} GB/s per node (leaf/spine oversubscription is not modeled)",
-                mach.node.nics, mach.node.nic_gbps
+                "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+                mach.node.nics,
+                mach.node.nic_gbps,
+                mach.network.describe()
             )?;
         }
         writeln!(o, "#")?;
@@ -371,9 +421,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                     )?,
                     None => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall (nvls)",
+                        "#   {:>10}: {:.3} s wall ({})",
                         format_bytes(r.bytes),
-                        w
+                        w,
+                        r.algorithm.name()
                     )?,
                 }
             }
@@ -399,7 +450,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     } else if a.trace.is_some() && !a.m.json {
-        writeln!(o, "# trace: nothing to trace (nvls runs no schedule)")?;
+        writeln!(
+            o,
+            "# trace: nothing to trace (nvls and collnet run no schedule)"
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
