@@ -18,7 +18,8 @@
 //! hosts whose uplink (the leaf's link to another network switch) gives
 //! the oversubscription (the leaf's NIC port bandwidth over the uplink's);
 //! in-network reduction (SHARP) when every switch a NIC reaches has
-//! [`gpucomm_topo::Node::reduction`]. A one-node topology gets the
+//! [`gpucomm_topo::Node::reduction`] (NICs joined without a switch: rails,
+//! non-blocking). A one-node topology gets the
 //! default network (rails, non-blocking, no SHARP), which
 //! [`Machine::with_cluster_options`] replaces. The NICs' InfiniBand speed
 //! is kept ([`Network::ib`]): it decides the switch generation.
@@ -294,14 +295,14 @@ fn read_network(
         ))
     };
     let mut sw: Vec<Vec<(NodeIx, f64)>> = Vec::with_capacity(nodes);
-    for (i, nics) in node_nics.iter().enumerate() {
+    for nics in &node_nics {
         let v: Option<Vec<_>> = nics.iter().map(|&n| switch_of_nic(topo, n)).collect();
         match v {
             Some(v) if !v.is_empty() => sw.push(v),
+            // NICs cabled to each other (or a node without NICs): no
+            // switch to read; the network is taken as non-blocking rails.
             _ => {
-                return Err(unreadable(format!(
-                    "a NIC of node {i} reaches no network switch"
-                )));
+                return Ok(Network::default());
             }
         }
     }

@@ -711,6 +711,13 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(
             o,
+            "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+            mach.node.nics,
+            mach.node.nic_gbps,
+            mach.network.describe()
+        )?;
+        writeln!(
+            o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11}",
             "scale", "GPUs", "step(ms)", "compute(ms)", "comm(ms)", "exposed(ms)", "efficiency"
         )?;
@@ -784,4 +791,82 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucomm_sim::machine::NetLayout;
+
+    fn args(topology: &str, nodes: Option<usize>) -> Machine_ {
+        Machine_ {
+            topology: topology.into(),
+            nodes,
+            gpus: None,
+            json: false,
+            fabric: None,
+            oversubscription: None,
+            nodes_per_leaf: None,
+            sharp: false,
+        }
+    }
+
+    #[test]
+    fn network_flags_describe_the_replicated_cluster() {
+        let mut a = args("dgx-h100", Some(8));
+        a.fabric = Some("leaf-spine".into());
+        a.oversubscription = Some(2.0);
+        a.nodes_per_leaf = Some(2);
+        a.sharp = true;
+        let m = machine(&a).unwrap();
+        assert_eq!(m.nodes, 8);
+        assert_eq!(m.network.layout, NetLayout::LeafSpine { nodes_per_leaf: 2 });
+        assert_eq!(m.network.oversubscription, 2.0);
+        assert!(m.network.sharp);
+        assert!(m.network.describe().contains("2:1 oversubscribed"));
+        // Without flags: rails, non-blocking, no SHARP.
+        let plain = machine(&args("dgx-h100", Some(8))).unwrap();
+        assert_eq!(plain.network.layout, NetLayout::Rails);
+        assert!(!plain.network.sharp);
+    }
+
+    #[test]
+    fn bad_network_flags_are_clear_errors() {
+        let mut a = args("dgx-h100", Some(4));
+        a.oversubscription = Some(2.0);
+        let e = machine(&a).unwrap_err().to_string();
+        assert!(e.contains("--fabric leaf-spine"), "{e}");
+        a.fabric = Some("leaf-spine".into());
+        a.oversubscription = Some(0.5);
+        assert!(format!("{:#}", machine(&a).unwrap_err()).contains("at least 1"));
+        a.oversubscription = None;
+        a.fabric = Some("torus".into());
+        assert!(machine(&a).unwrap_err().to_string().contains("torus"));
+        // A multi-node topology file describes its own network.
+        let dir = std::env::temp_dir().join(format!("gpucomm-sim-net-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("two.json");
+        let t = gpucomm_topo::select(
+            "dgx-h100",
+            &gpucomm_topo::ClusterOptions {
+                nodes: 2,
+                sharp: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        gpucomm_topo::format::save(&t, &file).unwrap();
+        let f = file.to_str().unwrap();
+        let m = machine(&args(f, None)).unwrap();
+        assert!(m.network.sharp && m.nodes == 2);
+        let mut a = args(f, None);
+        a.sharp = true;
+        assert!(
+            machine(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("describes its own network")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
