@@ -81,7 +81,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
         ("dgx-a100", AlgoChoice::CollNet),
     ] {
         let m = machine(preset, sharp());
-        let f = m.fabric(Engine::Nccl, 32).unwrap();
+        let f = m.fabric(Engine::Nccl, 8).unwrap();
         let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
         assert_eq!(r.algorithm, expect, "{preset}: {:?}", r.candidates);
         let ring_t = r
@@ -100,7 +100,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
     // Without SHARP the same tuner never offers them.
     let f = Machine::preset("dgx-h100")
         .unwrap()
-        .fabric(Engine::Nccl, 32)
+        .fabric(Engine::Nccl, 8)
         .unwrap();
     let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
     assert!(
@@ -243,9 +243,11 @@ fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
 #[test]
 fn a_ring_crosses_each_uplink_with_one_nodes_traffic() {
     // Two nodes per leaf: the ring's only inter-leaf hops are one node's
-    // worth per leaf, so its uplink binds only past 2:1.
+    // worth per leaf, so its uplink binds only past 2:1. (Two GPUs per
+    // node keep the fully simulated runs small.)
     let t = |os: f64, c: Collective, bytes: u64, algo| {
-        let m = machine("dgx-h100", leaf_spine(2, os));
+        let mut m = machine("dgx-h100", leaf_spine(2, os));
+        m.gpus_used = Some(2);
         let f = m.fabric(Engine::Nccl, 4).unwrap();
         time_us(&f, c, bytes, algo)
     };
