@@ -4,13 +4,15 @@
 //! Point-to-point algorithms run the schedules of gpucomm-algo through
 //! [`crate::exec`]; NVLS (in-switch reduction on NVSwitch gen 3+) is a
 //! hardware feature no point-to-point schedule expresses, modeled here as
-//! flows to and from the switch.
+//! flows to and from the switch; across nodes NVLS and CollNet reduce in
+//! the InfiniBand switches (SHARP, [`crate::innet`]).
 
 use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 
 use crate::engine::{FlowNet, Output};
 use crate::exec::{ExecConfig, ExecResult, run_schedule};
 use crate::fabric::Fabric;
+use crate::innet;
 use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
 use crate::model::{self, Protocol};
 use crate::{SimError, SimTime};
@@ -20,8 +22,12 @@ use crate::{SimError, SimTime};
 pub enum AlgoChoice {
     /// A gpucomm-algo schedule.
     Schedule(Algorithm),
-    /// NVLink SHARP: reduction and multicast in the NVSwitch.
+    /// NVLink SHARP: reduction and multicast in the NVSwitch; across nodes
+    /// with InfiniBand SHARP between the nodes (NCCL's NVLS with CollNet).
     Nvls,
+    /// NCCL's CollNet Direct: reduce-scatter to the NIC heads over NVLink,
+    /// all_reduce in the InfiniBand switches (SHARP), broadcast back.
+    CollNet,
 }
 
 impl AlgoChoice {
@@ -30,6 +36,7 @@ impl AlgoChoice {
         match self {
             AlgoChoice::Schedule(a) => a.name(),
             AlgoChoice::Nvls => "nvls",
+            AlgoChoice::CollNet => "collnet",
         }
     }
 
@@ -37,6 +44,9 @@ impl AlgoChoice {
     pub fn parse(s: &str) -> Option<Self> {
         if s.eq_ignore_ascii_case("nvls") {
             return Some(AlgoChoice::Nvls);
+        }
+        if s.eq_ignore_ascii_case("collnet") || s.eq_ignore_ascii_case("collnet_direct") {
+            return Some(AlgoChoice::CollNet);
         }
         Algorithm::from_name(s).map(AlgoChoice::Schedule)
     }
@@ -90,18 +100,20 @@ pub struct CollResult {
     pub protocol: Protocol,
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
-    /// Details of the run of a schedule (None for NVLS).
+    /// Details of the run of a schedule (None for NVLS and CollNet).
     pub exec: Option<ExecResult>,
 }
 
-/// NCCL's algorithms among gpucomm's: the tuner chooses among these, as
-/// NCCL would (CollNet is not modeled).
+/// NCCL's point-to-point algorithms among gpucomm's: the tuner chooses
+/// among these, and NVLS and CollNet where the hardware has them, as NCCL
+/// would.
 pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
 
 /// The algorithms the tuner considers for `collective` on this machine, in
 /// a fixed order: NCCL's ring and tree where gpucomm-algo implements them,
-/// NVLS where the hardware has it; if neither ring nor tree implements the
-/// collective (all_to_all, sendrecv), every gpucomm algorithm that does.
+/// NVLS where the hardware has it (across nodes: with SHARP switches),
+/// CollNet where the switches reduce; if neither ring nor tree implements
+/// the collective (all_to_all, sendrecv), every gpucomm algorithm that does.
 pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let n = fabric.ranks();
     let ok = |a: Algorithm| {
@@ -126,6 +138,9 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
     if nvls_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::Nvls);
     }
+    if innet::collnet_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::CollNet);
+    }
     v
 }
 
@@ -142,6 +157,9 @@ pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<Alg
         .collect();
     if nvls_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::Nvls);
+    }
+    if innet::collnet_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::CollNet);
     }
     v
 }
@@ -162,9 +180,7 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
         ));
     }
     if fabric.nodes() > 1 {
-        return Err(SimError::Model(
-            "nvls across nodes needs in-network reduction (CollNet/SHARP), not modeled".into(),
-        ));
+        innet::nvls_sharp_eligible(fabric, collective)?;
     }
     Ok(())
 }
@@ -258,8 +274,8 @@ pub fn simulate(
         let mut simple_time = None;
         for p in protocols {
             if !model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink) {
-                let why = if c == AlgoChoice::Nvls {
-                    "NVLS runs the Simple protocol only"
+                let why = if matches!(c, AlgoChoice::Nvls | AlgoChoice::CollNet) {
+                    "NVLS and CollNet run the Simple protocol only"
                 } else {
                     "LL128 needs Volta or later and GPUs joined by NVLink"
                 };
@@ -358,7 +374,15 @@ fn run_one(
     match c {
         AlgoChoice::Nvls => {
             nvls_eligible(fabric, collective)?;
-            Ok((nvls_all_reduce(fabric, bytes)?, None))
+            if fabric.nodes() > 1 {
+                Ok((innet::nvls_sharp_all_reduce(fabric, bytes)?, None))
+            } else {
+                Ok((nvls_all_reduce(fabric, bytes)?, None))
+            }
+        }
+        AlgoChoice::CollNet => {
+            innet::collnet_eligible(fabric, collective)?;
+            Ok((innet::collnet_all_reduce(fabric, bytes)?, None))
         }
         AlgoChoice::Schedule(a) => {
             // The protocol's flags travel with the data: the schedule moves
@@ -396,6 +420,9 @@ fn wire_bytes(bytes: u64, protocol: Protocol) -> u64 {
 /// latency is NCCL's NVLS `hwLat` plus the two hops.
 pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let m = &fabric.machine;
+    if fabric.nodes() > 1 {
+        return innet::nvls_sharp_all_reduce(fabric, bytes);
+    }
     let NvFabric::Switch { links, .. } = m.node.nvlink else {
         return Err(SimError::Model("nvls needs an NVSwitch".into()));
     };

@@ -260,12 +260,12 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
 
 /// Whether NCCL enables `protocol` by default for `algo` on a machine whose
 /// GPUs are (`nvlink`) or are not joined by NVLink (NVIDIA/nccl
-/// `src/graph/tuning.cc`): NVLS runs Simple only; LL128 needs Volta or
+/// `src/graph/tuning.cc`): NVLS and CollNet run Simple only; LL128 needs Volta or
 /// later and GPUs joined by NVLink (`typeIntra <= PATH_NVB`).
 pub fn nccl_protocol_enabled(algo: &str, protocol: Protocol, arch: Arch, nvlink: bool) -> bool {
     match protocol {
         Protocol::Simple => true,
-        _ if algo == "nvls" => false,
+        _ if algo == "nvls" || algo == "collnet" => false,
         Protocol::Ll => true,
         Protocol::Ll128 => nvlink && arch >= Arch::Volta,
     }
