@@ -93,31 +93,25 @@ struct Ev {
 
 #[derive(Debug)]
 struct Flow {
-    links: Vec<LinkId>,
+    /// Number of links of the route (stored in `FlowNet::route`).
+    hops: u32,
     bytes: f64,
     remaining: f64,
-    /// Bytes per picosecond.
-    rate: f64,
     last: u64,
     latency: u64,
     tag: u64,
-    /// The link that froze this flow's rate (a saturated link on which it
-    /// is the fastest); `NONE` before its first allocation.
-    bott: LinkId,
     active: bool,
 }
 
 impl Default for Flow {
     fn default() -> Self {
         Flow {
-            links: Vec::new(),
+            hops: 0,
             bytes: 0.0,
             remaining: 0.0,
-            rate: 0.0,
             last: 0,
             latency: 0,
             tag: 0,
-            bott: NONE,
             active: false,
         }
     }
@@ -303,6 +297,17 @@ pub struct FlowNet {
     cap: Vec<f64>,
     link_flows: Vec<Vec<u32>>,
     flows: Vec<Flow>,
+    /// Rate of each flow slot, bytes per picosecond (apart from `Flow` so
+    /// the filling's scans over links touch little memory).
+    rate: Vec<f64>,
+    /// The link that froze each flow's rate (a saturated link on which it is
+    /// the fastest); `NONE` before its first allocation.
+    bott: Vec<LinkId>,
+    /// Routes of the flow slots, `stride` links per slot (the longest route
+    /// so far; re-laid out when a longer one comes), so a slot's links are
+    /// contiguous and no flow allocates.
+    route: Vec<LinkId>,
+    stride: usize,
     free: Vec<u32>,
     heap: BinaryHeap<Reverse<Ev>>,
     done: IndexedHeap,
@@ -358,6 +363,10 @@ impl FlowNet {
                 .collect(),
             link_flows: vec![Vec::new(); n],
             flows: Vec::new(),
+            rate: Vec::new(),
+            bott: Vec::new(),
+            route: Vec::new(),
+            stride: 0,
             free: Vec::new(),
             heap: BinaryHeap::new(),
             done: IndexedHeap::default(),
@@ -472,6 +481,9 @@ impl FlowNet {
             Some(s) => s,
             None => {
                 self.flows.push(Flow::default());
+                self.rate.push(0.0);
+                self.bott.push(NONE);
+                self.route.resize(self.flows.len() * self.stride, 0);
                 self.in_set.push(0);
                 self.frozen.push(0);
                 self.new_rate.push(0.0);
@@ -480,18 +492,22 @@ impl FlowNet {
                 (self.flows.len() - 1) as u32
             }
         };
+        if links.len() > self.stride {
+            self.relayout(links.len());
+        }
+        let base = slot as usize * self.stride;
+        self.route[base..base + links.len()].copy_from_slice(links);
         let now = self.now;
         let f = &mut self.flows[slot as usize];
-        f.links.clear();
-        f.links.extend_from_slice(links);
+        f.hops = links.len() as u32;
         f.bytes = bytes;
         f.remaining = bytes;
-        f.rate = 0.0;
         f.last = now;
         f.latency = latency.as_ps();
         f.tag = tag;
-        f.bott = NONE;
         f.active = true;
+        self.rate[slot as usize] = 0.0;
+        self.bott[slot as usize] = NONE;
         for &l in links {
             let lf = &mut self.link_flows[l as usize];
             if lf.is_empty() {
@@ -502,6 +518,18 @@ impl FlowNet {
         }
         self.active += 1;
         self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
+    }
+
+    /// Widens every slot's route storage to `stride` links.
+    fn relayout(&mut self, stride: usize) {
+        let mut route = vec![0; self.flows.len() * stride];
+        for (f, fl) in self.flows.iter().enumerate() {
+            let (old, new) = (f * self.stride, f * stride);
+            let hops = fl.hops as usize;
+            route[new..new + hops].copy_from_slice(&self.route[old..old + hops]);
+        }
+        self.route = route;
+        self.stride = stride;
     }
 
     fn push(&mut self, time: u64, kind: EvKind) {
@@ -563,8 +591,9 @@ impl FlowNet {
         let f = &mut self.flows[slot as usize];
         f.active = false;
         let (bytes, latency, tag) = (f.bytes, f.latency, f.tag);
-        let links = std::mem::take(&mut f.links);
-        for &l in &links {
+        let (base, hops) = (slot as usize * self.stride, f.hops as usize);
+        for h in base..base + hops {
+            let l = self.route[h];
             let lf = &mut self.link_flows[l as usize];
             if let Some(pos) = lf.iter().position(|&s| s == slot) {
                 lf.swap_remove(pos);
@@ -583,7 +612,6 @@ impl FlowNet {
             self.link_bytes[l as usize] += bytes;
             self.dirty.push(l);
         }
-        self.flows[slot as usize].links = links;
         self.free.push(slot);
         self.active -= 1;
         if latency == 0 {
@@ -618,7 +646,7 @@ impl FlowNet {
             self.dirty_mark[li] = de;
             for k in 0..self.link_flows[li].len() {
                 let f = self.link_flows[li][k];
-                let b = self.flows[f as usize].bott;
+                let b = self.bott[f as usize];
                 if self.full || b == NONE || b == l {
                     self.join(f);
                 }
@@ -654,8 +682,9 @@ impl FlowNet {
         let mut i = 0;
         while i < self.set.len() {
             let f = self.set[i] as usize;
-            for h in 0..self.flows[f].links.len() {
-                let l = self.flows[f].links[h] as usize;
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l = self.route[h] as usize;
                 if self.link_mark[l] == le {
                     continue;
                 }
@@ -679,8 +708,9 @@ impl FlowNet {
         self.set_links.clear();
         for i in 0..self.set.len() {
             let f = self.set[i] as usize;
-            for h in 0..self.flows[f].links.len() {
-                let l = self.flows[f].links[h];
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l = self.route[h];
                 if self.link_mark[l as usize] != le {
                     self.link_mark[l as usize] = le;
                     self.set_links.push(l);
@@ -695,7 +725,7 @@ impl FlowNet {
                 if self.in_set[g as usize] == se {
                     cnt += 1;
                 } else {
-                    rem -= self.flows[g as usize].rate;
+                    rem -= self.rate[g as usize];
                 }
             }
             self.rem[li] = rem.max(0.0);
@@ -754,8 +784,9 @@ impl FlowNet {
             self.frozen[f] = le;
             self.new_rate[f] = share;
             self.new_bott[f] = l;
-            for h in 0..self.flows[f].links.len() {
-                let l2 = self.flows[f].links[h] as usize;
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l2 = self.route[h] as usize;
                 self.rem[l2] = (self.rem[l2] - share).max(0.0);
                 self.cnt[l2] = self.cnt[l2].saturating_sub(1);
                 if use_heap && l2 != li {
@@ -783,7 +814,7 @@ impl FlowNet {
                 let r = if self.in_set[g as usize] == se {
                     self.new_rate[g as usize]
                 } else {
-                    self.flows[g as usize].rate
+                    self.rate[g as usize]
                 };
                 m = m.max(r);
             }
@@ -797,9 +828,7 @@ impl FlowNet {
             if r < self.maxr[b] * (1.0 - EPS) {
                 for k in 0..self.link_flows[b].len() {
                     let g = self.link_flows[b][k];
-                    if self.in_set[g as usize] != se
-                        && self.flows[g as usize].rate > r * (1.0 + EPS)
-                    {
+                    if self.in_set[g as usize] != se && self.rate[g as usize] > r * (1.0 + EPS) {
                         self.join(g);
                     }
                 }
@@ -814,10 +843,10 @@ impl FlowNet {
             let m = self.maxr[li];
             for k in 0..self.link_flows[li].len() {
                 let g = self.link_flows[li][k];
-                let fl = &self.flows[g as usize];
-                if self.in_set[g as usize] != se
-                    && fl.bott == l
-                    && (!saturated || fl.rate < m * (1.0 - EPS))
+                let gi = g as usize;
+                if self.in_set[gi] != se
+                    && self.bott[gi] == l
+                    && (!saturated || self.rate[gi] < m * (1.0 - EPS))
                 {
                     self.join(g);
                 }
@@ -834,16 +863,16 @@ impl FlowNet {
             let f = self.set[i];
             let fi = f as usize;
             let new = self.new_rate[fi];
-            let fl = &mut self.flows[fi];
-            fl.bott = self.new_bott[fi];
-            let old = fl.rate;
+            self.bott[fi] = self.new_bott[fi];
+            let old = self.rate[fi];
             let changed = (new - old).abs() > 1e-12 * new.max(old) || old == 0.0;
             if !changed {
                 continue;
             }
+            self.rate[fi] = new;
+            let fl = &mut self.flows[fi];
             fl.remaining = (fl.remaining - old * (now - fl.last) as f64).max(0.0);
             fl.last = now;
-            fl.rate = new;
             let dt = if new > 0.0 {
                 (fl.remaining / new).ceil()
             } else {
@@ -870,8 +899,9 @@ impl FlowNet {
         let mut v: Vec<(u64, f64)> = self
             .flows
             .iter()
-            .filter(|f| f.active)
-            .map(|f| (f.tag, f.rate / BPS_PER_GBPS))
+            .zip(&self.rate)
+            .filter(|(f, _)| f.active)
+            .map(|(f, r)| (f.tag, r / BPS_PER_GBPS))
             .collect();
         v.sort_by_key(|a| a.0);
         v
