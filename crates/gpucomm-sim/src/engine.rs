@@ -3,16 +3,45 @@
 //! A [`FlowNet`] holds directional links (capacity in GB/s) and the flows
 //! crossing them. The bandwidth of every link is shared **max-min fairly**
 //! (progressive filling) among the flows crossing it. Rates are recomputed
-//! only when flows start or end, and only for the *connected component* of
-//! links and flows touched since the last recomputation; all events with the
-//! same timestamp are processed before that recomputation, so a thousand
-//! flows starting at once cost one pass, not a thousand.
+//! only when flows start or end, once per timestamp (all events with the
+//! same time are processed before that recomputation, so a thousand flows
+//! starting at once cost one pass, not a thousand).
+//!
+//! # Incremental max-min
+//!
+//! A recomputation does not refill every flow it could reach. It starts
+//! from the flows a change can move directly (new flows, and the flows
+//! whose *bottleneck link* is one of the links that gained or lost a flow),
+//! holds every other flow at its current rate, and runs progressive filling
+//! for that set on the capacity the others leave. It then checks the
+//! optimality condition of max-min fairness on every link the set touches:
+//! each flow needs a bottleneck, a saturated link on which no flow is
+//! faster (Bertsekas & Gallager, *Data Networks*, 6.5.2). A flow of the set
+//! frozen on a link where a held flow is faster, and a held flow whose
+//! bottleneck is no longer saturated or no longer its fastest, join the set
+//! and the filling runs again. The set only grows, so this ends; when it
+//! passes half the active flows (or after a few rounds) the set is closed
+//! over its connected component of links and flows and filled in full,
+//! which is the textbook algorithm. A passed check means the allocation is
+//! the max-min fair one (to a relative 1e-9, the tolerance of the
+//! saturation and "no faster flow" tests: far below the picosecond
+//! resolution of event times for any realistic flow).
+//!
+//! In a cluster-wide ring, where every flow is coupled to every other
+//! through shared NVLink and NIC links, a flow ending usually moves a few
+//! dozen rates; refilling the component moved thousands. See
+//! `BENCHMARKS.md` ("Simulator speed") for the effect.
+//!
+//! # Events
 //!
 //! A flow's data phase ends when its bytes have drained at its (changing)
 //! rate; it is *delivered* `latency` later (the last byte's flight time along
 //! its route). Timers let the driver (the schedule executor) model software
-//! overheads and local work. Events are kept in a `BinaryHeap` ordered by
-//! `(time, sequence number)`, so runs are deterministic.
+//! overheads and local work. Data-phase ends sit in an indexed min-heap
+//! (one entry per active flow, re-keyed in place when its rate changes, no
+//! stale entries); deliveries and timers in a `BinaryHeap`. Both are
+//! ordered by `(time, sequence number)` and merged, so runs are
+//! deterministic.
 //!
 //! State per flow is a handful of numbers plus its route: no per-byte or
 //! per-packet state.
@@ -28,6 +57,18 @@ pub type LinkId = u32;
 /// Bytes per picosecond in one GB/s (1e9 B/s).
 const BPS_PER_GBPS: f64 = 1e-3;
 
+/// No link / no heap position.
+const NONE: u32 = u32::MAX;
+
+/// Relative tolerance of the optimality check (saturation, fastest flow).
+const EPS: f64 = 1e-9;
+
+/// Rounds of the incremental check before the set is closed over its component.
+const MAX_ROUNDS: u32 = 6;
+
+/// Components with more links than this are filled with a heap, not scans.
+const SCAN_LINKS: usize = 64;
+
 /// Something the driver must react to, returned by [`FlowNet::next_batch`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -39,11 +80,6 @@ pub enum Output {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EvKind {
-    /// Data phase of flow `slot` ends, if its version is still `ver`.
-    DataDone {
-        slot: u32,
-        ver: u32,
-    },
     Deliver(u64),
     Timer(u64),
 }
@@ -55,18 +91,30 @@ struct Ev {
     kind: EvKind,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Flow {
-    links: Vec<LinkId>,
+    /// Number of links of the route (stored in `FlowNet::route`).
+    hops: u32,
     bytes: f64,
     remaining: f64,
-    /// Bytes per picosecond.
-    rate: f64,
     last: u64,
     latency: u64,
     tag: u64,
-    ver: u32,
     active: bool,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow {
+            hops: 0,
+            bytes: 0.0,
+            remaining: 0.0,
+            last: 0,
+            latency: 0,
+            tag: 0,
+            active: false,
+        }
+    }
 }
 
 /// Counters describing the work a run did.
@@ -74,14 +122,22 @@ struct Flow {
 pub struct EngineStats {
     /// Flows started.
     pub flows: u64,
-    /// Events popped from the queue (stale ones included).
+    /// Events processed: timers, deliveries and data-phase ends (a rate
+    /// change re-keys a flow's data-phase end in place, so there are no
+    /// stale events).
     pub events: u64,
     /// Rate recomputations (one per batch of same-time changes).
     pub recomputations: u64,
-    /// Sum over recomputations of the flows in the recomputed component.
+    /// Sum over recomputations of the flows whose rates were refilled
+    /// (every filling round counted).
     pub flows_recomputed: u64,
     /// Largest number of flows active at once.
     pub max_active_flows: u64,
+    /// Recomputations that fell back to filling a whole connected component.
+    pub component_fills: u64,
+    /// Flows whose rate changed in a recomputation (each one re-keys its
+    /// data-phase end).
+    pub rate_changes: u64,
 }
 
 /// A busy interval of one link, recorded when tracing is on.
@@ -93,6 +149,132 @@ pub struct BusySpan {
     pub start: SimTime,
     /// When it went idle again.
     pub end: SimTime,
+}
+
+/// Indexed binary min-heap of ids keyed by `(u64, u64)`, updated in place:
+/// active flows by `(data-phase end, seq)`, links during a filling by
+/// `(fair share bits, link)` (a positive `f64`'s bits order like the value).
+#[derive(Debug, Default)]
+struct IndexedHeap {
+    /// `(key, key, id)`.
+    heap: Vec<(u64, u64, u32)>,
+    /// Position of each id in `heap`, `NONE` when absent.
+    pos: Vec<u32>,
+}
+
+impl IndexedHeap {
+    fn grow(&mut self, slots: usize) {
+        if self.pos.len() < slots {
+            self.pos.resize(slots, NONE);
+        }
+    }
+
+    fn peek(&self) -> Option<(u64, u64, u32)> {
+        self.heap.first().copied()
+    }
+
+    fn clear(&mut self) {
+        for &(_, _, id) in &self.heap {
+            self.pos[id as usize] = NONE;
+        }
+        self.heap.clear();
+    }
+
+    fn pop(&mut self) -> Option<(u64, u64, u32)> {
+        let top = self.peek()?;
+        self.remove(top.2);
+        Some(top)
+    }
+
+    fn set(&mut self, slot: u32, time: u64, seq: u64) {
+        let p = self.pos[slot as usize];
+        if p == NONE {
+            self.heap.push((time, seq, slot));
+            let i = self.heap.len() - 1;
+            self.pos[slot as usize] = i as u32;
+            self.up(i);
+        } else {
+            let i = p as usize;
+            let old = self.heap[i];
+            self.heap[i] = (time, seq, slot);
+            if (time, seq) < (old.0, old.1) {
+                self.up(i);
+            } else {
+                self.down(i);
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: u32) {
+        let p = self.pos[slot as usize];
+        if p == NONE {
+            return;
+        }
+        let i = p as usize;
+        self.pos[slot as usize] = NONE;
+        let last = self.heap.pop().expect("slot is in the heap");
+        if i < self.heap.len() {
+            self.heap[i] = last;
+            self.pos[last.2 as usize] = i as u32;
+            self.up(i);
+            let j = self.pos[last.2 as usize] as usize;
+            self.down(j);
+        }
+    }
+
+    fn up(&mut self, mut i: usize) {
+        let e = self.heap[i];
+        while i > 0 {
+            let p = (i - 1) / 2;
+            let pe = self.heap[p];
+            if (pe.0, pe.1) <= (e.0, e.1) {
+                break;
+            }
+            self.heap[i] = pe;
+            self.pos[pe.2 as usize] = i as u32;
+            i = p;
+        }
+        self.heap[i] = e;
+        self.pos[e.2 as usize] = i as u32;
+    }
+
+    fn down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        let e = self.heap[i];
+        loop {
+            let a = 2 * i + 1;
+            if a >= n {
+                break;
+            }
+            let b = a + 1;
+            let c = if b < n && (self.heap[b].0, self.heap[b].1) < (self.heap[a].0, self.heap[a].1)
+            {
+                b
+            } else {
+                a
+            };
+            let ce = self.heap[c];
+            if (e.0, e.1) <= (ce.0, ce.1) {
+                break;
+            }
+            self.heap[i] = ce;
+            self.pos[ce.2 as usize] = i as u32;
+            i = c;
+        }
+        self.heap[i] = e;
+        self.pos[e.2 as usize] = i as u32;
+    }
+}
+
+/// A generation counter for "marked in this pass" arrays, so they never
+/// need clearing (except on wrap-around).
+fn bump(epoch: &mut u32, marks: &mut [u32]) -> u32 {
+    *epoch = epoch.wrapping_add(1);
+    if *epoch == 0 {
+        marks.iter_mut().for_each(|m| *m = 0);
+        *epoch = 1;
+    }
+    *epoch
 }
 
 /// Directional links and the flows crossing them, with the event queue.
@@ -115,23 +297,43 @@ pub struct FlowNet {
     cap: Vec<f64>,
     link_flows: Vec<Vec<u32>>,
     flows: Vec<Flow>,
+    /// Rate of each flow slot, bytes per picosecond (apart from `Flow` so
+    /// the filling's scans over links touch little memory).
+    rate: Vec<f64>,
+    /// The link that froze each flow's rate (a saturated link on which it is
+    /// the fastest); `NONE` before its first allocation.
+    bott: Vec<LinkId>,
+    /// Routes of the flow slots, `stride` links per slot (the longest route
+    /// so far; re-laid out when a longer one comes), so a slot's links are
+    /// contiguous and no flow allocates.
+    route: Vec<LinkId>,
+    stride: usize,
     free: Vec<u32>,
     heap: BinaryHeap<Reverse<Ev>>,
+    done: IndexedHeap,
     seq: u64,
     now: u64,
     dirty: Vec<LinkId>,
-    // Scratch for recomputation, indexed by link / flow; `epoch` marks avoid clearing.
-    epoch: u32,
-    link_mark: Vec<u32>,
-    flow_mark: Vec<u32>,
+    /// Always fill whole components (the textbook algorithm; tests compare).
+    full: bool,
+    // Scratch for recomputation. Flow marks: `in_set` (member of the set
+    // being filled, per recomputation), `frozen` (per filling round). Link
+    // marks: `link_mark` (touched by the set, per round), `dirty_mark`.
+    set_epoch: u32,
+    round_epoch: u32,
+    dirty_epoch: u32,
+    in_set: Vec<u32>,
     frozen: Vec<u32>,
+    new_rate: Vec<f64>,
+    new_bott: Vec<LinkId>,
+    link_mark: Vec<u32>,
+    dirty_mark: Vec<u32>,
     rem: Vec<f64>,
     cnt: Vec<u32>,
-    lver: Vec<u32>,
-    comp_links: Vec<LinkId>,
-    comp_flows: Vec<u32>,
-    stack: Vec<LinkId>,
-    fill: BinaryHeap<Reverse<(u64, u32, LinkId)>>,
+    maxr: Vec<f64>,
+    set: Vec<u32>,
+    set_links: Vec<LinkId>,
+    fill: IndexedHeap,
     // Accounting.
     link_bytes: Vec<f64>,
     busy_since: Vec<u64>,
@@ -161,22 +363,35 @@ impl FlowNet {
                 .collect(),
             link_flows: vec![Vec::new(); n],
             flows: Vec::new(),
+            rate: Vec::new(),
+            bott: Vec::new(),
+            route: Vec::new(),
+            stride: 0,
             free: Vec::new(),
             heap: BinaryHeap::new(),
+            done: IndexedHeap::default(),
             seq: 0,
             now: 0,
             dirty: Vec::new(),
-            epoch: 0,
-            link_mark: vec![0; n],
-            flow_mark: Vec::new(),
+            full: false,
+            set_epoch: 0,
+            round_epoch: 0,
+            dirty_epoch: 0,
+            in_set: Vec::new(),
             frozen: Vec::new(),
+            new_rate: Vec::new(),
+            new_bott: Vec::new(),
+            link_mark: vec![0; n],
+            dirty_mark: vec![0; n],
             rem: vec![0.0; n],
             cnt: vec![0; n],
-            lver: vec![0; n],
-            comp_links: Vec::new(),
-            comp_flows: Vec::new(),
-            stack: Vec::new(),
-            fill: BinaryHeap::new(),
+            maxr: vec![0.0; n],
+            set: Vec::new(),
+            set_links: Vec::new(),
+            fill: IndexedHeap {
+                heap: Vec::new(),
+                pos: vec![NONE; n],
+            },
             link_bytes: vec![0.0; n],
             busy_since: vec![0; n],
             busy_total: vec![0; n],
@@ -192,6 +407,13 @@ impl FlowNet {
     /// Zero (the default) batches only identical timestamps.
     pub fn set_batch_window(&mut self, window: SimTime) {
         self.window = window.as_ps();
+    }
+
+    /// Refills the whole connected component on every recomputation (the
+    /// textbook progressive filling) instead of the incremental check: the
+    /// same allocation, slower on large coupled networks. For comparisons.
+    pub fn set_full_recompute(&mut self, full: bool) {
+        self.full = full;
     }
 
     /// Records every link's busy intervals (for Chrome traces).
@@ -259,23 +481,33 @@ impl FlowNet {
             Some(s) => s,
             None => {
                 self.flows.push(Flow::default());
-                self.flow_mark.push(0);
+                self.rate.push(0.0);
+                self.bott.push(NONE);
+                self.route.resize(self.flows.len() * self.stride, 0);
+                self.in_set.push(0);
                 self.frozen.push(0);
+                self.new_rate.push(0.0);
+                self.new_bott.push(NONE);
+                self.done.grow(self.flows.len());
                 (self.flows.len() - 1) as u32
             }
         };
+        if links.len() > self.stride {
+            self.relayout(links.len());
+        }
+        let base = slot as usize * self.stride;
+        self.route[base..base + links.len()].copy_from_slice(links);
         let now = self.now;
         let f = &mut self.flows[slot as usize];
-        f.links.clear();
-        f.links.extend_from_slice(links);
+        f.hops = links.len() as u32;
         f.bytes = bytes;
         f.remaining = bytes;
-        f.rate = 0.0;
         f.last = now;
         f.latency = latency.as_ps();
         f.tag = tag;
-        f.ver = f.ver.wrapping_add(1);
         f.active = true;
+        self.rate[slot as usize] = 0.0;
+        self.bott[slot as usize] = NONE;
         for &l in links {
             let lf = &mut self.link_flows[l as usize];
             if lf.is_empty() {
@@ -288,6 +520,18 @@ impl FlowNet {
         self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
     }
 
+    /// Widens every slot's route storage to `stride` links.
+    fn relayout(&mut self, stride: usize) {
+        let mut route = vec![0; self.flows.len() * stride];
+        for (f, fl) in self.flows.iter().enumerate() {
+            let (old, new) = (f * self.stride, f * stride);
+            let hops = fl.hops as usize;
+            route[new..new + hops].copy_from_slice(&self.route[old..old + hops]);
+        }
+        self.route = route;
+        self.stride = stride;
+    }
+
     fn push(&mut self, time: u64, kind: EvKind) {
         self.seq += 1;
         self.heap.push(Reverse(Ev {
@@ -295,6 +539,17 @@ impl FlowNet {
             seq: self.seq,
             kind,
         }));
+    }
+
+    /// The earliest pending `(time, seq)` and whether it is a data-phase end.
+    fn peek(&self) -> Option<(u64, u64, bool)> {
+        let a = self.heap.peek().map(|Reverse(e)| (e.time, e.seq, false));
+        let b = self.done.peek().map(|(t, s, _)| (t, s, true));
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if (y.0, y.1) < (x.0, x.1) { y } else { x }),
+            (x, None) => x,
+            (None, y) => y,
+        }
     }
 
     /// Advances to the next event time and processes everything due then
@@ -306,23 +561,26 @@ impl FlowNet {
         if !self.dirty.is_empty() {
             self.recompute();
         }
-        let t0 = self.heap.peek()?.0.time;
+        let t0 = self.peek()?.0;
         let horizon = t0.saturating_add(self.window);
-        while let Some(Reverse(ev)) = self.heap.peek().copied() {
-            if ev.time > horizon {
+        while let Some((time, _, is_done)) = self.peek() {
+            if time > horizon {
                 break;
             }
-            self.heap.pop();
-            self.now = ev.time;
+            self.now = time;
             self.stats.events += 1;
-            match ev.kind {
-                EvKind::DataDone { slot, ver } => {
-                    if self.flows[slot as usize].ver == ver && self.flows[slot as usize].active {
-                        self.finish_flow(slot, out);
-                    }
+            if is_done {
+                let (_, _, slot) = self.done.peek().expect("peeked");
+                self.done.remove(slot);
+                self.finish_flow(slot, out);
+            } else {
+                let Some(Reverse(ev)) = self.heap.pop() else {
+                    break;
+                };
+                match ev.kind {
+                    EvKind::Deliver(tag) => out.push(Output::Delivered(tag)),
+                    EvKind::Timer(tag) => out.push(Output::Timer(tag)),
                 }
-                EvKind::Deliver(tag) => out.push(Output::Delivered(tag)),
-                EvKind::Timer(tag) => out.push(Output::Timer(tag)),
             }
         }
         Some(SimTime::from_ps(self.now))
@@ -332,10 +590,10 @@ impl FlowNet {
         let now = self.now;
         let f = &mut self.flows[slot as usize];
         f.active = false;
-        f.ver = f.ver.wrapping_add(1);
         let (bytes, latency, tag) = (f.bytes, f.latency, f.tag);
-        let links = std::mem::take(&mut f.links);
-        for &l in &links {
+        let (base, hops) = (slot as usize * self.stride, f.hops as usize);
+        for h in base..base + hops {
+            let l = self.route[h];
             let lf = &mut self.link_flows[l as usize];
             if let Some(pos) = lf.iter().position(|&s| s == slot) {
                 lf.swap_remove(pos);
@@ -354,7 +612,6 @@ impl FlowNet {
             self.link_bytes[l as usize] += bytes;
             self.dirty.push(l);
         }
-        self.flows[slot as usize].links = links;
         self.free.push(slot);
         self.active -= 1;
         if latency == 0 {
@@ -364,88 +621,140 @@ impl FlowNet {
         }
     }
 
-    /// Max-min fair rates for the component of links and flows reachable
-    /// from the links changed since the last call (progressive filling).
+    /// Adds flow `f` to the set being refilled.
+    fn join(&mut self, f: u32) {
+        if self.in_set[f as usize] != self.set_epoch {
+            self.in_set[f as usize] = self.set_epoch;
+            self.set.push(f);
+        }
+    }
+
+    /// Max-min fair rates after the changes since the last call (see the
+    /// module documentation for the incremental scheme).
     fn recompute(&mut self) {
         self.stats.recomputations += 1;
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            // Wrapped: clear marks so old ones cannot collide.
-            self.link_mark.iter_mut().for_each(|m| *m = 0);
-            self.flow_mark.iter_mut().for_each(|m| *m = 0);
-            self.frozen.iter_mut().for_each(|m| *m = 0);
-            self.epoch = 1;
-        }
-        let epoch = self.epoch;
-        let now = self.now;
-        self.comp_links.clear();
-        self.comp_flows.clear();
-        self.stack.clear();
-        for i in 0..self.dirty.len() {
-            let l = self.dirty[i];
-            if self.link_mark[l as usize] != epoch {
-                self.link_mark[l as usize] = epoch;
-                self.stack.push(l);
+        bump(&mut self.set_epoch, &mut self.in_set);
+        let de = bump(&mut self.dirty_epoch, &mut self.dirty_mark);
+        self.set.clear();
+        // Seed: new flows, and flows whose bottleneck gained or lost a flow.
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &l in &dirty {
+            let li = l as usize;
+            if self.dirty_mark[li] == de {
+                continue;
             }
-        }
-        self.dirty.clear();
-        while let Some(l) = self.stack.pop() {
-            self.comp_links.push(l);
-            for &f in &self.link_flows[l as usize] {
-                if self.flow_mark[f as usize] != epoch {
-                    self.flow_mark[f as usize] = epoch;
-                    self.comp_flows.push(f);
-                    for &l2 in &self.flows[f as usize].links {
-                        if self.link_mark[l2 as usize] != epoch {
-                            self.link_mark[l2 as usize] = epoch;
-                            self.stack.push(l2);
-                        }
-                    }
+            self.dirty_mark[li] = de;
+            for k in 0..self.link_flows[li].len() {
+                let f = self.link_flows[li][k];
+                let b = self.bott[f as usize];
+                if self.full || b == NONE || b == l {
+                    self.join(f);
                 }
             }
         }
-        self.stats.flows_recomputed += self.comp_flows.len() as u64;
-        // Bring every flow of the component up to now at its old rate.
-        for &f in &self.comp_flows {
-            let fl = &mut self.flows[f as usize];
-            let dt = (now - fl.last) as f64;
-            fl.remaining = (fl.remaining - fl.rate * dt).max(0.0);
-            fl.last = now;
+        dirty.clear();
+        self.dirty = dirty;
+        if self.set.is_empty() {
+            return;
         }
-        // Progressive filling: repeatedly saturate the link with the
-        // smallest fair share and freeze its flows at that share. Small
-        // components scan their links (cheaper than a heap); large ones use
-        // a lazy min-heap (shares only grow as flows freeze, so stale
-        // entries are recognised by a per-link version).
-        for &l in &self.comp_links {
+        let mut closed = false;
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            if !closed
+                && (self.full || rounds > MAX_ROUNDS || 2 * self.set.len() as u64 > self.active)
+            {
+                self.close_over_component();
+                self.stats.component_fills += 1;
+                closed = true;
+            }
+            self.fill_set();
+            if closed || self.check_and_grow() == 0 {
+                break;
+            }
+        }
+        self.commit();
+    }
+
+    /// Grows the set to the connected component of links and flows it touches.
+    fn close_over_component(&mut self) {
+        let le = bump(&mut self.round_epoch, &mut self.link_mark);
+        let mut i = 0;
+        while i < self.set.len() {
+            let f = self.set[i] as usize;
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l = self.route[h] as usize;
+                if self.link_mark[l] == le {
+                    continue;
+                }
+                self.link_mark[l] = le;
+                for k in 0..self.link_flows[l].len() {
+                    let g = self.link_flows[l][k];
+                    self.join(g);
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Progressive filling of the set on the capacity the other flows leave:
+    /// sets `new_rate` and `new_bott` of every member, and `rem` (capacity
+    /// left) of every link in `set_links`.
+    fn fill_set(&mut self) {
+        let se = self.set_epoch;
+        let le = bump(&mut self.round_epoch, &mut self.link_mark);
+        self.stats.flows_recomputed += self.set.len() as u64;
+        self.set_links.clear();
+        for i in 0..self.set.len() {
+            let f = self.set[i] as usize;
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l = self.route[h];
+                if self.link_mark[l as usize] != le {
+                    self.link_mark[l as usize] = le;
+                    self.set_links.push(l);
+                }
+            }
+        }
+        for &l in &self.set_links {
             let li = l as usize;
-            self.rem[li] = self.cap[li];
-            self.cnt[li] = self.link_flows[li].len() as u32;
-            self.lver[li] = self.lver[li].wrapping_add(1);
+            let mut rem = self.cap[li];
+            let mut cnt = 0u32;
+            for &g in &self.link_flows[li] {
+                if self.in_set[g as usize] == se {
+                    cnt += 1;
+                } else {
+                    rem -= self.rate[g as usize];
+                }
+            }
+            self.rem[li] = rem.max(0.0);
+            self.cnt[li] = cnt;
         }
-        let use_heap = self.comp_links.len() > 64;
+        // Repeatedly saturate the link with the smallest fair share and
+        // freeze its unfrozen members at that share. Few links: scan them;
+        // many: an indexed min-heap of links by share, re-keyed in place.
+        let use_heap = self.set_links.len() > SCAN_LINKS;
         self.fill.clear();
         if use_heap {
-            for &l in &self.comp_links {
+            for i in 0..self.set_links.len() {
+                let l = self.set_links[i];
                 let li = l as usize;
                 if self.cnt[li] > 0 {
                     let share = self.rem[li] / f64::from(self.cnt[li]);
-                    self.fill.push(Reverse((share.to_bits(), self.lver[li], l)));
+                    self.fill.set(l, share.to_bits(), u64::from(l));
                 }
             }
         }
         loop {
             let (l, share) = if use_heap {
-                let Some(Reverse((share_bits, ver, l))) = self.fill.pop() else {
+                let Some((share_bits, _, l)) = self.fill.pop() else {
                     break;
                 };
-                if ver != self.lver[l as usize] || self.cnt[l as usize] == 0 {
-                    continue;
-                }
                 (l, f64::from_bits(share_bits))
             } else {
                 let mut best: Option<(LinkId, f64)> = None;
-                for &l in &self.comp_links {
+                for &l in &self.set_links {
                     let li = l as usize;
                     if self.cnt[li] > 0 {
                         let sh = self.rem[li] / f64::from(self.cnt[li]);
@@ -459,171 +768,146 @@ impl FlowNet {
                     None => break,
                 }
             };
-            self.freeze_link(l, share, use_heap, epoch, now);
+            self.freeze_link(l, share, use_heap, le);
         }
     }
 
-    /// Freezes every unfrozen flow of link `l` at `share` (progressive filling step).
-    fn freeze_link(&mut self, l: LinkId, share: f64, use_heap: bool, epoch: u32, now: u64) {
+    /// Freezes every unfrozen member of the set on link `l` at `share`.
+    fn freeze_link(&mut self, l: LinkId, share: f64, use_heap: bool, le: u32) {
         let li = l as usize;
+        let se = self.set_epoch;
         for k in 0..self.link_flows[li].len() {
             let f = self.link_flows[li][k] as usize;
-            if self.frozen[f] == epoch {
+            if self.in_set[f] != se || self.frozen[f] == le {
                 continue;
             }
-            self.frozen[f] = epoch;
-            let old = self.flows[f].rate;
-            self.flows[f].rate = share;
-            for h in 0..self.flows[f].links.len() {
-                let l2 = self.flows[f].links[h] as usize;
+            self.frozen[f] = le;
+            self.new_rate[f] = share;
+            self.new_bott[f] = l;
+            let base = f * self.stride;
+            for h in base..base + self.flows[f].hops as usize {
+                let l2 = self.route[h] as usize;
                 self.rem[l2] = (self.rem[l2] - share).max(0.0);
                 self.cnt[l2] = self.cnt[l2].saturating_sub(1);
-                self.lver[l2] = self.lver[l2].wrapping_add(1);
-                if use_heap && l2 != li && self.cnt[l2] > 0 {
-                    let s2 = self.rem[l2] / f64::from(self.cnt[l2]);
-                    self.fill
-                        .push(Reverse((s2.to_bits(), self.lver[l2], l2 as u32)));
+                if use_heap && l2 != li {
+                    if self.cnt[l2] > 0 {
+                        let s2 = self.rem[l2] / f64::from(self.cnt[l2]);
+                        self.fill.set(l2 as u32, s2.to_bits(), l2 as u64);
+                    } else {
+                        self.fill.remove(l2 as u32);
+                    }
                 }
             }
-            // Reschedule the data-done event only when the rate changed.
-            let fl = &mut self.flows[f];
-            let changed = (fl.rate - old).abs() > 1e-12 * fl.rate.max(old) || old == 0.0;
-            if changed {
-                fl.ver = fl.ver.wrapping_add(1);
-                let dt = if fl.rate > 0.0 {
-                    (fl.remaining / fl.rate).ceil()
+        }
+    }
+
+    /// Checks max-min optimality on the links the set touches; adds the
+    /// flows that break it to the set and returns how many joined.
+    fn check_and_grow(&mut self) -> usize {
+        let se = self.set_epoch;
+        let before = self.set.len();
+        // Fastest flow on every touched link (new rates for members).
+        for &l in &self.set_links {
+            let li = l as usize;
+            let mut m = 0.0f64;
+            for &g in &self.link_flows[li] {
+                let r = if self.in_set[g as usize] == se {
+                    self.new_rate[g as usize]
                 } else {
-                    f64::MAX
+                    self.rate[g as usize]
                 };
-                let done = if dt >= (u64::MAX - now) as f64 {
-                    u64::MAX
-                } else {
-                    now + dt as u64
-                };
-                let ev = EvKind::DataDone {
-                    slot: f as u32,
-                    ver: fl.ver,
-                };
-                self.push(done, ev);
+                m = m.max(r);
+            }
+            self.maxr[li] = m;
+        }
+        // A member frozen where a held flow is faster: the faster ones join.
+        for i in 0..before {
+            let f = self.set[i] as usize;
+            let b = self.new_bott[f] as usize;
+            let r = self.new_rate[f];
+            if r < self.maxr[b] * (1.0 - EPS) {
+                for k in 0..self.link_flows[b].len() {
+                    let g = self.link_flows[b][k];
+                    if self.in_set[g as usize] != se && self.rate[g as usize] > r * (1.0 + EPS) {
+                        self.join(g);
+                    }
+                }
             }
         }
+        // A held flow whose bottleneck is touched must still be saturated
+        // there and no slower than the fastest flow on it.
+        for i in 0..self.set_links.len() {
+            let l = self.set_links[i];
+            let li = l as usize;
+            let saturated = self.rem[li] <= EPS * self.cap[li];
+            let m = self.maxr[li];
+            for k in 0..self.link_flows[li].len() {
+                let g = self.link_flows[li][k];
+                let gi = g as usize;
+                if self.in_set[gi] != se
+                    && self.bott[gi] == l
+                    && (!saturated || self.rate[gi] < m * (1.0 - EPS))
+                {
+                    self.join(g);
+                }
+            }
+        }
+        self.set.len() - before
+    }
+
+    /// Applies the new rates; re-keys the data-phase end of flows whose
+    /// rate changed.
+    fn commit(&mut self) {
+        let now = self.now;
+        for i in 0..self.set.len() {
+            let f = self.set[i];
+            let fi = f as usize;
+            let new = self.new_rate[fi];
+            self.bott[fi] = self.new_bott[fi];
+            let old = self.rate[fi];
+            let changed = (new - old).abs() > 1e-12 * new.max(old) || old == 0.0;
+            if !changed {
+                continue;
+            }
+            self.rate[fi] = new;
+            let fl = &mut self.flows[fi];
+            fl.remaining = (fl.remaining - old * (now - fl.last) as f64).max(0.0);
+            fl.last = now;
+            let dt = if new > 0.0 {
+                (fl.remaining / new).ceil()
+            } else {
+                f64::MAX
+            };
+            let done = if dt >= (u64::MAX - now) as f64 {
+                u64::MAX
+            } else {
+                now + dt as u64
+            };
+            self.stats.rate_changes += 1;
+            self.seq += 1;
+            self.done.set(f, done, self.seq);
+        }
+    }
+
+    /// Rates (GB/s) of the active flows by tag, after bringing the
+    /// allocation up to date (tests compare them with a reference).
+    #[cfg(test)]
+    fn rates_by_tag(&mut self) -> Vec<(u64, f64)> {
+        if !self.dirty.is_empty() {
+            self.recompute();
+        }
+        let mut v: Vec<(u64, f64)> = self
+            .flows
+            .iter()
+            .zip(&self.rate)
+            .filter(|(f, _)| f.active)
+            .map(|(f, r)| (f.tag, r / BPS_PER_GBPS))
+            .collect();
+        v.sort_by_key(|a| a.0);
+        v
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run_all(net: &mut FlowNet) -> Vec<(f64, Output)> {
-        let mut res = Vec::new();
-        let mut out = Vec::new();
-        while let Some(t) = net.next_batch(&mut out) {
-            for o in &out {
-                res.push((t.as_us(), *o));
-            }
-        }
-        res
-    }
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() <= 1e-6 * b.abs().max(1.0)
-    }
-
-    #[test]
-    fn single_flow_takes_bytes_over_capacity_plus_latency() {
-        let mut net = FlowNet::new(&[100.0, 50.0]);
-        // 1 MB over a 100 and a 50 GB/s link: bottleneck 50 GB/s = 20 us, + 3 us latency.
-        net.start_flow(&[0, 1], 1e6, SimTime::from_us(3.0), 7);
-        let r = run_all(&mut net);
-        assert_eq!(r.len(), 1);
-        assert!(close(r[0].0, 23.0), "{r:?}");
-        assert_eq!(r[0].1, Output::Delivered(7));
-    }
-
-    #[test]
-    fn max_min_fairness_hand_computed() {
-        // Classic example: links A (cap 10), B (cap 4).
-        // f1 crosses A and B, f2 crosses B, f3 crosses A.
-        // B is the bottleneck: f1 = f2 = 2; then f3 gets A's remaining 8.
-        let mut net = FlowNet::new(&[10.0, 4.0]);
-        net.start_flow(&[0, 1], 2e6, SimTime::ZERO, 1); // 2 MB at 2 GB/s = 1000 us
-        net.start_flow(&[1], 4e6, SimTime::ZERO, 2); // 2 GB/s until f1 ends, then 4
-        net.start_flow(&[0], 8e6, SimTime::ZERO, 3); // 8 GB/s until f1 ends, then 10
-        let r = run_all(&mut net);
-        // f1 ends at 1000 us; f2 has 2 MB left at 4 GB/s: 500 us more -> 1500 us;
-        // f3 has 0 left at 1000 us (8 MB at 8 GB/s) -> also 1000 us.
-        let t: Vec<(f64, Output)> = r;
-        let time_of = |tag| {
-            t.iter()
-                .find(|(_, o)| *o == Output::Delivered(tag))
-                .unwrap()
-                .0
-        };
-        assert!(close(time_of(1), 1000.0));
-        assert!(close(time_of(3), 1000.0));
-        assert!(close(time_of(2), 1500.0));
-    }
-
-    #[test]
-    fn rates_rise_when_a_competitor_leaves() {
-        // Two flows on one 10 GB/s link, 1 MB and 3 MB: 5 GB/s each until
-        // the first ends at 200 us, then the second has 2 MB left at 10 GB/s.
-        let mut net = FlowNet::new(&[10.0]);
-        net.start_flow(&[0], 1e6, SimTime::ZERO, 1);
-        net.start_flow(&[0], 3e6, SimTime::ZERO, 2);
-        let r = run_all(&mut net);
-        assert!(close(r[0].0, 200.0) && r[0].1 == Output::Delivered(1));
-        assert!(close(r[1].0, 400.0) && r[1].1 == Output::Delivered(2));
-        assert!(close(net.link_busy(0).as_us(), 400.0));
-        assert!(close(net.link_bytes(0), 4e6));
-    }
-
-    #[test]
-    fn parking_lot_three_links() {
-        // Parking lot: long flow over links 0,1,2 (cap 1 each), one short
-        // flow per link: every flow gets 1/2.
-        let mut net = FlowNet::new(&[1.0, 1.0, 1.0]);
-        net.start_flow(&[0, 1, 2], 1e3, SimTime::ZERO, 0);
-        for l in 0..3 {
-            net.start_flow(&[l], 1e3, SimTime::ZERO, 1 + u64::from(l));
-        }
-        let r = run_all(&mut net);
-        for (t, _) in &r {
-            assert!(close(*t, 2.0), "{r:?}"); // 1000 B at 0.5 GB/s = 2 us
-        }
-    }
-
-    #[test]
-    fn separate_components_do_not_interact() {
-        let mut net = FlowNet::new(&[1.0, 2.0]);
-        net.start_flow(&[0], 1e3, SimTime::ZERO, 1);
-        net.start_flow(&[1], 1e3, SimTime::ZERO, 2);
-        let r = run_all(&mut net);
-        assert!(close(r[0].0, 0.5) && r[0].1 == Output::Delivered(2));
-        assert!(close(r[1].0, 1.0) && r[1].1 == Output::Delivered(1));
-    }
-
-    #[test]
-    fn timers_and_empty_flows_and_order_is_deterministic() {
-        let go = || {
-            let mut net = FlowNet::new(&[1.0]);
-            net.timer(SimTime::from_us(5.0), 10);
-            net.start_flow(&[], 1e9, SimTime::from_us(1.0), 11);
-            net.start_flow(&[0], 0.0, SimTime::from_us(2.0), 12);
-            for i in 0..20 {
-                net.start_flow(
-                    &[0],
-                    100.0 * f64::from(i + 1),
-                    SimTime::ZERO,
-                    100 + i as u64,
-                );
-            }
-            run_all(&mut net)
-        };
-        let a = go();
-        assert_eq!(a[0], (1.0, Output::Delivered(11)));
-        assert_eq!(a[1], (2.0, Output::Delivered(12)));
-        assert!(a.contains(&(5.0, Output::Timer(10))));
-        assert_eq!(a, go());
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

@@ -183,24 +183,38 @@ const K_SEND: u8 = 0;
 const K_RECV: u8 = 1;
 const K_LOCAL: u8 = 2;
 
+/// No partner step.
+const NO_PARTNER: u32 = u32::MAX;
+
+/// A transfer step is idle, waiting for its partner, or matched.
+const S_IDLE: u8 = 0;
+const S_WAITING: u8 = 1;
+const S_MATCHED: u8 = 2;
+
 #[derive(Clone, Copy)]
 struct CStep {
     peer: u32,
     bytes: u64,
-    seq: u32,
+    /// For sends and receives: the index of the matching step in the
+    /// partner's steps (the partner is simulated rank `peer % g`), or
+    /// `NO_PARTNER`.
+    partner: u32,
     deps_left: u32,
     channel: u16,
     kind: u8,
+    state: u8,
 }
+
+/// A rank's transfer steps with one (peer, channel, kind), in order: the
+/// FIFO the matching rule pairs with the partner's opposite group.
+type Groups = FxMap<(u32, u16, u8), Vec<u32>>;
 
 struct RankState {
     steps: Vec<CStep>,
     dep_off: Vec<u32>,
     dependents: Vec<u32>,
+    groups: Groups,
 }
-
-/// Meeting key: (sender class, receiver class, node delta, channel, FIFO index).
-type MeetKey = (u32, u32, u32, u16, u32);
 
 struct Transfer {
     src: (u32, u32),
@@ -234,10 +248,8 @@ struct Exec<'a> {
     net: FlowNet,
     ranks: Vec<RankState>,
     g: usize,
-    nodes: usize,
     #[allow(dead_code)]
     n: usize,
-    meet: FxMap<MeetKey, (u32, u32)>,
     route_cache: FxMap<(u32, u32, u16), u32>,
     routes: Vec<(Vec<LinkId>, SimTime, PathClass)>,
     /// One connection per route.
@@ -301,9 +313,7 @@ pub fn run_schedule(
         net,
         ranks: Vec::with_capacity(g),
         g,
-        nodes: n / g,
         n,
-        meet: FxMap::default(),
         route_cache: FxMap::default(),
         routes: Vec::new(),
         conns: Vec::new(),
@@ -326,6 +336,7 @@ pub fn run_schedule(
         ex.remaining += st.steps.len() as u64;
         ex.ranks.push(st);
     }
+    pair_partners(&mut ex.ranks, n);
     let total_steps = ex.remaining;
     let p = ex.alloc_pending(Pending::Launch);
     ex.net.timer(cfg.overheads.launch, u64::from(p));
@@ -434,8 +445,44 @@ fn schedule_is_node_symmetric(s: &Schedule, rpn: usize) -> bool {
     true
 }
 
+/// Pairs every send with its receive before the run: the `k`-th send from
+/// `a` to `b` on channel `c` meets the `k`-th receive of `b` from `a` on
+/// `c`. With `g` simulated ranks of `n` (node symmetry, `g` divides `n`), a
+/// step's partner is simulated rank `peer % g`, and its own peer there is
+/// this rank moved back by the peer's node. Steps left without a partner
+/// wait forever (reported as a deadlock).
+fn pair_partners(ranks: &mut [RankState], n: usize) {
+    let g = ranks.len();
+    for r in 0..g {
+        let groups = std::mem::take(&mut ranks[r].groups);
+        for (&(peer, ch, kind), mine) in &groups {
+            let q = peer as usize % g;
+            let back = (r + n - (peer as usize / g) * g) % n;
+            let opposite = if kind == K_SEND { K_RECV } else { K_SEND };
+            let theirs: &[u32] = if q == r {
+                groups
+                    .get(&(back as u32, ch, opposite))
+                    .map_or(&[], |v| v.as_slice())
+            } else {
+                ranks[q]
+                    .groups
+                    .get(&(back as u32, ch, opposite))
+                    .map_or(&[], |v| v.as_slice())
+            };
+            let pairs: Vec<(u32, u32)> = mine.iter().copied().zip(theirs.iter().copied()).collect();
+            for (a, b) in pairs {
+                ranks[r].steps[a as usize].partner = b;
+            }
+        }
+        ranks[r].groups = groups;
+    }
+    for rs in ranks.iter_mut() {
+        rs.groups = Groups::default();
+    }
+}
+
 fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState, SimError> {
-    let mut seqs: FxMap<(u32, u16, u8), u32> = FxMap::default();
+    let mut groups = Groups::default();
     let mut out = Vec::with_capacity(steps.len());
     let mut counts = vec![0u32; steps.len() + 1];
     for (i, s) in steps.iter().enumerate() {
@@ -452,13 +499,12 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
                 why: format!("peer {peer} out of range ({n} ranks)"),
             });
         }
-        let seq = if kind == K_LOCAL {
-            0
-        } else {
-            let c = seqs.entry((peer as u32, s.channel, kind)).or_insert(0);
-            *c += 1;
-            *c - 1
-        };
+        if kind != K_LOCAL {
+            groups
+                .entry((peer as u32, s.channel, kind))
+                .or_default()
+                .push(i as u32);
+        }
         for &d in &s.deps {
             if d as usize >= i {
                 return Err(SimError::Malformed {
@@ -472,10 +518,11 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
         out.push(CStep {
             peer: peer as u32,
             bytes: s.kind.len() as u64 * elem,
-            seq,
+            partner: NO_PARTNER,
             deps_left: s.deps.len() as u32,
             channel: s.channel,
             kind,
+            state: S_IDLE,
         });
     }
     // CSR of dependents.
@@ -495,6 +542,7 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
         steps: out,
         dep_off,
         dependents,
+        groups,
     })
 }
 
@@ -558,7 +606,6 @@ impl Exec<'_> {
     fn ready(&mut self, r: u32, s: u32, t: SimTime) -> Result<(), SimError> {
         let st = self.ranks[r as usize].steps[s as usize];
         let g = self.g as u32;
-        let nodes = self.nodes as u32;
         match st.kind {
             K_LOCAL => {
                 let dur = self.cfg.overheads.step_local
@@ -567,17 +614,16 @@ impl Exec<'_> {
                 self.net.timer(t + dur, u64::from(p));
             }
             _ => {
-                let key: MeetKey = if st.kind == K_SEND {
-                    (r, st.peer % g, st.peer / g, st.channel, st.seq)
-                } else {
-                    let delta = (nodes - st.peer / g) % nodes;
-                    (st.peer % g, r, delta, st.channel, st.seq)
-                };
-                match self.meet.remove(&key) {
-                    None => {
-                        self.meet.insert(key, (r, s));
+                let (r2, s2) = (st.peer % g, st.partner);
+                let partner_waiting = s2 != NO_PARTNER
+                    && self.ranks[r2 as usize].steps[s2 as usize].state == S_WAITING;
+                match partner_waiting {
+                    false => {
+                        self.ranks[r as usize].steps[s as usize].state = S_WAITING;
                     }
-                    Some((r2, s2)) => {
+                    true => {
+                        self.ranks[r as usize].steps[s as usize].state = S_MATCHED;
+                        self.ranks[r2 as usize].steps[s2 as usize].state = S_MATCHED;
                         let ((sr, ss), (dr, ds)) = if st.kind == K_SEND {
                             ((r, s), (r2, s2))
                         } else {
@@ -756,8 +802,10 @@ impl Exec<'_> {
 
     fn first_stuck(&self) -> (usize, usize) {
         // A step waiting for its partner, else one waiting for a dependency.
-        if let Some(&(r, s)) = self.meet.values().min() {
-            return (r as usize, s as usize);
+        for (r, rs) in self.ranks.iter().enumerate() {
+            if let Some(s) = rs.steps.iter().position(|st| st.state == S_WAITING) {
+                return (r, s);
+            }
         }
         for (r, rs) in self.ranks.iter().enumerate() {
             if let Some(s) = rs.steps.iter().position(|st| st.deps_left > 0) {
@@ -911,9 +959,7 @@ mod tests {
             net: FlowNet::new(&fabric.capacities()),
             ranks: Vec::new(),
             g: 2,
-            nodes: 1,
             n: 2,
-            meet: FxMap::default(),
             route_cache: FxMap::default(),
             routes: Vec::new(),
             conns: Vec::new(),
@@ -934,7 +980,9 @@ mod tests {
             steps: std::mem::take(&mut s.steps),
             dep_off: std::mem::take(&mut s.dep_off),
             dependents: std::mem::take(&mut s.dependents),
+            groups: std::mem::take(&mut s.groups),
         }));
+        pair_partners(&mut ex.ranks, 2);
         let launch = ex.alloc_pending_launch();
         ex.on_timer(launch, SimTime::ZERO).unwrap();
         let mut out = Vec::new();

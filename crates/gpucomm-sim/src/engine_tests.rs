@@ -1,0 +1,335 @@
+//! Engine tests: hand-computed cases, and the incremental allocation against
+//! a brute-force water-filling reference and against whole-component
+//! refilling on random flow sets.
+
+use super::*;
+
+fn run_all(net: &mut FlowNet) -> Vec<(f64, Output)> {
+    let mut res = Vec::new();
+    let mut out = Vec::new();
+    while let Some(t) = net.next_batch(&mut out) {
+        for o in &out {
+            res.push((t.as_us(), *o));
+        }
+    }
+    res
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+#[test]
+fn single_flow_takes_bytes_over_capacity_plus_latency() {
+    let mut net = FlowNet::new(&[100.0, 50.0]);
+    // 1 MB over a 100 and a 50 GB/s link: bottleneck 50 GB/s = 20 us, + 3 us latency.
+    net.start_flow(&[0, 1], 1e6, SimTime::from_us(3.0), 7);
+    let r = run_all(&mut net);
+    assert_eq!(r.len(), 1);
+    assert!(close(r[0].0, 23.0), "{r:?}");
+    assert_eq!(r[0].1, Output::Delivered(7));
+}
+
+#[test]
+fn max_min_fairness_hand_computed() {
+    // Classic example: links A (cap 10), B (cap 4).
+    // f1 crosses A and B, f2 crosses B, f3 crosses A.
+    // B is the bottleneck: f1 = f2 = 2; then f3 gets A's remaining 8.
+    let mut net = FlowNet::new(&[10.0, 4.0]);
+    net.start_flow(&[0, 1], 2e6, SimTime::ZERO, 1); // 2 MB at 2 GB/s = 1000 us
+    net.start_flow(&[1], 4e6, SimTime::ZERO, 2); // 2 GB/s until f1 ends, then 4
+    net.start_flow(&[0], 8e6, SimTime::ZERO, 3); // 8 GB/s until f1 ends, then 10
+    let r = run_all(&mut net);
+    // f1 ends at 1000 us; f2 has 2 MB left at 4 GB/s: 500 us more -> 1500 us;
+    // f3 has 0 left at 1000 us (8 MB at 8 GB/s) -> also 1000 us.
+    let t: Vec<(f64, Output)> = r;
+    let time_of = |tag| {
+        t.iter()
+            .find(|(_, o)| *o == Output::Delivered(tag))
+            .unwrap()
+            .0
+    };
+    assert!(close(time_of(1), 1000.0));
+    assert!(close(time_of(3), 1000.0));
+    assert!(close(time_of(2), 1500.0));
+}
+
+#[test]
+fn rates_rise_when_a_competitor_leaves() {
+    // Two flows on one 10 GB/s link, 1 MB and 3 MB: 5 GB/s each until
+    // the first ends at 200 us, then the second has 2 MB left at 10 GB/s.
+    let mut net = FlowNet::new(&[10.0]);
+    net.start_flow(&[0], 1e6, SimTime::ZERO, 1);
+    net.start_flow(&[0], 3e6, SimTime::ZERO, 2);
+    let r = run_all(&mut net);
+    assert!(close(r[0].0, 200.0) && r[0].1 == Output::Delivered(1));
+    assert!(close(r[1].0, 400.0) && r[1].1 == Output::Delivered(2));
+    assert!(close(net.link_busy(0).as_us(), 400.0));
+    assert!(close(net.link_bytes(0), 4e6));
+}
+
+#[test]
+fn parking_lot_three_links() {
+    // Parking lot: long flow over links 0,1,2 (cap 1 each), one short
+    // flow per link: every flow gets 1/2.
+    let mut net = FlowNet::new(&[1.0, 1.0, 1.0]);
+    net.start_flow(&[0, 1, 2], 1e3, SimTime::ZERO, 0);
+    for l in 0..3 {
+        net.start_flow(&[l], 1e3, SimTime::ZERO, 1 + u64::from(l));
+    }
+    let r = run_all(&mut net);
+    for (t, _) in &r {
+        assert!(close(*t, 2.0), "{r:?}"); // 1000 B at 0.5 GB/s = 2 us
+    }
+}
+
+#[test]
+fn separate_components_do_not_interact() {
+    let mut net = FlowNet::new(&[1.0, 2.0]);
+    net.start_flow(&[0], 1e3, SimTime::ZERO, 1);
+    net.start_flow(&[1], 1e3, SimTime::ZERO, 2);
+    let r = run_all(&mut net);
+    assert!(close(r[0].0, 0.5) && r[0].1 == Output::Delivered(2));
+    assert!(close(r[1].0, 1.0) && r[1].1 == Output::Delivered(1));
+}
+
+#[test]
+fn timers_and_empty_flows_and_order_is_deterministic() {
+    let go = || {
+        let mut net = FlowNet::new(&[1.0]);
+        net.timer(SimTime::from_us(5.0), 10);
+        net.start_flow(&[], 1e9, SimTime::from_us(1.0), 11);
+        net.start_flow(&[0], 0.0, SimTime::from_us(2.0), 12);
+        for i in 0..20 {
+            net.start_flow(
+                &[0],
+                100.0 * f64::from(i + 1),
+                SimTime::ZERO,
+                100 + i as u64,
+            );
+        }
+        run_all(&mut net)
+    };
+    let a = go();
+    assert_eq!(a[0], (1.0, Output::Delivered(11)));
+    assert_eq!(a[1], (2.0, Output::Delivered(12)));
+    assert!(a.contains(&(5.0, Output::Timer(10))));
+    assert_eq!(a, go());
+}
+
+use proptest::prelude::*;
+
+/// Textbook water-filling, written independently of the engine: raise every
+/// unfrozen flow together until some link saturates, freeze the flows on
+/// saturated links, repeat. Capacities and rates in GB/s.
+fn water_filling(caps: &[f64], routes: &[Vec<LinkId>]) -> Vec<f64> {
+    let mut rate = vec![0.0; routes.len()];
+    let mut frozen = vec![false; routes.len()];
+    let mut rem = caps.to_vec();
+    loop {
+        let mut count = vec![0usize; caps.len()];
+        for (f, r) in routes.iter().enumerate() {
+            if !frozen[f] {
+                for &l in r {
+                    count[l as usize] += 1;
+                }
+            }
+        }
+        let inc = (0..caps.len())
+            .filter(|&l| count[l] > 0)
+            .map(|l| rem[l] / count[l] as f64)
+            .fold(f64::INFINITY, f64::min);
+        if !inc.is_finite() {
+            return rate;
+        }
+        for (l, &c) in count.iter().enumerate() {
+            rem[l] -= inc * c as f64;
+        }
+        for (f, _) in routes.iter().enumerate() {
+            if !frozen[f] {
+                rate[f] += inc;
+            }
+        }
+        for (f, r) in routes.iter().enumerate() {
+            if !frozen[f]
+                && r.iter()
+                    .any(|&l| rem[l as usize] <= 1e-12 * caps[l as usize])
+            {
+                frozen[f] = true;
+            }
+        }
+    }
+}
+
+/// A flow of a random scenario: start time (ps), route, bytes.
+#[derive(Clone, Debug)]
+struct Spec {
+    start: u64,
+    links: Vec<LinkId>,
+    bytes: f64,
+}
+
+/// Runs a scenario (flows started by timers, no latency, so delivery is
+/// the data-phase end). After every batch, checks the engine's rates
+/// against `water_filling` on the active flows. Returns the delivery time
+/// (ps) of every flow and the engine's counters.
+fn run_checked(caps: &[f64], specs: &[Spec], full: bool) -> (Vec<u64>, EngineStats) {
+    let mut net = FlowNet::new(caps);
+    net.set_full_recompute(full);
+    for (i, s) in specs.iter().enumerate() {
+        net.timer(SimTime::from_ps(s.start), i as u64);
+    }
+    let mut active: Vec<bool> = vec![false; specs.len()];
+    let mut delivered = vec![u64::MAX; specs.len()];
+    let mut out = Vec::new();
+    while let Some(t) = net.next_batch(&mut out) {
+        for &o in &out {
+            match o {
+                Output::Timer(i) => {
+                    let s = &specs[i as usize];
+                    net.start_flow(&s.links, s.bytes, SimTime::ZERO, i);
+                    active[i as usize] = true;
+                }
+                Output::Delivered(i) => {
+                    active[i as usize] = false;
+                    delivered[i as usize] = t.as_ps();
+                }
+            }
+        }
+        let got = net.rates_by_tag();
+        let ids: Vec<usize> = (0..specs.len()).filter(|&i| active[i]).collect();
+        let routes: Vec<Vec<LinkId>> = ids.iter().map(|&i| specs[i].links.clone()).collect();
+        let want = water_filling(caps, &routes);
+        assert_eq!(got.len(), ids.len());
+        for ((tag, r), (&i, w)) in got.iter().zip(ids.iter().zip(&want)) {
+            assert_eq!(*tag, i as u64);
+            assert!(
+                (r - w).abs() <= 1e-9 * w.max(1e-9),
+                "flow {i} at {t}: engine {r} GB/s, water-filling {w} GB/s (full: {full})"
+            );
+        }
+    }
+    (delivered, net.stats())
+}
+
+fn scenario() -> impl Strategy<Value = (Vec<f64>, Vec<Spec>)> {
+    (2usize..10).prop_flat_map(|nl| {
+        let caps = proptest::collection::vec(1u32..8, nl).prop_map(|v| {
+            v.into_iter()
+                .map(|c| f64::from(c) * 2.5)
+                .collect::<Vec<f64>>()
+        });
+        let spec = (
+            0u64..4,
+            proptest::collection::btree_set(0..nl as u32, 1..=nl.min(4)),
+            1u32..50,
+        )
+            .prop_map(|(start, links, kb)| Spec {
+                // Few distinct start times, so many changes share a batch.
+                start: start * 1_000_000,
+                links: links.into_iter().collect(),
+                bytes: f64::from(kb) * 1000.0,
+            });
+        (caps, proptest::collection::vec(spec, 1..24))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Incremental and whole-component allocations both equal water-filling
+    /// after every batch, and deliver every flow at the same picosecond
+    /// (give or take the rounding of one event time).
+    #[test]
+    fn incremental_allocation_is_max_min_fair((caps, specs) in scenario()) {
+        let (inc, _) = run_checked(&caps, &specs, false);
+        let (full, _) = run_checked(&caps, &specs, true);
+        for (i, (a, b)) in inc.iter().zip(&full).enumerate() {
+            prop_assert!(*a != u64::MAX, "flow {i} never delivered");
+            prop_assert!(a.abs_diff(*b) <= 2, "flow {i}: incremental {a} ps, full {b} ps");
+        }
+    }
+}
+
+/// A coupled network like a multi-channel ring: `n` nodes, each with an up
+/// and a down link (capacity 8) shared by `ch` channels; channel `c` of node
+/// `g` sends to node `(g + c + 1) % n` over its up link, a per-channel
+/// "rail" link (capacity 1.5, shared by every node's flow of that channel
+/// whose destination wraps) and the destination's down link. Flows of
+/// uneven sizes start in waves, so completions are spread in time.
+fn coupled(n: u32, ch: u32, waves: u32) -> (Vec<f64>, Vec<Spec>) {
+    let mut caps = vec![8.0; 2 * n as usize];
+    caps.extend(std::iter::repeat_n(1.5, ch as usize));
+    let mut specs = Vec::new();
+    for w in 0..waves {
+        for g in 0..n {
+            for c in 0..ch {
+                let dst = (g + c + 1) % n;
+                let mut links = vec![2 * g];
+                if dst < g {
+                    links.push(2 * n + c);
+                }
+                links.push(2 * dst + 1);
+                specs.push(Spec {
+                    start: u64::from(w) * 3_000_000 + u64::from((g * 7 + c * 3) % 5) * 1000,
+                    links,
+                    bytes: 1000.0 * f64::from(1 + (g * 13 + c * 5 + w) % 9),
+                });
+            }
+        }
+    }
+    (caps, specs)
+}
+
+#[test]
+fn coupled_network_is_fair_and_incremental_work_is_smaller() {
+    let (caps, specs) = coupled(32, 4, 3);
+    let (inc, si) = run_checked(&caps, &specs, false);
+    let (full, sf) = run_checked(&caps, &specs, true);
+    for (i, (a, b)) in inc.iter().zip(&full).enumerate() {
+        assert!(
+            a.abs_diff(*b) <= 2,
+            "flow {i}: incremental {a} ps, full {b} ps"
+        );
+    }
+    assert_eq!(si.recomputations, sf.recomputations);
+    // The point of the incremental check: far fewer flows refilled.
+    assert!(
+        si.flows_recomputed * 4 < sf.flows_recomputed,
+        "incremental {si:?} vs full {sf:?}"
+    );
+    assert!(si.component_fills < si.recomputations);
+}
+
+#[test]
+fn completion_heap_keeps_order_under_rekeying() {
+    let mut h = IndexedHeap::default();
+    h.grow(64);
+    let mut model: Vec<Option<(u64, u64)>> = vec![None; 64];
+    let mut x = 12345u64;
+    let mut seq = 0;
+    for _ in 0..5000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let slot = ((x >> 33) % 64) as u32;
+        seq += 1;
+        match (x >> 20) % 3 {
+            0 => {
+                h.remove(slot);
+                model[slot as usize] = None;
+            }
+            _ => {
+                let t = (x >> 40) % 100;
+                h.set(slot, t, seq);
+                model[slot as usize] = Some((t, seq));
+            }
+        }
+        let want = model
+            .iter()
+            .enumerate()
+            .filter_map(|(s, k)| k.map(|(t, q)| (t, q, s as u32)))
+            .min();
+        assert_eq!(h.peek(), want);
+    }
+}
