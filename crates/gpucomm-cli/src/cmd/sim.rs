@@ -13,6 +13,7 @@ use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, simulate};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::model::Protocol;
 use gpucomm_sim::train::{ModelSpec, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
@@ -107,6 +108,10 @@ struct CollArgs {
     /// hierarchical, nvls, collnet); default: the tuner picks the fastest.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
+    /// NCCL protocol (LL, LL128, Simple); default: the tuner picks the
+    /// fastest of those NCCL enables on the machine.
+    #[arg(long, short = 'p')]
+    protocol: Option<String>,
     /// Channels (default: one per NIC across nodes, one inside a node).
     #[arg(long)]
     channels: Option<u16>,
@@ -304,6 +309,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, collnet)")
         })?),
     };
+    let protocol = match &a.protocol {
+        None => None,
+        Some(s) => Some(
+            Protocol::parse(s)
+                .with_context(|| format!("unknown protocol {s:?} (LL, LL128, Simple)"))?,
+        ),
+    };
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
     let mut results: Vec<CollResult> = Vec::new();
@@ -314,6 +326,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
             algorithm,
+            protocol,
             channels: a.channels,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },
@@ -342,6 +355,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 let mut v = json!({
                     "bytes": r.bytes, "time_us": r.time.as_us(), "algbw_gbps": r.algbw_gbps,
                     "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
+                    "protocol": r.protocol.name(),
                 });
                 if a.timing {
                     v["wall_s"] = json!(w);
@@ -369,7 +383,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         )?;
         writeln!(
             o,
-            "# engine: NCCL-style kernels, Simple protocol; busbw as nccl-tests"
+            "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
         )?;
         if mach.nodes > 1 {
             writeln!(
@@ -383,18 +397,19 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         writeln!(o, "#")?;
         writeln!(
             o,
-            "# {:>12} {:>12} {:>6} {:>18} {:>12} {:>12} {:>12}",
-            "size", "count", "type", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
+            "# {:>12} {:>12} {:>6} {:>18} {:>7} {:>12} {:>12} {:>12}",
+            "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
         )?;
         for r in &results {
             let elem = if r.bytes % 4 == 0 { 4 } else { 1 };
             writeln!(
                 o,
-                "  {:>12} {:>12} {:>6} {:>18} {:>12.2} {:>12.2} {:>12.2}",
+                "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
                 r.bytes,
                 r.bytes / elem,
                 if elem == 4 { "float" } else { "int8" },
                 r.algorithm.name(),
+                r.protocol.name(),
                 r.time.as_us(),
                 r.algbw_gbps,
                 r.busbw_gbps
