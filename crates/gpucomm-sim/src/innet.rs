@@ -359,3 +359,62 @@ pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTi
     }
     Ok(run(flows) + SimTime::from_us(NVLS_INTRA_LAT_US + NVLS_NET_LAT_US))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Machine;
+    use crate::machine::Engine;
+
+    #[test]
+    fn the_switch_generation_follows_the_port_speed() {
+        assert_eq!(SharpSwitch::for_speed(IbSpeed::Edr), None);
+        assert_eq!(SharpSwitch::for_speed(IbSpeed::Fdr), None);
+        assert_eq!(
+            SharpSwitch::for_speed(IbSpeed::Hdr),
+            Some(SharpSwitch::Quantum)
+        );
+        assert_eq!(
+            SharpSwitch::for_speed(IbSpeed::Ndr),
+            Some(SharpSwitch::Quantum2)
+        );
+        assert!(SharpSwitch::Quantum.one_tree_per_switch());
+        assert!(!SharpSwitch::Quantum2.one_tree_per_switch());
+        let m = Machine::preset("dgx-a100")
+            .unwrap()
+            .with_cluster_options(&gpucomm_topo::ClusterOptions {
+                sharp: true,
+                ..Default::default()
+            })
+            .unwrap();
+        let f = m.fabric(Engine::Nccl, 2).unwrap();
+        assert_eq!(sharp_switch(&f).unwrap(), SharpSwitch::Quantum);
+    }
+
+    #[test]
+    fn collnet_moves_each_slice_once_through_each_nic() {
+        // With NVLink out of the way (one GPU per node), CollNet is the
+        // NIC path's time plus NCCL's latency: bytes / (heads x slowest
+        // link of the head's stream) + latency.
+        let mut m = Machine::preset("dgx-h100")
+            .unwrap()
+            .with_cluster_options(&gpucomm_topo::ClusterOptions {
+                sharp: true,
+                ..Default::default()
+            })
+            .unwrap();
+        m.gpus_used = Some(1);
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        let net = sharp_net(&f, SharpSwitch::Quantum2);
+        let (links, lat) = stream(&f, &net, 0, 0);
+        let slowest = links
+            .iter()
+            .map(|&l| net.caps[l as usize])
+            .fold(f64::INFINITY, f64::min)
+            * COLLNET_HOPPER_EFFICIENCY;
+        let bytes = 1u64 << 30;
+        let want = bytes as f64 / (slowest * 1e9) * 1e6 + lat.as_us() + NET_TREE_LAT_US;
+        let got = collnet_all_reduce(&f, bytes).unwrap().as_us();
+        assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+    }
+}

@@ -166,15 +166,17 @@ impl Network {
 
     /// A short description for table headers.
     pub fn describe(&self) -> String {
+        let per_leaf = |n: usize| format!("{n} node{} per leaf", if n == 1 { "" } else { "s" });
         let layout = match self.layout {
             NetLayout::Rails => "rail-optimized (transfers stay on their rail)".to_string(),
             NetLayout::SingleSwitch => "one non-blocking switch".to_string(),
             NetLayout::LeafSpine { nodes_per_leaf } if self.oversubscription > 1.0 => format!(
-                "leaf/spine, {nodes_per_leaf} nodes per leaf, {}:1 oversubscribed uplinks (max-min shared)",
+                "leaf/spine, {}, {}:1 oversubscribed uplinks (max-min shared)",
+                per_leaf(nodes_per_leaf),
                 self.oversubscription
             ),
             NetLayout::LeafSpine { nodes_per_leaf } => {
-                format!("leaf/spine, {nodes_per_leaf} nodes per leaf, non-blocking")
+                format!("leaf/spine, {}, non-blocking", per_leaf(nodes_per_leaf))
             }
         };
         if self.sharp {
