@@ -686,6 +686,30 @@ fn worker() {
                     .wait()
                     .unwrap();
                 assert!(send.to_vec(&s).unwrap().iter().all(|&x| x == n as u32));
+                // Dropped exported buffers stay allocated until the next
+                // call has told the peers, who close them; then they go.
+                let before = fake.live_allocations();
+                drop((send, recv));
+                if f[5] == "fake" {
+                    assert_eq!(
+                        fake.live_allocations(),
+                        before,
+                        "freed while peers map them"
+                    );
+                    assert_eq!(fake.stats().ipc_close, 0);
+                }
+                let mut b = dc.alloc_from(&[1.5f64; 100], &s).unwrap();
+                dc.all_reduce_in_place(&mut b, ReduceOp::Sum, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert!(b.to_vec(&s).unwrap().iter().all(|&x| x == 1.5 * n as f64));
+                if f[5] == "fake" {
+                    let st = fake.stats();
+                    assert_eq!(st.ipc_close, 2 * (n as u64 - 1), "{st:?}");
+                    // The two old buffers went; `b` came.
+                    assert_eq!(fake.live_allocations(), before - 1, "{st:?}");
+                }
             }
             "crash" => {
                 // Rank 1 dies after setup; the others must fail, not hang.

@@ -82,6 +82,11 @@ const DESC_MAGIC: &[u8; 4] = b"GCDB";
 const DESC_VERSION: u8 = 1;
 /// Peer allocations kept open (oldest closed first).
 const MAX_OPENED: usize = 256;
+/// Retired (dropped, exported) allocations announced per call.
+const MAX_RETIRE: usize = 13;
+/// Bytes of one rank's record in a call's exchange: send and receive
+/// descriptors, then the count and keys of its retired allocations.
+const REC: usize = 2 * DESC + 8 + 8 * MAX_RETIRE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum DescKind {
@@ -365,7 +370,7 @@ impl DeviceComm {
         tracing::debug!(rank = me, path = %path, reason = %reason, "device communicator");
         Ok(DeviceComm {
             comm,
-            ctx: DevCtx::new(backend, device),
+            ctx: DevCtx::new(backend, device, true),
             path,
             reason,
             pids,
@@ -386,11 +391,6 @@ impl DeviceComm {
     /// The host communicator (host buffers, pinned or not, go through it).
     pub fn comm(&self) -> &Communicator {
         &self.comm
-    }
-
-    /// Gives the host communicator back.
-    pub fn into_inner(self) -> Communicator {
-        self.comm
     }
 
     /// The path in use (never [`GpuPath::Auto`]).
@@ -855,219 +855,263 @@ impl DeviceComm {
         if call == Call::Barrier {
             return barrier();
         }
-        // Exchange: every rank's send and receive descriptors.
-        let mut mine = [0u8; 2 * DESC];
-        mine[..DESC].copy_from_slice(&self.desc(send, call_hash)?.encode());
-        mine[DESC..].copy_from_slice(&self.desc(Some(&*recv), call_hash)?.encode());
-        let mut all = vec![0u8; 2 * DESC * n];
-        self.comm
-            .run(Call::AllGather, Some(&mine[..]), &mut all, &hopts)?;
-        let mut sends = Vec::with_capacity(n);
-        let mut recvs = Vec::with_capacity(n);
-        let mut any_in_place = false;
-        for p in 0..n {
-            let dec = |b: &[u8]| {
-                Desc::decode(b).map_err(|e| {
-                    self.op_err(
+        // Exported buffers dropped since the last call: announced now, freed
+        // once every peer has closed its mapping (after the closing barrier).
+        let freeing = self.ctx.take_retired(MAX_RETIRE);
+        let r = (|| -> Result<(), Error> {
+            // Exchange: every rank's send and receive descriptors and retired keys.
+            let mut mine = [0u8; REC];
+            mine[..DESC].copy_from_slice(&self.desc(send, call_hash)?.encode());
+            mine[DESC..2 * DESC].copy_from_slice(&self.desc(Some(&*recv), call_hash)?.encode());
+            mine[2 * DESC..2 * DESC + 8].copy_from_slice(&(freeing.len() as u64).to_le_bytes());
+            for (i, (k, _)) in freeing.iter().enumerate() {
+                mine[2 * DESC + 8 * (i + 1)..2 * DESC + 8 * (i + 2)]
+                    .copy_from_slice(&k.to_le_bytes());
+            }
+            let mut all = vec![0u8; REC * n];
+            self.comm
+                .run(Call::AllGather, Some(&mine[..]), &mut all, &hopts)?;
+            for p in (0..n).filter(|&p| p != me) {
+                let rb = &all[REC * p + 2 * DESC..REC * (p + 1)];
+                let cnt = u64::from_le_bytes(rb[..8].try_into().expect("8 bytes")) as usize;
+                if cnt > MAX_RETIRE {
+                    return Err(self.op_err(
                         call,
                         Some(p),
-                        Failure::Protocol(format!("buffer descriptor: {e}")),
-                    )
-                })
+                        Failure::Protocol(format!(
+                            "{cnt} retired buffers announced, at most {MAX_RETIRE}"
+                        )),
+                    ));
+                }
+                for i in 0..cnt {
+                    let k = u64::from_le_bytes(
+                        rb[8 * (i + 1)..8 * (i + 2)].try_into().expect("8 bytes"),
+                    );
+                    self.close_peer(p, k);
+                }
+            }
+            let mut sends = Vec::with_capacity(n);
+            let mut recvs = Vec::with_capacity(n);
+            let mut any_in_place = false;
+            for p in 0..n {
+                let dec = |b: &[u8]| {
+                    Desc::decode(b).map_err(|e| {
+                        self.op_err(
+                            call,
+                            Some(p),
+                            Failure::Protocol(format!("buffer descriptor: {e}")),
+                        )
+                    })
+                };
+                let sd = dec(&all[REC * p..REC * p + DESC])?;
+                let rd = dec(&all[REC * p + DESC..REC * p + 2 * DESC])?;
+                if sd.call != call_hash || rd.call != call_hash {
+                    return Err(self.op_err(
+                        call,
+                        Some(p),
+                        Failure::Mismatch {
+                            ours: format!(
+                                "{} of {count} {dtype} (root {root}, shift {shift})",
+                                call.name()
+                            ),
+                            theirs: "a different call, count, type or root".into(),
+                        },
+                    ));
+                }
+                any_in_place |= sd.kind == DescKind::None;
+                let rp = self.resolve(call, p, &rd)?.ok_or_else(|| {
+                    self.op_err(call, Some(p), Failure::Protocol("no receive buffer".into()))
+                })?;
+                // In place: the input is the receive buffer.
+                let sp = self.resolve(call, p, &sd)?.unwrap_or(rp);
+                sends.push(sp);
+                recvs.push(rp);
+            }
+            // Every peer range this rank reads is checked against what the
+            // peer announced before any device work is queued.
+            let need = |what: &str, p: usize, b: &Peer, end: usize| -> Result<(), Error> {
+                if end > b.bytes {
+                    return Err(self.op_err(
+                        call,
+                        Some(p),
+                        Failure::Protocol(format!("{what} of {} bytes, {end} needed", b.bytes)),
+                    ));
+                }
+                Ok(())
             };
-            let sd = dec(&all[2 * DESC * p..2 * DESC * p + DESC])?;
-            let rd = dec(&all[2 * DESC * p + DESC..2 * DESC * (p + 1)])?;
-            if sd.call != call_hash || rd.call != call_hash {
-                return Err(self.op_err(
-                    call,
-                    Some(p),
-                    Failure::Mismatch {
-                        ours: format!(
-                            "{} of {count} {dtype} (root {root}, shift {shift})",
-                            call.name()
-                        ),
-                        theirs: "a different call, count, type or root".into(),
-                    },
-                ));
-            }
-            any_in_place |= sd.kind == DescKind::None;
-            let rp = self.resolve(call, p, &rd)?.ok_or_else(|| {
-                self.op_err(call, Some(p), Failure::Protocol("no receive buffer".into()))
-            })?;
-            // In place: the input is the receive buffer.
-            let sp = self.resolve(call, p, &sd)?.unwrap_or(rp);
-            sends.push(sp);
-            recvs.push(rp);
-        }
-        // Every peer range this rank reads is checked against what the
-        // peer announced before any device work is queued.
-        let need = |what: &str, p: usize, b: &Peer, end: usize| -> Result<(), Error> {
-            if end > b.bytes {
-                return Err(self.op_err(
-                    call,
-                    Some(p),
-                    Failure::Protocol(format!("{what} of {} bytes, {end} needed", b.bytes)),
-                ));
-            }
-            Ok(())
-        };
-        let blk = |r: usize| block_partition(count, n, r);
-        let my_in_place = send.is_none();
-        let rptr = recv.ptr;
-        let b = self.ctx.backend.clone();
-        match call {
-            Call::AllReduce(op) => {
-                let (o, l) = blk(me);
-                for p in 0..n {
-                    need("input", p, &sends[p], count * es)?;
-                    need("output", p, &recvs[p], count * es)?;
-                }
-                let srcs: Vec<DevicePtr> = sends.iter().map(|x| x.ptr + (o * es) as u64).collect();
-                let dst = rptr + (o * es) as u64;
-                let target = if my_in_place && me != 0 {
-                    self.scratch(l * es)?
-                } else {
-                    dst
-                };
-                self.fold(s, op, dtype, target, &srcs, l)?;
-                if target != dst && l > 0 {
-                    // SAFETY: scratch and our own block, both in bounds.
-                    unsafe { b.copy_d2d(s, dst, target, l * es)? };
-                }
-                self.sync(s)?;
-                barrier()?;
-                for p in (0..n).filter(|&p| p != me) {
-                    let (po, pl) = blk(p);
-                    if pl > 0 {
-                        // SAFETY: block p of peer p's output (final after
-                        // the barrier) into ours; bounds checked above.
-                        unsafe {
-                            b.copy_d2d(
-                                s,
-                                rptr + (po * es) as u64,
-                                recvs[p].ptr + (po * es) as u64,
-                                pl * es,
-                            )?
-                        };
+            let blk = |r: usize| block_partition(count, n, r);
+            let my_in_place = send.is_none();
+            let rptr = recv.ptr;
+            let b = self.ctx.backend.clone();
+            match call {
+                Call::AllReduce(op) => {
+                    let (o, l) = blk(me);
+                    for p in 0..n {
+                        need("input", p, &sends[p], count * es)?;
+                        need("output", p, &recvs[p], count * es)?;
                     }
-                }
-            }
-            Call::ReduceScatter(op) => {
-                let (o, l) = blk(me);
-                for (p, x) in sends.iter().enumerate() {
-                    need("input", p, x, count * es)?;
-                }
-                let srcs: Vec<DevicePtr> = sends.iter().map(|x| x.ptr + (o * es) as u64).collect();
-                let dst = if my_in_place {
-                    rptr + (o * es) as u64
-                } else {
-                    rptr
-                };
-                let target = if my_in_place && me != 0 {
-                    self.scratch(l * es)?
-                } else {
-                    dst
-                };
-                self.fold(s, op, dtype, target, &srcs, l)?;
-                if target != dst && l > 0 {
-                    // SAFETY: scratch into our own block.
-                    unsafe { b.copy_d2d(s, dst, target, l * es)? };
-                }
-            }
-            Call::AllGather => {
-                for p in 0..n {
-                    let (po, pl) = blk(p);
-                    if p == me && my_in_place {
-                        continue;
-                    }
-                    // A peer in place holds its block inside its output.
-                    let (src, end) = if sends[p].ptr == recvs[p].ptr {
-                        (recvs[p].ptr + (po * es) as u64, (po + pl) * es)
-                    } else {
-                        (sends[p].ptr, pl * es)
-                    };
-                    need("input", p, &sends[p], end)?;
-                    if pl > 0 {
-                        // SAFETY: bounds checked; our block p.
-                        unsafe { b.copy_d2d(s, rptr + (po * es) as u64, src, pl * es)? };
-                    }
-                }
-            }
-            Call::Broadcast { root } => {
-                need("input", root, &sends[root], count * es)?;
-                if !(me == root && my_in_place) && count > 0 {
-                    // SAFETY: bounds checked.
-                    unsafe { b.copy_d2d(s, rptr, sends[root].ptr, count * es)? };
-                }
-            }
-            Call::Reduce { op, root } => {
-                if me == root {
-                    for (p, x) in sends.iter().enumerate() {
-                        need("input", p, x, count * es)?;
-                    }
-                    let srcs: Vec<DevicePtr> = sends.iter().map(|x| x.ptr).collect();
+                    let srcs: Vec<DevicePtr> =
+                        sends.iter().map(|x| x.ptr + (o * es) as u64).collect();
+                    let dst = rptr + (o * es) as u64;
                     let target = if my_in_place && me != 0 {
-                        self.scratch(count * es)?
+                        self.scratch(l * es)?
                     } else {
-                        rptr
+                        dst
                     };
-                    self.fold(s, op, dtype, target, &srcs, count)?;
-                    if target != rptr && count > 0 {
-                        // SAFETY: scratch into our output.
-                        unsafe { b.copy_d2d(s, rptr, target, count * es)? };
+                    self.fold(s, op, dtype, target, &srcs, l)?;
+                    if target != dst && l > 0 {
+                        // SAFETY: scratch and our own block, both in bounds.
+                        unsafe { b.copy_d2d(s, dst, target, l * es)? };
                     }
-                }
-            }
-            Call::AllToAll | Call::SendRecv { .. } => {
-                let total = recv.bytes();
-                let target = if my_in_place {
-                    self.scratch(total)?
-                } else {
-                    rptr
-                };
-                if let Call::SendRecv { shift } = call {
-                    let from = (me + n - shift % n) % n;
-                    need("input", from, &sends[from], count * es)?;
-                    if count > 0 {
-                        // SAFETY: bounds checked.
-                        unsafe { b.copy_d2d(s, target, sends[from].ptr, count * es)? };
-                    }
-                } else {
-                    for (p, x) in sends.iter().enumerate() {
-                        need("input", p, x, n * count * es)?;
-                        if count > 0 {
-                            // SAFETY: block `me` of peer p's input into our block p.
+                    self.sync(s)?;
+                    barrier()?;
+                    for p in (0..n).filter(|&p| p != me) {
+                        let (po, pl) = blk(p);
+                        if pl > 0 {
+                            // SAFETY: block p of peer p's output (final after
+                            // the barrier) into ours; bounds checked above.
                             unsafe {
                                 b.copy_d2d(
                                     s,
-                                    target + (p * count * es) as u64,
-                                    x.ptr + (me * count * es) as u64,
-                                    count * es,
+                                    rptr + (po * es) as u64,
+                                    recvs[p].ptr + (po * es) as u64,
+                                    pl * es,
                                 )?
                             };
                         }
                     }
                 }
-                if any_in_place {
-                    // Peers read in-place buffers until every rank is done.
-                    self.sync(s)?;
-                    barrier()?;
-                    if my_in_place && total > 0 {
-                        // SAFETY: scratch into our output.
-                        unsafe { b.copy_d2d(s, rptr, target, total)? };
+                Call::ReduceScatter(op) => {
+                    let (o, l) = blk(me);
+                    for (p, x) in sends.iter().enumerate() {
+                        need("input", p, x, count * es)?;
+                    }
+                    let srcs: Vec<DevicePtr> =
+                        sends.iter().map(|x| x.ptr + (o * es) as u64).collect();
+                    let dst = if my_in_place {
+                        rptr + (o * es) as u64
+                    } else {
+                        rptr
+                    };
+                    let target = if my_in_place && me != 0 {
+                        self.scratch(l * es)?
+                    } else {
+                        dst
+                    };
+                    self.fold(s, op, dtype, target, &srcs, l)?;
+                    if target != dst && l > 0 {
+                        // SAFETY: scratch into our own block.
+                        unsafe { b.copy_d2d(s, dst, target, l * es)? };
                     }
                 }
+                Call::AllGather => {
+                    for p in 0..n {
+                        let (po, pl) = blk(p);
+                        if p == me && my_in_place {
+                            continue;
+                        }
+                        // A peer in place holds its block inside its output.
+                        let (src, end) = if sends[p].ptr == recvs[p].ptr {
+                            (recvs[p].ptr + (po * es) as u64, (po + pl) * es)
+                        } else {
+                            (sends[p].ptr, pl * es)
+                        };
+                        need("input", p, &sends[p], end)?;
+                        if pl > 0 {
+                            // SAFETY: bounds checked; our block p.
+                            unsafe { b.copy_d2d(s, rptr + (po * es) as u64, src, pl * es)? };
+                        }
+                    }
+                }
+                Call::Broadcast { root } => {
+                    need("input", root, &sends[root], count * es)?;
+                    if !(me == root && my_in_place) && count > 0 {
+                        // SAFETY: bounds checked.
+                        unsafe { b.copy_d2d(s, rptr, sends[root].ptr, count * es)? };
+                    }
+                }
+                Call::Reduce { op, root } => {
+                    if me == root {
+                        for (p, x) in sends.iter().enumerate() {
+                            need("input", p, x, count * es)?;
+                        }
+                        let srcs: Vec<DevicePtr> = sends.iter().map(|x| x.ptr).collect();
+                        let target = if my_in_place && me != 0 {
+                            self.scratch(count * es)?
+                        } else {
+                            rptr
+                        };
+                        self.fold(s, op, dtype, target, &srcs, count)?;
+                        if target != rptr && count > 0 {
+                            // SAFETY: scratch into our output.
+                            unsafe { b.copy_d2d(s, rptr, target, count * es)? };
+                        }
+                    }
+                }
+                Call::AllToAll | Call::SendRecv { .. } => {
+                    let total = recv.bytes();
+                    let target = if my_in_place {
+                        self.scratch(total)?
+                    } else {
+                        rptr
+                    };
+                    if let Call::SendRecv { shift } = call {
+                        let from = (me + n - shift % n) % n;
+                        need("input", from, &sends[from], count * es)?;
+                        if count > 0 {
+                            // SAFETY: bounds checked.
+                            unsafe { b.copy_d2d(s, target, sends[from].ptr, count * es)? };
+                        }
+                    } else {
+                        for (p, x) in sends.iter().enumerate() {
+                            need("input", p, x, n * count * es)?;
+                            if count > 0 {
+                                // SAFETY: block `me` of peer p's input into our block p.
+                                unsafe {
+                                    b.copy_d2d(
+                                        s,
+                                        target + (p * count * es) as u64,
+                                        x.ptr + (me * count * es) as u64,
+                                        count * es,
+                                    )?
+                                };
+                            }
+                        }
+                    }
+                    if any_in_place {
+                        // Peers read in-place buffers until every rank is done.
+                        self.sync(s)?;
+                        barrier()?;
+                        if my_in_place && total > 0 {
+                            // SAFETY: scratch into our output.
+                            unsafe { b.copy_d2d(s, rptr, target, total)? };
+                        }
+                    }
+                }
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "{} on device buffers",
+                        call.name()
+                    )));
+                }
             }
-            _ => {
-                return Err(Error::Unsupported(format!(
-                    "{} on device buffers",
-                    call.name()
-                )));
-            }
+            // Nobody may touch its buffers while a peer still reads them.
+            self.sync(s)?;
+            barrier()
+        })();
+        self.ctx.finish_retired(freeing, r.is_ok());
+        r
+    }
+
+    /// Closes this rank's mapping of peer `p`'s allocation `key`, if open.
+    fn close_peer(&self, p: usize, key: u64) {
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = st.opened.remove(&(p, key)) {
+            st.order.retain(|&x| x != (p, key));
+            // SAFETY: every call synchronizes its stream before it returns,
+            // so no work uses the mapping.
+            unsafe { self.ctx.backend.ipc_close(self.ctx.device, m.ptr) };
         }
-        // Nobody may touch its buffers while a peer still reads them.
-        self.sync(s)?;
-        barrier()
     }
 
     fn p2p_ipc<T: Element>(
@@ -1188,6 +1232,22 @@ impl DeviceComm {
         }
         // The staging buffers are reused by the next call.
         self.sync(s)
+    }
+}
+
+impl Drop for DeviceComm {
+    fn drop(&mut self) {
+        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, m) in st.opened.drain() {
+            // SAFETY: no call is running (we are being dropped) and every
+            // call synchronized its stream.
+            unsafe { self.ctx.backend.ipc_close(self.ctx.device, m.ptr) };
+        }
+        st.order.clear();
+        // Exported buffers dropped since the last call: peers that still
+        // map them are dropping their communicators too (drop a DeviceComm
+        // on every rank together, after its last call).
+        self.ctx.close();
     }
 }
 

@@ -72,6 +72,8 @@ pub struct FakeStats {
     pub ipc_export: u64,
     /// IPC opens.
     pub ipc_open: u64,
+    /// IPC closes.
+    pub ipc_close: u64,
     /// Host registrations.
     pub register_host: u64,
 }
@@ -86,6 +88,7 @@ struct Counters {
     divide: AtomicU64,
     ipc_export: AtomicU64,
     ipc_open: AtomicU64,
+    ipc_close: AtomicU64,
     register_host: AtomicU64,
 }
 
@@ -168,6 +171,7 @@ impl FakeDevice {
             divide: g(&c.divide),
             ipc_export: g(&c.ipc_export),
             ipc_open: g(&c.ipc_open),
+            ipc_close: g(&c.ipc_close),
             register_host: g(&c.register_host),
         }
     }
@@ -571,6 +575,8 @@ impl DeviceBackend for FakeDevice {
     }
 
     unsafe fn ipc_close(&self, _device: u32, ptr: DevicePtr) {
-        self.lock().opened.remove(&ptr);
+        if self.lock().opened.remove(&ptr).is_some() {
+            self.counters.ipc_close.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }

@@ -79,7 +79,7 @@ mod fake;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::dtype::Element;
 use crate::{DataType, Error, ReduceOp};
@@ -238,11 +238,69 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct DevCtx {
     pub backend: Arc<dyn DeviceBackend>,
     pub device: u32,
+    /// Exported allocations dropped while peers may still map them (CUDA:
+    /// freeing memory another process has open is undefined behaviour):
+    /// `(key, address)`, freed by the next call once peers closed them.
+    /// `None` once the communicator is gone (then buffers free at once).
+    retired: Mutex<Option<Vec<(u64, DevicePtr)>>>,
 }
 
 impl DevCtx {
-    pub fn new(backend: Arc<dyn DeviceBackend>, device: u32) -> Arc<DevCtx> {
-        Arc::new(DevCtx { backend, device })
+    pub fn new(backend: Arc<dyn DeviceBackend>, device: u32, defer: bool) -> Arc<DevCtx> {
+        Arc::new(DevCtx {
+            backend,
+            device,
+            retired: Mutex::new(defer.then(Vec::new)),
+        })
+    }
+
+    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Option<Vec<(u64, DevicePtr)>>> {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frees `ptr` now, or later if peers may map it.
+    fn release(&self, key: u64, ptr: DevicePtr, exported: bool) {
+        if exported && let Some(v) = self.lock_retired().as_mut() {
+            v.push((key, ptr));
+            return;
+        }
+        // SAFETY: our allocation, freed once; no peer maps it.
+        unsafe { self.backend.free(self.device, ptr) }
+    }
+
+    /// Up to `max` retired allocations, to announce in a call.
+    pub fn take_retired(&self, max: usize) -> Vec<(u64, DevicePtr)> {
+        match self.lock_retired().as_mut() {
+            Some(v) => {
+                let k = v.len().min(max);
+                v.drain(..k).collect()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// After a call that announced `freeing`: free them when every peer has
+    /// closed them (`done`), else keep them for later.
+    pub fn finish_retired(&self, freeing: Vec<(u64, DevicePtr)>, done: bool) {
+        if done {
+            for (_, p) in freeing {
+                // SAFETY: announced to every peer, which closed its mapping
+                // before the call's closing barrier.
+                unsafe { self.backend.free(self.device, p) }
+            }
+        } else if let Some(v) = self.lock_retired().as_mut() {
+            v.extend(freeing);
+        }
+    }
+
+    /// The communicator is going: free what is retired, and from now on
+    /// free buffers as they drop.
+    pub fn close(&self) {
+        let left = self.lock_retired().take().unwrap_or_default();
+        for (_, p) in left {
+            // SAFETY: ours, freed once (see DeviceComm's Drop for peers).
+            unsafe { self.backend.free(self.device, p) }
+        }
     }
 }
 
@@ -486,9 +544,11 @@ impl<T: Element> DeviceBuffer<T> {
 
 impl<T: Element> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        // SAFETY: our allocation, freed once; device calls synchronize the
-        // caller's stream before they return, so no work uses it.
-        unsafe { self.ctx.backend.free(self.ctx.device, self.ptr) }
+        // Device calls synchronize the caller's stream before they return,
+        // so no work uses the memory; peers that opened it through IPC
+        // close it first (see DevCtx::release).
+        self.ctx
+            .release(self.key, self.ptr, self.ipc.get().is_some());
     }
 }
 
