@@ -288,6 +288,34 @@ fn with_ranks<R: Send>(
 }
 
 #[test]
+fn ranks_in_place_and_out_of_place_in_one_call() {
+    // Even ranks pass one buffer, odd ranks two: the phases (and barriers)
+    // must still line up, and nobody may overwrite what a peer reads.
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let n = 3;
+        let res = with_ranks(n, &[gpu], &[0], path, |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let mut checked = 0;
+            for call in calls(n) {
+                for (dtype, count) in [(DataType::I32, 5), (DataType::F16, 1001)] {
+                    let case = Case {
+                        call,
+                        dtype,
+                        count,
+                        in_place: dc.rank() % 2 == 0,
+                    };
+                    checked += run_dyn(&dc, &s, &case).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+            checked
+        });
+        assert!(res.iter().all(|&c| c > 0), "{path}");
+    }
+}
+
+#[test]
 fn point_to_point_on_device_buffers() {
     for path in [GpuPath::Ipc, GpuPath::Staged] {
         let gpu = Arc::new(FakeDevice::new(1));
