@@ -18,7 +18,7 @@
 //!   reduction, and stream work is *deferred* until the stream is
 //!   synchronized, so a missing synchronization shows up as wrong data.
 //!
-//! On top of the trait, [`DeviceComm`] wraps a host [`Communicator`] and
+//! On top of the trait, [`DeviceComm`] wraps a host [`Communicator`](crate::Communicator) and
 //! runs every call on [`DeviceBuffer`]s, on a caller's [`Stream`], over one
 //! of two paths ([`GpuPath`], `GPUCOMM_GPU_PATH=auto|ipc|staged`):
 //!
