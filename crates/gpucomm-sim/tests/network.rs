@@ -81,7 +81,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
         ("dgx-a100", AlgoChoice::CollNet),
     ] {
         let m = machine(preset, sharp());
-        let f = m.fabric(Engine::Nccl, 8).unwrap();
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
         let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
         assert_eq!(r.algorithm, expect, "{preset}: {:?}", r.candidates);
         let ring_t = r
@@ -101,7 +101,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
     // Without SHARP the same tuner never offers them.
     let f = Machine::preset("dgx-h100")
         .unwrap()
-        .fabric(Engine::Nccl, 8)
+        .fabric(Engine::Nccl, 4)
         .unwrap();
     let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
     assert!(
@@ -174,8 +174,23 @@ fn one_tree_per_quantum_switch_limits_sharp_on_shared_switches() {
 #[test]
 fn a_non_blocking_network_gives_todays_results_exactly() {
     let rails = Machine::preset("dgx-h100").unwrap();
+    let a = rails.fabric(Engine::Nccl, 4).unwrap();
+    let cases = [
+        (Collective::AllReduce, 64 << 20, ring()),
+        (Collective::AllReduce, 1 << 20, None),
+        (Collective::AllToAll, 8 << 20, None),
+    ];
+    let run = |f: &ClusterFabric, (c, bytes, algorithm): (Collective, u64, Option<AlgoChoice>)| {
+        let opts = CollOptions {
+            algorithm,
+            ..Default::default()
+        };
+        let r = simulate(f, c, bytes, &opts).unwrap();
+        (r.time, r.algorithm)
+    };
+    let want: Vec<_> = cases.iter().map(|&k| run(&a, k)).collect();
     for opts in [
-        leaf_spine(4, 1.0),
+        leaf_spine(2, 1.0),
         leaf_spine(1, 1.0),
         ClusterOptions {
             fabric: TopoFabric::SingleSwitch,
@@ -183,23 +198,11 @@ fn a_non_blocking_network_gives_todays_results_exactly() {
         },
     ] {
         let m = rails.clone().with_cluster_options(&opts).unwrap();
-        let (a, b) = (
-            rails.fabric(Engine::Nccl, 8).unwrap(),
-            m.fabric(Engine::Nccl, 8).unwrap(),
-        );
+        let b = m.fabric(Engine::Nccl, 4).unwrap();
         assert!(!b.has_uplinks());
         assert_eq!(a.capacities(), b.capacities());
-        for (c, bytes) in [
-            (Collective::AllReduce, 64 << 20),
-            (Collective::AllReduce, 1 << 20),
-            (Collective::AllToAll, 8 << 20),
-        ] {
-            let opts = CollOptions::default();
-            let (x, y) = (
-                simulate(&a, c, bytes, &opts).unwrap(),
-                simulate(&b, c, bytes, &opts).unwrap(),
-            );
-            assert_eq!((x.time, x.algorithm), (y.time, y.algorithm));
+        for (k, w) in cases.iter().zip(&want) {
+            assert_eq!(run(&b, *k), *w, "{:?} {k:?}", opts.fabric);
         }
     }
 }
@@ -282,13 +285,17 @@ fn sharp_sends_one_stream_per_tree_up_each_leaf() {
 
 #[test]
 fn symmetry_reduction_matches_full_simulation_where_it_applies() {
-    let m = machine("dgx-h100", leaf_spine(2, 1.0));
+    let mut m = machine("dgx-h100", leaf_spine(2, 1.0));
+    m.gpus_used = Some(4);
     let f = m.fabric(Engine::Nccl, 4).unwrap();
     assert!(f.node_orbits().is_some());
     for a in [Algorithm::Ring, Algorithm::Tree] {
         let run = |symmetry: bool| {
+            // Simple: with LL128 and 4 of 8 GPUs the reduction and the full
+            // run differ by 0.2% on rails too (block lengths, see exec.rs).
             let opts = CollOptions {
                 algorithm: Some(AlgoChoice::Schedule(a)),
+                protocol: Some(model::Protocol::Simple),
                 symmetry,
                 ..Default::default()
             };
