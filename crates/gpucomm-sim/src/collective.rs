@@ -387,7 +387,7 @@ fn run_one(
         AlgoChoice::Schedule(a) => {
             // The protocol's flags travel with the data: the schedule moves
             // `wire_factor` times the payload.
-            let wire = wire_bytes(bytes, protocol);
+            let wire = wire_bytes(bytes, protocol, fabric.ranks());
             let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
                 overheads: model::nccl_overheads(a.name(), protocol),
@@ -401,14 +401,19 @@ fn run_one(
     }
 }
 
-/// Bytes on the wire for `bytes` of payload under `protocol`, rounded up to
-/// whole 4-byte elements when the payload is.
-fn wire_bytes(bytes: u64, protocol: Protocol) -> u64 {
+/// Bytes on the wire for `bytes` of payload under `protocol` on `ranks`
+/// ranks, rounded up to whole elements, and to whole per-rank blocks when
+/// the payload splits evenly (so the rounding never makes the blocks of a
+/// symmetric schedule unequal).
+fn wire_bytes(bytes: u64, protocol: Protocol, ranks: usize) -> u64 {
     if protocol == Protocol::Simple {
         return bytes;
     }
     let w = (bytes as f64 * protocol.wire_factor()).ceil() as u64;
-    if bytes % 4 == 0 { w.div_ceil(4) * 4 } else { w }
+    let elem = if bytes % 4 == 0 { 4 } else { 1 };
+    let block = elem * ranks.max(1) as u64;
+    let unit = if bytes % block == 0 { block } else { elem };
+    w.div_ceil(unit) * unit
 }
 
 /// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard
