@@ -79,3 +79,28 @@ fn protocol_rules_follow_nccl() {
     assert_eq!(Protocol::parse("ll128"), Some(Protocol::Ll128));
     assert_eq!(Protocol::parse("fast"), None);
 }
+
+#[test]
+fn the_symmetry_reduction_stays_exact_under_every_protocol() {
+    let mut m = Machine::preset("dgx-h100").unwrap();
+    m.gpus_used = Some(4);
+    let f = m.fabric(Engine::Nccl, 4).unwrap();
+    for p in Protocol::ALL {
+        for bytes in [1u64 << 10, 1 << 20, 3 << 20] {
+            let run = |symmetry: bool| {
+                let opts = CollOptions {
+                    algorithm: AlgoChoice::parse("ring"),
+                    protocol: Some(p),
+                    symmetry,
+                    ..Default::default()
+                };
+                let r = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+                (r.time, r.exec.unwrap().simulated_ranks)
+            };
+            let (sym, simulated) = run(true);
+            let (full, all) = run(false);
+            assert_eq!(sym, full, "{p} {bytes} B");
+            assert!(simulated < all, "{p} {bytes} B: symmetry not used");
+        }
+    }
+}
