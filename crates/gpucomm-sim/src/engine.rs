@@ -27,6 +27,10 @@
 //! saturation and "no faster flow" tests: far below the picosecond
 //! resolution of event times for any realistic flow).
 //!
+//! The set is filled piece by piece (its connected components, given the
+//! held flows): small pieces by scanning their links, large ones with an
+//! indexed min-heap of links by fair share.
+//!
 //! In a cluster-wide ring, where every flow is coupled to every other
 //! through shared NVLink and NIC links, a flow ending usually moves a few
 //! dozen rates; refilling the component moved thousands. See
