@@ -34,12 +34,12 @@
 //!   ([`Device::kernels`]), equal to [`mod@reference`].
 //! - [`mod@bench`]: the copy measurements behind `gpucomm bandwidth`.
 //!
-//! # What is not here (yet)
+//! # Who uses it
 //!
-//! The communicator does not use this crate yet: device buffers as
-//! collective arguments, stream-ordered completion, the CUDA IPC transport
-//! and `gpucomm bench --memory device` are the next step (see `docs/gpu.md`).
-//! NVML topology is in `gpucomm-topo`.
+//! The runtime's `gpucomm::device::CudaBackend` implements the runtime's
+//! device trait with this crate: collectives on device buffers over CUDA
+//! IPC or the host-staged path, `gpucomm bench --memory device` (see
+//! `docs/gpu.md`). NVML topology is in `gpucomm-topo`.
 //!
 //! # Tests
 //!

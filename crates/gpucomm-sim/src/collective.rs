@@ -4,15 +4,17 @@
 //! Point-to-point algorithms run the schedules of gpucomm-algo through
 //! [`crate::exec`]; NVLS (in-switch reduction on NVSwitch gen 3+) is a
 //! hardware feature no point-to-point schedule expresses, modeled here as
-//! flows to and from the switch.
+//! flows to and from the switch; across nodes NVLS and CollNet reduce in
+//! the InfiniBand switches (SHARP, [`crate::innet`]).
 
 use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 
 use crate::engine::{FlowNet, Output};
 use crate::exec::{ExecConfig, ExecResult, run_schedule};
 use crate::fabric::Fabric;
+use crate::innet;
 use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
-use crate::model;
+use crate::model::{self, Protocol};
 use crate::{SimError, SimTime};
 
 /// Which algorithm runs a collective.
@@ -20,8 +22,12 @@ use crate::{SimError, SimTime};
 pub enum AlgoChoice {
     /// A gpucomm-algo schedule.
     Schedule(Algorithm),
-    /// NVLink SHARP: reduction and multicast in the NVSwitch.
+    /// NVLink SHARP: reduction and multicast in the NVSwitch; across nodes
+    /// with InfiniBand SHARP between the nodes (NCCL's NVLS with CollNet).
     Nvls,
+    /// NCCL's CollNet Direct: reduce-scatter to the NIC heads over NVLink,
+    /// all_reduce in the InfiniBand switches (SHARP), broadcast back.
+    CollNet,
 }
 
 impl AlgoChoice {
@@ -30,6 +36,7 @@ impl AlgoChoice {
         match self {
             AlgoChoice::Schedule(a) => a.name(),
             AlgoChoice::Nvls => "nvls",
+            AlgoChoice::CollNet => "collnet",
         }
     }
 
@@ -37,6 +44,9 @@ impl AlgoChoice {
     pub fn parse(s: &str) -> Option<Self> {
         if s.eq_ignore_ascii_case("nvls") {
             return Some(AlgoChoice::Nvls);
+        }
+        if s.eq_ignore_ascii_case("collnet") || s.eq_ignore_ascii_case("collnet_direct") {
+            return Some(AlgoChoice::CollNet);
         }
         Algorithm::from_name(s).map(AlgoChoice::Schedule)
     }
@@ -47,6 +57,9 @@ impl AlgoChoice {
 pub struct CollOptions {
     /// The algorithm; `None` lets the tuner pick (fastest simulated candidate).
     pub algorithm: Option<AlgoChoice>,
+    /// NCCL's wire protocol; `None` lets the tuner pick among those NCCL
+    /// enables on the machine ([`model::nccl_protocol_enabled`]).
+    pub protocol: Option<Protocol>,
     /// Channels; `None`: one per NIC on multi-node runs (as NCCL binds
     /// channels to NICs), one inside a node.
     pub channels: Option<u16>,
@@ -60,6 +73,7 @@ impl Default for CollOptions {
     fn default() -> Self {
         CollOptions {
             algorithm: None,
+            protocol: None,
             channels: None,
             symmetry: true,
             trace_ranks: 0,
@@ -82,29 +96,36 @@ pub struct CollResult {
     pub busbw_gbps: f64,
     /// The algorithm that ran.
     pub algorithm: AlgoChoice,
+    /// The protocol it ran with.
+    pub protocol: Protocol,
     /// Every candidate the tuner simulated, with its time.
-    pub candidates: Vec<(AlgoChoice, SimTime)>,
-    /// Details of the run of a schedule (None for NVLS).
+    pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
+    /// Details of the run of a schedule (None for NVLS and CollNet).
     pub exec: Option<ExecResult>,
 }
 
-/// NCCL's algorithms among gpucomm's: the tuner chooses among these, as
-/// NCCL would (CollNet is not modeled).
+/// NCCL's point-to-point algorithms among gpucomm's: the tuner chooses
+/// among these, and NVLS and CollNet where the hardware has them, as NCCL
+/// would.
 pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
 
 /// The algorithms the tuner considers for `collective` on this machine, in
 /// a fixed order: NCCL's ring and tree where gpucomm-algo implements them,
-/// NVLS where the hardware has it; if neither ring nor tree implements the
-/// collective (all_to_all, sendrecv), every gpucomm algorithm that does.
+/// NVLS where the hardware has it (across nodes: with SHARP switches),
+/// CollNet where the switches reduce; if neither ring nor tree implements
+/// the collective (all_to_all, sendrecv), every gpucomm algorithm that does.
 pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let n = fabric.ranks();
     let ok = |a: Algorithm| {
         let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
         Schedule::new(p, a).is_ok()
     };
+    // NCCL runs broadcast, reduce, all_gather and reduce_scatter on rings
+    // only (tree is an all_reduce algorithm: NVIDIA/nccl src/graph/tuning.cc).
+    let tree_ok = matches!(collective, Collective::AllReduce);
     let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
         .into_iter()
-        .filter(|&a| ok(a))
+        .filter(|&a| ok(a) && (a != Algorithm::Tree || tree_ok))
         .map(AlgoChoice::Schedule)
         .collect();
     if v.is_empty() {
@@ -116,6 +137,9 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
     }
     if nvls_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::Nvls);
+    }
+    if innet::collnet_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::CollNet);
     }
     v
 }
@@ -133,6 +157,9 @@ pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<Alg
         .collect();
     if nvls_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::Nvls);
+    }
+    if innet::collnet_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::CollNet);
     }
     v
 }
@@ -153,9 +180,7 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
         ));
     }
     if fabric.nodes() > 1 {
-        return Err(SimError::Model(
-            "nvls across nodes needs in-network reduction (CollNet/SHARP), not modeled".into(),
-        ));
+        innet::nvls_sharp_eligible(fabric, collective)?;
     }
     Ok(())
 }
@@ -185,8 +210,15 @@ pub fn schedule_for(
     let mut s = Schedule::new(p, algorithm)
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
-    if algorithm != Algorithm::Ring {
-        // NCCL pipelines non-ring algorithms in chunks (its Simple protocol
+    // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per
+    // step on every rank at once and needs no chunking to keep every link
+    // busy; a ring broadcast or reduce is a chain, which NCCL pipelines.
+    let chain = matches!(
+        collective,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
+    if algorithm != Algorithm::Ring || chain {
+        // NCCL pipelines in chunks (its Simple protocol
         // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step); keep at most
         // 32 chunks per channel to bound the event count.
         let per_channel = bytes / u64::from(ch);
@@ -224,27 +256,63 @@ pub fn simulate(
             collective.name()
         )));
     }
-    let mut best: Option<(SimTime, AlgoChoice, Option<ExecResult>)> = None;
+    let m = &fabric.machine;
+    let nvlink = !matches!(m.node.nvlink, NvFabric::None);
+    let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
     let mut last_err = None;
     for c in choices {
-        let r = run_one(fabric, collective, bytes, c, opts);
-        match r {
-            Ok((t, ex)) => {
-                tried.push((c, t));
-                if best.as_ref().is_none_or(|b| t < b.0) {
-                    best = Some((t, c, ex));
+        // Simple first: its simulated time bounds which other protocols can
+        // win (see `protocol_estimate`).
+        let protocols: Vec<Protocol> = match opts.protocol {
+            Some(p) => vec![p],
+            None => [Protocol::Simple, Protocol::Ll128, Protocol::Ll]
+                .into_iter()
+                .filter(|&p| model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink))
+                .collect(),
+        };
+        let mut simple_time = None;
+        for p in protocols {
+            if !model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink) {
+                let why = if matches!(c, AlgoChoice::Nvls | AlgoChoice::CollNet) {
+                    "NVLS and CollNet run the Simple protocol only"
+                } else {
+                    "LL128 needs Volta or later and GPUs joined by NVLink"
+                };
+                last_err = Some(SimError::Model(format!(
+                    "NCCL does not run {} with the {} protocol on {} ({why})",
+                    c.name(),
+                    p.name(),
+                    m.name
+                )));
+                continue;
+            }
+            if let (Some(ts), Some((tb, ..)), AlgoChoice::Schedule(a)) = (simple_time, &best, c) {
+                let est = protocol_estimate(fabric, collective, bytes, a, opts.channels, ts, p)?;
+                if est > tb.as_secs_f64() * 1.1 {
+                    continue;
                 }
             }
-            Err(e) => {
-                if opts.algorithm.is_some() {
-                    return Err(e);
+            match run_one(fabric, collective, bytes, c, p, opts) {
+                Ok((t, ex)) => {
+                    tried.push((c, p, t));
+                    if p == Protocol::Simple {
+                        simple_time = Some(t);
+                    }
+                    if best.as_ref().is_none_or(|b| t < b.0) {
+                        best = Some((t, c, p, ex));
+                    }
                 }
-                last_err = Some(e);
+                Err(e) => {
+                    if opts.algorithm.is_some() && opts.protocol.is_some() {
+                        return Err(e);
+                    }
+                    last_err = Some(e);
+                }
             }
         }
     }
-    let (time, algorithm, exec) = match best {
+    let (time, algorithm, protocol, exec) = match best {
         Some(b) => b,
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
     };
@@ -258,9 +326,41 @@ pub fn simulate(
         algbw_gbps: algbw,
         busbw_gbps: algbw * collective.busbw_factor(n),
         algorithm,
+        protocol,
         candidates: tried,
         exec,
     })
+}
+
+/// Estimated time, in seconds, of `algorithm` under `protocol`, from its
+/// simulated Simple time `simple`: the protocol's fixed costs (NCCL's
+/// launch and per-step latencies along the schedule's critical path,
+/// intra- and inter-node steps counted in closed form by gpucomm-algo)
+/// plus Simple's remaining (data) time scaled by the protocol's wire
+/// factor. The tuner simulates a protocol only when this estimate is within
+/// 10% of the best time simulated so far; at large sizes that skips LL
+/// (twice the bytes), at small ones nothing.
+fn protocol_estimate(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    algorithm: Algorithm,
+    channels: Option<u16>,
+    simple: SimTime,
+    protocol: Protocol,
+) -> Result<f64, SimError> {
+    let s = schedule_for(fabric, collective, bytes, algorithm, channels)?;
+    let pred = gpucomm_algo::predict(&s, &gpucomm_algo::CostModel::default());
+    let nvlink = !matches!(fabric.machine.node.nvlink, NvFabric::None);
+    let fixed = |p: Protocol| {
+        let o = model::nccl_overheads(algorithm.name(), p);
+        let intra = if nvlink { o.step_nvlink } else { o.step_pcie };
+        o.launch.as_secs_f64()
+            + f64::from(pred.intra_steps) * intra.as_secs_f64()
+            + f64::from(pred.inter_steps) * o.step_net.as_secs_f64()
+    };
+    let data = (simple.as_secs_f64() - fixed(Protocol::Simple)).max(0.0);
+    Ok(fixed(protocol) + protocol.wire_factor() * data)
 }
 
 fn run_one(
@@ -268,17 +368,29 @@ fn run_one(
     collective: Collective,
     bytes: u64,
     c: AlgoChoice,
+    protocol: Protocol,
     opts: &CollOptions,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
     match c {
         AlgoChoice::Nvls => {
             nvls_eligible(fabric, collective)?;
-            Ok((nvls_all_reduce(fabric, bytes)?, None))
+            if fabric.nodes() > 1 {
+                Ok((innet::nvls_sharp_all_reduce(fabric, bytes)?, None))
+            } else {
+                Ok((nvls_all_reduce(fabric, bytes)?, None))
+            }
+        }
+        AlgoChoice::CollNet => {
+            innet::collnet_eligible(fabric, collective)?;
+            Ok((innet::collnet_all_reduce(fabric, bytes)?, None))
         }
         AlgoChoice::Schedule(a) => {
-            let s = schedule_for(fabric, collective, bytes, a, opts.channels)?;
+            // The protocol's flags travel with the data: the schedule moves
+            // `wire_factor` times the payload.
+            let wire = wire_bytes(bytes, protocol);
+            let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
-                overheads: model::nccl_overheads(a.name()),
+                overheads: model::nccl_overheads(a.name(), protocol),
                 symmetry: opts.symmetry,
                 trace_ranks: opts.trace_ranks,
                 ..ExecConfig::default()
@@ -287,6 +399,16 @@ fn run_one(
             Ok((r.time, Some(r)))
         }
     }
+}
+
+/// Bytes on the wire for `bytes` of payload under `protocol`, rounded up to
+/// whole 4-byte elements when the payload is.
+fn wire_bytes(bytes: u64, protocol: Protocol) -> u64 {
+    if protocol == Protocol::Simple {
+        return bytes;
+    }
+    let w = (bytes as f64 * protocol.wire_factor()).ceil() as u64;
+    if bytes % 4 == 0 { w.div_ceil(4) * 4 } else { w }
 }
 
 /// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard
@@ -298,6 +420,9 @@ fn run_one(
 /// latency is NCCL's NVLS `hwLat` plus the two hops.
 pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let m = &fabric.machine;
+    if fabric.nodes() > 1 {
+        return innet::nvls_sharp_all_reduce(fabric, bytes);
+    }
     let NvFabric::Switch { links, .. } = m.node.nvlink else {
         return Err(SimError::Model("nvls needs an NVSwitch".into()));
     };
@@ -312,7 +437,7 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
         net.start_flow(&[(2 * g) as u32], per_dir, lat, g as u64);
         net.start_flow(&[(2 * g + 1) as u32], per_dir, lat, g as u64);
     }
-    let ov = model::nccl_overheads("nvls");
+    let ov = model::nccl_overheads("nvls", Protocol::Simple);
     let mut out = Vec::new();
     let mut end = SimTime::ZERO;
     while let Some(t) = net.next_batch(&mut out) {

@@ -220,11 +220,28 @@ struct Transfer {
     src: (u32, u32),
     dst: (u32, u32),
     start: SimTime,
+    /// Route (and connection) index.
+    route: u32,
+    bytes: f64,
 }
 
 enum Pending {
     Launch,
     Local(u32, u32),
+    /// A transfer's last byte has left; it completes after its route
+    /// latency and step overhead.
+    Deliver(u32),
+}
+
+/// A connection `(sender, receiver, channel)` moves its transfers one after
+/// another, in matching order: a transfer's bytes start when the previous
+/// transfer's last byte has left (chunks of a pipeline follow each other
+/// on the wire instead of sharing it, so the next hop can forward the first
+/// chunk while the later ones are still arriving).
+#[derive(Default)]
+struct Conn {
+    busy: bool,
+    queue: std::collections::VecDeque<u32>,
 }
 
 struct Exec<'a> {
@@ -235,6 +252,8 @@ struct Exec<'a> {
     n: usize,
     route_cache: FxMap<(u32, u32, u16), u32>,
     routes: Vec<(Vec<LinkId>, SimTime, PathClass)>,
+    /// One connection per route.
+    conns: Vec<Conn>,
     transfers: Vec<Transfer>,
     free_transfers: Vec<u32>,
     pending: Vec<Pending>,
@@ -297,6 +316,7 @@ pub fn run_schedule(
         n,
         route_cache: FxMap::default(),
         routes: Vec::new(),
+        conns: Vec::new(),
         transfers: Vec::new(),
         free_transfers: Vec::new(),
         pending: Vec::new(),
@@ -338,16 +358,7 @@ pub fn run_schedule(
         for &o in &out {
             match o {
                 Output::Timer(tag) => ex.on_timer(tag as u32, t)?,
-                Output::Delivered(tag) => {
-                    let tr = &ex.transfers[tag as usize];
-                    let (src, dst) = (tr.src, tr.dst);
-                    if ex.cfg.trace_ranks > 0 {
-                        ex.trace_transfer(tag as u32, t);
-                    }
-                    ex.free_transfers.push(tag as u32);
-                    ex.complete(src.0, src.1, t)?;
-                    ex.complete(dst.0, dst.1, t)?;
-                }
+                Output::Delivered(tag) => ex.sent(tag as u32, t)?,
             }
         }
         if ex.remaining == 0 {
@@ -567,6 +578,7 @@ impl Exec<'_> {
                     }
                 }
             }
+            Pending::Deliver(ti) => self.delivered(ti, t)?,
             Pending::Local(r, s) => {
                 if self.cfg.trace_ranks > r as usize {
                     let st = self.ranks[r as usize].steps[s as usize];
@@ -643,11 +655,12 @@ impl Exec<'_> {
                         // Global destination of the sender's transfer.
                         let dst_global = send.peer;
                         let route = self.route(sr, dst_global, send.channel)?;
-                        let class = self.routes[route as usize].2;
                         let tr = Transfer {
                             src: (sr, ss),
                             dst: (dr, ds),
                             start: t,
+                            route,
+                            bytes: send.bytes as f64,
                         };
                         let ti = match self.free_transfers.pop() {
                             Some(i) => {
@@ -659,18 +672,61 @@ impl Exec<'_> {
                                 (self.transfers.len() - 1) as u32
                             }
                         };
-                        // The flow starts now; the step's software overhead is
-                        // added to its delivery (like the route latency), which
-                        // costs no extra event or rate recomputation.
-                        let (links, lat, _) = &self.routes[route as usize];
-                        let delay = *lat + self.cfg.overheads.step(class);
-                        self.net
-                            .start_flow(links, send.bytes as f64, delay, u64::from(ti));
+                        let conn = &mut self.conns[route as usize];
+                        if conn.busy {
+                            conn.queue.push_back(ti);
+                        } else {
+                            conn.busy = true;
+                            self.start_transfer(ti);
+                        }
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Starts the bytes of transfer `ti` on its route.
+    fn start_transfer(&mut self, ti: u32) {
+        let tr = &self.transfers[ti as usize];
+        let (links, _, _) = &self.routes[tr.route as usize];
+        self.net
+            .start_flow(links, tr.bytes, SimTime::ZERO, u64::from(ti));
+    }
+
+    /// The last byte of transfer `ti` has left at `t`: its connection takes
+    /// the next transfer, and it completes after the route latency plus the
+    /// step's software overhead.
+    fn sent(&mut self, ti: u32, t: SimTime) -> Result<(), SimError> {
+        let route = self.transfers[ti as usize].route;
+        let conn = &mut self.conns[route as usize];
+        match conn.queue.pop_front() {
+            Some(next) => {
+                self.transfers[next as usize].start = t;
+                self.start_transfer(next);
+            }
+            None => conn.busy = false,
+        }
+        let (_, lat, class) = &self.routes[route as usize];
+        let delay = *lat + self.cfg.overheads.step(*class);
+        if delay == SimTime::ZERO {
+            return self.delivered(ti, t);
+        }
+        let p = self.alloc_pending(Pending::Deliver(ti));
+        self.net.timer(t + delay, u64::from(p));
+        Ok(())
+    }
+
+    /// Transfer `ti` is delivered at `t`: both its steps are done.
+    fn delivered(&mut self, ti: u32, t: SimTime) -> Result<(), SimError> {
+        let tr = &self.transfers[ti as usize];
+        let (src, dst) = (tr.src, tr.dst);
+        if self.cfg.trace_ranks > 0 {
+            self.trace_transfer(ti, t);
+        }
+        self.free_transfers.push(ti);
+        self.complete(src.0, src.1, t)?;
+        self.complete(dst.0, dst.1, t)
     }
 
     fn route(&mut self, src: u32, dst: u32, ch: u16) -> Result<u32, SimError> {
@@ -695,6 +751,7 @@ impl Exec<'_> {
                 .collect::<Result<_, _>>()?,
         };
         self.routes.push((links, route.latency, class));
+        self.conns.push(Conn::default());
         let id = (self.routes.len() - 1) as u32;
         self.route_cache.insert((src, dst, ch), id);
         Ok(id)
@@ -905,6 +962,7 @@ mod tests {
             n: 2,
             route_cache: FxMap::default(),
             routes: Vec::new(),
+            conns: Vec::new(),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
             pending: Vec::new(),

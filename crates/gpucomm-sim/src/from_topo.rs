@@ -10,16 +10,26 @@
 //! architecture and device-memory bandwidth, memory bandwidth per socket
 //! ([`gpucomm_topo::Node::gpu_arch`], [`gpucomm_topo::Node::memory_gbps`]:
 //! set by topo's presets or the file, else inferred by topo from the
-//! node's label). The inter-node network is modeled as non-blocking
-//! rails; a multi-node topology's leaf/spine layout and oversubscription
-//! are not read.
+//! node's label).
+//!
+//! The inter-node network ([`Network`]) of a multi-node topology is read
+//! from its network switches: one switch for every NIC (single switch),
+//! NIC `k` of every host on switch `k` (rails), or leaves of consecutive
+//! hosts whose uplink (the leaf's link to another network switch) gives
+//! the oversubscription (the leaf's NIC port bandwidth over the uplink's);
+//! in-network reduction (SHARP) when every switch a NIC reaches has
+//! [`gpucomm_topo::Node::reduction`] (NICs joined without a switch: rails,
+//! non-blocking). A one-node topology gets the
+//! default network (rails, non-blocking, no SHARP), which
+//! [`Machine::with_cluster_options`] replaces. The NICs' InfiniBand speed
+//! is kept ([`Network::ib`]): it decides the switch generation.
 
 use std::collections::BTreeMap;
 
 use gpucomm_topo::{LinkKind, NodeIx, NodeKind, Topology};
 
 use crate::SimError;
-use crate::machine::{Machine, NodeModel, NvFabric};
+use crate::machine::{Machine, NetLayout, Network, NodeModel, NvFabric};
 use crate::model;
 
 fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
@@ -182,6 +192,10 @@ impl Machine {
                 })
             })
             .unwrap_or(0.0);
+        let ib = nics.first().and_then(|&n| match topo.node(n).port {
+            Some(LinkKind::Infiniband { speed, .. }) => Some(speed),
+            _ => None,
+        });
         let storage: f64 = in_domain(NodeKind::Storage)
             .iter()
             .map(|&s| {
@@ -228,13 +242,127 @@ impl Machine {
                 topo.gpus().len()
             )));
         }
+        let mut network = if nodes > 1 {
+            read_network(topo, &hosts, nodes)?
+        } else {
+            Network::default()
+        };
+        network.ib = ib;
         Ok(Machine {
             name: topo.name().to_string(),
             node,
             nodes,
             gpus_used: None,
+            network,
         })
     }
+}
+
+/// The network switch a NIC's port reaches, if any.
+fn switch_of_nic(t: &Topology, nic: NodeIx) -> Option<(NodeIx, f64)> {
+    t.links_of(nic).iter().find_map(|&(l, _)| {
+        let link = t.link(l);
+        let o = other_end(t, link, nic);
+        (t.node(o).kind == NodeKind::NetSwitch).then_some((o, link.bandwidth))
+    })
+}
+
+/// Reads the layout, oversubscription and in-network reduction of a
+/// multi-node topology's network (see the module documentation).
+fn read_network(
+    topo: &Topology,
+    first: &[Option<NodeIx>],
+    nodes: usize,
+) -> Result<Network, SimError> {
+    let hosts_per_node = first.len().max(1);
+    let all_hosts = topo.hosts();
+    // NICs of each modeled node, in topology order.
+    let mut node_nics: Vec<Vec<NodeIx>> = vec![Vec::new(); nodes];
+    let host_pos: BTreeMap<NodeIx, usize> = all_hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h, i / hosts_per_node))
+        .collect();
+    for n in topo.nodes_of_kind(NodeKind::Nic) {
+        if let Some(&i) = topo.node(n).host.and_then(|h| host_pos.get(&h)) {
+            node_nics[i].push(n);
+        }
+    }
+    let unreadable = |why: String| {
+        SimError::Model(format!(
+            "topology {}: the simulator cannot read its network ({why})",
+            topo.name()
+        ))
+    };
+    let mut sw: Vec<Vec<(NodeIx, f64)>> = Vec::with_capacity(nodes);
+    for nics in &node_nics {
+        let v: Option<Vec<_>> = nics.iter().map(|&n| switch_of_nic(topo, n)).collect();
+        match v {
+            Some(v) if !v.is_empty() => sw.push(v),
+            // NICs cabled to each other (or a node without NICs): no
+            // switch to read; the network is taken as non-blocking rails.
+            _ => {
+                return Ok(Network::default());
+            }
+        }
+    }
+    let mut switches: Vec<NodeIx> = sw.iter().flatten().map(|s| s.0).collect();
+    switches.sort();
+    switches.dedup();
+    let sharp = switches.iter().all(|&s| topo.node(s).reduction);
+    let same = |a: &[(NodeIx, f64)], b: &[(NodeIx, f64)]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0)
+    };
+    let layout_and_oversub = if switches.len() == 1 {
+        (NetLayout::SingleSwitch, 1.0)
+    } else if sw.iter().all(|s| same(s, &sw[0])) {
+        // NIC k of every node on the same switch, a switch per NIC: rails.
+        (NetLayout::Rails, 1.0)
+    } else {
+        // Leaves: all NICs of a node on one switch, consecutive nodes per leaf.
+        if sw.iter().any(|s| s.iter().any(|x| x.0 != s[0].0)) {
+            return Err(unreadable(
+                "a node's NICs reach different switches, not on rails".into(),
+            ));
+        }
+        let leaf0 = sw[0][0].0;
+        let npl = sw.iter().take_while(|s| s[0].0 == leaf0).count();
+        for (i, s) in sw.iter().enumerate() {
+            if s[0].0 != sw[(i / npl) * npl][0].0
+                || (i % npl == 0 && i > 0 && s[0].0 == sw[i - 1][0].0)
+            {
+                return Err(unreadable(format!(
+                    "node {i} is not on the leaf of nodes {}..{}",
+                    (i / npl) * npl,
+                    (i / npl + 1) * npl
+                )));
+            }
+        }
+        // The leaf's downlinks over its uplink to the spine.
+        let down: f64 = sw[..npl].iter().flatten().map(|x| x.1).sum();
+        let up: f64 = topo
+            .links_of(leaf0)
+            .iter()
+            .map(|&(l, _)| topo.link(l))
+            .filter(|l| topo.node(other_end(topo, l, leaf0)).kind == NodeKind::NetSwitch)
+            .map(|l| l.bandwidth)
+            .sum();
+        if up <= 0.0 {
+            return Err(unreadable("leaf 0 has no uplink to a spine".into()));
+        }
+        (
+            NetLayout::LeafSpine {
+                nodes_per_leaf: npl,
+            },
+            (down / up).max(1.0),
+        )
+    };
+    Ok(Network {
+        layout: layout_and_oversub.0,
+        oversubscription: layout_and_oversub.1,
+        sharp,
+        ib: None,
+    })
 }
 
 #[cfg(test)]

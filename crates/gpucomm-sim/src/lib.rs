@@ -32,13 +32,16 @@
 //! * [`collective`], [`transfer`], [`train`]: what the `gpucomm sim`
 //!   commands run (collective sweeps with a model-based tuner and NVLS,
 //!   p2p/copy/RDMA/storage data paths, data-parallel training steps).
+//! * [`innet`]: in-network reduction on InfiniBand switches (SHARP):
+//!   NCCL's CollNet Direct and NVLS across nodes.
 //! * [`calibration`]: resolves a published measurement to a prediction.
 //!
 //! # What it does not do
 //!
 //! No packet-level effects (congestion control, adaptive routing, head-of-line
 //! blocking), no LL/LL128 protocols (Simple only), no compute/communication
-//! interference on SMs or memory, and a non-blocking inter-node core. See
+//! interference on SMs or memory. The inter-node core is modeled at the
+//! level of leaf uplinks (oversubscription), not switch ports. See
 //! `docs/sim.md`.
 
 #![forbid(unsafe_code)]
@@ -51,6 +54,7 @@ mod error;
 pub mod exec;
 pub mod fabric;
 pub mod from_topo;
+pub mod innet;
 pub mod machine;
 pub mod model;
 mod time;

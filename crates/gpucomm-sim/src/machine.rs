@@ -1,5 +1,7 @@
 //! The simulator's parametric machine: identical nodes (GPUs, NVLink or
-//! NVSwitch, a PCIe tree, NICs) joined by a non-blocking network, and the
+//! NVSwitch, a PCIe tree, NICs) joined by an inter-node network ([`Network`]:
+//! rails, one switch, or leaves joined by a possibly oversubscribed spine;
+//! switches with or without in-network reduction), and the
 //! [`ClusterFabric`] of directional links built from it for one engine.
 //!
 //! Link capacities are the catalog's per-direction data rates times the
@@ -71,6 +73,120 @@ pub struct NodeModel {
     pub storage_gbps: f64,
 }
 
+/// How the nodes' NICs reach each other (gpucomm-topo's
+/// [`gpucomm_topo::Fabric`], as [`gpucomm_topo::ClusterOptions`] builds it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum NetLayout {
+    /// One switch per rail: NIC `k` of every node on rail switch `k`. The
+    /// simulator keeps every transfer on its rail (channel `c` of GPU `g`
+    /// leaves and arrives on NIC `(g + c) mod nics`), so the spine joining
+    /// the rails carries nothing and its oversubscription does not matter.
+    #[default]
+    Rails,
+    /// Every NIC on one non-blocking switch.
+    SingleSwitch,
+    /// Leaves of `nodes_per_leaf` consecutive nodes (all their NICs), joined
+    /// by a spine: traffic between leaves crosses the leaves' uplinks.
+    LeafSpine {
+        /// Nodes per leaf switch.
+        nodes_per_leaf: usize,
+    },
+}
+
+/// The inter-node network of a [`Machine`].
+///
+/// ```
+/// use gpucomm_sim::machine::{NetLayout, Network};
+/// let n = Network::from_options(&gpucomm_topo::ClusterOptions {
+///     fabric: gpucomm_topo::Fabric::LeafSpine,
+///     oversubscription: 2.0,
+///     sharp: true,
+///     ..Default::default()
+/// }).unwrap();
+/// assert_eq!(n.layout, NetLayout::LeafSpine { nodes_per_leaf: 4 });
+/// assert!(n.sharp);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Network {
+    /// Switch layout.
+    pub layout: NetLayout,
+    /// Leaf downlink over uplink bandwidth (1 = non-blocking).
+    pub oversubscription: f64,
+    /// The switches reduce in the network (InfiniBand SHARP): gpucomm-topo's
+    /// [`gpucomm_topo::Node::reduction`] on the network switches, or
+    /// [`gpucomm_topo::ClusterOptions::sharp`].
+    pub sharp: bool,
+    /// InfiniBand speed of the NIC ports (None: Ethernet/RoCE, or unknown);
+    /// decides the switch generation and so what SHARP can do.
+    pub ib: Option<gpucomm_topo::IbSpeed>,
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network {
+            layout: NetLayout::Rails,
+            oversubscription: 1.0,
+            sharp: false,
+            ib: None,
+        }
+    }
+}
+
+impl Network {
+    /// The network gpucomm-topo's [`gpucomm_topo::cluster`] would
+    /// build with `opts` (the NIC speed is left as it is: see
+    /// [`Machine::with_cluster_options`]).
+    pub fn from_options(opts: &gpucomm_topo::ClusterOptions) -> Result<Network, SimError> {
+        use gpucomm_topo::Fabric as F;
+        if !(opts.oversubscription.is_finite() && opts.oversubscription >= 1.0) {
+            return Err(SimError::Model(format!(
+                "oversubscription must be at least 1 (got {})",
+                opts.oversubscription
+            )));
+        }
+        let layout = match opts.fabric {
+            F::RailOptimized => NetLayout::Rails,
+            F::SingleSwitch => NetLayout::SingleSwitch,
+            F::LeafSpine => {
+                if opts.nodes_per_leaf == 0 {
+                    return Err(SimError::Model("nodes per leaf must be at least 1".into()));
+                }
+                NetLayout::LeafSpine {
+                    nodes_per_leaf: opts.nodes_per_leaf,
+                }
+            }
+        };
+        Ok(Network {
+            layout,
+            oversubscription: opts.oversubscription,
+            sharp: opts.sharp,
+            ib: None,
+        })
+    }
+
+    /// A short description for table headers.
+    pub fn describe(&self) -> String {
+        let per_leaf = |n: usize| format!("{n} node{} per leaf", if n == 1 { "" } else { "s" });
+        let layout = match self.layout {
+            NetLayout::Rails => "rail-optimized (transfers stay on their rail)".to_string(),
+            NetLayout::SingleSwitch => "one non-blocking switch".to_string(),
+            NetLayout::LeafSpine { nodes_per_leaf } if self.oversubscription > 1.0 => format!(
+                "leaf/spine, {}, {}:1 oversubscribed uplinks (max-min shared)",
+                per_leaf(nodes_per_leaf),
+                self.oversubscription
+            ),
+            NetLayout::LeafSpine { nodes_per_leaf } => {
+                format!("leaf/spine, {}, non-blocking", per_leaf(nodes_per_leaf))
+            }
+        };
+        if self.sharp {
+            format!("{layout}; switches reduce in the network (SHARP)")
+        } else {
+            layout
+        }
+    }
+}
+
 /// A cluster of identical nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
@@ -82,6 +198,8 @@ pub struct Machine {
     pub nodes: usize,
     /// Use only the first `gpus` GPUs of each node (`--gpus`), if set.
     pub gpus_used: Option<usize>,
+    /// The network between nodes.
+    pub network: Network,
 }
 
 /// Who moves the bytes: this decides link efficiencies and overheads.
@@ -102,6 +220,20 @@ impl Machine {
     /// Total ranks.
     pub fn ranks(&self) -> usize {
         self.gpus_per_node() * self.nodes
+    }
+
+    /// The same machine on the network `opts` describes (layout,
+    /// oversubscription, in-network reduction); the NIC speed stays the
+    /// machine's. For a one-node topology replicated with `--nodes`; a
+    /// multi-node topology file describes its own network.
+    pub fn with_cluster_options(
+        mut self,
+        opts: &gpucomm_topo::ClusterOptions,
+    ) -> Result<Machine, SimError> {
+        let ib = self.network.ib;
+        self.network = Network::from_options(opts)?;
+        self.network.ib = ib;
+        Ok(self)
     }
 
     /// Builds the fabric for `engine` with `nodes` nodes (overrides `self.nodes`).
@@ -156,9 +288,17 @@ enum Role {
 /// Directional links of a [`Machine`] for one [`Engine`], with routes.
 ///
 /// Links are laid out node by node, the same local links in the same order
-/// on every node, and the inter-node network is non-blocking (only NIC ports
-/// are modeled), so translating by one node is an automorphism: the
-/// executor's symmetry reduction applies.
+/// on every node. When the network is non-blocking (rails, one switch, or
+/// leaves with 1:1 uplinks, which can never be the tightest link: every
+/// flow crossing an uplink also crosses one of the leaf's NIC ports, whose
+/// capacities sum to the uplink's) only NIC ports are modeled, so
+/// translating by one node is an automorphism and the executor's symmetry
+/// reduction applies. An oversubscribed leaf/spine network adds, after the
+/// node links, an uplink and a downlink per leaf (capacity: the leaf's NIC
+/// ports over the oversubscription), crossed by every transfer between
+/// leaves and shared max-min fairly with everything else; translating by
+/// one node then moves nodes across leaves, so the symmetry reduction is
+/// off ([`ClusterFabric::node_orbits`] is `None`).
 #[derive(Clone, Debug)]
 pub struct ClusterFabric {
     /// The machine.
@@ -187,6 +327,10 @@ pub struct ClusterFabric {
     host_mem: Vec<u32>,
     memcpy: Vec<u32>,
     storage: Option<u32>,
+    // Oversubscribed leaf/spine: nodes per leaf and the (up, down)
+    // capacity of each leaf's uplink trunk; empty when non-blocking.
+    npl: usize,
+    trunks: Vec<f64>,
 }
 
 impl ClusterFabric {
@@ -234,6 +378,8 @@ impl ClusterFabric {
             host_mem: Vec::new(),
             memcpy: Vec::new(),
             storage: None,
+            npl: nodes,
+            trunks: Vec::new(),
             machine: machine.clone(),
         };
         let add = |f: &mut ClusterFabric, role: Role, cap: f64, lat_us: f64| -> u32 {
@@ -322,6 +468,27 @@ impl ClusterFabric {
             f.storage = Some(s);
         }
         f.per_node = f.roles.len();
+        let net = &machine.network;
+        if let NetLayout::LeafSpine { nodes_per_leaf } = net.layout {
+            if nodes_per_leaf == 0 {
+                return Err(SimError::Model("nodes per leaf must be at least 1".into()));
+            }
+            if !(net.oversubscription.is_finite() && net.oversubscription >= 1.0) {
+                return Err(SimError::Model(format!(
+                    "oversubscription must be at least 1 (got {})",
+                    net.oversubscription
+                )));
+            }
+            let leaves = nodes.div_ceil(nodes_per_leaf);
+            if leaves > 1 && net.oversubscription > 1.0 && nm.nics > 0 {
+                f.npl = nodes_per_leaf;
+                for leaf in 0..leaves {
+                    let members = nodes_per_leaf.min(nodes - leaf * nodes_per_leaf);
+                    f.trunks
+                        .push(members as f64 * nm.nics as f64 * nic_bw / net.oversubscription);
+                }
+            }
+        }
         for (i, c) in f.caps.iter().enumerate() {
             if !(c.is_finite() && *c > 0.0) {
                 return Err(SimError::Model(format!(
@@ -350,6 +517,27 @@ impl ClusterFabric {
     /// Links per node.
     pub fn links_per_node(&self) -> usize {
         self.per_node
+    }
+
+    /// Leaf uplinks are modeled (an oversubscribed leaf/spine network
+    /// spanning more than one leaf).
+    pub fn has_uplinks(&self) -> bool {
+        !self.trunks.is_empty()
+    }
+
+    /// The leaf of node `node`.
+    pub fn leaf_of(&self, node: usize) -> usize {
+        node / self.npl.max(1)
+    }
+
+    /// Global id of leaf `leaf`'s uplink (`up`) or downlink.
+    fn trunk_link(&self, leaf: usize, up: bool) -> LinkId {
+        (self.per_node * self.nodes + 2 * leaf + usize::from(!up)) as LinkId
+    }
+
+    /// Capacity of leaf `leaf`'s uplink (each direction), GB/s.
+    pub fn uplink_gbps(&self, leaf: usize) -> Option<f64> {
+        self.trunks.get(leaf).copied()
     }
 
     fn gl(&self, node: usize, local: u32) -> LinkId {
@@ -469,6 +657,35 @@ impl ClusterFabric {
                 .map(|&(_, _, k)| k)
                 .sum(),
         }
+    }
+
+    /// Node-local path from GPU `a` out through NIC `k` (ends with the
+    /// NIC's port), with its latency.
+    pub(crate) fn gpu_to_net(&self, a: usize, k: usize) -> (Vec<LinkId>, SimTime) {
+        let mut v = Vec::new();
+        self.to_nic(a, k, &mut v);
+        (v.clone(), self.latency_of(&v))
+    }
+
+    /// Node-local path from NIC `k`'s port into GPU `b`, with its latency.
+    pub(crate) fn net_to_gpu(&self, k: usize, b: usize) -> (Vec<LinkId>, SimTime) {
+        let mut v = Vec::new();
+        self.nic_to_gpu(k, b, &mut v);
+        (v.clone(), self.latency_of(&v))
+    }
+
+    /// GPU `g`'s NVSwitch uplink and downlink (node 0), if the node has an
+    /// NVSwitch.
+    pub(crate) fn nvswitch_links(&self, g: usize) -> Option<(LinkId, LinkId)> {
+        match self.machine.node.nvlink {
+            NvFabric::Switch { .. } => Some((self.gpu_up[g], self.gpu_down[g])),
+            _ => None,
+        }
+    }
+
+    /// Capacities of node 0's links (ids `0..links_per_node()`).
+    pub(crate) fn node_caps(&self) -> &[f64] {
+        &self.caps
     }
 
     fn latency_of(&self, links: &[u32]) -> SimTime {
@@ -610,8 +827,13 @@ impl ClusterFabric {
         }
     }
 
-    /// The orbit representative (node 0's copy) of every link.
+    /// The orbit representative (node 0's copy) of every link; `None` when
+    /// leaf uplinks are modeled (translating by one node moves nodes
+    /// across leaves).
     pub fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
+        if self.has_uplinks() {
+            return None;
+        }
         Some(
             (0..self.caps.len() * self.nodes)
                 .map(|l| Some((l % self.per_node) as LinkId))
@@ -630,14 +852,28 @@ impl Fabric for ClusterFabric {
     }
 
     fn capacities(&self) -> Vec<f64> {
-        let mut v = Vec::with_capacity(self.per_node * self.nodes);
+        let mut v = Vec::with_capacity(self.per_node * self.nodes + 2 * self.trunks.len());
         for _ in 0..self.nodes {
             v.extend_from_slice(&self.caps);
+        }
+        for &t in &self.trunks {
+            v.push(t);
+            v.push(t);
         }
         v
     }
 
     fn link_name(&self, link: LinkId) -> String {
+        let node_links = self.per_node * self.nodes;
+        if link as usize >= node_links {
+            let i = link as usize - node_links;
+            let leaf = i / 2;
+            return if i % 2 == 0 {
+                format!("leaf{leaf}->spine")
+            } else {
+                format!("spine->leaf{leaf}")
+            };
+        }
         let node = link as usize / self.per_node;
         let r = self.roles[link as usize % self.per_node];
         format!("node{node}:{}", self.role_name(r))
@@ -692,6 +928,11 @@ impl Fabric for ClusterFabric {
         let latency =
             self.latency_of(&v) + self.latency_of(&w) + SimTime::from_us(model::NET_SWITCH_US);
         let mut links = self.globalize(na, &v);
+        let (la, lb) = (self.leaf_of(na), self.leaf_of(nb));
+        if self.has_uplinks() && la != lb {
+            links.push(self.trunk_link(la, true));
+            links.push(self.trunk_link(lb, false));
+        }
         links.extend(self.globalize(nb, &w));
         Ok(Route {
             links,

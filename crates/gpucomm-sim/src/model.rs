@@ -173,16 +173,81 @@ impl Efficiency {
     }
 }
 
-/// NCCL's latency figures for the Simple protocol (NVIDIA/nccl
-/// `src/graph/tuning.cc`, `baseLat` and `hwLat`): launch cost by algorithm
-/// and per-step cost by path (NVLink, PCIe, network).
-pub fn nccl_overheads(algo: &str) -> Overheads {
+/// NCCL's three wire protocols (NVIDIA/nccl `src/device/prims_*.h`).
+///
+/// They trade bandwidth for latency: *LL* stores 4 bytes of data and a
+/// 4-byte flag in every 8-byte word, so a receiver polls the data itself
+/// (no fence, lowest per-step cost, half the bandwidth); *LL128* does the
+/// same per 128-byte line (120 bytes of data and an 8-byte flag), which
+/// needs NVLink's ordering guarantees; *Simple* moves whole buffers and
+/// synchronises with a fence and a flag per step (full bandwidth, highest
+/// per-step cost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// Low latency: 8-byte words of 4 data bytes and a 4-byte flag.
+    Ll,
+    /// Low latency on 128-byte lines: 120 data bytes and an 8-byte flag.
+    Ll128,
+    /// Whole buffers, fence and flag per step.
+    Simple,
+}
+
+impl Protocol {
+    /// All three, in NCCL's order.
+    pub const ALL: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
+
+    /// NCCL's name (`LL`, `LL128`, `Simple`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Ll => "LL",
+            Protocol::Ll128 => "LL128",
+            Protocol::Simple => "Simple",
+        }
+    }
+
+    /// Parses a name, case-insensitively.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+    }
+
+    /// Bytes on the wire per byte of payload, from the line formats
+    /// (NVIDIA/nccl `src/device/prims_ll.h`: `union ncclLLFifoLine`, two
+    /// 4-byte data words and two 4-byte flags per 16 bytes;
+    /// `prims_ll128.h`: `NCCL_LL128_LINEELEMS` 16 8-byte words per line,
+    /// one of them the flag).
+    pub fn wire_factor(self) -> f64 {
+        match self {
+            Protocol::Ll => 2.0,
+            Protocol::Ll128 => 128.0 / 120.0,
+            Protocol::Simple => 1.0,
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
+/// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
+/// protocol, and its per-step cost by path (NVLink, PCIe, network).
+/// NVLS runs the Simple protocol only; algorithms NCCL does not have use
+/// the ring figures.
+pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
+    use Protocol::*;
     // (base, nvlink, pci, net) in us.
-    let (base, nvl, pci, net) = match algo {
-        "tree" => (8.4, 4.0, 4.0, 14.0),
-        "nvls" => (0.0, 25.0, 0.0, 0.0),
-        // Ring figures for ring and for algorithms NCCL does not have.
-        _ => (8.4, 3.4, 5.7, 14.0),
+    let (base, nvl, pci, net) = match (algo, protocol) {
+        ("nvls", _) => (0.0, 25.0, 0.0, 0.0),
+        ("tree", Ll) => (6.8, 0.6, 1.0, 5.0),
+        ("tree", Ll128) => (14.0, 1.25, 1.9, 8.5),
+        ("tree", Simple) => (8.4, 4.0, 4.0, 14.0),
+        (_, Ll) => (6.6, 0.6, 1.0, 2.7),
+        (_, Ll128) => (14.0, 1.9, 2.5, 4.0),
+        (_, Simple) => (8.4, 3.4, 5.7, 14.0),
     };
     Overheads {
         launch: SimTime::from_us(base),
@@ -190,6 +255,19 @@ pub fn nccl_overheads(algo: &str) -> Overheads {
         step_pcie: SimTime::from_us(pci),
         step_net: SimTime::from_us(net),
         step_local: SimTime::ZERO,
+    }
+}
+
+/// Whether NCCL enables `protocol` by default for `algo` on a machine whose
+/// GPUs are (`nvlink`) or are not joined by NVLink (NVIDIA/nccl
+/// `src/graph/tuning.cc`): NVLS and CollNet run Simple only; LL128 needs Volta or
+/// later and GPUs joined by NVLink (`typeIntra <= PATH_NVB`).
+pub fn nccl_protocol_enabled(algo: &str, protocol: Protocol, arch: Arch, nvlink: bool) -> bool {
+    match protocol {
+        Protocol::Simple => true,
+        _ if algo == "nvls" || algo == "collnet" => false,
+        Protocol::Ll => true,
+        Protocol::Ll128 => nvlink && arch >= Arch::Volta,
     }
 }
 

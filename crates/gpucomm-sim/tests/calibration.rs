@@ -16,7 +16,8 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     (
         "v100-pcie3-h2d-pinned",
         "PCIe Gen3 TLP model predicts 13.6 GB/s; the published 9.6 is below what the link \
-         protocol allows, i.e. a platform limit (root complex / DMA read latency) not modeled",
+         protocol allows: measured on a cloud VM whose A100 (Gen4) got 12.3, i.e. a host limit \
+         (virtualized Gen3 root complex) that no preset describes",
     ),
     (
         "dgx1-v100-p2p-latency-disabled",

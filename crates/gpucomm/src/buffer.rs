@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::Error;
 use crate::dtype::Element;
 
-/// Where a buffer's memory lives. Transports say which spaces they can reach;
-/// today only host memory exists, device memory gives [`Error::Unsupported`].
+/// Where a buffer's memory lives. A [`Buffer`] is host memory (pageable, or
+/// pinned: page-locked with `mlock`, or registered with a device by
+/// [`crate::device::DeviceComm::alloc_host`]); device memory is a
+/// [`crate::device::DeviceBuffer`], made by [`crate::device::DeviceComm::alloc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum MemorySpace {
     /// Ordinary host memory.
@@ -27,7 +29,7 @@ pub enum MemorySpace {
     HostPageable,
     /// Page-locked host memory (`mlock`), what DMA engines need.
     HostPinned,
-    /// Memory of device `n` (not supported yet).
+    /// Memory of device `n` ([`crate::device::DeviceBuffer`]).
     Device(u32),
 }
 
@@ -42,11 +44,12 @@ impl std::fmt::Display for MemorySpace {
 }
 
 impl MemorySpace {
-    /// Fails with [`Error::Unsupported`] for device memory.
+    /// Fails with [`Error::Unsupported`] for device memory, which a
+    /// host [`Buffer`] cannot hold.
     pub fn check_supported(self) -> Result<(), Error> {
         match self {
             MemorySpace::Device(n) => Err(Error::Unsupported(format!(
-                "device memory (device {n}): this build has host transports only"
+                "device memory (device {n}) in a host Buffer: allocate it with gpucomm::device::DeviceComm::alloc (a DeviceBuffer)"
             ))),
             _ => Ok(()),
         }
@@ -190,6 +193,8 @@ pub struct Buffer<T: Element> {
     ptr: *mut T,
     len: usize,
     space: MemorySpace,
+    /// Dropped before the memory (e.g. a device registration of it).
+    guard: Option<Box<dyn Send + Sync>>,
     backing: Backing<T>,
 }
 
@@ -208,6 +213,7 @@ impl<T: Element> Buffer<T> {
             ptr,
             len,
             space: MemorySpace::HostPageable,
+            guard: None,
             backing: Backing::Heap(v),
         }
     }
@@ -228,10 +234,23 @@ impl<T: Element> Buffer<T> {
                 ptr: seg.ptr() as *mut T,
                 len,
                 space,
+                guard: None,
                 backing: Backing::Segment(seg.clone()),
             },
             seg,
         ))
+    }
+
+    /// The same memory, described as `space`, keeping `guard` alive until
+    /// the buffer drops (before its memory goes).
+    pub(crate) fn into_space(
+        mut self,
+        space: MemorySpace,
+        guard: Option<Box<dyn Send + Sync>>,
+    ) -> Self {
+        self.space = space;
+        self.guard = guard;
+        self
     }
 
     /// Where the memory lives.

@@ -136,6 +136,22 @@ pub enum Error {
     /// The schedule generator refused the problem.
     #[error("no schedule: {0}")]
     Algo(#[from] gpucomm_algo::AlgoError),
+    /// No GPU can be used: the CUDA driver is missing, fails to start, or
+    /// reports no device (the reason says which). Never a panic.
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    /// A device operation (allocation, copy, kernel, event, IPC) failed.
+    #[error("device {device} ({backend}): {what}: {detail}")]
+    Device {
+        /// The backend (`cuda`, `fake`).
+        backend: String,
+        /// The device ordinal.
+        device: u32,
+        /// What was being done.
+        what: String,
+        /// The backend's error.
+        detail: String,
+    },
     /// An operating-system call failed outside an operation.
     #[error("{context}: {source}")]
     Io {

@@ -36,9 +36,16 @@
 //! * **Async**: [`Communicator::start`] queues an operation on a progress
 //!   thread and returns a [`Request`]; operations complete in issue order.
 //!
-//! What it does not do (yet): device memory (buffers carry a [`MemorySpace`]
-//! and device memory is refused with [`Error::Unsupported`]), RDMA, several
-//! channels per peer, recovery after a failure.
+//! * **Device memory** ([`device`]): [`device::DeviceComm`] runs every call
+//!   on [`device::DeviceBuffer`]s in stream order, over CUDA IPC (peers'
+//!   device memory read directly) or the host-staged path, behind the
+//!   [`device::DeviceBackend`] trait — the CUDA driver ([`device::CudaBackend`],
+//!   loaded at run time: no GPU is [`Error::NoGpu`]) or a host-memory test
+//!   double ([`device::FakeDevice`]). Host [`Buffer`]s stay host memory
+//!   (pageable or pinned).
+//!
+//! What it does not do (yet): RDMA, several channels per peer, recovery
+//! after a failure.
 //!
 //! See `docs/runtime.md` for the wire formats and how this is tested.
 
@@ -48,6 +55,7 @@
 mod bootstrap;
 mod buffer;
 mod comm;
+pub mod device;
 mod dtype;
 mod engine;
 pub mod env;

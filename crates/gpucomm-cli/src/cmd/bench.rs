@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use gpucomm::device::GpuPath;
 use gpucomm::env::TransportChoice;
 use gpucomm::launch::{LaunchConfig, LaunchError, LineSink, Stream, launch_with, prefix_sink};
 use gpucomm_algo::{Algorithm, Collective, ReduceOp};
@@ -32,6 +33,7 @@ use super::common::{parse_size, size_sweep};
 use super::launch::{parse_algorithm, parse_secs, parse_transport};
 
 mod check;
+mod device;
 mod table;
 mod worker;
 
@@ -99,6 +101,23 @@ pub struct Args {
     /// instead of separate processes.
     #[arg(long)]
     pub threads: bool,
+    /// Where the buffers live: `host` (shared pageable memory, the
+    /// default), `pinned` (page-locked; registered with the GPU when there
+    /// is one) or `device` (GPU memory: needs a GPU, exit status 3 without
+    /// one).
+    #[arg(long, default_value = "host", value_parser = parse_memory)]
+    pub memory: Memory,
+    /// With `--memory device`: the GPU every rank uses (several ranks may
+    /// share one).
+    #[arg(long, default_value_t = 0)]
+    pub device: u32,
+    /// With `--memory device`: how device data moves, `auto`, `ipc` or
+    /// `staged` (default: `GPUCOMM_GPU_PATH`, else auto).
+    #[arg(long, value_parser = parse_gpu_path)]
+    pub gpu_path: Option<GpuPath>,
+    /// (internal, tests) Host memory stands in for the GPU (`FakeDevice`).
+    #[arg(long, hide = true)]
+    pub fake_gpu: bool,
     /// Each rank's bound on every wait, in seconds.
     #[arg(long, value_parser = parse_secs, default_value = "60")]
     pub rank_timeout: Duration,
@@ -118,6 +137,43 @@ pub struct Args {
     /// (internal, tests) The size index (row) at which the fault happens.
     #[arg(long, hide = true, default_value_t = 0)]
     pub fault_row: usize,
+}
+
+/// `--memory`: where the bench's buffers live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Shared pageable host memory (`Communicator::alloc`).
+    Host,
+    /// Page-locked host memory.
+    Pinned,
+    /// GPU memory.
+    Device,
+}
+
+impl Memory {
+    /// The command-line name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Memory::Host => "host",
+            Memory::Pinned => "pinned",
+            Memory::Device => "device",
+        }
+    }
+}
+
+fn parse_memory(s: &str) -> Result<Memory, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "host" | "pageable" => Ok(Memory::Host),
+        "pinned" => Ok(Memory::Pinned),
+        "device" | "gpu" => Ok(Memory::Device),
+        _ => Err(format!(
+            "unknown memory {s:?} (expected host, pinned or device)"
+        )),
+    }
+}
+
+fn parse_gpu_path(s: &str) -> Result<GpuPath, String> {
+    GpuPath::parse(s).map_err(|e| e.to_string())
 }
 
 /// A collective as named on the command line.
@@ -426,6 +482,18 @@ impl Args {
         if self.no_check {
             v.push("--no-check".into());
         }
+        v.extend([
+            "--memory".into(),
+            self.memory.name().into(),
+            "--device".into(),
+            self.device.to_string(),
+        ]);
+        if let Some(p) = self.gpu_path {
+            v.extend(["--gpu-path".into(), p.name().into()]);
+        }
+        if self.fake_gpu {
+            v.push("--fake-gpu".into());
+        }
         if let Some(f) = self.fault {
             v.extend([
                 "--fault".into(),
@@ -454,6 +522,9 @@ pub enum Record {
         host: String,
         /// The transports its links use (`shm`, `tcp`, ...), deduplicated.
         transports: Vec<String>,
+        /// Where its buffers live (`device 0 (NVIDIA H100 ...), path ipc`).
+        #[serde(default)]
+        memory: String,
     },
     /// One size done on one rank.
     Row {
@@ -482,7 +553,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.worker {
         return worker::run(&args, &plan);
     }
+    if args.memory == Memory::Device {
+        if args.fault.is_some() {
+            bail!("fault injection works with --memory host or pinned only");
+        }
+        if !args.fake_gpu
+            && let Err(e) = gpucomm::device::open_cuda()
+        {
+            let code = super::bandwidth::EXIT_NO_GPU;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "gpu": false, "reason": e.to_string() })
+                );
+            }
+            eprintln!(
+                "gpucomm bench: {e}; --memory device needs one, nothing to measure (exit status {code})"
+            );
+            return Ok(ExitCode::from(code));
+        }
+    }
     coordinate(&args, &plan)
+}
+
+/// The device backend of a bench with `--memory device` (or `pinned` with
+/// a GPU present): `None` for host memory.
+pub fn backend(args: &Args) -> anyhow::Result<Option<Arc<dyn gpucomm::device::DeviceBackend>>> {
+    if args.fake_gpu {
+        return Ok(Some(Arc::new(gpucomm::device::FakeDevice::new(
+            args.device + 1,
+        ))));
+    }
+    match args.memory {
+        Memory::Host => Ok(None),
+        Memory::Pinned => Ok(gpucomm::device::open_cuda()
+            .ok()
+            .map(|g| g as Arc<dyn gpucomm::device::DeviceBackend>)),
+        Memory::Device => Ok(Some(gpucomm::device::open_cuda()?)),
+    }
 }
 
 fn new_printer(args: &Args, plan: &Plan) -> Arc<Mutex<Printer>> {
@@ -534,12 +642,15 @@ fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     };
     let comms = gpucomm::Communicator::in_process_with(args.ranks, &opts)
         .context("creating in-process ranks")?;
+    // Ranks of one process share one device backend.
+    let gpu = backend(args)?;
     let printer = new_printer(args, plan);
     let errors: Vec<anyhow::Error> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
             .map(|comm| {
                 let printer = printer.clone();
+                let gpu = gpu.clone();
                 s.spawn(move || {
                     let rank = comm.rank();
                     let sink = move |rec: &Record| -> anyhow::Result<()> {
@@ -549,7 +660,7 @@ fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
                             .take(rec.clone());
                         Ok(())
                     };
-                    worker::run_rank(&comm, args, plan, &sink)
+                    worker::run_rank(comm, gpu, args, plan, &sink)
                         .with_context(|| format!("rank {rank} (thread)"))
                 })
             })

@@ -13,6 +13,7 @@ use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, simulate};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::model::Protocol;
 use gpucomm_sim::train::{ModelSpec, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
@@ -75,6 +76,19 @@ struct Machine_ {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Inter-node network: rail (default), single, leaf-spine (as `gpucomm topo`).
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Leaf-to-spine oversubscription (1 = non-blocking; leaf-spine fabric).
+    #[arg(long)]
+    oversubscription: Option<f64>,
+    /// Nodes per leaf switch (leaf-spine fabric; default 4).
+    #[arg(long)]
+    nodes_per_leaf: Option<usize>,
+    /// The network switches reduce in the network (InfiniBand SHARP):
+    /// enables `--algorithm collnet` and `nvls` across nodes.
+    #[arg(long)]
+    sharp: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -91,9 +105,13 @@ struct CollArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls); default: the tuner picks the fastest.
+    /// hierarchical, nvls, collnet); default: the tuner picks the fastest.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
+    /// NCCL protocol (LL, LL128, Simple); default: the tuner picks the
+    /// fastest of those NCCL enables on the machine.
+    #[arg(long, short = 'p')]
+    protocol: Option<String>,
     /// Channels (default: one per NIC across nodes, one inside a node).
     #[arg(long)]
     channels: Option<u16>,
@@ -239,6 +257,41 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
         }
         mach.gpus_used = Some(g);
     }
+    let net_flags =
+        m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
+    if net_flags {
+        if mach.nodes > 1 {
+            bail!(
+                "{} describes its own network ({}); --fabric, --oversubscription, --nodes-per-leaf \
+                 and --sharp apply to a one-node topology replicated with --nodes",
+                m.topology,
+                mach.network.describe()
+            );
+        }
+        let defaults = gpucomm_topo::ClusterOptions::default();
+        let fabric = match &m.fabric {
+            None => defaults.fabric,
+            Some(f) => gpucomm_topo::Fabric::parse(f)
+                .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))?,
+        };
+        let opts = gpucomm_topo::ClusterOptions {
+            fabric,
+            oversubscription: m.oversubscription.unwrap_or(defaults.oversubscription),
+            nodes_per_leaf: m.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
+            sharp: m.sharp,
+            ..defaults
+        };
+        if opts.oversubscription > 1.0 && opts.fabric != gpucomm_topo::Fabric::LeafSpine {
+            bail!(
+                "--oversubscription {} needs --fabric leaf-spine (on rails every transfer stays on its rail switch, \
+                 and one switch has no uplinks)",
+                opts.oversubscription
+            );
+        }
+        mach = mach
+            .with_cluster_options(&opts)
+            .context("network options")?;
+    }
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
     Ok(mach)
 }
@@ -253,8 +306,15 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let algorithm = match &a.algorithm {
         None => None,
         Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
-            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls)")
+            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, collnet)")
         })?),
+    };
+    let protocol = match &a.protocol {
+        None => None,
+        Some(s) => Some(
+            Protocol::parse(s)
+                .with_context(|| format!("unknown protocol {s:?} (LL, LL128, Simple)"))?,
+        ),
     };
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
@@ -266,6 +326,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
             algorithm,
+            protocol,
             channels: a.channels,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },
@@ -294,6 +355,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 let mut v = json!({
                     "bytes": r.bytes, "time_us": r.time.as_us(), "algbw_gbps": r.algbw_gbps,
                     "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
+                    "protocol": r.protocol.name(),
                 });
                 if a.timing {
                     v["wall_s"] = json!(w);
@@ -321,30 +383,33 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         )?;
         writeln!(
             o,
-            "# engine: NCCL-style kernels, Simple protocol; busbw as nccl-tests"
+            "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
         )?;
         if mach.nodes > 1 {
             writeln!(
                 o,
-                "# network: non-blocking, {} NIC(s) of {:.1} GB/s per node (leaf/spine oversubscription is not modeled)",
-                mach.node.nics, mach.node.nic_gbps
+                "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+                mach.node.nics,
+                mach.node.nic_gbps,
+                mach.network.describe()
             )?;
         }
         writeln!(o, "#")?;
         writeln!(
             o,
-            "# {:>12} {:>12} {:>6} {:>18} {:>12} {:>12} {:>12}",
-            "size", "count", "type", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
+            "# {:>12} {:>12} {:>6} {:>18} {:>7} {:>12} {:>12} {:>12}",
+            "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
         )?;
         for r in &results {
             let elem = if r.bytes % 4 == 0 { 4 } else { 1 };
             writeln!(
                 o,
-                "  {:>12} {:>12} {:>6} {:>18} {:>12.2} {:>12.2} {:>12.2}",
+                "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
                 r.bytes,
                 r.bytes / elem,
                 if elem == 4 { "float" } else { "int8" },
                 r.algorithm.name(),
+                r.protocol.name(),
                 r.time.as_us(),
                 r.algbw_gbps,
                 r.busbw_gbps
@@ -371,9 +436,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                     )?,
                     None => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall (nvls)",
+                        "#   {:>10}: {:.3} s wall ({})",
                         format_bytes(r.bytes),
-                        w
+                        w,
+                        r.algorithm.name()
                     )?,
                 }
             }
@@ -399,7 +465,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     } else if a.trace.is_some() && !a.m.json {
-        writeln!(o, "# trace: nothing to trace (nvls runs no schedule)")?;
+        writeln!(
+            o,
+            "# trace: nothing to trace (nvls and collnet run no schedule)"
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -657,6 +726,13 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(
             o,
+            "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+            mach.node.nics,
+            mach.node.nic_gbps,
+            mach.network.describe()
+        )?;
+        writeln!(
+            o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11}",
             "scale", "GPUs", "step(ms)", "compute(ms)", "comm(ms)", "exposed(ms)", "efficiency"
         )?;
@@ -730,4 +806,82 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpucomm_sim::machine::NetLayout;
+
+    fn args(topology: &str, nodes: Option<usize>) -> Machine_ {
+        Machine_ {
+            topology: topology.into(),
+            nodes,
+            gpus: None,
+            json: false,
+            fabric: None,
+            oversubscription: None,
+            nodes_per_leaf: None,
+            sharp: false,
+        }
+    }
+
+    #[test]
+    fn network_flags_describe_the_replicated_cluster() {
+        let mut a = args("dgx-h100", Some(8));
+        a.fabric = Some("leaf-spine".into());
+        a.oversubscription = Some(2.0);
+        a.nodes_per_leaf = Some(2);
+        a.sharp = true;
+        let m = machine(&a).unwrap();
+        assert_eq!(m.nodes, 8);
+        assert_eq!(m.network.layout, NetLayout::LeafSpine { nodes_per_leaf: 2 });
+        assert_eq!(m.network.oversubscription, 2.0);
+        assert!(m.network.sharp);
+        assert!(m.network.describe().contains("2:1 oversubscribed"));
+        // Without flags: rails, non-blocking, no SHARP.
+        let plain = machine(&args("dgx-h100", Some(8))).unwrap();
+        assert_eq!(plain.network.layout, NetLayout::Rails);
+        assert!(!plain.network.sharp);
+    }
+
+    #[test]
+    fn bad_network_flags_are_clear_errors() {
+        let mut a = args("dgx-h100", Some(4));
+        a.oversubscription = Some(2.0);
+        let e = machine(&a).unwrap_err().to_string();
+        assert!(e.contains("--fabric leaf-spine"), "{e}");
+        a.fabric = Some("leaf-spine".into());
+        a.oversubscription = Some(0.5);
+        assert!(format!("{:#}", machine(&a).unwrap_err()).contains("at least 1"));
+        a.oversubscription = None;
+        a.fabric = Some("torus".into());
+        assert!(machine(&a).unwrap_err().to_string().contains("torus"));
+        // A multi-node topology file describes its own network.
+        let dir = std::env::temp_dir().join(format!("gpucomm-sim-net-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("two.json");
+        let t = gpucomm_topo::select(
+            "dgx-h100",
+            &gpucomm_topo::ClusterOptions {
+                nodes: 2,
+                sharp: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        gpucomm_topo::format::save(&t, &file).unwrap();
+        let f = file.to_str().unwrap();
+        let m = machine(&args(f, None)).unwrap();
+        assert!(m.network.sharp && m.nodes == 2);
+        let mut a = args(f, None);
+        a.sharp = true;
+        assert!(
+            machine(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("describes its own network")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -19,7 +19,7 @@ pub struct Case {
 }
 
 /// Input element `i` of rank `r` (small, so every op is exact in every dtype).
-fn val<T: Element>(call: Call, r: usize, i: usize) -> T {
+pub fn val<T: Element>(call: Call, r: usize, i: usize) -> T {
     let v = match call.op() {
         Some(ReduceOp::Prod) => 1 + ((r + i) % 3 == 0) as i64,
         _ => ((r * 7 + i * 3) % 9) as i64 - 4,
@@ -27,7 +27,7 @@ fn val<T: Element>(call: Call, r: usize, i: usize) -> T {
     T::from_i64(v)
 }
 
-fn reduced<T: Element>(call: Call, n: usize, i: usize, op: ReduceOp) -> T {
+pub fn reduced<T: Element>(call: Call, n: usize, i: usize, op: ReduceOp) -> T {
     let mut acc = val::<T>(call, 0, i);
     for r in 1..n {
         acc = acc.combine(val::<T>(call, r, i), op);

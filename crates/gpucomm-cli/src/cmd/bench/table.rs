@@ -157,6 +157,7 @@ impl Printer {
                 "collective": self.args.collective.name(),
                 "ranks": n,
                 "transport": self.args.transport_label(),
+                "memory": self.args.memory.name(),
                 "algorithm": self.args.algorithm.name(),
                 "bytes": row.bytes,
                 "count": row.count,
@@ -379,11 +380,12 @@ fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String 
         .map(|n| n.to_string())
         .unwrap_or_else(|| "auto".into());
     let mut s = format!(
-        "# gpucomm bench {}: nranks {} ({}) transport {} algorithm {} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} time: {} over ranks\n#\n# Using ranks\n",
+        "# gpucomm bench {}: nranks {} ({}) transport {} memory {} algorithm {} minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {} time: {} over ranks\n#\n# Using ranks\n",
         args.collective.name(),
         args.ranks,
         if args.threads { "threads" } else { "processes" },
         args.transport_label(),
+        args.memory.name(),
         args.algorithm.name(),
         args.min_bytes,
         args.max_bytes,
@@ -399,14 +401,20 @@ fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String 
             pid,
             host,
             transports,
+            memory,
         } = rec
         {
             s.push_str(&format!(
-                "#  Rank {rank:>2} Pid {pid:>6} on {host:>10} links {}\n",
+                "#  Rank {rank:>2} Pid {pid:>6} on {host:>10} links {}{}\n",
                 if transports.is_empty() {
                     "none".to_string()
                 } else {
                     transports.join(",")
+                },
+                if memory.is_empty() {
+                    String::new()
+                } else {
+                    format!(" memory {memory}")
                 }
             ));
         }
@@ -554,6 +562,7 @@ mod tests {
             pid: 100 + rank as u32,
             host: "h".into(),
             transports: vec!["shm".into()],
+            memory: String::new(),
         }
     }
 

@@ -5,17 +5,22 @@
 //! the runtime's zero-copy path: over shared memory, large sends travel as
 //! references and receivers reduce straight from the peer's buffer. They are
 //! allocated once at the largest size; each size uses their first elements.
+//! `--memory pinned` page-locks them (registered with the GPU when there is
+//! one); `--memory device` runs the sweep of `device.rs` instead.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpucomm::{BootstrapConfig, Buffer, Call, CallOptions, Communicator, Element};
+use std::sync::Arc;
+
+use gpucomm::device::{DeviceBackend, DeviceComm, DeviceOptions};
+use gpucomm::{BootstrapConfig, Buffer, Call, CallOptions, Communicator, Element, MemorySpace};
 use gpucomm_algo::Collective;
 
 use super::check::{self, Elem, Layout, Pattern};
-use super::{Args, Fault, Plan, RECORD, Record};
+use super::{Args, Fault, Memory, Plan, RECORD, Record};
 
 /// Runs one rank.
 pub fn run(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
@@ -38,17 +43,40 @@ pub fn run(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     }
     let comm = Communicator::new(&cfg)
         .with_context(|| format!("rank {} cannot join the job", cfg.rank))?;
-    run_rank(&comm, args, plan, &emit)?;
+    let gpu = super::backend(args)?;
+    run_rank(comm, gpu, args, plan, &emit)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the host buffers of a sweep come from.
+pub enum Alloc<'a> {
+    /// Shared pageable memory.
+    Host(&'a Communicator),
+    /// Shared memory page-locked with `mlock` (no GPU).
+    Locked(&'a Communicator),
+    /// Shared memory page-locked and registered with the GPU.
+    Registered(&'a DeviceComm),
+}
+
+impl Alloc<'_> {
+    fn get<T: Element>(&self, n: usize) -> Result<Buffer<T>, gpucomm::Error> {
+        match self {
+            Alloc::Host(c) => c.alloc(n),
+            Alloc::Locked(c) => c.alloc_in(n, MemorySpace::HostPinned),
+            Alloc::Registered(d) => d.alloc_host(n),
+        }
+    }
 }
 
 /// Where a rank's records go: stdout lines for the coordinator (processes),
 /// or straight to the printer (`--threads`).
 pub type Emit<'a> = dyn Fn(&Record) -> anyhow::Result<()> + 'a;
 
-/// Runs the sweep on one rank of `comm`, handing every record to `emit`.
+/// Runs the sweep on one rank of `comm`, handing every record to `emit`;
+/// `gpu` is the device backend (`--memory device`, or `pinned` with a GPU).
 pub fn run_rank(
-    comm: &Communicator,
+    comm: Communicator,
+    gpu: Option<Arc<dyn DeviceBackend>>,
     args: &Args,
     plan: &Plan,
     emit: &Emit<'_>,
@@ -59,24 +87,89 @@ pub fn run_rank(
         .collect();
     transports.sort();
     transports.dedup();
-    emit(&Record::Hello {
-        rank: comm.rank(),
-        pid: std::process::id(),
-        host: hostname(),
-        transports,
-    })?;
+    let (rank, pid, host) = (comm.rank(), std::process::id(), hostname());
+    let hello = |memory: String| Record::Hello {
+        rank,
+        pid,
+        host: host.clone(),
+        transports: transports.clone(),
+        memory,
+    };
+    let dc = match gpu {
+        Some(g) if args.memory != Memory::Host => {
+            let name = g.device_name(args.device).unwrap_or_default();
+            let dc = DeviceComm::new(
+                comm,
+                g,
+                args.device,
+                &DeviceOptions {
+                    path: args.gpu_path,
+                },
+            )
+            .with_context(|| format!("rank {rank}: attaching device {}", args.device))?;
+            let memory = if args.memory == Memory::Device {
+                format!(
+                    "device {} ({name}), path {} ({})",
+                    args.device,
+                    dc.path(),
+                    dc.path_reason()
+                )
+            } else {
+                format!("pinned, registered with device {} ({name})", args.device)
+            };
+            emit(&hello(memory))?;
+            if args.memory == Memory::Device {
+                return super::device::sweep(&dc, args, plan, emit);
+            }
+            Some(dc)
+        }
+        Some(_) | None => {
+            let memory = match args.memory {
+                Memory::Pinned => "pinned (mlock), no GPU to register with".to_string(),
+                _ => String::new(),
+            };
+            emit(&hello(memory))?;
+            // `comm` is moved into a DeviceComm only in the arm above.
+            return host_sweep(&comm, args, plan, emit);
+        }
+    };
+    let dc = dc.expect("pinned with a GPU");
+    dispatch(&Alloc::Registered(&dc), dc.comm(), args, plan, emit)
+}
+
+fn host_sweep(
+    comm: &Communicator,
+    args: &Args,
+    plan: &Plan,
+    emit: &Emit<'_>,
+) -> anyhow::Result<()> {
+    let alloc = if args.memory == Memory::Pinned {
+        Alloc::Locked(comm)
+    } else {
+        Alloc::Host(comm)
+    };
+    dispatch(&alloc, comm, args, plan, emit)
+}
+
+fn dispatch(
+    alloc: &Alloc<'_>,
+    comm: &Communicator,
+    args: &Args,
+    plan: &Plan,
+    emit: &Emit<'_>,
+) -> anyhow::Result<()> {
     use gpucomm::DataType as D;
     match args.dtype {
-        D::F32 => sweep::<f32>(comm, args, plan, emit),
-        D::F64 => sweep::<f64>(comm, args, plan, emit),
-        D::F16 => sweep::<gpucomm::f16>(comm, args, plan, emit),
-        D::Bf16 => sweep::<gpucomm::bf16>(comm, args, plan, emit),
-        D::I8 => sweep::<i8>(comm, args, plan, emit),
-        D::U8 => sweep::<u8>(comm, args, plan, emit),
-        D::I32 => sweep::<i32>(comm, args, plan, emit),
-        D::U32 => sweep::<u32>(comm, args, plan, emit),
-        D::I64 => sweep::<i64>(comm, args, plan, emit),
-        D::U64 => sweep::<u64>(comm, args, plan, emit),
+        D::F32 => sweep::<f32>(alloc, comm, args, plan, emit),
+        D::F64 => sweep::<f64>(alloc, comm, args, plan, emit),
+        D::F16 => sweep::<gpucomm::f16>(alloc, comm, args, plan, emit),
+        D::Bf16 => sweep::<gpucomm::bf16>(alloc, comm, args, plan, emit),
+        D::I8 => sweep::<i8>(alloc, comm, args, plan, emit),
+        D::U8 => sweep::<u8>(alloc, comm, args, plan, emit),
+        D::I32 => sweep::<i32>(alloc, comm, args, plan, emit),
+        D::U32 => sweep::<u32>(alloc, comm, args, plan, emit),
+        D::I64 => sweep::<i64>(alloc, comm, args, plan, emit),
+        D::U64 => sweep::<u64>(alloc, comm, args, plan, emit),
     }
 }
 
@@ -88,7 +181,7 @@ fn emit(rec: &Record) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn hostname() -> String {
+pub(super) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
@@ -107,7 +200,7 @@ fn send_garbage(store: &str) {
 }
 
 /// The runtime call for a collective.
-fn call_for(c: Collective, op: gpucomm_algo::ReduceOp) -> Call {
+pub(super) fn call_for(c: Collective, op: gpucomm_algo::ReduceOp) -> Call {
     match c {
         Collective::AllReduce => Call::AllReduce(op),
         Collective::ReduceScatter => Call::ReduceScatter(op),
@@ -127,6 +220,7 @@ struct Bufs<T: Element> {
 }
 
 fn sweep<T: Elem + Element>(
+    alloc: &Alloc<'_>,
     comm: &Communicator,
     args: &Args,
     plan: &Plan,
@@ -144,14 +238,14 @@ fn sweep<T: Elem + Element>(
     // One spare element per buffer: the mismatch fault calls with count + 1.
     let max = |f: fn(&Layout) -> usize| layouts.iter().map(f).max().unwrap_or(0) + n;
     let mut bufs = Bufs::<T> {
-        send: comm
-            .alloc(max(|l| l.send))
+        send: alloc
+            .get(max(|l| l.send))
             .context("allocating the send buffer")?,
-        recv: comm
-            .alloc(max(|l| l.recv))
+        recv: alloc
+            .get(max(|l| l.recv))
             .context("allocating the receive buffer")?,
-        inplace: comm
-            .alloc(max(|l| l.in_place_len()))
+        inplace: alloc
+            .get(max(|l| l.in_place_len()))
             .context("allocating the in-place buffer")?,
     };
     let call = call_for(coll, args.op);
@@ -289,7 +383,7 @@ fn sweep<T: Elem + Element>(
 
 /// nccl-tests' timing: `warmup` calls, a barrier, then the mean of `iters`
 /// back-to-back calls, in microseconds.
-fn time(
+pub(super) fn time(
     comm: &Communicator,
     warmup: usize,
     iters: usize,

@@ -1,0 +1,363 @@
+//! The inter-node network: in-network reduction (SHARP: CollNet, NVLS
+//! across nodes) and oversubscribed leaf/spine uplinks.
+
+use gpucomm_algo::{Algorithm, Collective};
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::machine::{ClusterFabric, NetLayout};
+use gpucomm_sim::{Engine, Machine, SimError, model};
+use gpucomm_topo::{ClusterOptions, Fabric as TopoFabric};
+
+const GIB: u64 = 1 << 30;
+
+fn machine(preset: &str, opts: ClusterOptions) -> Machine {
+    Machine::preset(preset)
+        .unwrap()
+        .with_cluster_options(&opts)
+        .unwrap()
+}
+
+fn sharp() -> ClusterOptions {
+    ClusterOptions {
+        sharp: true,
+        ..Default::default()
+    }
+}
+
+fn leaf_spine(npl: usize, os: f64) -> ClusterOptions {
+    ClusterOptions {
+        fabric: TopoFabric::LeafSpine,
+        nodes_per_leaf: npl,
+        oversubscription: os,
+        ..Default::default()
+    }
+}
+
+fn time_us(f: &ClusterFabric, c: Collective, bytes: u64, algo: Option<AlgoChoice>) -> f64 {
+    let opts = CollOptions {
+        algorithm: algo,
+        ..Default::default()
+    };
+    simulate(f, c, bytes, &opts).unwrap().time.as_us()
+}
+
+fn ring() -> Option<AlgoChoice> {
+    Some(AlgoChoice::Schedule(Algorithm::Ring))
+}
+
+/// Each node's NICs moving the buffer once out and once in: no all_reduce
+/// across nodes can beat it, SHARP included.
+fn nic_bound_us(m: &Machine, bytes: u64) -> f64 {
+    bytes as f64 / (m.node.nics as f64 * m.node.nic_gbps * model::IB_EFFICIENCY * 1e9) * 1e6
+}
+
+#[test]
+fn sharp_all_reduce_lies_between_the_nic_bound_and_the_ring() {
+    for preset in ["dgx-h100", "dgx-a100"] {
+        let m = machine(preset, sharp());
+        let f = m.fabric(Engine::Nccl, 8).unwrap();
+        let lower = nic_bound_us(&m, GIB);
+        let ring_t = time_us(&f, Collective::AllReduce, GIB, ring());
+        let mut algos = vec![AlgoChoice::CollNet];
+        if preset == "dgx-h100" {
+            algos.push(AlgoChoice::Nvls);
+        }
+        for a in algos {
+            let t = time_us(&f, Collective::AllReduce, GIB, Some(a));
+            assert!(
+                t > lower && t < ring_t,
+                "{preset} {}: {t} us not within ({lower}, {ring_t})",
+                a.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
+    // The ring's network traffic grows to 2 (n-1)/n S; SHARP's stays S.
+    for (preset, expect) in [
+        ("dgx-h100", AlgoChoice::Nvls),
+        ("dgx-a100", AlgoChoice::CollNet),
+    ] {
+        let m = machine(preset, sharp());
+        let f = m.fabric(Engine::Nccl, 8).unwrap();
+        let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
+        assert_eq!(r.algorithm, expect, "{preset}: {:?}", r.candidates);
+        let ring_t = r
+            .candidates
+            .iter()
+            .filter(|c| c.0 == AlgoChoice::Schedule(Algorithm::Ring))
+            .map(|c| c.2)
+            .min()
+            .unwrap();
+        assert!(
+            r.time.as_us() < 0.8 * ring_t.as_us(),
+            "{preset}: {} vs ring {}",
+            r.time,
+            ring_t
+        );
+    }
+    // Without SHARP the same tuner never offers them.
+    let f = Machine::preset("dgx-h100")
+        .unwrap()
+        .fabric(Engine::Nccl, 8)
+        .unwrap();
+    let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
+    assert!(
+        r.candidates
+            .iter()
+            .all(|c| !matches!(c.0, AlgoChoice::CollNet | AlgoChoice::Nvls))
+    );
+}
+
+#[test]
+fn sharp_is_refused_where_the_fabric_cannot_do_it() {
+    let err = |m: &Machine, nodes: usize, c: Collective, a: AlgoChoice| -> String {
+        let f = m.fabric(Engine::Nccl, nodes).unwrap();
+        let opts = CollOptions {
+            algorithm: Some(a),
+            ..Default::default()
+        };
+        match simulate(&f, c, 1 << 20, &opts) {
+            Err(SimError::Model(e)) => e,
+            other => panic!("{} on {} x {nodes}: {other:?}", a.name(), m.name),
+        }
+    };
+    let plain = Machine::preset("dgx-h100").unwrap();
+    let ar = Collective::AllReduce;
+    for a in [AlgoChoice::CollNet, AlgoChoice::Nvls] {
+        assert!(err(&plain, 4, ar, a).contains("no in-network reduction"));
+    }
+    let m = machine("dgx-h100", sharp());
+    assert!(err(&m, 1, ar, AlgoChoice::CollNet).contains("across nodes"));
+    assert!(err(&m, 4, Collective::AllGather, AlgoChoice::CollNet).contains("all_reduce only"));
+    // EDR switches (Switch-IB 2) have no streaming aggregation.
+    assert!(err(&machine("dgx1-v100", sharp()), 4, ar, AlgoChoice::CollNet).contains("EDR"));
+    // NVLS needs NVSwitch gen 3 even with SHARP switches.
+    assert!(err(&machine("dgx-a100", sharp()), 4, ar, AlgoChoice::Nvls).contains("NVSwitch"));
+}
+
+#[test]
+fn one_tree_per_quantum_switch_limits_sharp_on_shared_switches() {
+    // HDR (Quantum, SHARPv2): one active streaming tree per switch. On
+    // rails each rail switch has one tree; on one switch all eight share it.
+    let rails = machine("dgx-a100", sharp());
+    let single = machine(
+        "dgx-a100",
+        ClusterOptions {
+            fabric: TopoFabric::SingleSwitch,
+            sharp: true,
+            ..Default::default()
+        },
+    );
+    let t = |m: &Machine| {
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        time_us(&f, Collective::AllReduce, GIB, Some(AlgoChoice::CollNet))
+    };
+    let (tr, ts) = (t(&rails), t(&single));
+    // One port's rate (25 GB/s) instead of eight: at least 5x slower.
+    assert!(ts > 5.0 * tr, "single switch {ts} us vs rails {tr} us");
+    // NDR (Quantum-2, SHARPv3): one tree per port, no such limit.
+    let ndr_rails = machine("dgx-h100", sharp());
+    let ndr_single = machine(
+        "dgx-h100",
+        ClusterOptions {
+            fabric: TopoFabric::SingleSwitch,
+            sharp: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(t(&ndr_rails), t(&ndr_single));
+}
+
+#[test]
+fn a_non_blocking_network_gives_todays_results_exactly() {
+    let rails = Machine::preset("dgx-h100").unwrap();
+    for opts in [
+        leaf_spine(4, 1.0),
+        leaf_spine(1, 1.0),
+        ClusterOptions {
+            fabric: TopoFabric::SingleSwitch,
+            ..Default::default()
+        },
+    ] {
+        let m = rails.clone().with_cluster_options(&opts).unwrap();
+        let (a, b) = (
+            rails.fabric(Engine::Nccl, 8).unwrap(),
+            m.fabric(Engine::Nccl, 8).unwrap(),
+        );
+        assert!(!b.has_uplinks());
+        assert_eq!(a.capacities(), b.capacities());
+        for (c, bytes) in [
+            (Collective::AllReduce, 64 << 20),
+            (Collective::AllReduce, 1 << 20),
+            (Collective::AllToAll, 8 << 20),
+        ] {
+            let opts = CollOptions::default();
+            let (x, y) = (
+                simulate(&a, c, bytes, &opts).unwrap(),
+                simulate(&b, c, bytes, &opts).unwrap(),
+            );
+            assert_eq!((x.time, x.algorithm), (y.time, y.algorithm));
+        }
+    }
+}
+
+#[test]
+fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
+    // One GPU per node and one node per leaf: every transfer crosses a leaf
+    // uplink, shared by the node's eight channels (one per rail).
+    let base = |os: f64| {
+        let mut m = machine("dgx-h100", leaf_spine(1, os));
+        m.gpus_used = Some(1);
+        m.fabric(Engine::Nccl, 2).unwrap()
+    };
+    let f1 = base(1.0);
+    let caps = f1.capacities();
+    let nics = f1.machine.node.nics as f64;
+    // The slowest link of each rail's route when non-blocking.
+    let r1 = (0..nics as u16)
+        .map(|c| {
+            let r = f1.route(0, 1, c).unwrap();
+            r.links
+                .iter()
+                .map(|&l| caps[l as usize])
+                .fold(f64::INFINITY, f64::min)
+        })
+        .fold(f64::INFINITY, f64::min);
+    let t1 = time_us(&f1, Collective::AllReduce, GIB, ring());
+    for os in [2.0, 4.0, 8.0] {
+        let f = base(os);
+        assert!(f.has_uplinks());
+        let uplink_share = f.uplink_gbps(0).unwrap() / nics;
+        let expected = r1 / r1.min(uplink_share);
+        let t = time_us(&f, Collective::AllReduce, GIB, ring());
+        let got = t / t1;
+        assert!(
+            (got / expected - 1.0).abs() < 0.03,
+            "{os}:1: {got:.3}x slower, expected {expected:.3}x"
+        );
+    }
+}
+
+#[test]
+fn a_ring_crosses_each_uplink_with_one_nodes_traffic() {
+    // Two nodes per leaf: the ring's only inter-leaf hops are one node's
+    // worth per leaf, so its uplink binds only past 2:1. (Two GPUs per
+    // node keep the fully simulated runs small.)
+    let t = |os: f64, c: Collective, bytes: u64, algo| {
+        let mut m = machine("dgx-h100", leaf_spine(2, os));
+        m.gpus_used = Some(2);
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        time_us(&f, c, bytes, algo)
+    };
+    let ar = Collective::AllReduce;
+    let t1 = t(1.0, ar, GIB, ring());
+    assert_eq!(t(2.0, ar, GIB, ring()), t1);
+    assert!(t(4.0, ar, GIB, ring()) > 1.5 * t1);
+    // All-to-all sends half of every node's data across the spine: a
+    // leaf's uplink carries one node's worth, its NICs 3/4 of it, so 4:1
+    // (uplink at half a node's NIC rate) is about 8/3 slower.
+    let a1 = t(1.0, Collective::AllToAll, 32 << 20, None);
+    let a4 = t(4.0, Collective::AllToAll, 32 << 20, None);
+    assert!(a4 > 2.0 * a1, "{a4} vs {a1}");
+}
+
+#[test]
+fn sharp_sends_one_stream_per_tree_up_each_leaf() {
+    // Four nodes per leaf at 4:1: a leaf's uplink has one node's NIC rate.
+    // The ring's inter-leaf hop fits, and so does SHARP's one reduced
+    // stream per rail; at 16:1 SHARP's uplink binds.
+    let m = |os: f64| {
+        let mut o = leaf_spine(4, os);
+        o.sharp = true;
+        machine("dgx-h100", o).fabric(Engine::Nccl, 8).unwrap()
+    };
+    let c = |f: &ClusterFabric| time_us(f, Collective::AllReduce, GIB, Some(AlgoChoice::CollNet));
+    let (c1, c4, c16) = (c(&m(1.0)), c(&m(4.0)), c(&m(16.0)));
+    assert_eq!(c1, c4);
+    assert!(c16 > 1.5 * c1, "{c16} vs {c1}");
+}
+
+#[test]
+fn symmetry_reduction_matches_full_simulation_where_it_applies() {
+    let m = machine("dgx-h100", leaf_spine(2, 1.0));
+    let f = m.fabric(Engine::Nccl, 4).unwrap();
+    assert!(f.node_orbits().is_some());
+    for a in [Algorithm::Ring, Algorithm::Tree] {
+        let run = |symmetry: bool| {
+            let opts = CollOptions {
+                algorithm: Some(AlgoChoice::Schedule(a)),
+                symmetry,
+                ..Default::default()
+            };
+            simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap()
+        };
+        let (s, full) = (run(true), run(false));
+        let rel = (s.time.as_us() - full.time.as_us()).abs() / full.time.as_us();
+        assert!(rel < 1e-9, "{}: {} vs {}", a.name(), s.time, full.time);
+    }
+    // Oversubscribed leaves break node translation: no reduction offered.
+    let m = machine("dgx-h100", leaf_spine(2, 2.0));
+    let f = m.fabric(Engine::Nccl, 4).unwrap();
+    assert!(f.node_orbits().is_none());
+    let opts = CollOptions {
+        algorithm: ring(),
+        ..Default::default()
+    };
+    let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();
+    assert_eq!(r.exec.unwrap().simulated_ranks, f.ranks());
+}
+
+#[test]
+fn a_multi_node_topology_describes_its_network() {
+    for (opts, layout) in [
+        (
+            ClusterOptions {
+                nodes: 8,
+                fabric: TopoFabric::LeafSpine,
+                nodes_per_leaf: 4,
+                oversubscription: 2.0,
+                sharp: true,
+                ..Default::default()
+            },
+            NetLayout::LeafSpine { nodes_per_leaf: 4 },
+        ),
+        (
+            ClusterOptions {
+                nodes: 3,
+                ..Default::default()
+            },
+            NetLayout::Rails,
+        ),
+        (
+            ClusterOptions {
+                nodes: 3,
+                fabric: TopoFabric::SingleSwitch,
+                ..Default::default()
+            },
+            NetLayout::SingleSwitch,
+        ),
+    ] {
+        let t = gpucomm_topo::select("dgx-h100", &opts).unwrap();
+        let from_file = Machine::from_topology(&t).unwrap();
+        assert_eq!(from_file.network.layout, layout);
+        assert_eq!(from_file.network.sharp, opts.sharp);
+        assert_eq!(from_file.network.ib, Some(gpucomm_topo::IbSpeed::Ndr));
+        if layout != NetLayout::Rails {
+            assert!((from_file.network.oversubscription - opts.oversubscription).abs() < 1e-9);
+        }
+        // The same network as the options give a one-node preset.
+        let replicated = machine("dgx-h100", opts.clone());
+        assert_eq!(
+            from_file.network.layout, replicated.network.layout,
+            "{layout:?}"
+        );
+        let (a, b) = (
+            from_file.fabric(Engine::Nccl, opts.nodes).unwrap(),
+            replicated.fabric(Engine::Nccl, opts.nodes).unwrap(),
+        );
+        assert_eq!(a.capacities(), b.capacities());
+    }
+}

@@ -1,0 +1,81 @@
+//! NCCL's wire protocols in the collective model: LL wins small messages,
+//! Simple wins large ones, and the protocol rules follow NCCL's.
+
+use gpucomm_algo::Collective;
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::model::Protocol;
+use gpucomm_sim::{Engine, Machine};
+
+fn run(
+    preset: &str,
+    nodes: usize,
+    bytes: u64,
+    algo: &str,
+    proto: Option<Protocol>,
+) -> (f64, Protocol) {
+    let f = Machine::preset(preset)
+        .unwrap()
+        .fabric(Engine::Nccl, nodes)
+        .unwrap();
+    let opts = CollOptions {
+        algorithm: AlgoChoice::parse(algo),
+        protocol: proto,
+        ..Default::default()
+    };
+    let r = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+    (r.time.as_us(), r.protocol)
+}
+
+#[test]
+fn small_messages_pick_ll_and_large_ones_simple() {
+    let (t_small, p_small) = run("dgx-h100", 1, 8, "ring", None);
+    assert_eq!(p_small, Protocol::Ll);
+    let (t_simple, _) = run("dgx-h100", 1, 8, "ring", Some(Protocol::Simple));
+    // Ring all_reduce on 8 GPUs: 14 steps; NCCL's figures (tuning.cc):
+    // Simple 8.4 + 14 x 3.4 us, LL 6.6 + 14 x 0.6 us; the hops' own
+    // latency is the same for both, so the difference is exact.
+    let d = t_simple - t_small;
+    assert!(
+        (d - (8.4 - 6.6 + 14.0 * (3.4 - 0.6))).abs() < 0.05,
+        "Simple {t_simple} us, LL {t_small} us"
+    );
+    let (_, p_large) = run("dgx-h100", 1, 1 << 30, "ring", None);
+    assert_eq!(p_large, Protocol::Simple);
+}
+
+#[test]
+fn ll_halves_the_bandwidth_and_ll128_costs_one_line_in_sixteen() {
+    let big = 1u64 << 30;
+    let (simple, _) = run("dgx-h100", 1, big, "ring", Some(Protocol::Simple));
+    let (ll, _) = run("dgx-h100", 1, big, "ring", Some(Protocol::Ll));
+    let (ll128, _) = run("dgx-h100", 1, big, "ring", Some(Protocol::Ll128));
+    let r = ll / simple;
+    assert!((1.9..2.05).contains(&r), "LL/Simple time at 1 GiB: {r}");
+    let r = ll128 / simple;
+    assert!((1.03..1.09).contains(&r), "LL128/Simple time at 1 GiB: {r}");
+}
+
+#[test]
+fn protocol_rules_follow_nccl() {
+    // LL128 needs GPUs joined by NVLink.
+    let f = Machine::preset("pcie-8gpu")
+        .unwrap()
+        .fabric(Engine::Nccl, 1)
+        .unwrap();
+    let opts = CollOptions {
+        algorithm: AlgoChoice::parse("ring"),
+        protocol: Some(Protocol::Ll128),
+        ..Default::default()
+    };
+    let e = simulate(&f, Collective::AllReduce, 1 << 20, &opts).unwrap_err();
+    assert!(e.to_string().contains("LL128"), "{e}");
+    // The tuner never picks it there.
+    let r = simulate(&f, Collective::AllReduce, 1 << 20, &CollOptions::default()).unwrap();
+    assert_ne!(r.protocol, Protocol::Ll128);
+    assert!(r.candidates.iter().all(|c| c.1 != Protocol::Ll128));
+    // NVLS runs Simple only.
+    let (_, p) = run("dgx-h100", 1, 8, "nvls", None);
+    assert_eq!(p, Protocol::Simple);
+    assert_eq!(Protocol::parse("ll128"), Some(Protocol::Ll128));
+    assert_eq!(Protocol::parse("fast"), None);
+}

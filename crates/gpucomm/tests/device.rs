@@ -1,0 +1,934 @@
+//! Collectives on device buffers ([`gpucomm::device`]).
+//!
+//! Without a GPU: everything host-side runs on [`FakeDevice`] (host memory,
+//! deferred stream work, IPC through `/proc/<pid>/fd`) — in-process ranks
+//! and real processes (this binary re-executes itself, as in
+//! `multiproc.rs`), IPC and staged paths, every call, op and dtype, in and
+//! out of place, and the error cases.
+//!
+//! With a GPU (`gpu_*` tests): the same cases on the CUDA backend, 2 and 4
+//! processes sharing device 0, both paths. Without one they print SKIPPED
+//! and pass, unless `GPUCOMM_REQUIRE_GPU=1`, which makes them fail.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpucomm::device::{DeviceBackend, DeviceComm, DeviceOptions, FakeDevice, GpuPath, Stream};
+use gpucomm::{
+    BootstrapConfig, Call, CallOptions, Communicator, DataType, Element, Error, Failure,
+    InProcessOptions, MemorySpace, ReduceOp, TransportChoice, bf16, f16,
+};
+use gpucomm_algo::block_partition;
+
+use common::{reduced, val};
+
+const ROLE: &str = "GPUCOMM_DEVICE_TEST_ROLE";
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    call: Call,
+    dtype: DataType,
+    count: usize,
+    in_place: bool,
+}
+
+/// Runs one case on this rank's device buffers and checks every element.
+fn run_case<T: Element>(dc: &DeviceComm, s: &Stream, case: &Case) -> Result<usize, String> {
+    let (n, me) = (dc.world_size(), dc.rank());
+    let (call, count) = (case.call, case.count);
+    let blk = |r: usize| block_partition(count, n, r);
+    let input_of = |r: usize| -> Vec<T> {
+        match call {
+            Call::AllGather => {
+                let (o, l) = blk(r);
+                (o..o + l).map(|i| val::<T>(call, r, i)).collect()
+            }
+            Call::AllToAll => (0..n * count).map(|i| val::<T>(call, r, i)).collect(),
+            Call::Barrier => vec![],
+            _ => (0..count).map(|i| val::<T>(call, r, i)).collect(),
+        }
+    };
+    let out_len = match call {
+        Call::ReduceScatter(_) => blk(me).1,
+        Call::AllToAll => n * count,
+        Call::Barrier => 0,
+        _ => count,
+    };
+    let mine = input_of(me);
+    let e = |e: Error| format!("rank {me}: {case:?}: {e}");
+    let host: Vec<T> = if case.in_place {
+        match call {
+            Call::AllGather => {
+                let mut b = vec![T::default(); count];
+                let (o, l) = blk(me);
+                b[o..o + l].copy_from_slice(&mine);
+                b
+            }
+            Call::ReduceScatter(_) => mine.clone(),
+            _ => {
+                let mut b = mine.clone();
+                b.resize(out_len.max(mine.len()), T::default());
+                b
+            }
+        }
+    } else {
+        // Garbage, so a missing write shows.
+        vec![T::from_i64(99); out_len]
+    };
+    let mut recv = dc.alloc_from(&host, s).map_err(e)?;
+    let send = if case.in_place {
+        None
+    } else {
+        Some(dc.alloc_from(&mine, s).map_err(e)?)
+    };
+    let ev = dc
+        .run(call, send.as_ref(), &mut recv, s, &CallOptions::default())
+        .map_err(e)?;
+    ev.wait().map_err(e)?;
+    if !ev.is_done().map_err(e)? {
+        return Err(format!("rank {me}: {case:?}: event not done after wait"));
+    }
+    let got = recv.to_vec(s).map_err(e)?;
+    let (expect, at): (Vec<T>, usize) = match call {
+        Call::AllReduce(op) => (
+            (0..count).map(|i| reduced::<T>(call, n, i, op)).collect(),
+            0,
+        ),
+        Call::ReduceScatter(op) => {
+            let (o, l) = blk(me);
+            (
+                (o..o + l).map(|i| reduced::<T>(call, n, i, op)).collect(),
+                if case.in_place { o } else { 0 },
+            )
+        }
+        Call::AllGather => ((0..n).flat_map(input_of).collect(), 0),
+        Call::Broadcast { root } => (input_of(root), 0),
+        Call::Reduce { op, root } if me == root => (
+            (0..count).map(|i| reduced::<T>(call, n, i, op)).collect(),
+            0,
+        ),
+        Call::AllToAll => (
+            (0..n)
+                .flat_map(|q| input_of(q)[me * count..(me + 1) * count].to_vec())
+                .collect(),
+            0,
+        ),
+        Call::SendRecv { shift } => (input_of((me + n - shift % n) % n), 0),
+        _ => (vec![], 0),
+    };
+    for (i, x) in expect.iter().enumerate() {
+        if got[at + i] != *x {
+            return Err(format!(
+                "rank {me}: {case:?} on the {} path: element {i} is {:?}, expected {x:?}",
+                dc.path(),
+                got[at + i]
+            ));
+        }
+    }
+    Ok(expect.len())
+}
+
+fn run_dyn(dc: &DeviceComm, s: &Stream, case: &Case) -> Result<usize, String> {
+    match case.dtype {
+        DataType::F32 => run_case::<f32>(dc, s, case),
+        DataType::F64 => run_case::<f64>(dc, s, case),
+        DataType::F16 => run_case::<f16>(dc, s, case),
+        DataType::Bf16 => run_case::<bf16>(dc, s, case),
+        DataType::I8 => run_case::<i8>(dc, s, case),
+        DataType::U8 => run_case::<u8>(dc, s, case),
+        DataType::I32 => run_case::<i32>(dc, s, case),
+        DataType::U32 => run_case::<u32>(dc, s, case),
+        DataType::I64 => run_case::<i64>(dc, s, case),
+        DataType::U64 => run_case::<u64>(dc, s, case),
+    }
+}
+
+fn calls(n: usize) -> Vec<Call> {
+    let mut calls = vec![Call::AllGather, Call::AllToAll, Call::Barrier];
+    for op in ReduceOp::ALL {
+        calls.push(Call::AllReduce(op));
+        calls.push(Call::ReduceScatter(op));
+        calls.push(Call::Reduce { op, root: n - 1 });
+    }
+    calls.push(Call::Broadcast { root: 0 });
+    calls.push(Call::Broadcast { root: n / 2 });
+    calls.push(Call::SendRecv { shift: 1 });
+    calls.push(Call::SendRecv { shift: n + 1 });
+    calls
+}
+
+/// `full`: every call x op x dtype, in and out of place, counts 1 and 37
+/// (plus 0 and 1001 on a rotation). Otherwise dtypes rotate over the calls.
+fn cases(n: usize, full: bool) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut k = 0usize;
+    for call in calls(n) {
+        let dtypes: Vec<DataType> = if full {
+            DataType::ALL.to_vec()
+        } else {
+            vec![DataType::ALL[k % 10], DataType::ALL[(k + 3) % 10]]
+        };
+        for dtype in dtypes {
+            for in_place in [false, true] {
+                let extra = [0, 1001][k % 2];
+                k += 1;
+                for count in [1, 37, extra] {
+                    out.push(Case {
+                        call,
+                        dtype,
+                        count,
+                        in_place,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn opts(path: GpuPath) -> DeviceOptions {
+    DeviceOptions { path: Some(path) }
+}
+
+/// `n` in-process ranks on one fake device, every case; returns the device
+/// for its counters.
+fn in_process(n: usize, path: GpuPath, full: bool) -> Arc<FakeDevice> {
+    let gpu = Arc::new(FakeDevice::new(1));
+    let comms = Communicator::in_process_with(
+        n,
+        &InProcessOptions {
+            timeout: Some(Duration::from_secs(60)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let cases = cases(n, full);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let (gpu, cases) = (gpu.clone(), &cases);
+                sc.spawn(move || {
+                    let dc = DeviceComm::new(c, gpu, 0, &opts(path)).unwrap();
+                    assert_eq!(dc.path(), path, "{}", dc.path_reason());
+                    let s = dc.stream().unwrap();
+                    let mut checked = 0;
+                    for case in cases {
+                        checked += run_dyn(&dc, &s, case).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                    checked
+                })
+            })
+            .collect();
+        for h in hs {
+            assert!(h.join().unwrap() > 0);
+        }
+    });
+    assert_eq!(gpu.live_allocations(), 0, "device memory leaked");
+    gpu
+}
+
+#[test]
+fn ipc_every_call_op_and_dtype_1_to_4_ranks() {
+    for n in 1..=4 {
+        let gpu = in_process(n, GpuPath::Ipc, n == 2 || n == 3);
+        let st = gpu.stats();
+        if n > 1 {
+            // Reductions ran as kernels on device memory.
+            assert!(st.reduce > 0 && st.d2d > 0, "{st:?}");
+        }
+        // Threads share addresses: no IPC handle was needed.
+        assert_eq!(st.ipc_open, 0, "{st:?}");
+    }
+}
+
+#[test]
+fn staged_every_call_op_and_dtype_2_and_3_ranks() {
+    for n in [2, 3] {
+        let gpu = in_process(n, GpuPath::Staged, n == 2);
+        let st = gpu.stats();
+        // Reductions ran on the host; data went through registered memory.
+        assert_eq!(st.reduce, 0, "{st:?}");
+        assert_eq!(st.d2d, 0, "{st:?}");
+        assert!(st.register_host >= 2 * n as u64, "{st:?}");
+    }
+}
+
+/// Runs `f(rank, DeviceComm)` on `n` in-process ranks; returns the results.
+fn with_ranks<R: Send>(
+    n: usize,
+    gpus: &[Arc<FakeDevice>],
+    devices: &[u32],
+    path: GpuPath,
+    f: impl Fn(Result<DeviceComm, Error>) -> R + Sync,
+) -> Vec<R> {
+    let comms = Communicator::in_process_with(
+        n,
+        &InProcessOptions {
+            timeout: Some(Duration::from_secs(20)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let gpu: Arc<dyn DeviceBackend> = gpus[r % gpus.len()].clone();
+                let (f, d) = (&f, devices[r % devices.len()]);
+                sc.spawn(move || f(DeviceComm::new(c, gpu, d, &opts(path))))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn ranks_in_place_and_out_of_place_in_one_call() {
+    // Even ranks pass one buffer, odd ranks two: the phases (and barriers)
+    // must still line up, and nobody may overwrite what a peer reads.
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let n = 3;
+        let res = with_ranks(n, &[gpu], &[0], path, |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let mut checked = 0;
+            for call in calls(n) {
+                for (dtype, count) in [(DataType::I32, 5), (DataType::F16, 1001)] {
+                    let case = Case {
+                        call,
+                        dtype,
+                        count,
+                        in_place: dc.rank() % 2 == 0,
+                    };
+                    checked += run_dyn(&dc, &s, &case).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+            checked
+        });
+        assert!(res.iter().all(|&c| c > 0), "{path}");
+    }
+}
+
+#[test]
+fn point_to_point_on_device_buffers() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let res = with_ranks(2, &[gpu], &[0], path, |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let data: Vec<i64> = (0..1000).map(|i| i * 3 + dc.rank() as i64).collect();
+            let mut b = dc.alloc_from(&data, &s).unwrap();
+            if dc.rank() == 0 {
+                dc.run(
+                    Call::Send { peer: 1 },
+                    Some(&b),
+                    &mut dc.alloc(0).unwrap(),
+                    &s,
+                    &CallOptions::default(),
+                )
+                .unwrap()
+                .wait()
+                .unwrap();
+                vec![]
+            } else {
+                dc.run(
+                    Call::Recv { peer: 0 },
+                    None,
+                    &mut b,
+                    &s,
+                    &CallOptions::default(),
+                )
+                .unwrap()
+                .wait()
+                .unwrap();
+                b.to_vec(&s).unwrap()
+            }
+        });
+        let want: Vec<i64> = (0..1000).map(|i| i * 3).collect();
+        assert_eq!(res[1], want, "{path}");
+    }
+}
+
+#[test]
+fn pinned_host_buffers_are_registered_and_valid_collective_buffers() {
+    let gpu = Arc::new(FakeDevice::new(1));
+    let res = with_ranks(3, std::slice::from_ref(&gpu), &[0], GpuPath::Ipc, |dc| {
+        let dc = dc.unwrap();
+        let mut b = dc.alloc_host::<f32>(10_000).unwrap();
+        assert_eq!(b.space(), MemorySpace::HostPinned);
+        assert!(b.is_shared());
+        b.iter_mut().for_each(|x| *x = dc.rank() as f32 + 1.0);
+        dc.comm()
+            .all_reduce_in_place(&mut b, ReduceOp::Sum)
+            .unwrap();
+        // And a device copy from/to it.
+        let s = dc.stream().unwrap();
+        let d = dc.alloc_from(&b, &s).unwrap();
+        d.copy_to_host(&mut b, &s).unwrap();
+        b.to_vec()
+    });
+    for r in res {
+        assert!(r.iter().all(|&x| x == 6.0));
+    }
+    assert_eq!(gpu.stats().register_host, 3);
+}
+
+#[test]
+fn auto_picks_ipc_with_p2p_and_staged_without() {
+    let gpu = Arc::new(FakeDevice::new(2));
+    let paths = with_ranks(2, &[gpu], &[0, 1], GpuPath::Auto, |dc| dc.unwrap().path());
+    assert_eq!(paths, vec![GpuPath::Ipc; 2]);
+    let gpu = Arc::new(FakeDevice::without_peer_access(2));
+    let r = with_ranks(
+        2,
+        std::slice::from_ref(&gpu),
+        &[0, 1],
+        GpuPath::Auto,
+        |dc| {
+            let dc = dc.unwrap();
+            (dc.path(), dc.path_reason().to_string())
+        },
+    );
+    for (p, why) in r {
+        assert_eq!(p, GpuPath::Staged);
+        assert!(why.contains("no P2P"), "{why}");
+    }
+    // Several ranks on one device: IPC.
+    let gpu = Arc::new(FakeDevice::without_peer_access(2));
+    let paths = with_ranks(3, &[gpu], &[0], GpuPath::Auto, |dc| dc.unwrap().path());
+    assert_eq!(paths, vec![GpuPath::Ipc; 3]);
+    // Forcing IPC where it cannot work fails on every rank, clearly.
+    let errs = with_ranks(2, &[gpu_np()], &[0, 1], GpuPath::Ipc, |dc| {
+        dc.unwrap_err().to_string()
+    });
+    for e in errs {
+        assert!(
+            e.contains("GPUCOMM_GPU_PATH=ipc") && e.contains("P2P"),
+            "{e}"
+        );
+    }
+}
+
+fn gpu_np() -> Arc<FakeDevice> {
+    Arc::new(FakeDevice::without_peer_access(2))
+}
+
+#[test]
+fn wrong_device_and_wrong_space_are_clear_errors() {
+    // A device that does not exist: every rank fails, none hangs.
+    let errs = with_ranks(
+        2,
+        &[Arc::new(FakeDevice::new(1))],
+        &[0, 5],
+        GpuPath::Auto,
+        |dc| dc.unwrap_err().to_string(),
+    );
+    assert!(errs[1].contains("device 5"), "{}", errs[1]);
+    assert!(
+        errs[0].contains("could not open their device"),
+        "{}",
+        errs[0]
+    );
+    // A buffer of another backend or device.
+    let other = Arc::new(FakeDevice::new(2));
+    let res = with_ranks(
+        1,
+        &[Arc::new(FakeDevice::new(1))],
+        &[0],
+        GpuPath::Ipc,
+        |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let c2 = Communicator::in_process(1).unwrap().pop().unwrap();
+            let foreign = DeviceComm::new(c2, other.clone(), 1, &opts(GpuPath::Ipc)).unwrap();
+            let theirs = foreign.alloc::<f32>(4).unwrap();
+            let mut mine = dc.alloc::<f32>(4).unwrap();
+            let e1 = dc
+                .all_reduce(&theirs, &mut mine, ReduceOp::Sum, &s)
+                .unwrap_err()
+                .to_string();
+            let fs = foreign.stream().unwrap();
+            let e2 = dc
+                .all_reduce_in_place(&mut mine, ReduceOp::Sum, &fs)
+                .unwrap_err()
+                .to_string();
+            let mut short = dc.alloc::<f32>(3).unwrap();
+            let e3 = dc
+                .all_reduce(&mine, &mut short, ReduceOp::Sum, &s)
+                .unwrap_err()
+                .to_string();
+            let e4 = mine.copy_from_host(&[1.0; 5], &s).unwrap_err().to_string();
+            // Host Buffers cannot be device memory.
+            let e5 = dc
+                .comm()
+                .alloc_in::<f32>(4, MemorySpace::Device(0))
+                .unwrap_err()
+                .to_string();
+            [e1, e2, e3, e4, e5]
+        },
+    );
+    let [e1, e2, e3, e4, e5] = &res[0];
+    assert!(
+        e1.contains("send buffer") && e1.contains("device 1"),
+        "{e1}"
+    );
+    assert!(e2.contains("stream"), "{e2}");
+    assert!(e3.contains("send has 4 elements, recv 3"), "{e3}");
+    assert!(e4.contains("5 elements"), "{e4}");
+    assert!(e5.contains("DeviceComm::alloc"), "{e5}");
+}
+
+#[test]
+fn mismatched_calls_fail_on_every_rank() {
+    let gpu = Arc::new(FakeDevice::new(1));
+    let res = with_ranks(3, &[gpu], &[0], GpuPath::Ipc, |dc| {
+        let dc = dc.unwrap();
+        let s = dc.stream().unwrap();
+        let n = if dc.rank() == 2 { 9 } else { 8 };
+        let mut b = dc.alloc_from(&vec![1u32; n], &s).unwrap();
+        dc.all_reduce_in_place(&mut b, ReduceOp::Sum, &s)
+            .unwrap_err()
+    });
+    for e in res {
+        assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
+    }
+}
+
+#[test]
+fn a_device_failure_on_one_rank_ends_every_rank_without_hanging() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let bad = Arc::new(FakeDevice::new(1));
+        // In-process ranks share a backend on the IPC path (both may hit
+        // the failure); on the staged path only rank 0's backend fails.
+        let gpus = if path == GpuPath::Ipc {
+            bad.fail_on(Some("reduce"));
+            vec![bad.clone()]
+        } else {
+            bad.fail_on(Some("copy_d2h"));
+            vec![bad.clone(), Arc::new(FakeDevice::new(1))]
+        };
+        let t0 = Instant::now();
+        let res = with_ranks(2, &gpus, &[0], path, |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let mut b = dc.alloc_from(&[1.0f64; 100], &s).unwrap();
+            let r = dc.all_reduce_in_place(&mut b, ReduceOp::Sum, &s);
+            r.map(|_| ()).unwrap_err().to_string()
+        });
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{path}: took {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            res.iter().any(|e| e.contains("injected failure")),
+            "{path}: {res:?}"
+        );
+        if path == GpuPath::Staged {
+            assert!(res[0].contains("injected failure"), "{}", res[0]);
+        }
+    }
+}
+
+#[test]
+fn no_gpu_is_a_clear_error() {
+    match gpucomm::device::open_cuda() {
+        Ok(g) => eprintln!(
+            "a GPU is present ({} devices): nothing to check",
+            g.device_count()
+        ),
+        Err(e) => {
+            assert!(matches!(e, Error::NoGpu(_)), "{e}");
+            assert!(e.to_string().starts_with("no GPU: "), "{e}");
+            let c = Communicator::in_process(1).unwrap().pop().unwrap();
+            let e = DeviceComm::cuda(c, 0, &DeviceOptions::default()).unwrap_err();
+            assert!(e.to_string().starts_with("no GPU: "), "{e}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Real processes: the test binary re-executes itself, one process per rank.
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Spawns `n` ranks running `scenario`; returns (exit code, output) per rank.
+fn job(
+    scenario: &str,
+    n: usize,
+    backend: &str,
+    path: GpuPath,
+    limit: Duration,
+) -> Vec<(i32, String)> {
+    let groups: Vec<String> = (0..n).map(|r| r.to_string()).collect();
+    job_groups(scenario, n, &groups, backend, path, limit)
+}
+
+/// Like [`job`], one process per group of ranks (`"0+1"`: ranks 0 and 1 as
+/// threads of one process).
+fn job_groups(
+    scenario: &str,
+    n: usize,
+    groups: &[String],
+    backend: &str,
+    path: GpuPath,
+    limit: Duration,
+) -> Vec<(i32, String)> {
+    let port = free_port();
+    let exe = std::env::current_exe().unwrap();
+    let token = format!("dev-{}-{port}", std::process::id());
+    let mut children: Vec<Child> = groups
+        .iter()
+        .map(|r| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "worker",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(
+                    ROLE,
+                    format!("{scenario},{r},{n},127.0.0.1:{port},{token},{backend},{path}"),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    for c in children.iter_mut() {
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                let mut s = String::new();
+                use std::io::Read;
+                c.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+                c.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+                out.push((st.code().unwrap_or(-1), s));
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                out.push((-2, "HUNG: killed by the test".into()));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    out
+}
+
+fn all_ok(res: &[(i32, String)]) {
+    for (r, (code, out)) in res.iter().enumerate() {
+        assert_eq!(*code, 0, "rank {r} failed:\n{out}");
+        assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
+    }
+}
+
+/// The worker role: never runs unless re-executed by a test.
+#[test]
+#[ignore]
+fn worker() {
+    let Ok(spec) = std::env::var(ROLE) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split(',').collect();
+    let (scenario, n) = (f[0], f[2].parse::<usize>().unwrap());
+    let ranks: Vec<usize> = f[1].split('+').map(|r| r.parse().unwrap()).collect();
+    let path = GpuPath::parse(f[6]).unwrap();
+    // Threads of one process share one backend.
+    let fake = Arc::new(FakeDevice::new(1));
+    let backend: Arc<dyn DeviceBackend> = match f[5] {
+        "cuda" => gpucomm::device::open_cuda().unwrap_or_else(|e| panic!("{e}")),
+        _ => fake.clone(),
+    };
+    let one = |rank: usize| {
+        let cfg = BootstrapConfig {
+            rank,
+            world_size: n,
+            local_rank: Some(rank),
+            local_world_size: Some(n),
+            store_addr: f[3].to_string(),
+            token: f[4].to_string(),
+            transport: TransportChoice::Shm,
+            algorithm: None,
+            timeout: Duration::from_secs(60),
+        };
+        let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        let dc = DeviceComm::new(c, backend.clone(), 0, &opts(path))
+            .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert_eq!(dc.path(), path);
+        let s = dc.stream().unwrap();
+        match scenario {
+            "cases" | "full" => {
+                let mut checked = 0;
+                for case in cases(n, scenario == "full") {
+                    checked += run_dyn(&dc, &s, &case).unwrap_or_else(|e| panic!("{e}"));
+                }
+                println!("rank {rank}: {checked} elements checked");
+            }
+            "cache" => {
+                // The same buffers, many calls: each peer buffer is opened once.
+                let mut send = dc.alloc_from(&vec![rank as u32 + 1; 4096], &s).unwrap();
+                let mut recv = dc.alloc::<u32>(4096).unwrap();
+                for _ in 0..10 {
+                    dc.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                }
+                let want = (n * (n + 1) / 2) as u32;
+                assert!(recv.to_vec(&s).unwrap().iter().all(|&x| x == want));
+                if f[5] == "fake" {
+                    assert_eq!(
+                        fake.stats().ipc_open,
+                        2 * (n as u64 - 1),
+                        "{:?}",
+                        fake.stats()
+                    );
+                    assert_eq!(fake.stats().ipc_export, 2, "{:?}", fake.stats());
+                }
+                // In place on the same buffers.
+                dc.all_reduce_in_place(&mut send, ReduceOp::Max, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert!(send.to_vec(&s).unwrap().iter().all(|&x| x == n as u32));
+                // Dropped exported buffers stay allocated until the next
+                // call has told the peers, who close them; then they go.
+                let before = fake.live_allocations();
+                drop((send, recv));
+                if f[5] == "fake" {
+                    assert_eq!(
+                        fake.live_allocations(),
+                        before,
+                        "freed while peers map them"
+                    );
+                    assert_eq!(fake.stats().ipc_close, 0);
+                }
+                let mut b = dc.alloc_from(&[1.5f64; 100], &s).unwrap();
+                dc.all_reduce_in_place(&mut b, ReduceOp::Sum, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert!(b.to_vec(&s).unwrap().iter().all(|&x| x == 1.5 * n as f64));
+                if f[5] == "fake" {
+                    let st = fake.stats();
+                    assert_eq!(st.ipc_close, 2 * (n as u64 - 1), "{st:?}");
+                    // The two old buffers went; `b` came.
+                    assert_eq!(fake.live_allocations(), before - 1, "{st:?}");
+                }
+            }
+            "crash" => {
+                // Rank 1 dies after setup; the others must fail, not hang.
+                if rank == 1 {
+                    std::process::exit(7);
+                }
+                let mut b = dc.alloc_from(&[1.0f32; 64], &s).unwrap();
+                let e = dc
+                    .all_reduce_in_place(&mut b, ReduceOp::Sum, &s)
+                    .unwrap_err();
+                println!("rank {rank}: {e}");
+            }
+            other => panic!("unknown scenario {other}"),
+        }
+    };
+    if let [r] = ranks[..] {
+        one(r);
+    } else {
+        std::thread::scope(|sc| {
+            for &r in &ranks {
+                let one = &one;
+                sc.spawn(move || one(r));
+            }
+        });
+    }
+    println!("WORKER-OK");
+}
+
+#[test]
+fn processes_fake_ipc_2_and_4_ranks() {
+    all_ok(&job(
+        "full",
+        2,
+        "fake",
+        GpuPath::Ipc,
+        Duration::from_secs(120),
+    ));
+    all_ok(&job(
+        "cases",
+        4,
+        "fake",
+        GpuPath::Ipc,
+        Duration::from_secs(120),
+    ));
+}
+
+#[test]
+fn processes_fake_staged_2_and_4_ranks() {
+    all_ok(&job(
+        "cases",
+        2,
+        "fake",
+        GpuPath::Staged,
+        Duration::from_secs(120),
+    ));
+    all_ok(&job(
+        "cases",
+        4,
+        "fake",
+        GpuPath::Staged,
+        Duration::from_secs(120),
+    ));
+}
+
+#[test]
+fn processes_and_threads_mixed() {
+    // Ranks 0 and 1 are threads of one process, rank 2 another process:
+    // descriptors carry IPC handles, which the threads use as addresses.
+    let groups = ["0+1".to_string(), "2".to_string()];
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        all_ok(&job_groups(
+            "cases",
+            3,
+            &groups,
+            "fake",
+            path,
+            Duration::from_secs(120),
+        ));
+    }
+}
+
+#[test]
+fn processes_open_each_peer_buffer_once() {
+    all_ok(&job(
+        "cache",
+        3,
+        "fake",
+        GpuPath::Ipc,
+        Duration::from_secs(60),
+    ));
+}
+
+#[test]
+fn processes_a_dead_rank_ends_the_others() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let res = job("crash", 3, "fake", path, Duration::from_secs(60));
+        assert_eq!(res[1].0, 7);
+        for r in [0, 2] {
+            assert_eq!(res[r].0, 0, "{path} rank {r}:\n{}", res[r].1);
+            assert!(res[r].1.contains("WORKER-OK"), "{}", res[r].1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// On a GPU.
+
+/// `Some(())` when a GPU is there; otherwise prints SKIPPED, or fails when
+/// `GPUCOMM_REQUIRE_GPU=1`.
+fn gpu_or_skip(test: &str) -> Option<()> {
+    match gpucomm::device::open_cuda() {
+        Ok(_) => Some(()),
+        Err(e) => {
+            if std::env::var(gpucomm_cuda::REQUIRE_GPU_ENV).as_deref() == Ok("1") {
+                panic!("{test}: {e} (GPUCOMM_REQUIRE_GPU=1)");
+            }
+            eprintln!("# {test}: SKIPPED (set GPUCOMM_REQUIRE_GPU=1 to fail instead): {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn gpu_processes_sharing_device_0_ipc() {
+    if gpu_or_skip("gpu_processes_sharing_device_0_ipc").is_none() {
+        return;
+    }
+    all_ok(&job(
+        "full",
+        2,
+        "cuda",
+        GpuPath::Ipc,
+        Duration::from_secs(300),
+    ));
+    all_ok(&job(
+        "full",
+        4,
+        "cuda",
+        GpuPath::Ipc,
+        Duration::from_secs(300),
+    ));
+    all_ok(&job(
+        "cache",
+        4,
+        "cuda",
+        GpuPath::Ipc,
+        Duration::from_secs(120),
+    ));
+}
+
+#[test]
+fn gpu_processes_sharing_device_0_staged() {
+    if gpu_or_skip("gpu_processes_sharing_device_0_staged").is_none() {
+        return;
+    }
+    all_ok(&job(
+        "full",
+        2,
+        "cuda",
+        GpuPath::Staged,
+        Duration::from_secs(300),
+    ));
+    all_ok(&job(
+        "full",
+        4,
+        "cuda",
+        GpuPath::Staged,
+        Duration::from_secs(300),
+    ));
+}
+
+#[test]
+fn gpu_threads_sharing_device_0() {
+    if gpu_or_skip("gpu_threads_sharing_device_0").is_none() {
+        return;
+    }
+    let gpu = gpucomm::device::open_cuda().unwrap();
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let comms = Communicator::in_process(2).unwrap();
+        let cases = cases(2, false);
+        std::thread::scope(|sc| {
+            for c in comms {
+                let (gpu, cases) = (gpu.clone(), &cases);
+                sc.spawn(move || {
+                    let dc = DeviceComm::new(c, gpu, 0, &opts(path)).unwrap();
+                    let s = dc.stream().unwrap();
+                    for case in cases {
+                        run_dyn(&dc, &s, case).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                });
+            }
+        });
+    }
+}
