@@ -1023,6 +1023,7 @@ mod tests {
             n: 2,
             route_cache: FxMap::default(),
             routes: Vec::new(),
+            conns: Vec::new(),
             transfers: Vec::new(),
             free_transfers: Vec::new(),
             pending: Vec::new(),
