@@ -27,6 +27,10 @@
 //! saturation and "no faster flow" tests: far below the picosecond
 //! resolution of event times for any realistic flow).
 //!
+//! The set is filled piece by piece (its connected components, given the
+//! held flows): small pieces by scanning their links, large ones with an
+//! indexed min-heap of links by fair share.
+//!
 //! In a cluster-wide ring, where every flow is coupled to every other
 //! through shared NVLink and NIC links, a flow ending usually moves a few
 //! dozen rates; refilling the component moved thousands. See
@@ -333,6 +337,15 @@ pub struct FlowNet {
     maxr: Vec<f64>,
     set: Vec<u32>,
     set_links: Vec<LinkId>,
+    // Components of the set: links grouped (`comp_links`, split at
+    // `comp_off`), marked per pass in `comp_mark` (links) and `visited`
+    // (flows).
+    comp_epoch: u32,
+    comp_mark: Vec<u32>,
+    visited: Vec<u32>,
+    comp_links: Vec<LinkId>,
+    comp_off: Vec<u32>,
+    stack: Vec<LinkId>,
     fill: IndexedHeap,
     // Accounting.
     link_bytes: Vec<f64>,
@@ -388,6 +401,12 @@ impl FlowNet {
             maxr: vec![0.0; n],
             set: Vec::new(),
             set_links: Vec::new(),
+            comp_epoch: 0,
+            comp_mark: vec![0; n],
+            visited: Vec::new(),
+            comp_links: Vec::new(),
+            comp_off: Vec::new(),
+            stack: Vec::new(),
             fill: IndexedHeap {
                 heap: Vec::new(),
                 pos: vec![NONE; n],
@@ -486,6 +505,7 @@ impl FlowNet {
                 self.route.resize(self.flows.len() * self.stride, 0);
                 self.in_set.push(0);
                 self.frozen.push(0);
+                self.visited.push(0);
                 self.new_rate.push(0.0);
                 self.new_bott.push(NONE);
                 self.done.grow(self.flows.len());
@@ -676,9 +696,18 @@ impl FlowNet {
         self.commit();
     }
 
+    /// A new epoch for `link_mark` and `frozen` (both cleared when it wraps).
+    fn next_round(&mut self) -> u32 {
+        let le = bump(&mut self.round_epoch, &mut self.link_mark);
+        if le == 1 {
+            self.frozen.iter_mut().for_each(|m| *m = 0);
+        }
+        le
+    }
+
     /// Grows the set to the connected component of links and flows it touches.
     fn close_over_component(&mut self) {
-        let le = bump(&mut self.round_epoch, &mut self.link_mark);
+        let le = self.next_round();
         let mut i = 0;
         while i < self.set.len() {
             let f = self.set[i] as usize;
@@ -703,7 +732,7 @@ impl FlowNet {
     /// left) of every link in `set_links`.
     fn fill_set(&mut self) {
         let se = self.set_epoch;
-        let le = bump(&mut self.round_epoch, &mut self.link_mark);
+        let le = self.next_round();
         self.stats.flows_recomputed += self.set.len() as u64;
         self.set_links.clear();
         for i in 0..self.set.len() {
@@ -731,14 +760,59 @@ impl FlowNet {
             self.rem[li] = rem.max(0.0);
             self.cnt[li] = cnt;
         }
-        // Repeatedly saturate the link with the smallest fair share and
-        // freeze its unfrozen members at that share. Few links: scan them;
-        // many: an indexed min-heap of links by share, re-keyed in place.
-        let use_heap = self.set_links.len() > SCAN_LINKS;
+        // The set falls apart into independent problems: links joined by a
+        // member (the other flows are held). Group the links by component.
+        let ce = bump(&mut self.comp_epoch, &mut self.comp_mark);
+        if ce == 1 {
+            // First pass or wrapped: `visited` shares the pass's epoch.
+            self.visited.iter_mut().for_each(|m| *m = 0);
+        }
+        self.comp_links.clear();
+        self.comp_off.clear();
+        self.comp_off.push(0);
+        for i in 0..self.set_links.len() {
+            let l0 = self.set_links[i];
+            if self.comp_mark[l0 as usize] == ce {
+                continue;
+            }
+            self.comp_mark[l0 as usize] = ce;
+            self.stack.push(l0);
+            while let Some(l) = self.stack.pop() {
+                self.comp_links.push(l);
+                for k in 0..self.link_flows[l as usize].len() {
+                    let g = self.link_flows[l as usize][k] as usize;
+                    if self.in_set[g] != se || self.visited[g] == ce {
+                        continue;
+                    }
+                    self.visited[g] = ce;
+                    let base = g * self.stride;
+                    for h in base..base + self.flows[g].hops as usize {
+                        let l2 = self.route[h];
+                        if self.comp_mark[l2 as usize] != ce {
+                            self.comp_mark[l2 as usize] = ce;
+                            self.stack.push(l2);
+                        }
+                    }
+                }
+            }
+            self.comp_off.push(self.comp_links.len() as u32);
+        }
+        for c in 0..self.comp_off.len() - 1 {
+            let (a, b) = (self.comp_off[c] as usize, self.comp_off[c + 1] as usize);
+            self.fill_component(a, b, le);
+        }
+    }
+
+    /// Progressive filling of one component (`comp_links[a..b]`): repeatedly
+    /// saturate the link with the smallest fair share and freeze its
+    /// unfrozen members at that share. Few links: scan them; many: an
+    /// indexed min-heap of links by share, re-keyed in place.
+    fn fill_component(&mut self, a: usize, b: usize, le: u32) {
+        let use_heap = b - a > SCAN_LINKS;
         self.fill.clear();
         if use_heap {
-            for i in 0..self.set_links.len() {
-                let l = self.set_links[i];
+            for i in a..b {
+                let l = self.comp_links[i];
                 let li = l as usize;
                 if self.cnt[li] > 0 {
                     let share = self.rem[li] / f64::from(self.cnt[li]);
@@ -754,7 +828,7 @@ impl FlowNet {
                 (l, f64::from_bits(share_bits))
             } else {
                 let mut best: Option<(LinkId, f64)> = None;
-                for &l in &self.set_links {
+                for &l in &self.comp_links[a..b] {
                     let li = l as usize;
                     if self.cnt[li] > 0 {
                         let sh = self.rem[li] / f64::from(self.cnt[li]);

@@ -221,7 +221,9 @@ fn scenario() -> impl Strategy<Value = (Vec<f64>, Vec<Spec>)> {
         });
         let spec = (
             0u64..4,
-            proptest::collection::btree_set(0..nl as u32, 1..=nl.min(4)),
+            // Routes may repeat a link (a symmetry-reduced route can cross two
+            // links of one orbit): the flow then counts twice on it.
+            proptest::collection::vec(0..nl as u32, 1..=4),
             1u32..50,
         )
             .prop_map(|(start, links, kb)| Spec {
@@ -238,15 +240,17 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// Incremental and whole-component allocations both equal water-filling
-    /// after every batch, and deliver every flow at the same picosecond
-    /// (give or take the rounding of one event time).
+    /// after every batch, and deliver every flow at the same time to within
+    /// 2 ps + 1e-6 relative (the rounding of event times to picoseconds).
     #[test]
     fn incremental_allocation_is_max_min_fair((caps, specs) in scenario()) {
         let (inc, _) = run_checked(&caps, &specs, false);
         let (full, _) = run_checked(&caps, &specs, true);
         for (i, (a, b)) in inc.iter().zip(&full).enumerate() {
             prop_assert!(*a != u64::MAX, "flow {i} never delivered");
-            prop_assert!(a.abs_diff(*b) <= 2, "flow {i}: incremental {a} ps, full {b} ps");
+            // Event times are whole picoseconds, rounded up from each rate
+            // change: a few picoseconds apart over microseconds is rounding.
+            prop_assert!(a.abs_diff(*b) <= 2 + b / 1_000_000, "flow {i}: incremental {a} ps, full {b} ps");
         }
     }
 }

@@ -992,6 +992,62 @@ mod tests {
     }
 
     #[test]
+    fn sends_pair_with_receives_in_order_and_a_lone_send_waits() {
+        // Rank 0 sends twice to rank 1 on channel 0; rank 1 receives once:
+        // the first send pairs with the receive, the second has no partner.
+        let send = Step {
+            kind: StepKind::Send {
+                peer: 1,
+                src: Slice::new(Buf::Input, 0, 4),
+            },
+            channel: 0,
+            deps: vec![],
+        };
+        let recv = Step {
+            kind: StepKind::Recv {
+                peer: 0,
+                dst: Slice::new(Buf::Output, 0, 4),
+            },
+            channel: 0,
+            deps: vec![],
+        };
+        let fabric = RingFabric(2);
+        let cfg = ExecConfig::default();
+        let mut ex = Exec {
+            net: FlowNet::new(&fabric.capacities()),
+            ranks: vec![
+                compact(0, &[send.clone(), send], 4, 2).unwrap(),
+                compact(1, &[recv], 4, 2).unwrap(),
+            ],
+            g: 2,
+            n: 2,
+            route_cache: FxMap::default(),
+            routes: Vec::new(),
+            conns: Vec::new(),
+            transfers: Vec::new(),
+            free_transfers: Vec::new(),
+            pending: Vec::new(),
+            free_pending: Vec::new(),
+            remaining: 3,
+            fabric: &fabric,
+            orbit: None,
+            elem: 4,
+            cfg: &cfg,
+            local_gbps: vec![1.0; 2],
+            spans: Vec::new(),
+            work: Vec::new(),
+        };
+        pair_partners(&mut ex.ranks, 2);
+        assert_eq!(ex.ranks[0].steps[0].partner, 0);
+        assert_eq!(ex.ranks[0].steps[1].partner, NO_PARTNER);
+        assert_eq!(ex.ranks[1].steps[0].partner, 0);
+        let launch = ex.alloc_pending_launch();
+        ex.on_timer(launch, SimTime::ZERO).unwrap();
+        assert_eq!(ex.net.active_flows(), 1, "the pair became a flow");
+        assert_eq!(ex.first_stuck(), (0, 1));
+    }
+
+    #[test]
     fn symmetry_reduction_equals_full_simulation() {
         use crate::machine::{Engine, Machine};
         let m = Machine::preset("dgx-a100").unwrap();

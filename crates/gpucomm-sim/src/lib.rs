@@ -21,7 +21,8 @@
 //! ```
 //!
 //! * [`engine`]: the flow network and event queue. Rates are recomputed
-//!   once per timestamp, only for the connected component touched.
+//!   once per timestamp, incrementally (only the flows a change can move,
+//!   checked against the max-min optimality condition).
 //! * [`exec`]: runs a schedule (dependencies, FIFO matching per
 //!   (sender, receiver, channel), rendezvous), with a node-translation
 //!   symmetry reduction that simulates one node's ranks when the fabric
