@@ -23,7 +23,7 @@ use gpucomm::{
 };
 use gpucomm_algo::block_partition;
 
-use common::{reduced, val};
+use common::reduced;
 
 const ROLE: &str = "GPUCOMM_DEVICE_TEST_ROLE";
 
@@ -40,23 +40,8 @@ fn run_case<T: Element>(dc: &DeviceComm, s: &Stream, case: &Case) -> Result<usiz
     let (n, me) = (dc.world_size(), dc.rank());
     let (call, count) = (case.call, case.count);
     let blk = |r: usize| block_partition(count, n, r);
-    let input_of = |r: usize| -> Vec<T> {
-        match call {
-            Call::AllGather => {
-                let (o, l) = blk(r);
-                (o..o + l).map(|i| val::<T>(call, r, i)).collect()
-            }
-            Call::AllToAll => (0..n * count).map(|i| val::<T>(call, r, i)).collect(),
-            Call::Barrier => vec![],
-            _ => (0..count).map(|i| val::<T>(call, r, i)).collect(),
-        }
-    };
-    let out_len = match call {
-        Call::ReduceScatter(_) => blk(me).1,
-        Call::AllToAll => n * count,
-        Call::Barrier => 0,
-        _ => count,
-    };
+    let input_of = |r: usize| common::input_of::<T>(call, count, n, r);
+    let out_len = common::out_len(call, count, n, me);
     let mine = input_of(me);
     let e = |e: Error| format!("rank {me}: {case:?}: {e}");
     let host: Vec<T> = if case.in_place {

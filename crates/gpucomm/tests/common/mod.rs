@@ -38,6 +38,29 @@ pub fn reduced<T: Element>(call: Call, n: usize, i: usize, op: ReduceOp) -> T {
     acc
 }
 
+/// Logical input of rank `r` of `n` for `call` on `count` elements.
+pub fn input_of<T: Element>(call: Call, count: usize, n: usize, r: usize) -> Vec<T> {
+    match call {
+        Call::AllGather => {
+            let (o, l) = block_partition(count, n, r);
+            (o..o + l).map(|i| val::<T>(call, r, i)).collect()
+        }
+        Call::AllToAll => (0..n * count).map(|i| val::<T>(call, r, i)).collect(),
+        Call::Barrier => vec![],
+        _ => (0..count).map(|i| val::<T>(call, r, i)).collect(),
+    }
+}
+
+/// Output length on rank `me` of `n` for `call` on `count` elements.
+pub fn out_len(call: Call, count: usize, n: usize, me: usize) -> usize {
+    match call {
+        Call::ReduceScatter(_) => block_partition(count, n, me).1,
+        Call::AllToAll => n * count,
+        Call::Barrier => 0,
+        _ => count,
+    }
+}
+
 /// Runs one case on this rank and checks the result; returns the number of
 /// checked elements.
 pub fn run_case<T: Element>(c: &Communicator, case: &Case) -> Result<usize, String> {
@@ -45,24 +68,8 @@ pub fn run_case<T: Element>(c: &Communicator, case: &Case) -> Result<usize, Stri
     let call = case.call;
     let count = case.count;
     let blk = |r: usize| block_partition(count, n, r);
-    // Logical input of rank r.
-    let input_of = |r: usize| -> Vec<T> {
-        match call {
-            Call::AllGather => {
-                let (o, l) = blk(r);
-                (o..o + l).map(|i| val::<T>(call, r, i)).collect()
-            }
-            Call::AllToAll => (0..n * count).map(|i| val::<T>(call, r, i)).collect(),
-            Call::Barrier => vec![],
-            _ => (0..count).map(|i| val::<T>(call, r, i)).collect(),
-        }
-    };
-    let out_len = match call {
-        Call::ReduceScatter(_) => blk(me).1,
-        Call::AllToAll => n * count,
-        Call::Barrier => 0,
-        _ => count,
-    };
+    let input_of = |r: usize| input_of::<T>(call, count, n, r);
+    let out_len = out_len(call, count, n, me);
     let mine = input_of(me);
     let opts = CallOptions {
         algorithm: case.algorithm,
