@@ -58,7 +58,7 @@ pub struct CollOptions {
     /// The algorithm; `None` lets the tuner pick (fastest simulated candidate).
     pub algorithm: Option<AlgoChoice>,
     /// NCCL's wire protocol; `None` lets the tuner pick among those NCCL
-    /// enables on the machine ([`model::nccl_protocol_enabled`]).
+    /// enables on the machine ([`model::nccl_protocol_check`]).
     pub protocol: Option<Protocol>,
     /// Channels; `None`: one per NIC on multi-node runs (as NCCL binds
     /// channels to NICs), one inside a node.
@@ -115,46 +115,47 @@ pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
 /// CollNet where the switches reduce; if neither ring nor tree implements
 /// the collective (all_to_all, sendrecv), every gpucomm algorithm that does.
 pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
-    let n = fabric.ranks();
-    let ok = |a: Algorithm| {
-        let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
-        Schedule::new(p, a).is_ok()
-    };
     // NCCL runs broadcast, reduce, all_gather and reduce_scatter on rings
     // only (tree is an all_reduce algorithm: NVIDIA/nccl src/graph/tuning.cc).
     let tree_ok = matches!(collective, Collective::AllReduce);
     let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
         .into_iter()
-        .filter(|&a| ok(a) && (a != Algorithm::Tree || tree_ok))
+        .filter(|&a| implements(fabric, collective, a) && (a != Algorithm::Tree || tree_ok))
         .map(AlgoChoice::Schedule)
         .collect();
     if v.is_empty() {
-        v = Algorithm::ALL
-            .into_iter()
-            .filter(|&a| ok(a))
-            .map(AlgoChoice::Schedule)
-            .collect();
+        v = schedules(fabric, collective);
     }
-    if nvls_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::Nvls);
-    }
-    if innet::collnet_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::CollNet);
-    }
+    v.extend(in_hardware(fabric, collective));
     v
 }
 
 /// Every algorithm that implements `collective` (for `--algorithm all`-style listings).
 pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let mut v = schedules(fabric, collective);
+    v.extend(in_hardware(fabric, collective));
+    v
+}
+
+/// Whether gpucomm-algo's `algorithm` implements `collective` on the fabric's ranks.
+fn implements(fabric: &ClusterFabric, collective: Collective, algorithm: Algorithm) -> bool {
     let n = fabric.ranks();
-    let mut v: Vec<AlgoChoice> = Algorithm::ALL
+    let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
+    Schedule::new(p, algorithm).is_ok()
+}
+
+/// Every gpucomm-algo algorithm that implements `collective`.
+fn schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    Algorithm::ALL
         .into_iter()
-        .filter(|&a| {
-            let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
-            Schedule::new(p, a).is_ok()
-        })
+        .filter(|&a| implements(fabric, collective, a))
         .map(AlgoChoice::Schedule)
-        .collect();
+        .collect()
+}
+
+/// The hardware algorithms (NVLS, CollNet) that can run `collective` here.
+fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let mut v = Vec::new();
     if nvls_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::Nvls);
     }
@@ -264,32 +265,33 @@ pub fn simulate(
     for c in choices {
         // Simple first: its simulated time bounds which other protocols can
         // win (see `protocol_estimate`).
-        let protocols: Vec<Protocol> = match opts.protocol {
+        let protocols = match opts.protocol {
             Some(p) => vec![p],
-            None => [Protocol::Simple, Protocol::Ll128, Protocol::Ll]
-                .into_iter()
-                .filter(|&p| model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink))
-                .collect(),
+            None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
         };
         let mut simple_time = None;
+        // The schedule's critical-path steps, counted once per algorithm.
+        let mut steps = None;
         for p in protocols {
-            if !model::nccl_protocol_enabled(c.name(), p, m.node.arch, nvlink) {
-                let why = if matches!(c, AlgoChoice::Nvls | AlgoChoice::CollNet) {
-                    "NVLS and CollNet run the Simple protocol only"
-                } else {
-                    "LL128 needs Volta or later and GPUs joined by NVLink"
-                };
-                last_err = Some(SimError::Model(format!(
-                    "NCCL does not run {} with the {} protocol on {} ({why})",
-                    c.name(),
-                    p.name(),
-                    m.name
-                )));
+            if let Err(why) = model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
+                if opts.protocol.is_some() {
+                    last_err = Some(SimError::Model(format!(
+                        "NCCL does not run {} with the {} protocol on {} ({why})",
+                        c.name(),
+                        p.name(),
+                        m.name
+                    )));
+                }
                 continue;
             }
             if let (Some(ts), Some((tb, ..)), AlgoChoice::Schedule(a)) = (simple_time, &best, c) {
-                let est = protocol_estimate(fabric, collective, bytes, a, opts.channels, ts, p)?;
-                if est > tb.as_secs_f64() * 1.1 {
+                let st = match steps {
+                    Some(st) => st,
+                    None => {
+                        *steps.insert(critical_steps(fabric, collective, bytes, a, opts.channels)?)
+                    }
+                };
+                if protocol_estimate(fabric, a, st, ts, p) > tb.as_secs_f64() * 1.1 {
                     continue;
                 }
             }
@@ -332,35 +334,45 @@ pub fn simulate(
     })
 }
 
-/// Estimated time, in seconds, of `algorithm` under `protocol`, from its
-/// simulated Simple time `simple`: the protocol's fixed costs (NCCL's
-/// launch and per-step latencies along the schedule's critical path,
-/// intra- and inter-node steps counted in closed form by gpucomm-algo)
-/// plus Simple's remaining (data) time scaled by the protocol's wire
-/// factor. The tuner simulates a protocol only when this estimate is within
-/// 10% of the best time simulated so far; at large sizes that skips LL
-/// (twice the bytes), at small ones nothing.
-fn protocol_estimate(
+/// Steps on the critical path of `algorithm`'s schedule, (intra-node,
+/// inter-node), counted in closed form by gpucomm-algo.
+fn critical_steps(
     fabric: &ClusterFabric,
     collective: Collective,
     bytes: u64,
     algorithm: Algorithm,
     channels: Option<u16>,
-    simple: SimTime,
-    protocol: Protocol,
-) -> Result<f64, SimError> {
+) -> Result<(u32, u32), SimError> {
     let s = schedule_for(fabric, collective, bytes, algorithm, channels)?;
     let pred = gpucomm_algo::predict(&s, &gpucomm_algo::CostModel::default());
+    Ok((pred.intra_steps, pred.inter_steps))
+}
+
+/// Estimated time, in seconds, of `algorithm` under `protocol`, from its
+/// simulated Simple time `simple`: the protocol's fixed costs (NCCL's
+/// launch and per-step latencies along the schedule's critical path,
+/// `steps` intra- and inter-node) plus Simple's remaining (data) time
+/// scaled by the protocol's wire factor. The tuner simulates a protocol
+/// only when this estimate is within 10% of the best time simulated so
+/// far; at large sizes that skips LL (twice the bytes), at small ones
+/// nothing.
+fn protocol_estimate(
+    fabric: &ClusterFabric,
+    algorithm: Algorithm,
+    (intra_steps, inter_steps): (u32, u32),
+    simple: SimTime,
+    protocol: Protocol,
+) -> f64 {
     let nvlink = !matches!(fabric.machine.node.nvlink, NvFabric::None);
     let fixed = |p: Protocol| {
         let o = model::nccl_overheads(algorithm.name(), p);
         let intra = if nvlink { o.step_nvlink } else { o.step_pcie };
         o.launch.as_secs_f64()
-            + f64::from(pred.intra_steps) * intra.as_secs_f64()
-            + f64::from(pred.inter_steps) * o.step_net.as_secs_f64()
+            + f64::from(intra_steps) * intra.as_secs_f64()
+            + f64::from(inter_steps) * o.step_net.as_secs_f64()
     };
     let data = (simple.as_secs_f64() - fixed(Protocol::Simple)).max(0.0);
-    Ok(fixed(protocol) + protocol.wire_factor() * data)
+    fixed(protocol) + protocol.wire_factor() * data
 }
 
 fn run_one(

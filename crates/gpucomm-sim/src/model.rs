@@ -260,14 +260,23 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
 
 /// Whether NCCL enables `protocol` by default for `algo` on a machine whose
 /// GPUs are (`nvlink`) or are not joined by NVLink (NVIDIA/nccl
-/// `src/graph/tuning.cc`): NVLS and CollNet run Simple only; LL128 needs Volta or
-/// later and GPUs joined by NVLink (`typeIntra <= PATH_NVB`).
-pub fn nccl_protocol_enabled(algo: &str, protocol: Protocol, arch: Arch, nvlink: bool) -> bool {
+/// `src/graph/tuning.cc`), and if not, why: NVLS and CollNet run Simple
+/// only; LL128 needs Volta or later and GPUs joined by NVLink
+/// (`typeIntra <= PATH_NVB`).
+pub fn nccl_protocol_check(
+    algo: &str,
+    protocol: Protocol,
+    arch: Arch,
+    nvlink: bool,
+) -> Result<(), &'static str> {
     match protocol {
-        Protocol::Simple => true,
-        _ if algo == "nvls" || algo == "collnet" => false,
-        Protocol::Ll => true,
-        Protocol::Ll128 => nvlink && arch >= Arch::Volta,
+        Protocol::Simple => Ok(()),
+        _ if algo == "nvls" || algo == "collnet" => {
+            Err("NVLS and CollNet run the Simple protocol only")
+        }
+        Protocol::Ll => Ok(()),
+        Protocol::Ll128 if nvlink && arch >= Arch::Volta => Ok(()),
+        Protocol::Ll128 => Err("LL128 needs Volta or later and GPUs joined by NVLink"),
     }
 }
 
