@@ -309,27 +309,7 @@ pub fn run_schedule(
     if cfg.trace_ranks > 0 {
         net.record_busy_spans();
     }
-    let mut ex = Exec {
-        net,
-        ranks: Vec::with_capacity(g),
-        g,
-        n,
-        route_cache: FxMap::default(),
-        routes: Vec::new(),
-        conns: Vec::new(),
-        transfers: Vec::new(),
-        free_transfers: Vec::new(),
-        pending: Vec::new(),
-        free_pending: Vec::new(),
-        remaining: 0,
-        fabric,
-        orbit,
-        elem,
-        cfg,
-        local_gbps: (0..g).map(|r| fabric.local_gbps(r).max(1e-9)).collect(),
-        spans: Vec::new(),
-        work: Vec::new(),
-    };
+    let mut ex = Exec::new(net, fabric, cfg, g, n, orbit, elem);
     for r in 0..g {
         let steps = schedule.rank_steps(r);
         let st = compact(r, &steps, elem, n)?;
@@ -544,6 +524,41 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
         dependents,
         groups,
     })
+}
+
+impl<'a> Exec<'a> {
+    /// An executor of `g` simulated ranks (of `n`) with no steps yet.
+    fn new(
+        net: FlowNet,
+        fabric: &'a dyn Fabric,
+        cfg: &'a ExecConfig,
+        g: usize,
+        n: usize,
+        orbit: Option<Vec<Option<LinkId>>>,
+        elem: u64,
+    ) -> Self {
+        Exec {
+            net,
+            ranks: Vec::with_capacity(g),
+            g,
+            n,
+            route_cache: FxMap::default(),
+            routes: Vec::new(),
+            conns: Vec::new(),
+            transfers: Vec::new(),
+            free_transfers: Vec::new(),
+            pending: Vec::new(),
+            free_pending: Vec::new(),
+            remaining: 0,
+            fabric,
+            orbit,
+            elem,
+            cfg,
+            local_gbps: (0..g).map(|r| fabric.local_gbps(r).max(1e-9)).collect(),
+            spans: Vec::new(),
+            work: Vec::new(),
+        }
+    }
 }
 
 impl Exec<'_> {
@@ -955,27 +970,16 @@ mod tests {
         // Run the cyclic pair through the executor's matching directly.
         let fabric = RingFabric(2);
         let cfg = ExecConfig::default();
-        let mut ex = Exec {
-            net: FlowNet::new(&fabric.capacities()),
-            ranks: Vec::new(),
-            g: 2,
-            n: 2,
-            route_cache: FxMap::default(),
-            routes: Vec::new(),
-            conns: Vec::new(),
-            transfers: Vec::new(),
-            free_transfers: Vec::new(),
-            pending: Vec::new(),
-            free_pending: Vec::new(),
-            remaining: 4,
-            fabric: &fabric,
-            orbit: None,
-            elem: 4,
-            cfg: &cfg,
-            local_gbps: vec![1.0; 2],
-            spans: Vec::new(),
-            work: Vec::new(),
-        };
+        let mut ex = Exec::new(
+            FlowNet::new(&fabric.capacities()),
+            &fabric,
+            &cfg,
+            2,
+            2,
+            None,
+            4,
+        );
+        ex.remaining = 4;
         ex.ranks.extend(states.iter_mut().map(|s| RankState {
             steps: std::mem::take(&mut s.steps),
             dep_off: std::mem::take(&mut s.dep_off),
@@ -1013,30 +1017,20 @@ mod tests {
         };
         let fabric = RingFabric(2);
         let cfg = ExecConfig::default();
-        let mut ex = Exec {
-            net: FlowNet::new(&fabric.capacities()),
-            ranks: vec![
-                compact(0, &[send.clone(), send], 4, 2).unwrap(),
-                compact(1, &[recv], 4, 2).unwrap(),
-            ],
-            g: 2,
-            n: 2,
-            route_cache: FxMap::default(),
-            routes: Vec::new(),
-            conns: Vec::new(),
-            transfers: Vec::new(),
-            free_transfers: Vec::new(),
-            pending: Vec::new(),
-            free_pending: Vec::new(),
-            remaining: 3,
-            fabric: &fabric,
-            orbit: None,
-            elem: 4,
-            cfg: &cfg,
-            local_gbps: vec![1.0; 2],
-            spans: Vec::new(),
-            work: Vec::new(),
-        };
+        let mut ex = Exec::new(
+            FlowNet::new(&fabric.capacities()),
+            &fabric,
+            &cfg,
+            2,
+            2,
+            None,
+            4,
+        );
+        ex.ranks = vec![
+            compact(0, &[send.clone(), send], 4, 2).unwrap(),
+            compact(1, &[recv], 4, 2).unwrap(),
+        ];
+        ex.remaining = 3;
         pair_partners(&mut ex.ranks, 2);
         assert_eq!(ex.ranks[0].steps[0].partner, 0);
         assert_eq!(ex.ranks[0].steps[1].partner, NO_PARTNER);
