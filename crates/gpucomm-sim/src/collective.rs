@@ -274,7 +274,9 @@ pub fn simulate(
         let mut steps = None;
         for p in protocols {
             if let Err(why) = model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
-                if opts.protocol.is_some() {
+                // A refusal is reported only when nothing else failed: an
+                // error of a candidate that ran says more.
+                if opts.protocol.is_some() && last_err.is_none() {
                     last_err = Some(SimError::Model(format!(
                         "NCCL does not run {} with the {} protocol on {} ({why})",
                         c.name(),
@@ -383,6 +385,26 @@ fn run_one(
     protocol: Protocol,
     opts: &CollOptions,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
+    let r = run_algorithm(fabric, collective, bytes, c, protocol, opts)?;
+    // Simulated time saturates at SimTime::MAX (about 213 days): a run that
+    // reaches it did not finish in the representable range.
+    if r.0 == SimTime::MAX {
+        return Err(SimError::Limit {
+            what: "the simulator's time range (2^64 ps)".into(),
+            time_us: r.0.as_us(),
+        });
+    }
+    Ok(r)
+}
+
+fn run_algorithm(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    c: AlgoChoice,
+    protocol: Protocol,
+    opts: &CollOptions,
+) -> Result<(SimTime, Option<ExecResult>), SimError> {
     match c {
         AlgoChoice::Nvls => {
             nvls_eligible(fabric, collective)?;
@@ -399,7 +421,7 @@ fn run_one(
         AlgoChoice::Schedule(a) => {
             // The protocol's flags travel with the data: the schedule moves
             // `wire_factor` times the payload.
-            let wire = wire_bytes(bytes, protocol, fabric.ranks());
+            let wire = wire_bytes(bytes, protocol, fabric.ranks())?;
             let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
                 overheads: model::nccl_overheads(a.name(), protocol),
@@ -417,15 +439,28 @@ fn run_one(
 /// ranks, rounded up to whole elements, and to whole per-rank blocks when
 /// the payload splits evenly (so the rounding never makes the blocks of a
 /// symmetric schedule unequal).
-fn wire_bytes(bytes: u64, protocol: Protocol, ranks: usize) -> u64 {
+fn wire_bytes(bytes: u64, protocol: Protocol, ranks: usize) -> Result<u64, SimError> {
     if protocol == Protocol::Simple {
-        return bytes;
+        return Ok(bytes);
     }
-    let w = (bytes as f64 * protocol.wire_factor()).ceil() as u64;
+    let too_big = || {
+        SimError::Model(format!(
+            "{bytes} bytes with the {} protocol ({} bytes on the wire per byte) exceed 2^64 bytes",
+            protocol.name(),
+            protocol.wire_factor()
+        ))
+    };
+    let w = (bytes as f64 * protocol.wire_factor()).ceil();
+    if w >= u64::MAX as f64 {
+        return Err(too_big());
+    }
     let elem = if bytes % 4 == 0 { 4 } else { 1 };
     let block = elem * ranks.max(1) as u64;
     let unit = if bytes % block == 0 { block } else { elem };
-    w.div_ceil(unit) * unit
+    (w as u64)
+        .div_ceil(unit)
+        .checked_mul(unit)
+        .ok_or_else(too_big)
 }
 
 /// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard

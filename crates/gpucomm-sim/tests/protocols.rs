@@ -104,3 +104,32 @@ fn the_symmetry_reduction_stays_exact_under_every_protocol() {
         }
     }
 }
+
+#[test]
+fn sizes_beyond_the_model_are_errors_not_wrapped_results() {
+    let f = Machine::preset("dgx-h100")
+        .unwrap()
+        .fabric(Engine::Nccl, 1)
+        .unwrap();
+    let huge = 10_000_000_000u64 << 30; // about 1.07e19 bytes
+    // LL doubles the bytes past 2^64: an error (it used to wrap to a tiny
+    // size and win the tuner with a 6.6 us all_reduce).
+    let ll = CollOptions {
+        algorithm: AlgoChoice::parse("ring"),
+        protocol: Some(Protocol::Ll),
+        ..Default::default()
+    };
+    let e = simulate(&f, Collective::AllReduce, huge, &ll).unwrap_err();
+    assert!(e.to_string().contains("2^64"), "{e}");
+    // Whatever the tuner tries, the time saturates: an error, no result.
+    let e = simulate(&f, Collective::AllReduce, huge, &CollOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("time range"), "{e}");
+    // With a protocol but no algorithm, a candidate's own error is reported,
+    // not the refusal of NVLS (which runs Simple only).
+    let any_ll = CollOptions {
+        protocol: Some(Protocol::Ll),
+        ..Default::default()
+    };
+    let e = simulate(&f, Collective::AllReduce, huge / 100, &any_ll).unwrap_err();
+    assert!(!e.to_string().contains("Simple protocol only"), "{e}");
+}
