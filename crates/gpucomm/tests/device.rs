@@ -23,7 +23,7 @@ use gpucomm::{
 };
 use gpucomm_algo::block_partition;
 
-use common::reduced;
+use common::{all_ok, reduced};
 
 const ROLE: &str = "GPUCOMM_DEVICE_TEST_ROLE";
 
@@ -595,39 +595,12 @@ fn job_groups(
                 .unwrap()
         })
         .collect();
-    let deadline = Instant::now() + limit;
-    let mut out = Vec::new();
-    for c in children.iter_mut() {
-        loop {
-            if let Some(st) = c.try_wait().unwrap() {
-                let mut s = String::new();
-                use std::io::Read;
-                c.stdout.take().unwrap().read_to_string(&mut s).unwrap();
-                c.stderr.take().unwrap().read_to_string(&mut s).unwrap();
-                out.push((st.code().unwrap_or(-1), s));
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                out.push((-2, "HUNG: killed by the test".into()));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+    let out = common::wait_children(&mut children, limit);
     for c in &mut children {
         let _ = c.kill();
         let _ = c.wait();
     }
     out
-}
-
-fn all_ok(res: &[(i32, String)]) {
-    for (r, (code, out)) in res.iter().enumerate() {
-        assert_eq!(*code, 0, "rank {r} failed:\n{out}");
-        assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
-    }
 }
 
 /// The worker role: never runs unless re-executed by a test.

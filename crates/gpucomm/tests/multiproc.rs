@@ -5,6 +5,7 @@
 //! within the timeout, never a hang.
 
 mod common;
+use common::all_ok;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,28 +59,7 @@ impl Job {
 
     /// Waits for every rank (bounded); returns (exit code, output) per rank.
     fn wait(mut self, limit: Duration) -> Vec<(i32, String)> {
-        let deadline = Instant::now() + limit;
-        let mut out = Vec::new();
-        for c in self.children.iter_mut() {
-            loop {
-                if let Some(st) = c.try_wait().unwrap() {
-                    let mut s = String::new();
-                    use std::io::Read;
-                    c.stdout.take().unwrap().read_to_string(&mut s).unwrap();
-                    c.stderr.take().unwrap().read_to_string(&mut s).unwrap();
-                    out.push((st.code().unwrap_or(-1), s));
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    out.push((-2, "HUNG: killed by the test".into()));
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        out
+        common::wait_children(&mut self.children, limit)
     }
 }
 
@@ -89,13 +69,6 @@ impl Drop for Job {
             let _ = c.kill();
             let _ = c.wait();
         }
-    }
-}
-
-fn all_ok(res: &[(i32, String)]) {
-    for (r, (code, out)) in res.iter().enumerate() {
-        assert_eq!(*code, 0, "rank {r} failed:\n{out}");
-        assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
     }
 }
 

@@ -262,3 +262,42 @@ pub fn supported(case: &Case, n: usize) -> bool {
     let p = gpucomm_algo::Problem::new(coll, case.count, n, n).with_elem_size(case.dtype.size());
     gpucomm_algo::Schedule::new(p, a).is_ok()
 }
+
+/// Waits for every child (all within `limit`) and returns (exit code,
+/// stdout + stderr) per child; a child still running at the deadline is
+/// killed and reported as (-2, "HUNG: killed by the test").
+pub fn wait_children(
+    children: &mut [std::process::Child],
+    limit: std::time::Duration,
+) -> Vec<(i32, String)> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    for c in children.iter_mut() {
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                let mut s = String::new();
+                c.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+                c.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+                out.push((st.code().unwrap_or(-1), s));
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                out.push((-2, "HUNG: killed by the test".into()));
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    out
+}
+
+/// Asserts that every rank exited 0 and printed `WORKER-OK`.
+pub fn all_ok(res: &[(i32, String)]) {
+    for (r, (code, out)) in res.iter().enumerate() {
+        assert_eq!(*code, 0, "rank {r} failed:\n{out}");
+        assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
+    }
+}
