@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Output, gpucomm};
+use common::{Output, assert_all_right, bench_json_rows, gpucomm};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -22,27 +22,8 @@ const COLLECTIVES: [&str; 8] = [
     "barrier",
 ];
 
-/// Runs a JSON bench and returns its rows, asserting a clean exit.
 fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {
-    let mut argv = vec!["bench", "--json", "--rank-timeout", "20", "--timeout", "50"];
-    argv.extend_from_slice(args);
-    let out = gpucomm(&argv, LIMIT);
-    assert_eq!(out.code, Some(0), "{argv:?}\n{}", out.dump());
-    let rows: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}\n{}", out.dump())))
-        .collect();
-    assert!(!rows.is_empty(), "{}", out.dump());
-    rows
-}
-
-fn assert_all_right(rows: &[serde_json::Value], what: &str) {
-    for r in rows {
-        assert_eq!(r["wrong"], 0, "{what}: {r}");
-        assert_eq!(r["in_place_wrong"], 0, "{what}: {r}");
-        assert!(r["time_us"].as_f64().unwrap() > 0.0, "{what}: {r}");
-    }
+    bench_json_rows(args, "50", LIMIT)
 }
 
 fn sweep_every_collective(transport: &str) {

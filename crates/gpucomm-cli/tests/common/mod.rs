@@ -78,3 +78,37 @@ pub fn gpucomm(args: &[&str], limit: Duration) -> Output {
 pub fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_gpucomm")
 }
+
+/// Runs `gpucomm bench --json` with `args` (its own `--timeout` of
+/// `timeout_s` seconds, each process killed after `limit`) and returns its
+/// rows, asserting a clean exit and at least one row.
+pub fn bench_json_rows(args: &[&str], timeout_s: &str, limit: Duration) -> Vec<serde_json::Value> {
+    let mut argv = vec![
+        "bench",
+        "--json",
+        "--rank-timeout",
+        "20",
+        "--timeout",
+        timeout_s,
+    ];
+    argv.extend_from_slice(args);
+    let out = gpucomm(&argv, limit);
+    assert_eq!(out.code, Some(0), "{argv:?}\n{}", out.dump());
+    let rows: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}\n{}", out.dump())))
+        .collect();
+    assert!(!rows.is_empty(), "{}", out.dump());
+    rows
+}
+
+/// Asserts that every bench row checked out (no wrong element, in or out
+/// of place) and took some time.
+pub fn assert_all_right(rows: &[serde_json::Value], what: &str) {
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{what}: {r}");
+        assert_eq!(r["in_place_wrong"], 0, "{what}: {r}");
+        assert!(r["time_us"].as_f64().unwrap() > 0.0, "{what}: {r}");
+    }
+}
