@@ -85,6 +85,10 @@ pub struct ExecConfig {
     /// Record per-rank step spans and link busy spans (for Chrome traces)
     /// for ranks below this number (0 = no trace).
     pub trace_ranks: usize,
+    /// A limit on each rank's total sending rate, GB/s (a protocol's
+    /// bandwidth cap, [`crate::model::ProtocolBandwidth`]): every transfer
+    /// a rank sends also crosses a link of this capacity of its own.
+    pub send_cap_gbps: Option<f64>,
 }
 
 impl Default for ExecConfig {
@@ -96,6 +100,7 @@ impl Default for ExecConfig {
             symmetry: true,
             batch_window: SimTime::from_ps(0),
             trace_ranks: 0,
+            send_cap_gbps: None,
         }
     }
 }
@@ -266,6 +271,8 @@ struct Exec<'a> {
     local_gbps: Vec<f64>,
     spans: Vec<RankSpan>,
     work: Vec<(u32, u32)>,
+    /// First of the per-rank sending-limit links, if any.
+    send_links: Option<LinkId>,
 }
 
 /// Runs `schedule` on `fabric`. The fabric's ranks must equal the schedule's.
@@ -297,21 +304,32 @@ pub fn run_schedule(
     }
     let rpn = fabric.ranks_per_node().max(1);
     let elem = schedule.problem.elem_size as u64;
+    // Steps of ranks 0..rpn the symmetry check generated, kept for the run.
+    let mut base: Vec<Option<Vec<Step>>> = vec![None; rpn];
     let orbit = if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
-        fabric_orbits(fabric).filter(|_| schedule_is_node_symmetric(schedule, rpn))
+        fabric_orbits(fabric).filter(|_| schedule_is_node_symmetric(schedule, rpn, &mut base))
     } else {
         None
     };
     let g = if orbit.is_some() { rpn } else { n };
-    let caps = fabric.capacities();
+    let mut caps = fabric.capacities();
+    // The fabric's links, then one sending limit per simulated rank.
+    let fabric_links = caps.len();
+    if let Some(cap) = cfg.send_cap_gbps {
+        caps.extend(std::iter::repeat_n(cap, g));
+    }
     let mut net = FlowNet::new(&caps);
     net.set_batch_window(cfg.batch_window);
     if cfg.trace_ranks > 0 {
         net.record_busy_spans();
     }
     let mut ex = Exec::new(net, fabric, cfg, g, n, orbit, elem);
+    ex.send_links = cfg.send_cap_gbps.map(|_| fabric_links as LinkId);
     for r in 0..g {
-        let steps = schedule.rank_steps(r);
+        let steps = match base.get_mut(r).and_then(Option::take) {
+            Some(steps) => steps,
+            None => schedule.rank_steps(r),
+        };
         let st = compact(r, &steps, elem, n)?;
         ex.remaining += st.steps.len() as u64;
         ex.ranks.push(st);
@@ -355,7 +373,7 @@ pub fn run_schedule(
         });
     }
     let scale = 1.0;
-    let links = (0..ex.net.link_count())
+    let links = (0..fabric_links)
         .filter(|&l| ex.net.link_bytes(l as LinkId) > 0.0)
         .map(|l| LinkUsage {
             name: fabric.link_name(l as LinkId),
@@ -370,7 +388,13 @@ pub fn run_schedule(
         simulated_ranks: g,
         steps: total_steps,
         links,
-        link_spans: ex.net.busy_spans().to_vec(),
+        link_spans: ex
+            .net
+            .busy_spans()
+            .iter()
+            .filter(|s| (s.link as usize) < fabric_links)
+            .copied()
+            .collect(),
         rank_spans: std::mem::take(&mut ex.spans),
     })
 }
@@ -383,10 +407,10 @@ fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
 
 /// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
 /// node, checked on the first, middle and last local ranks of node 1 and of the last node.
-fn schedule_is_node_symmetric(s: &Schedule, rpn: usize) -> bool {
+/// The steps of the node-0 ranks it generates are left in `base`.
+fn schedule_is_node_symmetric(s: &Schedule, rpn: usize, base: &mut [Option<Vec<Step>>]) -> bool {
     let n = s.problem.nranks;
     let nodes = n / rpn;
-    let mut base: Vec<Option<Vec<Step>>> = vec![None; rpn];
     // The first, middle and last local rank of node 1 and of the last node
     // (generating steps is the costly part of a symmetric run).
     let mut locals = vec![0, rpn / 2, rpn - 1];
@@ -557,6 +581,7 @@ impl<'a> Exec<'a> {
             local_gbps: (0..g).map(|r| fabric.local_gbps(r).max(1e-9)).collect(),
             spans: Vec::new(),
             work: Vec::new(),
+            send_links: None,
         }
     }
 }
@@ -750,7 +775,7 @@ impl Exec<'_> {
         }
         let route = self.fabric.route(src as usize, dst as usize, ch)?;
         let class = route.class.unwrap_or(PathClass::Local);
-        let links = match &self.orbit {
+        let mut links = match &self.orbit {
             None => route.links,
             Some(orb) => route
                 .links
@@ -765,6 +790,9 @@ impl Exec<'_> {
                 })
                 .collect::<Result<_, _>>()?,
         };
+        if let Some(base) = self.send_links {
+            links.push(base + src);
+        }
         self.routes.push((links, route.latency, class));
         self.conns.push(Conn::default());
         let id = (self.routes.len() - 1) as u32;

@@ -15,11 +15,12 @@ mod hier;
 mod ring;
 pub(crate) mod tree;
 
-use std::collections::BTreeMap;
-
 use crate::{
     Algorithm, Buf, Collective, Problem, Schedule, Slice, Step, StepKind, schedule::AlgoError,
 };
+
+/// No step (a segment not yet written).
+const NO_STEP: u32 = u32::MAX;
 
 /// Which (algorithm, collective) pairs have a schedule, and why not.
 pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
@@ -108,7 +109,7 @@ pub(crate) fn rank_steps(s: &Schedule, rank: usize) -> Vec<Step> {
         Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling => hd::steps(s, &mut b),
         Algorithm::Hierarchical => hier::steps(s, &mut b),
     }
-    b.steps
+    b.finish()
 }
 
 pub(crate) fn scratch_len(s: &Schedule, rank: usize) -> usize {
@@ -232,74 +233,46 @@ impl Group {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Seg {
-    end: usize,
-    writer: Option<u32>,
-    readers: Vec<u32>,
-}
+/// One access of a step: `(buffer index, first element, end element)` on
+/// the layout [`locate`] maps to.
+type Access = (u8, usize, usize);
 
 /// Accumulates one rank's steps and derives their data dependencies.
+///
+/// [`Builder::push`] only records a step and the buffer ranges it reads and
+/// writes; [`Builder::finish`] derives the dependencies in one pass, once
+/// every range boundary is known: each buffer is cut at all of them into
+/// segments that never split again, held in a sorted array (binary search
+/// instead of a tree walk per access, no copying of reader lists).
 pub(crate) struct Builder<'a> {
     pub(crate) p: &'a Problem,
     pub(crate) rank: usize,
-    pub(crate) steps: Vec<Step>,
+    steps: Vec<Step>,
     aliased: bool,
-    segs: [BTreeMap<usize, Seg>; 3],
+    /// Per step: up to two reads and one write.
+    access: Vec<[Option<Access>; 3]>,
 }
 
 impl<'a> Builder<'a> {
     pub(crate) fn new(p: &'a Problem, rank: usize, aliased: bool) -> Self {
-        let fresh = || {
-            let mut m = BTreeMap::new();
-            m.insert(
-                0,
-                Seg {
-                    end: usize::MAX,
-                    writer: None,
-                    readers: Vec::new(),
-                },
-            );
-            m
-        };
         Builder {
             p,
             rank,
             steps: Vec::new(),
             aliased,
-            segs: [fresh(), fresh(), fresh()],
+            access: Vec::new(),
         }
     }
 
-    fn split(&mut self, b: usize, at: usize) {
-        let map = &mut self.segs[b];
-        let (&start, seg) = map
-            .range_mut(..=at)
-            .next_back()
-            .expect("segments cover 0..");
-        if start < at && at < seg.end {
-            let tail = Seg {
-                end: seg.end,
-                writer: seg.writer,
-                readers: seg.readers.clone(),
-            };
-            seg.end = at;
-            map.insert(at, tail);
-        }
-    }
-
-    fn range(&mut self, sl: Slice) -> Option<(usize, usize, usize)> {
-        if sl.len == 0 {
-            return None;
-        }
+    fn locate(&self, sl: Option<Slice>) -> Option<Access> {
+        let sl = sl.filter(|s| s.len > 0)?;
         let (b, o) = locate(self.p, self.rank, self.aliased, sl);
-        self.split(b, o);
-        self.split(b, o + sl.len);
-        Some((b, o, o + sl.len))
+        Some((b as u8, o, o + sl.len))
     }
 
-    /// Appends a step; its dependencies are `extra` plus every earlier step
-    /// whose accesses conflict with this one's. Returns the step's index.
+    /// Appends a step; its dependencies will be `extra` plus every earlier
+    /// step whose accesses conflict with this one's (added by
+    /// [`Builder::finish`]). Returns the step's index.
     pub(crate) fn push(&mut self, kind: StepKind, channel: u16, extra: &[u32]) -> u32 {
         let idx = self.steps.len() as u32;
         let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match kind {
@@ -310,33 +283,80 @@ impl<'a> Builder<'a> {
             }
             StepKind::Reduce { src, dst } => ([Some(src), Some(dst)], Some(dst)),
         };
-        let mut deps: Vec<u32> = extra.to_vec();
-        // One pass per access: reads record themselves as readers, then the
-        // write depends on earlier readers (not on this step) and clears them.
-        for r in reads.iter().flatten() {
-            if let Some((b, lo, hi)) = self.range(*r) {
-                for (_, seg) in self.segs[b].range_mut(lo..hi) {
-                    deps.extend(seg.writer);
-                    seg.readers.push(idx);
-                }
-            }
-        }
-        if let Some((b, lo, hi)) = write.and_then(|w| self.range(w)) {
-            for (_, seg) in self.segs[b].range_mut(lo..hi) {
-                deps.extend(seg.writer);
-                deps.extend(seg.readers.iter().copied().filter(|&x| x != idx));
-                seg.writer = Some(idx);
-                seg.readers.clear();
-            }
-        }
-        deps.sort_unstable();
-        deps.dedup();
+        self.access.push([
+            self.locate(reads[0]),
+            self.locate(reads[1]),
+            self.locate(write),
+        ]);
         self.steps.push(Step {
             kind,
             channel,
-            deps,
+            deps: extra.to_vec(),
         });
         idx
+    }
+
+    /// The steps with their data dependencies: read-after-write,
+    /// write-after-read and write-after-write on overlapping ranges, in
+    /// push order.
+    pub(crate) fn finish(mut self) -> Vec<Step> {
+        // Segment boundaries of each buffer: every access's ends.
+        let mut bounds: [Vec<usize>; 3] = Default::default();
+        for a in self.access.iter().flatten().flatten() {
+            bounds[a.0 as usize].extend([a.1, a.2]);
+        }
+        for b in &mut bounds {
+            b.sort_unstable();
+            b.dedup();
+        }
+        // Per segment: its last writer and the readers since, as a list
+        // threaded through one arena (`(step, next)`, `NO_STEP` ends it).
+        let segs = |i: usize| bounds[i].len().saturating_sub(1);
+        let mut writer: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
+        let mut readers: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
+        let mut arena: Vec<(u32, u32)> = Vec::new();
+        let seg = |bounds: &[usize], x: usize| {
+            bounds
+                .binary_search(&x)
+                .expect("every access end is a boundary")
+        };
+        for (i, acc) in self.access.iter().enumerate() {
+            let idx = i as u32;
+            let deps = &mut self.steps[i].deps;
+            // Reads record themselves as readers; then the write depends on
+            // earlier readers (not on this step) and clears them.
+            for &(b, lo, hi) in acc[..2].iter().flatten() {
+                let b = b as usize;
+                for k in seg(&bounds[b], lo)..seg(&bounds[b], hi) {
+                    if writer[b][k] != NO_STEP {
+                        deps.push(writer[b][k]);
+                    }
+                    arena.push((idx, readers[b][k]));
+                    readers[b][k] = (arena.len() - 1) as u32;
+                }
+            }
+            if let Some((b, lo, hi)) = acc[2] {
+                let b = b as usize;
+                for k in seg(&bounds[b], lo)..seg(&bounds[b], hi) {
+                    if writer[b][k] != NO_STEP {
+                        deps.push(writer[b][k]);
+                    }
+                    let mut r = readers[b][k];
+                    while r != NO_STEP {
+                        let (step, next) = arena[r as usize];
+                        if step != idx {
+                            deps.push(step);
+                        }
+                        r = next;
+                    }
+                    writer[b][k] = idx;
+                    readers[b][k] = NO_STEP;
+                }
+            }
+            deps.sort_unstable();
+            deps.dedup();
+        }
+        self.steps
     }
 
     pub(crate) fn send(&mut self, peer: usize, src: Slice, ch: u16, extra: &[u32]) -> u32 {
