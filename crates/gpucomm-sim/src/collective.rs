@@ -293,7 +293,8 @@ pub fn simulate(
                         *steps.insert(critical_steps(fabric, collective, bytes, a, opts.channels)?)
                     }
                 };
-                if protocol_estimate(fabric, a, st, ts, p) > tb.as_secs_f64() * 1.1 {
+                let bus_bytes = bytes as f64 * collective.busbw_factor(fabric.ranks());
+                if protocol_estimate(fabric, a, st, ts, p, bus_bytes) > tb.as_secs_f64() * 1.1 {
                     continue;
                 }
             }
@@ -364,6 +365,7 @@ fn protocol_estimate(
     (intra_steps, inter_steps): (u32, u32),
     simple: SimTime,
     protocol: Protocol,
+    bus_bytes: f64,
 ) -> f64 {
     let nvlink = !matches!(fabric.machine.node.nvlink, NvFabric::None);
     let fixed = |p: Protocol| {
@@ -374,7 +376,20 @@ fn protocol_estimate(
             + f64::from(inter_steps) * o.step_net.as_secs_f64()
     };
     let data = (simple.as_secs_f64() - fixed(Protocol::Simple)).max(0.0);
-    fixed(protocol) + protocol.wire_factor() * data
+    let bw = protocol_bandwidth(fabric, algorithm.name(), protocol);
+    // Under a cap the data takes at least the bus bytes at the cap.
+    let capped = bw.cap_gbps.map_or(0.0, |c| bus_bytes / (c * 1e9));
+    fixed(protocol) + (bw.factor * data).max(capped)
+}
+
+/// NCCL's bandwidth model of `protocol` for `algo` on this fabric.
+fn protocol_bandwidth(
+    fabric: &ClusterFabric,
+    algo: &str,
+    protocol: Protocol,
+) -> model::ProtocolBandwidth {
+    let node = &fabric.machine.node;
+    model::nccl_protocol_bandwidth(algo, protocol, node.arch, fabric.nodes(), node.amd_cpu)
 }
 
 fn run_one(
@@ -419,12 +434,16 @@ fn run_algorithm(
             Ok((innet::collnet_all_reduce(fabric, bytes)?, None))
         }
         AlgoChoice::Schedule(a) => {
-            // The protocol's flags travel with the data: the schedule moves
-            // `wire_factor` times the payload.
-            let wire = wire_bytes(bytes, protocol, fabric.ranks())?;
+            // The protocol's flags and their cost travel with the data: the
+            // schedule moves NCCL's bandwidth factor times the payload.
+            let bw = protocol_bandwidth(fabric, a.name(), protocol);
+            let wire = wire_bytes(bytes, protocol, bw.factor, fabric.ranks())?;
             let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
                 overheads: model::nccl_overheads(a.name(), protocol),
+                // The cap is on payload (bus) bandwidth; flows carry
+                // `factor` bytes per payload byte.
+                send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
                 symmetry: opts.symmetry,
                 trace_ranks: opts.trace_ranks,
                 ..ExecConfig::default()
@@ -435,22 +454,21 @@ fn run_algorithm(
     }
 }
 
-/// Bytes on the wire for `bytes` of payload under `protocol` on `ranks`
+/// Bytes moved for `bytes` of payload under `protocol` (`factor` per byte) on `ranks`
 /// ranks, rounded up to whole elements, and to whole per-rank blocks when
 /// the payload splits evenly (so the rounding never makes the blocks of a
 /// symmetric schedule unequal).
-fn wire_bytes(bytes: u64, protocol: Protocol, ranks: usize) -> Result<u64, SimError> {
-    if protocol == Protocol::Simple {
+fn wire_bytes(bytes: u64, protocol: Protocol, factor: f64, ranks: usize) -> Result<u64, SimError> {
+    if factor == 1.0 {
         return Ok(bytes);
     }
     let too_big = || {
         SimError::Model(format!(
-            "{bytes} bytes with the {} protocol ({} bytes on the wire per byte) exceed 2^64 bytes",
+            "{bytes} bytes with the {} protocol ({factor:.3} bytes moved per byte) exceed 2^64 bytes",
             protocol.name(),
-            protocol.wire_factor()
         ))
     };
-    let w = (bytes as f64 * protocol.wire_factor()).ceil();
+    let w = (bytes as f64 * factor).ceil();
     if w >= u64::MAX as f64 {
         return Err(too_big());
     }

@@ -165,11 +165,17 @@ impl Machine {
         let cpus = in_host(NodeKind::Cpu);
         let sockets = cpus.len().max(1);
         let mut inter_socket = 0.0f64;
+        // AMD: sockets joined by Infinity Fabric, or a CPU labelled so.
+        let mut amd_cpu = cpus.iter().any(|&c| {
+            let label = topo.node(c).label.to_ascii_lowercase();
+            label.contains("epyc") || label.contains("amd")
+        });
         for &c in &cpus {
             for &(lix, _) in topo.links_of(c) {
                 let l = topo.link(lix);
                 if topo.node(other_end(topo, l, c)).kind == NodeKind::Cpu {
                     inter_socket = inter_socket.max(l.bandwidth);
+                    amd_cpu |= matches!(l.kind, LinkKind::InfinityFabric { .. });
                 }
             }
         }
@@ -226,6 +232,7 @@ impl Machine {
             nics: if nic_gbps > 0.0 { nics.len() } else { 0 },
             nic_gbps,
             storage_gbps: storage,
+            amd_cpu,
         };
         // How many nodes like the first one the topology holds.
         let hosts_per_node = hosts.len().max(1);

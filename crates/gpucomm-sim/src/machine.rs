@@ -71,6 +71,9 @@ pub struct NodeModel {
     pub nic_gbps: f64,
     /// Storage read bandwidth (NVMe drives of the node together), GB/s.
     pub storage_gbps: f64,
+    /// The host CPUs are AMD's (NCCL's LL bandwidth cap across nodes
+    /// depends on the CPU vendor).
+    pub amd_cpu: bool,
 }
 
 /// How the nodes' NICs reach each other (gpucomm-topo's

@@ -232,6 +232,71 @@ impl std::fmt::Display for Protocol {
     }
 }
 
+/// How fast a protocol moves data in NCCL's own model, relative to Simple
+/// (NVIDIA/nccl `src/graph/tuning.cc`, "Various model refinements" after
+/// `busBw = nChannels * bw`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProtocolBandwidth {
+    /// Time on the links per byte of payload, relative to Simple (the
+    /// inverse of NCCL's bus bandwidth factor): ring LL 1/0.5, ring LL128
+    /// 1/0.92, tree LL 3.8, tree LL128 9/7 on one node and 128/120 across
+    /// nodes. It covers the flag bytes of the line formats
+    /// ([`Protocol::wire_factor`]) and the cost of the threads storing and
+    /// polling them, which NCCL measured; the simulator moves this many
+    /// bytes per payload byte.
+    pub factor: f64,
+    /// NCCL's cap on the protocol's bus bandwidth (`llMaxBws` for LL),
+    /// GB/s, applied as a limit on each rank's total sending rate.
+    pub cap_gbps: Option<f64>,
+}
+
+/// NCCL's bandwidth model of `protocol` for `algo` on `nodes` nodes of
+/// `arch` GPUs; `amd_cpu` picks NCCL's AMD row of `llMaxBws` across nodes.
+/// Algorithms NCCL does not have use the ring figures. NCCL's per-channel
+/// LL128 caps (`perChMaxRingLL128Bws`, `perChMaxTreeLL128Bws`) are not
+/// applied: they scale with NCCL's channel count, which the simulator does
+/// not reproduce (docs/sim.md).
+pub fn nccl_protocol_bandwidth(
+    algo: &str,
+    protocol: Protocol,
+    arch: Arch,
+    nodes: usize,
+    amd_cpu: bool,
+) -> ProtocolBandwidth {
+    // llMaxBws: one node by GPU generation, across nodes by CPU vendor,
+    // columns 1 node / 2 nodes / more.
+    let ll_max = || {
+        if nodes <= 1 {
+            match arch {
+                Arch::Pascal | Arch::Volta => 39.0,
+                Arch::Ampere | Arch::Ada => 87.7,
+                Arch::Hopper => 141.0,
+                Arch::Blackwell => 2.0 * 141.0,
+            }
+        } else {
+            match (amd_cpu, nodes) {
+                (false, 2) => 39.0,
+                (false, _) => 20.4,
+                (true, 2) => 22.5,
+                (true, _) => 19.0,
+            }
+        }
+    };
+    let tree = algo == "tree";
+    let (factor, cap) = match protocol {
+        Protocol::Simple => (1.0, None),
+        Protocol::Ll if tree => (3.8, Some(ll_max())),
+        Protocol::Ll => (1.0 / 0.5, Some(ll_max())),
+        Protocol::Ll128 if tree && nodes <= 1 => (9.0 / 7.0, None),
+        Protocol::Ll128 if tree => (128.0 / 120.0, None),
+        Protocol::Ll128 => (1.0 / 0.92, None),
+    };
+    ProtocolBandwidth {
+        factor,
+        cap_gbps: cap,
+    }
+}
+
 /// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
 /// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
 /// protocol, and its per-step cost by path (NVLink, PCIe, network).
