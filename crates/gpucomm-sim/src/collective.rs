@@ -259,61 +259,79 @@ pub fn simulate(
     }
     let m = &fabric.machine;
     let nvlink = !matches!(m.node.nvlink, NvFabric::None);
-    let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
-    let mut tried = Vec::new();
-    let mut last_err = None;
-    for c in choices {
-        // Simple first: its simulated time bounds which other protocols can
-        // win (see `protocol_estimate`).
-        let protocols = match opts.protocol {
-            Some(p) => vec![p],
-            None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
-        };
-        let mut simple_time = None;
-        // The schedule's critical-path steps, counted once per algorithm.
-        let mut steps = None;
-        for p in protocols {
-            if let Err(why) = model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
+    // Candidates are (algorithm, protocol) in a fixed order, which breaks
+    // ties. Without --protocol: Simple and LL128 first (LL128 moves nearly
+    // Simple's bytes and is worth simulating whenever NCCL enables it),
+    // then LL only where `protocol_estimate` says it may win.
+    let protocols = match opts.protocol {
+        Some(p) => vec![p],
+        None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
+    };
+    let mut refused = None;
+    let mut enabled = Vec::new();
+    for (ci, &c) in choices.iter().enumerate() {
+        for (pi, &p) in protocols.iter().enumerate() {
+            match model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
+                Ok(()) => enabled.push((ci, pi, c, p)),
                 // A refusal is reported only when nothing else failed: an
                 // error of a candidate that ran says more.
-                if opts.protocol.is_some() && last_err.is_none() {
-                    last_err = Some(SimError::Model(format!(
+                Err(why) if opts.protocol.is_some() && refused.is_none() => {
+                    refused = Some(SimError::Model(format!(
                         "NCCL does not run {} with the {} protocol on {} ({why})",
                         c.name(),
                         p.name(),
                         m.name
                     )));
                 }
+                Err(_) => {}
+            }
+        }
+    }
+    let run = |&(_, _, c, p): &(usize, usize, AlgoChoice, Protocol)| {
+        run_one(fabric, collective, bytes, c, p, opts)
+    };
+    let (first, later): (Vec<_>, Vec<_>) = enabled
+        .into_iter()
+        .partition(|j| opts.protocol.is_some() || j.3 != Protocol::Ll);
+    let mut results: Vec<_> = first.iter().copied().zip(par_map(&first, run)).collect();
+    // LL: estimated from the algorithm's Simple time against the best so far.
+    let best_time = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok().map(|(t, _)| *t))
+        .min();
+    let mut maybe = Vec::new();
+    for j in later {
+        let (_, _, c, p) = j;
+        let simple = results.iter().find_map(|((_, _, c2, p2), r)| {
+            (*c2 == c && *p2 == Protocol::Simple).then(|| r.as_ref().ok().map(|(t, _)| *t))?
+        });
+        if let (Some(ts), Some(tb), AlgoChoice::Schedule(a)) = (simple, best_time, c) {
+            let st = critical_steps(fabric, collective, bytes, a, opts.channels)?;
+            let bus_bytes = bytes as f64 * collective.busbw_factor(fabric.ranks());
+            if protocol_estimate(fabric, a, st, ts, p, bus_bytes) > tb.as_secs_f64() * 1.1 {
                 continue;
             }
-            if let (Some(ts), Some((tb, ..)), AlgoChoice::Schedule(a)) = (simple_time, &best, c) {
-                let st = match steps {
-                    Some(st) => st,
-                    None => {
-                        *steps.insert(critical_steps(fabric, collective, bytes, a, opts.channels)?)
-                    }
-                };
-                let bus_bytes = bytes as f64 * collective.busbw_factor(fabric.ranks());
-                if protocol_estimate(fabric, a, st, ts, p, bus_bytes) > tb.as_secs_f64() * 1.1 {
-                    continue;
+        }
+        maybe.push(j);
+    }
+    results.extend(maybe.iter().copied().zip(par_map(&maybe, run)));
+    results.sort_by_key(|((ci, pi, ..), _)| (*ci, *pi));
+    let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
+    let mut tried = Vec::new();
+    let mut last_err = refused;
+    for ((_, _, c, p), r) in results {
+        match r {
+            Ok((t, ex)) => {
+                tried.push((c, p, t));
+                if best.as_ref().is_none_or(|b| t < b.0) {
+                    best = Some((t, c, p, ex));
                 }
             }
-            match run_one(fabric, collective, bytes, c, p, opts) {
-                Ok((t, ex)) => {
-                    tried.push((c, p, t));
-                    if p == Protocol::Simple {
-                        simple_time = Some(t);
-                    }
-                    if best.as_ref().is_none_or(|b| t < b.0) {
-                        best = Some((t, c, p, ex));
-                    }
+            Err(e) => {
+                if opts.algorithm.is_some() && opts.protocol.is_some() {
+                    return Err(e);
                 }
-                Err(e) => {
-                    if opts.algorithm.is_some() && opts.protocol.is_some() {
-                        return Err(e);
-                    }
-                    last_err = Some(e);
-                }
+                last_err = Some(e);
             }
         }
     }
@@ -335,6 +353,43 @@ pub fn simulate(
         candidates: tried,
         exec,
     })
+}
+
+/// `f` over `jobs` on up to as many threads as the machine has cores (the
+/// candidates of a tuner run are independent simulations); results in the
+/// order of `jobs`, so runs stay deterministic.
+fn par_map<J: Sync, T: Send>(jobs: &[J], f: impl Fn(&J) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len());
+    if threads <= 1 {
+        return jobs.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(j) = jobs.get(i) else { break };
+                        mine.push((i, f(j)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| match w.join() {
+                Ok(v) => v,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Steps on the critical path of `algorithm`'s schedule, (intra-node,

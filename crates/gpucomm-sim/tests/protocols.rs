@@ -159,3 +159,34 @@ fn sizes_beyond_the_model_are_errors_not_wrapped_results() {
     let e = simulate(&f, Collective::AllReduce, huge / 100, &any_ll).unwrap_err();
     assert!(!e.to_string().contains("Simple protocol only"), "{e}");
 }
+
+#[test]
+fn the_tuner_picks_the_fastest_candidate_and_is_deterministic() {
+    // Candidates run on several threads; the pick must not depend on which
+    // finishes first.
+    let f = Machine::preset("dgx-a100")
+        .unwrap()
+        .fabric(Engine::Nccl, 2)
+        .unwrap();
+    for bytes in [8u64, 1 << 16, 1 << 22, 1 << 28] {
+        let a = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
+        let b = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
+        assert_eq!(a.candidates, b.candidates, "{bytes} B");
+        assert!(a.candidates.len() >= 2, "{bytes} B: {:?}", a.candidates);
+        let fastest = a.candidates.iter().map(|c| c.2).min().unwrap();
+        assert_eq!(a.time, fastest, "{bytes} B");
+        // The pick is the first fastest in the tuner's order, and each
+        // candidate's time is what simulating it alone gives.
+        let first = a.candidates.iter().find(|c| c.2 == fastest).unwrap();
+        assert_eq!((a.algorithm, a.protocol), (first.0, first.1));
+        for &(c, p, t) in &a.candidates {
+            let opts = CollOptions {
+                algorithm: Some(c),
+                protocol: Some(p),
+                ..Default::default()
+            };
+            let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+            assert_eq!(alone.time, t, "{bytes} B {} {}", c.name(), p.name());
+        }
+    }
+}

@@ -209,9 +209,11 @@ struct TrainArgs {
 
 #[derive(clap::Args, Debug)]
 struct CalibrateArgs {
-    /// The calibration file.
-    #[arg(long, default_value = "shared/calibration/measurements.toml")]
-    file: PathBuf,
+    /// The calibration file [default: shared/calibration/measurements.toml
+    /// under the current directory, else under its parent (the checkout
+    /// sits beside shared/)].
+    #[arg(long)]
+    file: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -758,8 +760,17 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("reading {}", a.file.display()))?;
+    let file = a.file.unwrap_or_else(|| {
+        let here = PathBuf::from("shared/calibration/measurements.toml");
+        let beside = PathBuf::from("../shared/calibration/measurements.toml");
+        if !here.exists() && beside.exists() {
+            beside
+        } else {
+            here
+        }
+    });
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     let cases = calibration::parse(&text)?;
     let mut o = out();
     let mut worst: f64 = 0.0;

@@ -1,0 +1,224 @@
+//! `gpucomm sim` end to end: the commands of the simulator issue through the
+//! binary, their `--json` fields, traces, the calibration default path and
+//! bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use common::gpucomm;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `gpucomm sim ARGS --json`, asserting a clean exit.
+fn sim_json(args: &[&str]) -> Value {
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = gpucomm(&all, LIMIT);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.dump()))
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key} in {v}"))
+}
+
+#[test]
+fn collective_json_has_one_row_per_size_with_nccl_tests_fields() {
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8M",
+        "-f",
+        "8",
+    ]);
+    let rows = v["results"].as_array().unwrap();
+    let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+    // Factor steps from -b, and -e itself.
+    assert_eq!(sizes, [8, 64, 512, 4096, 32768, 262144, 2097152, 8388608]);
+    let n = 16.0;
+    let mut last = 0.0;
+    for r in rows {
+        let (t, alg, bus) = (f(r, "time_us"), f(r, "algbw_gbps"), f(r, "busbw_gbps"));
+        assert!(t > last, "time grows with size: {r}");
+        last = t;
+        let bytes = r["bytes"].as_u64().unwrap() as f64;
+        assert!((alg - bytes / (t * 1e-6) / 1e9).abs() <= alg * 1e-9, "{r}");
+        assert!((bus - alg * 2.0 * (n - 1.0) / n).abs() <= bus * 1e-9, "{r}");
+        assert!(!r["algorithm"].as_str().unwrap().is_empty());
+        assert!(r["protocol"].is_string());
+    }
+    // An algorithm and protocol asked for are the ones that run.
+    let v = sim_json(&[
+        "reduce_scatter",
+        "--topology",
+        "dgx-a100",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "--algorithm",
+        "ring",
+        "--protocol",
+        "ll128",
+    ]);
+    let r = &v["results"][0];
+    assert_eq!(r["algorithm"], "ring");
+    assert_eq!(r["protocol"], "LL128");
+}
+
+#[test]
+fn p2p_and_copy_show_the_staged_paths_cost() {
+    let args = ["p2p", "--topology", "dgx1-v100", "--pair", "0,1"];
+    let direct = sim_json(&args);
+    let mut staged_args = args.to_vec();
+    staged_args.push("--no-p2p");
+    let staged = sim_json(&staged_args);
+    assert!(f(&direct, "bandwidth_gbps") > f(&staged, "bandwidth_gbps"));
+    assert!(f(&direct, "latency_us") < f(&staged, "latency_us"));
+    let copy = [
+        "copy",
+        "--topology",
+        "dgx-h100",
+        "--from",
+        "host",
+        "--to",
+        "gpu0",
+    ];
+    let pinned = sim_json(&copy);
+    let mut pageable_args = copy.to_vec();
+    pageable_args.push("--pageable");
+    let pageable = sim_json(&pageable_args);
+    assert!(f(&pinned, "bandwidth_gbps") > f(&pageable, "bandwidth_gbps"));
+}
+
+#[test]
+fn train_sweep_reports_the_step_and_its_exposed_communication() {
+    let v = sim_json(&[
+        "train",
+        "--topology",
+        "dgx-h100",
+        "--model",
+        "resnet50",
+        "--sweep-nodes",
+        "1,2,4",
+    ]);
+    let rows = v["results"].as_array().unwrap();
+    // One GPU, then every node count of the sweep.
+    let gpus: Vec<u64> = rows.iter().map(|r| r["gpus"].as_u64().unwrap()).collect();
+    assert_eq!(gpus, [1, 8, 16, 32]);
+    for r in rows {
+        let (step, compute) = (f(r, "step_ms"), f(r, "compute_ms"));
+        let (comm, exposed) = (f(r, "comm_ms"), f(r, "exposed_comm_ms"));
+        assert!(exposed >= 0.0 && exposed <= comm + 1e-9, "{r}");
+        assert!((step - (compute + exposed)).abs() < 1e-6 * step, "{r}");
+        assert!(
+            (f(r, "scaling_efficiency") - compute / step).abs() < 1e-9,
+            "{r}"
+        );
+    }
+    // Crossing from one node to two adds network time.
+    assert!(f(&rows[2], "comm_ms") > f(&rows[1], "comm_ms"));
+}
+
+#[test]
+fn trace_is_a_chrome_trace_with_rank_and_link_tracks() {
+    let dir = std::env::temp_dir().join(format!("gpucomm-sim-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ring.json");
+    let p = path.to_str().unwrap();
+    let out = gpucomm(
+        &[
+            "sim",
+            "all_reduce",
+            "--topology",
+            "dgx-a100",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "--algorithm",
+            "ring",
+            "--trace",
+            p,
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("link utilisation"), "{}", out.dump());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let pids: std::collections::BTreeSet<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    // Ranks and links are separate processes in the trace.
+    assert!(pids.len() >= 2, "{pids:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn calibrate_finds_the_shared_file_beside_the_checkout() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if !root
+        .join("../shared/calibration/measurements.toml")
+        .exists()
+        && !root.join("shared/calibration/measurements.toml").exists()
+    {
+        panic!("shared/calibration/measurements.toml must sit beside the checkout");
+    }
+    let out = std::process::Command::new(common::exe())
+        .args(["sim", "calibrate", "--json"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Exit 2 says a case missed 10%; either way every case was predicted.
+    assert!(
+        matches!(out.status.code(), Some(0 | 2)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(v.to_string().contains("h100-8gpu-allreduce-ring"), "{v}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    for (args, says) in [
+        (
+            &["all_reduce", "-b", "1G", "-e", "8"][..],
+            "larger than max",
+        ),
+        (
+            &["p2p", "--topology", "dgx1-v100", "--pair", "0,99"],
+            "out of range",
+        ),
+        (&["all_reduce", "--topology", "nope"], "unknown topology"),
+        (&["copy", "--from", "host", "--to", "gpu99"], "gpu99"),
+        (&["train", "--model", "nope"], "unknown model"),
+        (&["all_reduce", "--nodes", "0"], "at least 1"),
+        (
+            &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],
+            "Simple protocol only",
+        ),
+    ] {
+        let mut all = vec!["sim"];
+        all.extend_from_slice(args);
+        let out = gpucomm(&all, LIMIT);
+        assert_eq!(out.code, Some(1), "{args:?}: {}", out.dump());
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.dump());
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
+    }
+}
