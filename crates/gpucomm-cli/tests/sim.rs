@@ -213,6 +213,16 @@ fn bad_input_is_a_clear_error() {
             &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],
             "Simple protocol only",
         ),
+        // Zero channels divided by zero (on one node NVLS won and hid it);
+        // 65535 generated steps for minutes.
+        (
+            &["all_reduce", "-b", "1M", "-e", "1M", "--channels", "0"],
+            "1 to 64",
+        ),
+        (
+            &["all_reduce", "--nodes", "2", "--channels", "65"],
+            "1 to 64",
+        ),
     ] {
         let mut all = vec!["sim"];
         all.extend_from_slice(args);

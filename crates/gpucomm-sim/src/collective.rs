@@ -186,6 +186,19 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
     Ok(())
 }
 
+/// The most channels NCCL runs (NVIDIA/nccl `src/include/device.h` `MAXCHANNELS`).
+pub const MAX_CHANNELS: u16 = 64;
+
+/// Refuses a channel count NCCL would not run.
+fn check_channels(ch: u16) -> Result<(), SimError> {
+    if !(1..=MAX_CHANNELS).contains(&ch) {
+        return Err(SimError::Model(format!(
+            "{ch} channels: NCCL runs 1 to {MAX_CHANNELS} (MAXCHANNELS, src/include/device.h)"
+        )));
+    }
+    Ok(())
+}
+
 /// The schedule gpucomm would run for `collective` of `bytes` with `algorithm`.
 pub fn schedule_for(
     fabric: &ClusterFabric,
@@ -208,6 +221,7 @@ pub fn schedule_for(
     } else {
         1
     });
+    check_channels(ch)?;
     let mut s = Schedule::new(p, algorithm)
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
@@ -247,6 +261,11 @@ pub fn simulate(
     bytes: u64,
     opts: &CollOptions,
 ) -> Result<CollResult, SimError> {
+    // Checked up front: NVLS and CollNet take no channel count and would
+    // otherwise accept any.
+    if let Some(ch) = opts.channels {
+        check_channels(ch)?;
+    }
     let choices = match opts.algorithm {
         Some(a) => vec![a],
         None => candidates(fabric, collective),
@@ -268,11 +287,12 @@ pub fn simulate(
         None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
     };
     let mut refused = None;
-    let mut enabled = Vec::new();
-    for (ci, &c) in choices.iter().enumerate() {
-        for (pi, &p) in protocols.iter().enumerate() {
+    // The enabled candidates in tie-breaking order.
+    let mut jobs = Vec::new();
+    for &c in &choices {
+        for &p in &protocols {
             match model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
-                Ok(()) => enabled.push((ci, pi, c, p)),
+                Ok(()) => jobs.push((c, p)),
                 // A refusal is reported only when nothing else failed: an
                 // error of a candidate that ran says more.
                 Err(why) if opts.protocol.is_some() && refused.is_none() => {
@@ -287,24 +307,30 @@ pub fn simulate(
             }
         }
     }
-    let run = |&(_, _, c, p): &(usize, usize, AlgoChoice, Protocol)| {
-        run_one(fabric, collective, bytes, c, p, opts)
-    };
-    let (first, later): (Vec<_>, Vec<_>) = enabled
-        .into_iter()
-        .partition(|j| opts.protocol.is_some() || j.3 != Protocol::Ll);
-    let mut results: Vec<_> = first.iter().copied().zip(par_map(&first, run)).collect();
-    // LL: estimated from the algorithm's Simple time against the best so far.
-    let best_time = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok().map(|(t, _)| *t))
-        .min();
-    let mut maybe = Vec::new();
-    for j in later {
-        let (_, _, c, p) = j;
-        let simple = results.iter().find_map(|((_, _, c2, p2), r)| {
-            (*c2 == c && *p2 == Protocol::Simple).then(|| r.as_ref().ok().map(|(t, _)| *t))?
+    type Run = Result<(SimTime, Option<ExecResult>), SimError>;
+    let mut results: Vec<Option<Run>> = jobs.iter().map(|_| None).collect();
+    let run_jobs = |which: &[usize], results: &mut [Option<Run>]| {
+        let done = par_map(which, |&i| {
+            let (c, p) = jobs[i];
+            run_one(fabric, collective, bytes, c, p, opts)
         });
+        for (&i, r) in which.iter().zip(done) {
+            results[i] = Some(r);
+        }
+    };
+    let time_of = |r: &Option<Run>| r.as_ref().and_then(|r| r.as_ref().ok()).map(|(t, _)| *t);
+    let (first, later): (Vec<usize>, Vec<usize>) =
+        (0..jobs.len()).partition(|&i| opts.protocol.is_some() || jobs[i].1 != Protocol::Ll);
+    run_jobs(&first, &mut results);
+    // LL: estimated from the algorithm's Simple time against the best so far.
+    let best_time = results.iter().filter_map(time_of).min();
+    let mut maybe = Vec::new();
+    for i in later {
+        let (c, p) = jobs[i];
+        let simple = jobs
+            .iter()
+            .position(|&j| j == (c, Protocol::Simple))
+            .and_then(|k| time_of(&results[k]));
         if let (Some(ts), Some(tb), AlgoChoice::Schedule(a)) = (simple, best_time, c) {
             let st = critical_steps(fabric, collective, bytes, a, opts.channels)?;
             let bus_bytes = bytes as f64 * collective.busbw_factor(fabric.ranks());
@@ -312,22 +338,22 @@ pub fn simulate(
                 continue;
             }
         }
-        maybe.push(j);
+        maybe.push(i);
     }
-    results.extend(maybe.iter().copied().zip(par_map(&maybe, run)));
-    results.sort_by_key(|((ci, pi, ..), _)| (*ci, *pi));
+    run_jobs(&maybe, &mut results);
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
     let mut last_err = refused;
-    for ((_, _, c, p), r) in results {
+    for (&(c, p), r) in jobs.iter().zip(results) {
         match r {
-            Ok((t, ex)) => {
+            None => {}
+            Some(Ok((t, ex))) => {
                 tried.push((c, p, t));
                 if best.as_ref().is_none_or(|b| t < b.0) {
                     best = Some((t, c, p, ex));
                 }
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 if opts.algorithm.is_some() && opts.protocol.is_some() {
                     return Err(e);
                 }
@@ -447,6 +473,8 @@ fn protocol_bandwidth(
     model::nccl_protocol_bandwidth(algo, protocol, node.arch, fabric.nodes(), node.amd_cpu)
 }
 
+/// Simulates candidate `c` with `protocol`: its time, and the run's
+/// details for a schedule.
 fn run_one(
     fabric: &ClusterFabric,
     collective: Collective,
@@ -455,38 +483,18 @@ fn run_one(
     protocol: Protocol,
     opts: &CollOptions,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
-    let r = run_algorithm(fabric, collective, bytes, c, protocol, opts)?;
-    // Simulated time saturates at SimTime::MAX (about 213 days): a run that
-    // reaches it did not finish in the representable range.
-    if r.0 == SimTime::MAX {
-        return Err(SimError::Limit {
-            what: "the simulator's time range (2^64 ps)".into(),
-            time_us: r.0.as_us(),
-        });
-    }
-    Ok(r)
-}
-
-fn run_algorithm(
-    fabric: &ClusterFabric,
-    collective: Collective,
-    bytes: u64,
-    c: AlgoChoice,
-    protocol: Protocol,
-    opts: &CollOptions,
-) -> Result<(SimTime, Option<ExecResult>), SimError> {
-    match c {
+    let r = match c {
         AlgoChoice::Nvls => {
             nvls_eligible(fabric, collective)?;
             if fabric.nodes() > 1 {
-                Ok((innet::nvls_sharp_all_reduce(fabric, bytes)?, None))
+                (innet::nvls_sharp_all_reduce(fabric, bytes)?, None)
             } else {
-                Ok((nvls_all_reduce(fabric, bytes)?, None))
+                (nvls_all_reduce(fabric, bytes)?, None)
             }
         }
         AlgoChoice::CollNet => {
             innet::collnet_eligible(fabric, collective)?;
-            Ok((innet::collnet_all_reduce(fabric, bytes)?, None))
+            (innet::collnet_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::Schedule(a) => {
             // The protocol's flags and their cost travel with the data: the
@@ -504,9 +512,18 @@ fn run_algorithm(
                 ..ExecConfig::default()
             };
             let r = run_schedule(&s, fabric, &cfg)?;
-            Ok((r.time, Some(r)))
+            (r.time, Some(r))
         }
+    };
+    // Simulated time saturates at SimTime::MAX (about 213 days): a run that
+    // reaches it did not finish in the representable range.
+    if r.0 == SimTime::MAX {
+        return Err(SimError::Limit {
+            what: "the simulator's time range (2^64 ps)".into(),
+            time_us: r.0.as_us(),
+        });
     }
+    Ok(r)
 }
 
 /// Bytes moved for `bytes` of payload under `protocol` (`factor` per byte) on `ranks`
