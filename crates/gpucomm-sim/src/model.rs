@@ -364,3 +364,32 @@ pub const STAGED_SYNC_US: f64 = 10.0;
 pub fn memcpy_gbps(host_mem_gbps: f64) -> f64 {
     host_mem_gbps / 2.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_bandwidth_factors_cover_the_line_formats() {
+        // NCCL's measured protocol cost can only add to the flag bytes its
+        // line formats put on the wire; LL alone is capped.
+        for algo in ["ring", "tree", "halving_doubling"] {
+            for p in Protocol::ALL {
+                for nodes in [1, 2, 16] {
+                    for arch in [Arch::Volta, Arch::Ampere, Arch::Hopper] {
+                        for amd in [false, true] {
+                            let bw = nccl_protocol_bandwidth(algo, p, arch, nodes, amd);
+                            assert!(
+                                bw.factor >= p.wire_factor() - 1e-12,
+                                "{algo} {p} on {nodes} nodes: {} < {}",
+                                bw.factor,
+                                p.wire_factor()
+                            );
+                            assert_eq!(bw.cap_gbps.is_some(), p == Protocol::Ll);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
