@@ -142,6 +142,9 @@ pub struct EngineStats {
     /// Flows whose rate changed in a recomputation (each one re-keys its
     /// data-phase end).
     pub rate_changes: u64,
+    /// Flows that took over the place of a flow that ended at the same
+    /// instant on the same route (no recomputation needed).
+    pub handovers: u64,
 }
 
 /// A busy interval of one link, recorded when tracing is on.
@@ -270,6 +273,21 @@ impl IndexedHeap {
     }
 }
 
+/// When `bytes` drain at `rate` (bytes per picosecond) from `now`: rounded
+/// up to the picosecond, `u64::MAX` (never) at rate zero.
+fn drain_end(now: u64, bytes: f64, rate: f64) -> u64 {
+    let dt = if rate > 0.0 {
+        (bytes / rate).ceil()
+    } else {
+        f64::MAX
+    };
+    if dt >= (u64::MAX - now) as f64 {
+        u64::MAX
+    } else {
+        now + dt as u64
+    }
+}
+
 /// A generation counter for "marked in this pass" arrays, so they never
 /// need clearing (except on wrap-around).
 fn bump(epoch: &mut u32, marks: &mut [u32]) -> u32 {
@@ -318,6 +336,11 @@ pub struct FlowNet {
     seq: u64,
     now: u64,
     dirty: Vec<LinkId>,
+    /// Flows whose data phase ended in the current batch, with that time:
+    /// still on their links until the next recomputation, so that a flow
+    /// started at the same instant on the same route takes the slot over
+    /// (see [`FlowNet::start_flow`]).
+    ended: Vec<(u32, u64)>,
     /// Always fill whole components (the textbook algorithm; tests compare).
     full: bool,
     // Scratch for recomputation. Flow marks: `in_set` (member of the set
@@ -386,6 +409,7 @@ impl FlowNet {
             seq: 0,
             now: 0,
             dirty: Vec::new(),
+            ended: Vec::new(),
             full: false,
             set_epoch: 0,
             round_epoch: 0,
@@ -484,6 +508,12 @@ impl FlowNet {
     /// Starts, now, a flow of `bytes` along `links`, delivered `latency`
     /// after its last byte leaves. A flow with no link or no byte is
     /// delivered after `latency` alone.
+    ///
+    /// A flow that starts at the instant another one on the same route
+    /// ended (the next chunk of a connection, typically) takes that flow's
+    /// place: the set of routes is unchanged, so is the max-min allocation,
+    /// and the new flow inherits the old one's rate and bottleneck without a
+    /// recomputation.
     pub fn start_flow(&mut self, links: &[LinkId], bytes: f64, latency: SimTime, tag: u64) {
         self.stats.flows += 1;
         let bytes = if bytes.is_finite() {
@@ -494,6 +524,23 @@ impl FlowNet {
         if links.is_empty() || bytes <= 0.0 {
             let t = self.now.saturating_add(latency.as_ps());
             self.push(t, EvKind::Deliver(tag));
+            return;
+        }
+        if let Some(slot) = self.take_over(links) {
+            let now = self.now;
+            let rate = self.rate[slot as usize];
+            let f = &mut self.flows[slot as usize];
+            f.bytes = bytes;
+            f.remaining = bytes;
+            f.last = now;
+            f.latency = latency.as_ps();
+            f.tag = tag;
+            f.active = true;
+            self.seq += 1;
+            self.done.set(slot, drain_end(now, bytes, rate), self.seq);
+            self.active += 1;
+            self.stats.handovers += 1;
+            self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
             return;
         }
         let slot = match self.free.pop() {
@@ -552,6 +599,47 @@ impl FlowNet {
         self.stride = stride;
     }
 
+    /// A flow that ended now on exactly `links`, removed from the ended list.
+    fn take_over(&mut self, links: &[LinkId]) -> Option<u32> {
+        let now = self.now;
+        let i = self.ended.iter().position(|&(slot, t)| {
+            let base = slot as usize * self.stride;
+            t == now
+                && self.flows[slot as usize].hops as usize == links.len()
+                && self.route[base..base + links.len()] == *links
+        })?;
+        Some(self.ended.swap_remove(i).0)
+    }
+
+    /// Takes the flows that ended and were not taken over off their links.
+    fn flush_ended(&mut self) {
+        for k in 0..self.ended.len() {
+            let (slot, t) = self.ended[k];
+            let (base, hops) = (slot as usize * self.stride, self.flows[slot as usize].hops);
+            for h in base..base + hops as usize {
+                let l = self.route[h];
+                let lf = &mut self.link_flows[l as usize];
+                if let Some(pos) = lf.iter().position(|&s| s == slot) {
+                    lf.swap_remove(pos);
+                }
+                if lf.is_empty() {
+                    let since = self.busy_since[l as usize];
+                    self.busy_total[l as usize] += t - since;
+                    if let Some(tr) = &mut self.trace {
+                        tr.push(BusySpan {
+                            link: l,
+                            start: SimTime::from_ps(since),
+                            end: SimTime::from_ps(t),
+                        });
+                    }
+                }
+                self.dirty.push(l);
+            }
+            self.free.push(slot);
+        }
+        self.ended.clear();
+    }
+
     fn push(&mut self, time: u64, kind: EvKind) {
         self.seq += 1;
         self.heap.push(Reverse(Ev {
@@ -578,6 +666,7 @@ impl FlowNet {
     /// `None` when nothing is left to happen.
     pub fn next_batch(&mut self, out: &mut Vec<Output>) -> Option<SimTime> {
         out.clear();
+        self.flush_ended();
         if !self.dirty.is_empty() {
             self.recompute();
         }
@@ -613,26 +702,11 @@ impl FlowNet {
         let (bytes, latency, tag) = (f.bytes, f.latency, f.tag);
         let (base, hops) = (slot as usize * self.stride, f.hops as usize);
         for h in base..base + hops {
-            let l = self.route[h];
-            let lf = &mut self.link_flows[l as usize];
-            if let Some(pos) = lf.iter().position(|&s| s == slot) {
-                lf.swap_remove(pos);
-            }
-            if lf.is_empty() {
-                let since = self.busy_since[l as usize];
-                self.busy_total[l as usize] += now - since;
-                if let Some(tr) = &mut self.trace {
-                    tr.push(BusySpan {
-                        link: l,
-                        start: SimTime::from_ps(since),
-                        end: SimTime::from_ps(now),
-                    });
-                }
-            }
-            self.link_bytes[l as usize] += bytes;
-            self.dirty.push(l);
+            self.link_bytes[self.route[h] as usize] += bytes;
         }
-        self.free.push(slot);
+        // Off its links at the next recomputation, unless a flow on the
+        // same route takes its place first.
+        self.ended.push((slot, now));
         self.active -= 1;
         if latency == 0 {
             out.push(Output::Delivered(tag));
@@ -761,7 +835,16 @@ impl FlowNet {
             self.cnt[li] = cnt;
         }
         // The set falls apart into independent problems: links joined by a
-        // member (the other flows are held). Group the links by component.
+        // member (the other flows are held). Few links: fill them as one
+        // (progressive filling of independent parts together gives each
+        // part's own result); many: group the links by component.
+        if self.set_links.len() <= SCAN_LINKS {
+            let len = self.set_links.len();
+            self.comp_links.clear();
+            self.comp_links.extend_from_slice(&self.set_links);
+            self.fill_component(0, len, le);
+            return;
+        }
         let ce = bump(&mut self.comp_epoch, &mut self.comp_mark);
         if ce == 1 {
             // First pass or wrapped: `visited` shares the pass's epoch.
@@ -947,16 +1030,7 @@ impl FlowNet {
             let fl = &mut self.flows[fi];
             fl.remaining = (fl.remaining - old * (now - fl.last) as f64).max(0.0);
             fl.last = now;
-            let dt = if new > 0.0 {
-                (fl.remaining / new).ceil()
-            } else {
-                f64::MAX
-            };
-            let done = if dt >= (u64::MAX - now) as f64 {
-                u64::MAX
-            } else {
-                now + dt as u64
-            };
+            let done = drain_end(now, fl.remaining, new);
             self.stats.rate_changes += 1;
             self.seq += 1;
             self.done.set(f, done, self.seq);
@@ -967,6 +1041,7 @@ impl FlowNet {
     /// allocation up to date (tests compare them with a reference).
     #[cfg(test)]
     fn rates_by_tag(&mut self) -> Vec<(u64, f64)> {
+        self.flush_ended();
         if !self.dirty.is_empty() {
             self.recompute();
         }

@@ -423,7 +423,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 match &r.exec {
                     Some(e) => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows)",
+                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows; {} flows took an ended flow's place)",
                         format_bytes(r.bytes),
                         w,
                         e.simulated_ranks,
@@ -434,7 +434,8 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         e.stats.events as f64 / w.max(1e-9),
                         r.candidates.len(),
                         e.stats.recomputations,
-                        e.stats.flows_recomputed
+                        e.stats.flows_recomputed,
+                        e.stats.handovers
                     )?,
                     None => writeln!(
                         o,
