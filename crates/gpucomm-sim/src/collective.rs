@@ -189,6 +189,17 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
 /// The most channels NCCL runs (NVIDIA/nccl `src/include/device.h` `MAXCHANNELS`).
 pub const MAX_CHANNELS: u16 = 64;
 
+/// Slices per ring round and channel: NCCL's ring all_reduce, all_gather
+/// and reduce_scatter move each chunk in `CHUNKSTEPS / SLICESTEPS` =
+/// `NCCL_MAX_SLICE_PER_CHUNK` = 2 slices (`src/include/collectives.h`) and a
+/// rank forwards a slice as soon as it has arrived; LL and LL128 forward
+/// line by line, finer still, which 2 slices already stand for (4 give the
+/// same times, docs/sim.md). Without slicing a round is store-and-forward:
+/// every round waits for the previous one's last byte plus the hop's
+/// latency, and at scale the result depends on whether channels happen to
+/// fill each other's gaps.
+pub const RING_SLICES: usize = 2;
+
 /// Refuses a channel count NCCL would not run.
 fn check_channels(ch: u16) -> Result<(), SimError> {
     if !(1..=MAX_CHANNELS).contains(&ch) {
@@ -226,13 +237,18 @@ pub fn schedule_for(
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
     // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per
-    // step on every rank at once and needs no chunking to keep every link
-    // busy; a ring broadcast or reduce is a chain, which NCCL pipelines.
+    // round on every rank at once: each round's block is cut into
+    // RING_SLICES pieces per channel, so that a rank forwards the first
+    // slice while the second arrives, as NCCL does; a ring broadcast or
+    // reduce is a chain, which NCCL pipelines in chunks.
     let chain = matches!(
         collective,
         Collective::Broadcast { .. } | Collective::Reduce { .. }
     );
-    if algorithm != Algorithm::Ring || chain {
+    if algorithm == Algorithm::Ring && !chain {
+        let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
+        s = s.with_chunk_elems(per_channel.div_ceil(RING_SLICES).max(1));
+    } else {
         // NCCL pipelines in chunks (its Simple protocol
         // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step); keep at most
         // 32 chunks per channel to bound the event count.
