@@ -10,11 +10,12 @@
 use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 
 use crate::engine::{FlowNet, Output};
-use crate::exec::{ExecConfig, ExecResult, run_schedule};
+use crate::exec::{ExecConfig, ExecResult, Prepared};
 use crate::fabric::Fabric;
 use crate::innet;
 use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
 use crate::model::{self, Protocol};
+use crate::par::par_map;
 use crate::{SimError, SimTime};
 
 /// Which algorithm runs a collective.
@@ -210,13 +211,17 @@ fn check_channels(ch: u16) -> Result<(), SimError> {
     Ok(())
 }
 
-/// The schedule gpucomm would run for `collective` of `bytes` with `algorithm`.
+/// The schedule gpucomm would run for `collective` of `bytes` with
+/// `algorithm`, under a protocol that puts `wire_factor` bytes on the wire
+/// per payload byte (its chunks are NCCL buffer slots, counted in wire
+/// bytes).
 pub fn schedule_for(
     fabric: &ClusterFabric,
     collective: Collective,
     bytes: u64,
     algorithm: Algorithm,
     channels: Option<u16>,
+    wire_factor: f64,
 ) -> Result<Schedule, SimError> {
     let n = fabric.ranks();
     let elem = if bytes % 4 == 0 { 4 } else { 1 };
@@ -249,11 +254,13 @@ pub fn schedule_for(
         let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
         s = s.with_chunk_elems(per_channel.div_ceil(RING_SLICES).max(1));
     } else {
-        // NCCL pipelines in chunks (its Simple protocol
-        // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step); keep at most
-        // 32 chunks per channel to bound the event count.
-        let per_channel = bytes / u64::from(ch);
-        let chunk = (512u64 << 10).max(per_channel / 32).max(elem);
+        // NCCL pipelines in chunks of a buffer slot (its Simple protocol
+        // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step; the slot
+        // holds the protocol's flags too); keep at most 32 chunks per
+        // channel to bound the event count.
+        let per_channel = bytes as f64 * wire_factor / f64::from(ch);
+        let wire_chunk = (512.0 * 1024.0f64).max(per_channel / 32.0);
+        let chunk = ((wire_chunk / wire_factor) as u64).max(elem);
         s = s.with_chunk_elems((chunk / elem) as usize);
     }
     Ok(s)
@@ -323,12 +330,43 @@ pub fn simulate(
             }
         }
     }
+    // Each schedule's steps are generated once, for every protocol that
+    // runs the same steps (protocols differ in overheads, wire factor and
+    // caps; chunked schedules also in chunk size).
+    let mut prepared: Vec<(Schedule, Result<Prepared, SimError>)> = Vec::new();
+    let mut job_prep: Vec<Option<Result<usize, SimError>>> = Vec::new();
+    for &(c, p) in &jobs {
+        let AlgoChoice::Schedule(a) = c else {
+            job_prep.push(None);
+            continue;
+        };
+        let factor = protocol_bandwidth(fabric, a.name(), p).factor;
+        job_prep.push(Some(
+            schedule_for(fabric, collective, bytes, a, opts.channels, factor).map(
+                |s| match prepared.iter().position(|(t, _)| *t == s) {
+                    Some(k) => k,
+                    None => {
+                        let r = Prepared::new(&s, fabric, &prepare_config(opts));
+                        prepared.push((s, r));
+                        prepared.len() - 1
+                    }
+                },
+            ),
+        ));
+    }
     type Run = Result<(SimTime, Option<ExecResult>), SimError>;
     let mut results: Vec<Option<Run>> = jobs.iter().map(|_| None).collect();
     let run_jobs = |which: &[usize], results: &mut [Option<Run>]| {
         let done = par_map(which, |&i| {
             let (c, p) = jobs[i];
-            run_one(fabric, collective, bytes, c, p, opts)
+            match &job_prep[i] {
+                None => run_one(fabric, collective, bytes, c, p, opts, None),
+                Some(Err(e)) => Err(e.clone()),
+                Some(Ok(k)) => match &prepared[*k].1 {
+                    Ok(prep) => run_one(fabric, collective, bytes, c, p, opts, Some(prep)),
+                    Err(e) => Err(e.clone()),
+                },
+            }
         });
         for (&i, r) in which.iter().zip(done) {
             results[i] = Some(r);
@@ -397,43 +435,6 @@ pub fn simulate(
     })
 }
 
-/// `f` over `jobs` on up to as many threads as the machine has cores (the
-/// candidates of a tuner run are independent simulations); results in the
-/// order of `jobs`, so runs stay deterministic.
-fn par_map<J: Sync, T: Send>(jobs: &[J], f: impl Fn(&J) -> T + Sync) -> Vec<T> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs.len());
-    if threads <= 1 {
-        return jobs.iter().map(f).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(j) = jobs.get(i) else { break };
-                        mine.push((i, f(j)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| match w.join() {
-                Ok(v) => v,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    });
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, t)| t).collect()
-}
-
 /// Steps on the critical path of `algorithm`'s schedule, (intra-node,
 /// inter-node), counted in closed form by gpucomm-algo.
 fn critical_steps(
@@ -443,7 +444,7 @@ fn critical_steps(
     algorithm: Algorithm,
     channels: Option<u16>,
 ) -> Result<(u32, u32), SimError> {
-    let s = schedule_for(fabric, collective, bytes, algorithm, channels)?;
+    let s = schedule_for(fabric, collective, bytes, algorithm, channels, 1.0)?;
     let pred = gpucomm_algo::predict(&s, &gpucomm_algo::CostModel::default());
     Ok((pred.intra_steps, pred.inter_steps))
 }
@@ -489,8 +490,18 @@ fn protocol_bandwidth(
     model::nccl_protocol_bandwidth(algo, protocol, node.arch, fabric.nodes(), node.amd_cpu)
 }
 
+/// How the executor runs (and prepares) schedules for `opts`.
+fn prepare_config(opts: &CollOptions) -> ExecConfig {
+    ExecConfig {
+        symmetry: opts.symmetry,
+        trace_ranks: opts.trace_ranks,
+        ..ExecConfig::default()
+    }
+}
+
 /// Simulates candidate `c` with `protocol`: its time, and the run's
-/// details for a schedule.
+/// details for a schedule (`prepared`: its steps).
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     fabric: &ClusterFabric,
     collective: Collective,
@@ -498,6 +509,7 @@ fn run_one(
     c: AlgoChoice,
     protocol: Protocol,
     opts: &CollOptions,
+    prepared: Option<&Prepared>,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
     let r = match c {
         AlgoChoice::Nvls => {
@@ -513,21 +525,20 @@ fn run_one(
             (innet::collnet_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::Schedule(a) => {
-            // The protocol's flags and their cost travel with the data: the
-            // schedule moves NCCL's bandwidth factor times the payload.
+            let prepared = prepared
+                .ok_or_else(|| SimError::Model(format!("{} was not prepared", a.name())))?;
             let bw = protocol_bandwidth(fabric, a.name(), protocol);
-            let wire = wire_bytes(bytes, protocol, bw.factor, fabric.ranks())?;
-            let s = schedule_for(fabric, collective, wire, a, opts.channels)?;
             let cfg = ExecConfig {
                 overheads: model::nccl_overheads(a.name(), protocol),
                 // The cap is on payload (bus) bandwidth; flows carry
                 // `factor` bytes per payload byte.
                 send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
-                symmetry: opts.symmetry,
-                trace_ranks: opts.trace_ranks,
-                ..ExecConfig::default()
+                // The protocol's flags and their cost travel with the data:
+                // transfers move NCCL's bandwidth factor times the payload.
+                wire_factor: bw.factor,
+                ..prepare_config(opts)
             };
-            let r = run_schedule(&s, fabric, &cfg)?;
+            let r = prepared.run(fabric, &cfg)?;
             (r.time, Some(r))
         }
     };
@@ -540,33 +551,6 @@ fn run_one(
         });
     }
     Ok(r)
-}
-
-/// Bytes moved for `bytes` of payload under `protocol` (`factor` per byte) on `ranks`
-/// ranks, rounded up to whole elements, and to whole per-rank blocks when
-/// the payload splits evenly (so the rounding never makes the blocks of a
-/// symmetric schedule unequal).
-fn wire_bytes(bytes: u64, protocol: Protocol, factor: f64, ranks: usize) -> Result<u64, SimError> {
-    if factor == 1.0 {
-        return Ok(bytes);
-    }
-    let too_big = || {
-        SimError::Model(format!(
-            "{bytes} bytes with the {} protocol ({factor:.3} bytes moved per byte) exceed 2^64 bytes",
-            protocol.name(),
-        ))
-    };
-    let w = (bytes as f64 * factor).ceil();
-    if w >= u64::MAX as f64 {
-        return Err(too_big());
-    }
-    let elem = if bytes % 4 == 0 { 4 } else { 1 };
-    let block = elem * ranks.max(1) as u64;
-    let unit = if bytes % block == 0 { block } else { elem };
-    (w as u64)
-        .div_ceil(unit)
-        .checked_mul(unit)
-        .ok_or_else(too_big)
 }
 
 /// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard

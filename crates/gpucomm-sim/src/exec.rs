@@ -31,6 +31,7 @@ use gpucomm_algo::{Schedule, Step, StepKind};
 
 use crate::engine::{BusySpan, EngineStats, FlowNet, LinkId, Output};
 use crate::fabric::{Fabric, PathClass};
+use crate::par::par_map;
 use crate::{SimError, SimTime};
 
 /// Software overheads of the engine that runs a schedule.
@@ -89,6 +90,10 @@ pub struct ExecConfig {
     /// bandwidth cap, [`crate::model::ProtocolBandwidth`]): every transfer
     /// a rank sends also crosses a link of this capacity of its own.
     pub send_cap_gbps: Option<f64>,
+    /// Bytes on the wire per byte a transfer step moves (a protocol's flags
+    /// and line format, [`crate::model::ProtocolBandwidth::factor`]); local
+    /// steps are not scaled.
+    pub wire_factor: f64,
 }
 
 impl Default for ExecConfig {
@@ -101,6 +106,7 @@ impl Default for ExecConfig {
             batch_window: SimTime::from_ps(0),
             trace_ranks: 0,
             send_cap_gbps: None,
+            wire_factor: 1.0,
         }
     }
 }
@@ -204,9 +210,16 @@ struct CStep {
     /// partner's steps (the partner is simulated rank `peer % g`), or
     /// `NO_PARTNER`.
     partner: u32,
-    deps_left: u32,
+    /// Dependencies (their count).
+    deps: u32,
     channel: u16,
     kind: u8,
+}
+
+/// What a run changes of a step: dependencies left and matching state.
+#[derive(Clone, Copy)]
+struct Live {
+    deps_left: u32,
     state: u8,
 }
 
@@ -251,7 +264,10 @@ struct Conn {
 
 struct Exec<'a> {
     net: FlowNet,
-    ranks: Vec<RankState>,
+    /// The prepared steps (shared by every run of a [`Prepared`]).
+    ranks: &'a [RankState],
+    /// Per rank and step, the run's state.
+    live: Vec<Vec<Live>>,
     g: usize,
     #[allow(dead_code)]
     n: usize,
@@ -295,108 +311,191 @@ pub fn run_schedule(
     fabric: &dyn Fabric,
     cfg: &ExecConfig,
 ) -> Result<ExecResult, SimError> {
-    let n = schedule.problem.nranks;
-    if n != fabric.ranks() {
-        return Err(SimError::RankMismatch {
-            schedule: n,
-            fabric: fabric.ranks(),
-        });
-    }
-    let rpn = fabric.ranks_per_node().max(1);
-    let elem = schedule.problem.elem_size as u64;
-    // Steps of ranks 0..rpn the symmetry check generated, kept for the run.
-    let mut base: Vec<Option<Vec<Step>>> = vec![None; rpn];
-    let orbit = if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
-        fabric_orbits(fabric).filter(|_| schedule_is_node_symmetric(schedule, rpn, &mut base))
-    } else {
-        None
-    };
-    let g = if orbit.is_some() { rpn } else { n };
-    let mut caps = fabric.capacities();
-    // The fabric's links, then one sending limit per simulated rank.
-    let fabric_links = caps.len();
-    if let Some(cap) = cfg.send_cap_gbps {
-        caps.extend(std::iter::repeat_n(cap, g));
-    }
-    let mut net = FlowNet::new(&caps);
-    net.set_batch_window(cfg.batch_window);
-    if cfg.trace_ranks > 0 {
-        net.record_busy_spans();
-    }
-    let mut ex = Exec::new(net, fabric, cfg, g, n, orbit, elem);
-    ex.send_links = cfg.send_cap_gbps.map(|_| fabric_links as LinkId);
-    for r in 0..g {
-        let steps = match base.get_mut(r).and_then(Option::take) {
-            Some(steps) => steps,
-            None => schedule.rank_steps(r),
+    Prepared::new(schedule, fabric, cfg)?.run(fabric, cfg)
+}
+
+/// A schedule made ready to run on a fabric: the steps of the ranks to
+/// simulate (every rank, or node 0's under the symmetry reduction),
+/// compacted, with sends paired to receives. Generating the steps is a
+/// large part of a run at scale; a prepared schedule runs any number of
+/// times, under configurations that differ in overheads, protocol wire
+/// factor and caps (the tuner's protocols), without generating them again.
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+/// use gpucomm_sim::exec::{ExecConfig, Prepared};
+/// use gpucomm_sim::fabric::Fabric;
+/// use gpucomm_sim::machine::{Machine, Engine};
+///
+/// let fabric = Machine::preset("dgx-a100").unwrap().fabric(Engine::Nccl, 4).unwrap();
+/// let p = Problem::new(Collective::AllReduce, 1 << 20, fabric.ranks(), fabric.ranks_per_node());
+/// let s = Schedule::new(p, Algorithm::Ring).unwrap();
+/// let cfg = ExecConfig::default();
+/// let prepared = Prepared::new(&s, &fabric, &cfg).unwrap();
+/// assert_eq!(prepared.simulated_ranks(), 8); // node 0 stands for all 4
+/// let plain = prepared.run(&fabric, &cfg).unwrap();
+/// let flagged = prepared.run(&fabric, &ExecConfig { wire_factor: 2.0, ..cfg }).unwrap();
+/// assert!(flagged.time > plain.time);
+/// ```
+pub struct Prepared {
+    ranks: Vec<RankState>,
+    orbit: Option<Vec<Option<LinkId>>>,
+    n: usize,
+    elem: u64,
+}
+
+impl Prepared {
+    /// Generates and compacts the steps `cfg` asks to simulate: with
+    /// `cfg.symmetry` and no trace, node 0's ranks when the fabric and the
+    /// schedule are node-symmetric. Ranks are generated on all cores.
+    pub fn new(
+        schedule: &Schedule,
+        fabric: &dyn Fabric,
+        cfg: &ExecConfig,
+    ) -> Result<Self, SimError> {
+        let n = schedule.problem.nranks;
+        if n != fabric.ranks() {
+            return Err(SimError::RankMismatch {
+                schedule: n,
+                fabric: fabric.ranks(),
+            });
+        }
+        let rpn = fabric.ranks_per_node().max(1);
+        let elem = schedule.problem.elem_size as u64;
+        let compacted = |r: usize, steps: &[Step]| compact(r, steps, elem, n);
+        let mut orbit = None;
+        let mut ranks = if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
+            orbit = fabric_orbits(fabric);
+            let base = par_map(&(0..rpn).collect::<Vec<_>>(), |&r| schedule.rank_steps(r));
+            if orbit.is_some() && !schedule_is_node_symmetric(schedule, rpn, &base) {
+                orbit = None;
+            }
+            let ranks = par_map(&(0..rpn).collect::<Vec<_>>(), |&r| compacted(r, &base[r]));
+            ranks.into_iter().collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
         };
-        let st = compact(r, &steps, elem, n)?;
-        ex.remaining += st.steps.len() as u64;
-        ex.ranks.push(st);
-    }
-    pair_partners(&mut ex.ranks, n);
-    let total_steps = ex.remaining;
-    let p = ex.alloc_pending(Pending::Launch);
-    ex.net.timer(cfg.overheads.launch, u64::from(p));
-    let mut out = Vec::new();
-    let mut finish = SimTime::ZERO;
-    while let Some(t) = ex.net.next_batch(&mut out) {
-        if t > cfg.time_limit {
-            return Err(SimError::Limit {
-                what: format!("time limit {}", cfg.time_limit),
-                time_us: t.as_us(),
-            });
-        }
-        if ex.net.stats().events > cfg.max_events {
-            return Err(SimError::Limit {
-                what: format!("{} events", cfg.max_events),
-                time_us: t.as_us(),
-            });
-        }
-        for &o in &out {
-            match o {
-                Output::Timer(tag) => ex.on_timer(tag as u32, t)?,
-                Output::Delivered(tag) => ex.sent(tag as u32, t)?,
+        if orbit.is_none() {
+            let rest: Vec<usize> = (ranks.len()..n).collect();
+            let more = par_map(&rest, |&r| compacted(r, &schedule.rank_steps(r)));
+            for r in more {
+                ranks.push(r?);
             }
         }
-        if ex.remaining == 0 {
-            finish = t;
-        }
-    }
-    if ex.remaining > 0 {
-        let (rank, step) = ex.first_stuck();
-        return Err(SimError::Deadlock {
-            time_us: ex.net.now().as_us(),
-            pending: ex.remaining as usize,
-            rank,
-            step,
-        });
-    }
-    let scale = 1.0;
-    let links = (0..fabric_links)
-        .filter(|&l| ex.net.link_bytes(l as LinkId) > 0.0)
-        .map(|l| LinkUsage {
-            name: fabric.link_name(l as LinkId),
-            bytes: ex.net.link_bytes(l as LinkId) * scale,
-            busy: ex.net.link_busy(l as LinkId),
-            capacity_gbps: caps[l],
+        pair_partners(&mut ranks, n);
+        Ok(Prepared {
+            ranks,
+            orbit,
+            n,
+            elem,
         })
-        .collect();
-    Ok(ExecResult {
-        time: finish,
-        stats: ex.net.stats(),
-        simulated_ranks: g,
-        steps: total_steps,
-        links,
-        link_spans: ex
-            .net
-            .busy_spans()
-            .iter()
-            .filter(|s| (s.link as usize) < fabric_links)
-            .copied()
-            .collect(),
-        rank_spans: std::mem::take(&mut ex.spans),
-    })
+    }
+
+    /// Ranks simulated: node 0's under the symmetry reduction, else all.
+    pub fn simulated_ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Runs the prepared schedule on `fabric` (the one it was prepared
+    /// for) under `cfg`; `cfg.symmetry` and `cfg.trace_ranks` were decided
+    /// when it was prepared.
+    pub fn run(&self, fabric: &dyn Fabric, cfg: &ExecConfig) -> Result<ExecResult, SimError> {
+        if self.n != fabric.ranks() {
+            return Err(SimError::RankMismatch {
+                schedule: self.n,
+                fabric: fabric.ranks(),
+            });
+        }
+        if !(cfg.wire_factor.is_finite() && cfg.wire_factor > 0.0) {
+            return Err(SimError::Model(format!(
+                "wire factor {} is not a positive number",
+                cfg.wire_factor
+            )));
+        }
+        let g = self.ranks.len();
+        let mut caps = fabric.capacities();
+        // The fabric's links, then one sending limit per simulated rank.
+        let fabric_links = caps.len();
+        if let Some(cap) = cfg.send_cap_gbps {
+            caps.extend(std::iter::repeat_n(cap, g));
+        }
+        let mut net = FlowNet::new(&caps);
+        net.set_batch_window(cfg.batch_window);
+        if cfg.trace_ranks > 0 {
+            net.record_busy_spans();
+        }
+        let mut ex = Exec::new(
+            net,
+            fabric,
+            cfg,
+            &self.ranks,
+            self.n,
+            self.orbit.clone(),
+            self.elem,
+        );
+        ex.send_links = cfg.send_cap_gbps.map(|_| fabric_links as LinkId);
+        let total_steps = ex.remaining;
+        let p = ex.alloc_pending(Pending::Launch);
+        ex.net.timer(cfg.overheads.launch, u64::from(p));
+        let mut out = Vec::new();
+        let mut finish = SimTime::ZERO;
+        while let Some(t) = ex.net.next_batch(&mut out) {
+            if t > cfg.time_limit {
+                return Err(SimError::Limit {
+                    what: format!("time limit {}", cfg.time_limit),
+                    time_us: t.as_us(),
+                });
+            }
+            if ex.net.stats().events > cfg.max_events {
+                return Err(SimError::Limit {
+                    what: format!("{} events", cfg.max_events),
+                    time_us: t.as_us(),
+                });
+            }
+            for &o in &out {
+                match o {
+                    Output::Timer(tag) => ex.on_timer(tag as u32, t)?,
+                    Output::Delivered(tag) => ex.sent(tag as u32, t)?,
+                }
+            }
+            if ex.remaining == 0 {
+                finish = t;
+            }
+        }
+        if ex.remaining > 0 {
+            let (rank, step) = ex.first_stuck();
+            return Err(SimError::Deadlock {
+                time_us: ex.net.now().as_us(),
+                pending: ex.remaining as usize,
+                rank,
+                step,
+            });
+        }
+        let links = (0..fabric_links)
+            .filter(|&l| ex.net.link_bytes(l as LinkId) > 0.0)
+            .map(|l| LinkUsage {
+                name: fabric.link_name(l as LinkId),
+                bytes: ex.net.link_bytes(l as LinkId),
+                busy: ex.net.link_busy(l as LinkId),
+                capacity_gbps: caps[l],
+            })
+            .collect();
+        Ok(ExecResult {
+            time: finish,
+            stats: ex.net.stats(),
+            simulated_ranks: g,
+            steps: total_steps,
+            links,
+            link_spans: ex
+                .net
+                .busy_spans()
+                .iter()
+                .filter(|s| (s.link as usize) < fabric_links)
+                .copied()
+                .collect(),
+            rank_spans: std::mem::take(&mut ex.spans),
+        })
+    }
 }
 
 /// The orbit representative of every link under node translation, when the
@@ -406,9 +505,9 @@ fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
 }
 
 /// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
-/// node, checked on the first, middle and last local ranks of node 1 and of the last node.
-/// The steps of the node-0 ranks it generates are left in `base`.
-fn schedule_is_node_symmetric(s: &Schedule, rpn: usize, base: &mut [Option<Vec<Step>>]) -> bool {
+/// node, checked on the first, middle and last local ranks of node 1 and
+/// of the last node (generated on all cores) against node 0's, `base`.
+fn schedule_is_node_symmetric(s: &Schedule, rpn: usize, base: &[Vec<Step>]) -> bool {
     let n = s.problem.nranks;
     let nodes = n / rpn;
     // The first, middle and last local rank of node 1 and of the last node
@@ -419,34 +518,27 @@ fn schedule_is_node_symmetric(s: &Schedule, rpn: usize, base: &mut [Option<Vec<S
     if nodes > 2 {
         probes.extend(locals.iter().map(|&r| (nodes - 1, r)));
     }
-    {
-        for (node, r) in probes {
-            let b = base[r].get_or_insert_with(|| s.rank_steps(r));
-            let other = s.rank_steps(node * rpn + r);
-            if other.len() != b.len() {
-                return false;
-            }
-            let shift = node * rpn;
-            for (x, y) in b.iter().zip(&other) {
-                if x.channel != y.channel
-                    || x.deps != y.deps
-                    || x.kind.len().abs_diff(y.kind.len()) > 1
-                {
-                    return false;
-                }
-                let same_kind = std::mem::discriminant(&x.kind) == std::mem::discriminant(&y.kind);
-                let peer_ok = match (x.kind.peer(), y.kind.peer()) {
-                    (Some(a), Some(b)) => (a + shift) % n == b,
-                    (None, None) => true,
-                    _ => false,
-                };
-                if !same_kind || !peer_ok {
-                    return false;
-                }
-            }
+    let same = par_map(&probes, |&(node, r)| {
+        let (b, other) = (&base[r], s.rank_steps(node * rpn + r));
+        if other.len() != b.len() {
+            return false;
         }
-    }
-    true
+        let shift = node * rpn;
+        b.iter().zip(&other).all(|(x, y)| {
+            let same_kind = std::mem::discriminant(&x.kind) == std::mem::discriminant(&y.kind);
+            let peer_ok = match (x.kind.peer(), y.kind.peer()) {
+                (Some(a), Some(b)) => (a + shift) % n == b,
+                (None, None) => true,
+                _ => false,
+            };
+            x.channel == y.channel
+                && x.deps == y.deps
+                && x.kind.len().abs_diff(y.kind.len()) <= 1
+                && same_kind
+                && peer_ok
+        })
+    });
+    same.into_iter().all(|ok| ok)
 }
 
 /// Pairs every send with its receive before the run: the `k`-th send from
@@ -523,10 +615,9 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
             peer: peer as u32,
             bytes: s.kind.len() as u64 * elem,
             partner: NO_PARTNER,
-            deps_left: s.deps.len() as u32,
+            deps: s.deps.len() as u32,
             channel: s.channel,
             kind,
-            state: S_IDLE,
         });
     }
     // CSR of dependents.
@@ -551,19 +642,32 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
 }
 
 impl<'a> Exec<'a> {
-    /// An executor of `g` simulated ranks (of `n`) with no steps yet.
+    /// An executor of the simulated ranks `ranks` (of `n`), paired.
     fn new(
         net: FlowNet,
         fabric: &'a dyn Fabric,
         cfg: &'a ExecConfig,
-        g: usize,
+        ranks: &'a [RankState],
         n: usize,
         orbit: Option<Vec<Option<LinkId>>>,
         elem: u64,
     ) -> Self {
+        let g = ranks.len();
+        let live: Vec<Vec<Live>> = ranks
+            .iter()
+            .map(|r| {
+                r.steps
+                    .iter()
+                    .map(|st| Live {
+                        deps_left: st.deps,
+                        state: S_IDLE,
+                    })
+                    .collect()
+            })
+            .collect();
         Exec {
             net,
-            ranks: Vec::with_capacity(g),
+            ranks,
             g,
             n,
             route_cache: FxMap::default(),
@@ -573,7 +677,8 @@ impl<'a> Exec<'a> {
             free_transfers: Vec::new(),
             pending: Vec::new(),
             free_pending: Vec::new(),
-            remaining: 0,
+            remaining: live.iter().map(|l| l.len() as u64).sum(),
+            live,
             fabric,
             orbit,
             elem,
@@ -612,7 +717,7 @@ impl Exec<'_> {
             Pending::Launch => {
                 for r in 0..self.ranks.len() {
                     for s in 0..self.ranks[r].steps.len() {
-                        if self.ranks[r].steps[s].deps_left == 0 {
+                        if self.live[r][s].deps_left == 0 {
                             self.ready(r as u32, s as u32, t)?;
                         }
                     }
@@ -655,15 +760,15 @@ impl Exec<'_> {
             }
             _ => {
                 let (r2, s2) = (st.peer % g, st.partner);
-                let partner_waiting = s2 != NO_PARTNER
-                    && self.ranks[r2 as usize].steps[s2 as usize].state == S_WAITING;
+                let partner_waiting =
+                    s2 != NO_PARTNER && self.live[r2 as usize][s2 as usize].state == S_WAITING;
                 match partner_waiting {
                     false => {
-                        self.ranks[r as usize].steps[s as usize].state = S_WAITING;
+                        self.live[r as usize][s as usize].state = S_WAITING;
                     }
                     true => {
-                        self.ranks[r as usize].steps[s as usize].state = S_MATCHED;
-                        self.ranks[r2 as usize].steps[s2 as usize].state = S_MATCHED;
+                        self.live[r as usize][s as usize].state = S_MATCHED;
+                        self.live[r2 as usize][s2 as usize].state = S_MATCHED;
                         let ((sr, ss), (dr, ds)) = if st.kind == K_SEND {
                             ((r, s), (r2, s2))
                         } else {
@@ -700,7 +805,7 @@ impl Exec<'_> {
                             dst: (dr, ds),
                             start: t,
                             route,
-                            bytes: send.bytes as f64,
+                            bytes: send.bytes as f64 * self.cfg.wire_factor,
                         };
                         let ti = match self.free_transfers.pop() {
                             Some(i) => {
@@ -810,7 +915,7 @@ impl Exec<'_> {
             };
             for k in a..b {
                 let d = self.ranks[r as usize].dependents[k as usize];
-                let st = &mut self.ranks[r as usize].steps[d as usize];
+                let st = &mut self.live[r as usize][d as usize];
                 st.deps_left -= 1;
                 if st.deps_left == 0 {
                     self.ready(r, d, t)?;
@@ -845,13 +950,13 @@ impl Exec<'_> {
 
     fn first_stuck(&self) -> (usize, usize) {
         // A step waiting for its partner, else one waiting for a dependency.
-        for (r, rs) in self.ranks.iter().enumerate() {
-            if let Some(s) = rs.steps.iter().position(|st| st.state == S_WAITING) {
+        for (r, rs) in self.live.iter().enumerate() {
+            if let Some(s) = rs.iter().position(|st| st.state == S_WAITING) {
                 return (r, s);
             }
         }
-        for (r, rs) in self.ranks.iter().enumerate() {
-            if let Some(s) = rs.steps.iter().position(|st| st.deps_left > 0) {
+        for (r, rs) in self.live.iter().enumerate() {
+            if let Some(s) = rs.iter().position(|st| st.deps_left > 0) {
                 return (r, s);
             }
         }
@@ -998,23 +1103,17 @@ mod tests {
         // Run the cyclic pair through the executor's matching directly.
         let fabric = RingFabric(2);
         let cfg = ExecConfig::default();
+        pair_partners(&mut states, 2);
         let mut ex = Exec::new(
             FlowNet::new(&fabric.capacities()),
             &fabric,
             &cfg,
-            2,
+            &states,
             2,
             None,
             4,
         );
-        ex.remaining = 4;
-        ex.ranks.extend(states.iter_mut().map(|s| RankState {
-            steps: std::mem::take(&mut s.steps),
-            dep_off: std::mem::take(&mut s.dep_off),
-            dependents: std::mem::take(&mut s.dependents),
-            groups: std::mem::take(&mut s.groups),
-        }));
-        pair_partners(&mut ex.ranks, 2);
+        assert_eq!(ex.remaining, 4);
         let launch = ex.alloc_pending_launch();
         ex.on_timer(launch, SimTime::ZERO).unwrap();
         let mut out = Vec::new();
@@ -1045,21 +1144,21 @@ mod tests {
         };
         let fabric = RingFabric(2);
         let cfg = ExecConfig::default();
+        let mut ranks = vec![
+            compact(0, &[send.clone(), send], 4, 2).unwrap(),
+            compact(1, &[recv], 4, 2).unwrap(),
+        ];
+        pair_partners(&mut ranks, 2);
         let mut ex = Exec::new(
             FlowNet::new(&fabric.capacities()),
             &fabric,
             &cfg,
-            2,
+            &ranks,
             2,
             None,
             4,
         );
-        ex.ranks = vec![
-            compact(0, &[send.clone(), send], 4, 2).unwrap(),
-            compact(1, &[recv], 4, 2).unwrap(),
-        ];
-        ex.remaining = 3;
-        pair_partners(&mut ex.ranks, 2);
+        assert_eq!(ex.remaining, 3);
         assert_eq!(ex.ranks[0].steps[0].partner, 0);
         assert_eq!(ex.ranks[0].steps[1].partner, NO_PARTNER);
         assert_eq!(ex.ranks[1].steps[0].partner, 0);

@@ -57,6 +57,7 @@ pub mod from_topo;
 pub mod innet;
 pub mod machine;
 pub mod model;
+mod par;
 mod time;
 pub mod trace;
 pub mod train;
