@@ -363,25 +363,35 @@ impl Prepared {
         let rpn = fabric.ranks_per_node().max(1);
         let elem = schedule.problem.elem_size as u64;
         let compacted = |r: usize, steps: &[Step]| compact(r, steps, elem, n);
+        // Each rank's steps are compacted as soon as they are generated
+        // (the compact form is a fraction of the size); only the node-0
+        // ranks the symmetry check compares are held in full meanwhile.
         let mut orbit = None;
-        let mut ranks = if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
+        let mut simulate = n;
+        if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
             orbit = fabric_orbits(fabric);
-            let base = par_map(&(0..rpn).collect::<Vec<_>>(), |&r| schedule.rank_steps(r));
-            if orbit.is_some() && !schedule_is_node_symmetric(schedule, rpn, &base) {
+        }
+        let mut checked: Vec<(usize, Vec<Step>)> = Vec::new();
+        if orbit.is_some() {
+            let mut locals = vec![0, rpn / 2, rpn - 1];
+            locals.dedup();
+            let base = par_map(&locals, |&r| schedule.rank_steps(r));
+            if schedule_is_node_symmetric(schedule, rpn, &locals, &base) {
+                simulate = rpn;
+                checked = locals.into_iter().zip(base).collect();
+            } else {
                 orbit = None;
             }
-            let ranks = par_map(&(0..rpn).collect::<Vec<_>>(), |&r| compacted(r, &base[r]));
-            ranks.into_iter().collect::<Result<Vec<_>, _>>()?
-        } else {
-            Vec::new()
-        };
-        if orbit.is_none() {
-            let rest: Vec<usize> = (ranks.len()..n).collect();
-            let more = par_map(&rest, |&r| compacted(r, &schedule.rank_steps(r)));
-            for r in more {
-                ranks.push(r?);
-            }
         }
+        let all: Vec<usize> = (0..simulate).collect();
+        let mut ranks = Vec::with_capacity(simulate);
+        for r in par_map(&all, |&r| match checked.iter().find(|(l, _)| *l == r) {
+            Some((_, steps)) => compacted(r, steps),
+            None => compacted(r, &schedule.rank_steps(r)),
+        }) {
+            ranks.push(r?);
+        }
+        drop(checked);
         pair_partners(&mut ranks, n);
         Ok(Prepared {
             ranks,
@@ -505,21 +515,24 @@ fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
 }
 
 /// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
-/// node, checked on the first, middle and last local ranks of node 1 and
-/// of the last node (generated on all cores) against node 0's, `base`.
-fn schedule_is_node_symmetric(s: &Schedule, rpn: usize, base: &[Vec<Step>]) -> bool {
+/// node, checked for the local ranks `locals` (node 0's steps in `base`)
+/// on node 1 and on the last node (generated on all cores).
+fn schedule_is_node_symmetric(
+    s: &Schedule,
+    rpn: usize,
+    locals: &[usize],
+    base: &[Vec<Step>],
+) -> bool {
     let n = s.problem.nranks;
     let nodes = n / rpn;
-    // The first, middle and last local rank of node 1 and of the last node
-    // (generating steps is the costly part of a symmetric run).
-    let mut locals = vec![0, rpn / 2, rpn - 1];
-    locals.dedup();
-    let mut probes: Vec<(usize, usize)> = locals.iter().map(|&r| (1, r)).collect();
+    // (index in `locals`, node): generating steps is the costly part of a
+    // symmetric run, so only a few ranks are compared.
+    let mut probes: Vec<(usize, usize)> = (0..locals.len()).map(|k| (k, 1)).collect();
     if nodes > 2 {
-        probes.extend(locals.iter().map(|&r| (nodes - 1, r)));
+        probes.extend((0..locals.len()).map(|k| (k, nodes - 1)));
     }
-    let same = par_map(&probes, |&(node, r)| {
-        let (b, other) = (&base[r], s.rank_steps(node * rpn + r));
+    let same = par_map(&probes, |&(k, node)| {
+        let (b, other) = (&base[k], s.rank_steps(node * rpn + locals[k]));
         if other.len() != b.len() {
             return false;
         }
