@@ -288,10 +288,13 @@ impl<'a> Builder<'a> {
             self.locate(reads[1]),
             self.locate(write),
         ]);
+        // Room for the data dependencies `finish` adds (a few per step).
+        let mut deps = Vec::with_capacity(extra.len() + 4);
+        deps.extend_from_slice(extra);
         self.steps.push(Step {
             kind,
             channel,
-            deps: extra.to_vec(),
+            deps,
         });
         idx
     }
@@ -314,7 +317,7 @@ impl<'a> Builder<'a> {
         let segs = |i: usize| bounds[i].len().saturating_sub(1);
         let mut writer: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
         let mut readers: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
-        let mut arena: Vec<(u32, u32)> = Vec::new();
+        let mut arena: Vec<(u32, u32)> = Vec::with_capacity(self.access.len());
         let seg = |bounds: &[usize], x: usize| {
             bounds
                 .binary_search(&x)

@@ -167,7 +167,9 @@ pub(crate) fn reduce_scatter(
             } else {
                 sl(acc, ro, rl)
             };
-            *deps = vec![b.recv_reduce(g.before(1), sl(own, ro, rl), dst, ch, &[])];
+            let rv = b.recv_reduce(g.before(1), sl(own, ro, rl), dst, ch, &[]);
+            deps.clear();
+            deps.push(rv);
         }
     }
 }
@@ -191,7 +193,9 @@ pub(crate) fn all_gather(
             let (so, sl_len, ch) = piece(plan, &bl[sb], j);
             b.send(g.after(1), sl(out, so, sl_len), ch, deps);
             let (ro, rl, _) = piece(plan, &bl[rb], j);
-            *deps = vec![b.recv(g.before(1), sl(out, ro, rl), ch, &[])];
+            let rv = b.recv(g.before(1), sl(out, ro, rl), ch, &[]);
+            deps.clear();
+            deps.push(rv);
         }
     }
 }
