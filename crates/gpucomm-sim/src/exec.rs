@@ -362,36 +362,55 @@ impl Prepared {
         }
         let rpn = fabric.ranks_per_node().max(1);
         let elem = schedule.problem.elem_size as u64;
-        let compacted = |r: usize, steps: &[Step]| compact(r, steps, elem, n);
         // Each rank's steps are compacted as soon as they are generated
-        // (the compact form is a fraction of the size); only the node-0
-        // ranks the symmetry check compares are held in full meanwhile.
+        // (the compact form is a fraction of the size), and the symmetry
+        // check compares compact forms.
+        let generate = |r: &usize| compact(*r, &schedule.rank_steps(*r), elem, n);
         let mut orbit = None;
-        let mut simulate = n;
         if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
             orbit = fabric_orbits(fabric);
         }
-        let mut checked: Vec<(usize, Vec<Step>)> = Vec::new();
+        // Ranks compacted so far, by rank.
+        let mut have: Vec<(usize, RankState)> = Vec::new();
         if orbit.is_some() {
+            // The first, middle and last local rank of node 0, and the
+            // same local ranks of node 1 and of the last node.
             let mut locals = vec![0, rpn / 2, rpn - 1];
             locals.dedup();
-            let base = par_map(&locals, |&r| schedule.rank_steps(r));
-            if schedule_is_node_symmetric(schedule, rpn, &locals, &base) {
-                simulate = rpn;
-                checked = locals.into_iter().zip(base).collect();
+            let nodes = n / rpn;
+            let mut probe_nodes = vec![1];
+            if nodes > 2 {
+                probe_nodes.push(nodes - 1);
+            }
+            let mut jobs = locals.clone();
+            for &node in &probe_nodes {
+                jobs.extend(locals.iter().map(|&r| node * rpn + r));
+            }
+            for (r, st) in jobs.iter().zip(par_map(&jobs, generate)) {
+                have.push((*r, st?));
+            }
+            let symmetric = have[locals.len()..].iter().all(|(r, other)| {
+                let k = locals
+                    .iter()
+                    .position(|&l| l == r % rpn)
+                    .expect("a probe of a local");
+                same_up_to_node_shift(&have[k].1, other, r - r % rpn, n, elem)
+            });
+            if symmetric {
+                have.truncate(locals.len());
             } else {
                 orbit = None;
             }
         }
-        let all: Vec<usize> = (0..simulate).collect();
-        let mut ranks = Vec::with_capacity(simulate);
-        for r in par_map(&all, |&r| match checked.iter().find(|(l, _)| *l == r) {
-            Some((_, steps)) => compacted(r, steps),
-            None => compacted(r, &schedule.rank_steps(r)),
-        }) {
-            ranks.push(r?);
+        let simulate = if orbit.is_some() { rpn } else { n };
+        let rest: Vec<usize> = (0..simulate)
+            .filter(|r| have.iter().all(|(h, _)| h != r))
+            .collect();
+        for (r, st) in rest.iter().zip(par_map(&rest, generate)) {
+            have.push((*r, st?));
         }
-        drop(checked);
+        have.sort_by_key(|(r, _)| *r);
+        let mut ranks: Vec<RankState> = have.into_iter().map(|(_, st)| st).collect();
         pair_partners(&mut ranks, n);
         Ok(Prepared {
             ranks,
@@ -514,44 +533,27 @@ fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
     fabric.node_orbits()
 }
 
-/// True when rank `r + rpn`'s steps are rank `r`'s with peers moved by one
-/// node, checked for the local ranks `locals` (node 0's steps in `base`)
-/// on node 1 and on the last node (generated on all cores).
-fn schedule_is_node_symmetric(
-    s: &Schedule,
-    rpn: usize,
-    locals: &[usize],
-    base: &[Vec<Step>],
+/// True when `other` (a rank `shift` ranks after `base`'s) has `base`'s
+/// steps with peers moved by `shift`: same kinds, channels and
+/// dependencies, lengths equal within one element (blocks of a count that
+/// does not divide by the rank count).
+fn same_up_to_node_shift(
+    base: &RankState,
+    other: &RankState,
+    shift: usize,
+    n: usize,
+    elem: u64,
 ) -> bool {
-    let n = s.problem.nranks;
-    let nodes = n / rpn;
-    // (index in `locals`, node): generating steps is the costly part of a
-    // symmetric run, so only a few ranks are compared.
-    let mut probes: Vec<(usize, usize)> = (0..locals.len()).map(|k| (k, 1)).collect();
-    if nodes > 2 {
-        probes.extend((0..locals.len()).map(|k| (k, nodes - 1)));
-    }
-    let same = par_map(&probes, |&(k, node)| {
-        let (b, other) = (&base[k], s.rank_steps(node * rpn + locals[k]));
-        if other.len() != b.len() {
-            return false;
-        }
-        let shift = node * rpn;
-        b.iter().zip(&other).all(|(x, y)| {
-            let same_kind = std::mem::discriminant(&x.kind) == std::mem::discriminant(&y.kind);
-            let peer_ok = match (x.kind.peer(), y.kind.peer()) {
-                (Some(a), Some(b)) => (a + shift) % n == b,
-                (None, None) => true,
-                _ => false,
-            };
-            x.channel == y.channel
+    base.steps.len() == other.steps.len()
+        && base.dep_off == other.dep_off
+        && base.dependents == other.dependents
+        && base.steps.iter().zip(&other.steps).all(|(x, y)| {
+            x.kind == y.kind
+                && x.channel == y.channel
                 && x.deps == y.deps
-                && x.kind.len().abs_diff(y.kind.len()) <= 1
-                && same_kind
-                && peer_ok
+                && x.bytes.abs_diff(y.bytes) <= elem
+                && (x.peer as usize + shift) % n == y.peer as usize
         })
-    });
-    same.into_iter().all(|ok| ok)
 }
 
 /// Pairs every send with its receive before the run: the `k`-th send from
