@@ -1209,4 +1209,35 @@ mod tests {
         assert_eq!(full.simulated_ranks, 32);
         assert_eq!(sym.time, full.time);
     }
+
+    #[test]
+    fn a_schedule_that_is_not_node_symmetric_runs_every_rank() {
+        // NCCL's double binary tree between nodes: node 1's ranks do not do
+        // what node 0's do, shifted. The fabric allows the reduction; the
+        // schedule check must refuse it.
+        use crate::machine::{Engine, Machine};
+        let f = Machine::preset("dgx-a100")
+            .unwrap()
+            .fabric(Engine::Nccl, 4)
+            .unwrap();
+        assert!(f.node_orbits().is_some());
+        let p = Problem::new(
+            Collective::AllReduce,
+            1 << 22,
+            f.ranks(),
+            f.ranks_per_node(),
+        );
+        let s = Schedule::new(p, Algorithm::Tree).unwrap().with_channels(2);
+        let cfg = ExecConfig::default();
+        let prepared = Prepared::new(&s, &f, &cfg).unwrap();
+        assert_eq!(prepared.simulated_ranks(), 32);
+        let full = ExecConfig {
+            symmetry: false,
+            ..ExecConfig::default()
+        };
+        assert_eq!(
+            prepared.run(&f, &cfg).unwrap().time,
+            run_schedule(&s, &f, &full).unwrap().time
+        );
+    }
 }
