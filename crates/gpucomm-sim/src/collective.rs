@@ -304,7 +304,7 @@ pub fn simulate(
     // Candidates are (algorithm, protocol) in a fixed order, which breaks
     // ties. Without --protocol: Simple and LL128 first (LL128 moves nearly
     // Simple's bytes and is worth simulating whenever NCCL enables it),
-    // then LL only where `protocol_estimate` says it may win.
+    // then LL only where `link_bound` says it may win.
     let protocols = match opts.protocol {
         Some(p) => vec![p],
         None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
@@ -376,20 +376,28 @@ pub fn simulate(
     let (first, later): (Vec<usize>, Vec<usize>) =
         (0..jobs.len()).partition(|&i| opts.protocol.is_some() || jobs[i].1 != Protocol::Ll);
     run_jobs(&first, &mut results);
-    // LL: estimated from the algorithm's Simple time against the best so far.
+    // LL puts twice Simple's bytes on every link. No run beats its launch
+    // plus its busiest link's bytes over the link's capacity, so LL is
+    // simulated only where that bound, scaled from a run of the same
+    // algorithm with another protocol, is below the best time so far: a
+    // candidate that could win is never skipped.
     let best_time = results.iter().filter_map(time_of).min();
     let mut maybe = Vec::new();
     for i in later {
         let (c, p) = jobs[i];
-        let simple = jobs
-            .iter()
-            .position(|&j| j == (c, Protocol::Simple))
-            .and_then(|k| time_of(&results[k]));
-        if let (Some(ts), Some(tb), AlgoChoice::Schedule(a)) = (simple, best_time, c) {
-            let st = critical_steps(fabric, collective, bytes, a, opts.channels)?;
-            let bus_bytes = bytes as f64 * collective.busbw_factor(fabric.ranks());
-            if protocol_estimate(fabric, a, st, ts, p, bus_bytes) > tb.as_secs_f64() * 1.1 {
-                continue;
+        if let (Some(best), AlgoChoice::Schedule(a)) = (best_time, c) {
+            let ran = jobs
+                .iter()
+                .zip(&results)
+                .find_map(|(&(c2, p2), r)| match r {
+                    Some(Ok((_, Some(ex)))) if c2 == c => Some((p2, ex)),
+                    _ => None,
+                });
+            if let Some((p2, ex)) = ran {
+                let bound = link_bound(fabric, a, p, p2, ex);
+                if bound > best.as_secs_f64() {
+                    continue;
+                }
             }
         }
         maybe.push(i);
@@ -435,49 +443,28 @@ pub fn simulate(
     })
 }
 
-/// Steps on the critical path of `algorithm`'s schedule, (intra-node,
-/// inter-node), counted in closed form by gpucomm-algo.
-fn critical_steps(
-    fabric: &ClusterFabric,
-    collective: Collective,
-    bytes: u64,
-    algorithm: Algorithm,
-    channels: Option<u16>,
-) -> Result<(u32, u32), SimError> {
-    let s = schedule_for(fabric, collective, bytes, algorithm, channels, 1.0)?;
-    let pred = gpucomm_algo::predict(&s, &gpucomm_algo::CostModel::default());
-    Ok((pred.intra_steps, pred.inter_steps))
-}
-
-/// Estimated time, in seconds, of `algorithm` under `protocol`, from its
-/// simulated Simple time `simple`: the protocol's fixed costs (NCCL's
-/// launch and per-step latencies along the schedule's critical path,
-/// `steps` intra- and inter-node) plus Simple's remaining (data) time
-/// scaled by the protocol's wire factor. The tuner simulates a protocol
-/// only when this estimate is within 10% of the best time simulated so
-/// far; at large sizes that skips LL (twice the bytes), at small ones
-/// nothing.
-fn protocol_estimate(
+/// A lower bound, in seconds, on `algorithm` under `protocol`, from its
+/// run `ran` under protocol `ran_with`: the launch overhead plus the
+/// busiest link's bytes (scaled by the two protocols' bandwidth factors:
+/// the same schedule moves them on the same links) over its capacity.
+fn link_bound(
     fabric: &ClusterFabric,
     algorithm: Algorithm,
-    (intra_steps, inter_steps): (u32, u32),
-    simple: SimTime,
     protocol: Protocol,
-    bus_bytes: f64,
+    ran_with: Protocol,
+    ran: &ExecResult,
 ) -> f64 {
-    let nvlink = !matches!(fabric.machine.node.nvlink, NvFabric::None);
-    let fixed = |p: Protocol| {
-        let o = model::nccl_overheads(algorithm.name(), p);
-        let intra = if nvlink { o.step_nvlink } else { o.step_pcie };
-        o.launch.as_secs_f64()
-            + f64::from(intra_steps) * intra.as_secs_f64()
-            + f64::from(inter_steps) * o.step_net.as_secs_f64()
-    };
-    let data = (simple.as_secs_f64() - fixed(Protocol::Simple)).max(0.0);
-    let bw = protocol_bandwidth(fabric, algorithm.name(), protocol);
-    // Under a cap the data takes at least the bus bytes at the cap.
-    let capped = bw.cap_gbps.map_or(0.0, |c| bus_bytes / (c * 1e9));
-    fixed(protocol) + (bw.factor * data).max(capped)
+    let factor = |p| protocol_bandwidth(fabric, algorithm.name(), p).factor;
+    let scale = factor(protocol) / factor(ran_with);
+    let busiest = ran
+        .links
+        .iter()
+        .map(|l| l.bytes * scale / (l.capacity_gbps * 1e9))
+        .fold(0.0, f64::max);
+    model::nccl_overheads(algorithm.name(), protocol)
+        .launch
+        .as_secs_f64()
+        + busiest
 }
 
 /// NCCL's bandwidth model of `protocol` for `algo` on this fabric.

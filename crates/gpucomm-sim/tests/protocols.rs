@@ -191,3 +191,48 @@ fn the_tuner_picks_the_fastest_candidate_and_is_deterministic() {
         }
     }
 }
+
+#[test]
+fn the_tuner_skips_ll_only_where_it_cannot_win() {
+    // LL is skipped on a lower bound (launch plus the busiest link's bytes
+    // over capacity), never on an estimate: at every size the pick is as
+    // fast as every (algorithm, protocol) simulated alone. At 1 MiB on two
+    // DGX H100 nodes ring LL wins (an estimate from the Simple run, which
+    // the tuner used before, skipped it and picked tree LL128, 16% slower).
+    let f = Machine::preset("dgx-h100")
+        .unwrap()
+        .fabric(Engine::Nccl, 2)
+        .unwrap();
+    for bytes in [1u64 << 16, 1 << 20, 1 << 24, 1 << 30] {
+        let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
+        for algorithm in ["ring", "tree"] {
+            for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
+                let opts = CollOptions {
+                    algorithm: AlgoChoice::parse(algorithm),
+                    protocol: Some(p),
+                    ..Default::default()
+                };
+                let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+                assert!(
+                    tuned.time <= alone.time,
+                    "{bytes} B: tuner picked {} {} ({}), {algorithm} {} takes {}",
+                    tuned.algorithm.name(),
+                    tuned.protocol.name(),
+                    tuned.time,
+                    p.name(),
+                    alone.time
+                );
+            }
+        }
+        if bytes == 1 << 20 {
+            assert_eq!(
+                (tuned.algorithm.name(), tuned.protocol),
+                ("ring", Protocol::Ll)
+            );
+        }
+        if bytes == 1 << 30 {
+            // Twice the bytes of the busiest link cannot win at 1 GiB.
+            assert!(tuned.candidates.iter().all(|c| c.1 != Protocol::Ll));
+        }
+    }
+}
