@@ -223,6 +223,28 @@ fn bad_input_is_a_clear_error() {
             &["all_reduce", "--nodes", "2", "--channels", "65"],
             "1 to 64",
         ),
+        (
+            &[
+                "all_reduce",
+                "--topology",
+                "dgx-h100",
+                "--algorithm",
+                "nvls_tree",
+            ],
+            "--nodes 2",
+        ),
+        (
+            &[
+                "all_reduce",
+                "--topology",
+                "dgx-a100",
+                "--nodes",
+                "2",
+                "--algorithm",
+                "nvls_tree",
+            ],
+            "Hopper or later",
+        ),
     ] {
         let mut all = vec!["sim"];
         all.extend_from_slice(args);
@@ -231,4 +253,38 @@ fn bad_input_is_a_clear_error() {
         assert!(out.stderr.contains(says), "{args:?}: {}", out.dump());
         assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
     }
+}
+
+#[test]
+fn across_dgx_h100_nodes_the_tuner_runs_large_all_reduces_as_nvls_tree() {
+    // NCCL's NVLSTree: NVLS inside each node, a tree between them; on two
+    // nodes bound by the NVLS links (about 490 GB/s busbw), above the ring.
+    let tuned = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "-b",
+        "1G",
+        "-e",
+        "1G",
+    ]);
+    let ring = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "-b",
+        "1G",
+        "-e",
+        "1G",
+        "--algorithm",
+        "ring",
+    ]);
+    let (t, r) = (&tuned["results"][0], &ring["results"][0]);
+    assert_eq!(t["algorithm"], "nvls_tree", "{t}");
+    assert_eq!(t["protocol"], "Simple", "{t}");
+    assert!(f(t, "busbw_gbps") > 1.3 * f(r, "busbw_gbps"), "{t} vs {r}");
 }

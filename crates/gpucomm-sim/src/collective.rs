@@ -29,6 +29,9 @@ pub enum AlgoChoice {
     /// NCCL's CollNet Direct: reduce-scatter to the NIC heads over NVLink,
     /// all_reduce in the InfiniBand switches (SHARP), broadcast back.
     CollNet,
+    /// NCCL's NVLSTree: NVLink SHARP inside each node, a double binary
+    /// tree between the nodes (no switch support in the network).
+    NvlsTree,
 }
 
 impl AlgoChoice {
@@ -38,6 +41,7 @@ impl AlgoChoice {
             AlgoChoice::Schedule(a) => a.name(),
             AlgoChoice::Nvls => "nvls",
             AlgoChoice::CollNet => "collnet",
+            AlgoChoice::NvlsTree => "nvls_tree",
         }
     }
 
@@ -48,6 +52,9 @@ impl AlgoChoice {
         }
         if s.eq_ignore_ascii_case("collnet") || s.eq_ignore_ascii_case("collnet_direct") {
             return Some(AlgoChoice::CollNet);
+        }
+        if s.eq_ignore_ascii_case("nvls_tree") || s.eq_ignore_ascii_case("nvlstree") {
+            return Some(AlgoChoice::NvlsTree);
         }
         Algorithm::from_name(s).map(AlgoChoice::Schedule)
     }
@@ -162,6 +169,9 @@ fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice
     }
     if innet::collnet_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::CollNet);
+    }
+    if innet::nvls_tree_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::NvlsTree);
     }
     v
 }
@@ -510,6 +520,10 @@ fn run_one(
         AlgoChoice::CollNet => {
             innet::collnet_eligible(fabric, collective)?;
             (innet::collnet_all_reduce(fabric, bytes)?, None)
+        }
+        AlgoChoice::NvlsTree => {
+            innet::nvls_tree_eligible(fabric, collective)?;
+            (innet::nvls_tree_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::Schedule(a) => {
             let prepared = prepared

@@ -1,5 +1,6 @@
-//! In-network reduction on InfiniBand switches (NVIDIA SHARP), as NCCL
-//! runs it: CollNet Direct, and NVLS with SHARP across nodes.
+//! Reduction in the switches, as NCCL runs it across nodes: CollNet
+//! Direct and NVLS with SHARP (in the InfiniBand switches), and NVLSTree
+//! (in the NVSwitch, with a tree between the nodes).
 //!
 //! # What NCCL does
 //!
@@ -22,6 +23,18 @@
 //! heads exchange their slices through SHARP as above, and the NVSwitch
 //! multicasts the result (`multimem.st`). Each GPU's NVLink carries
 //! `S + S/heads` each way for a head (`S` for another GPU).
+//!
+//! **NVLSTree** (NCCL's `NCCL_ALGO_NVLS_TREE`, all_reduce across nodes of
+//! NVLS-capable GPUs, no switch support needed in the network): the
+//! NVSwitch reduces inside the node as for NVLS, each head takes its slice
+//! through a double binary tree between the nodes (reduce up, broadcast
+//! down, the two trees carrying half the slice each), and the NVSwitch
+//! multicasts the result. In the double binary tree every node is an inner
+//! node of one tree and a leaf of the other, so its NIC sends and receives
+//! `2 x slice` (inner: 2 halves from the children and 1 from the parent, 1
+//! to the parent and 2 to the children; leaf: 1 each way); between two
+//! nodes the heads just exchange their slices (`slice` each way: NCCL's
+//! "2 node case of NVLSTree" doubles the inter-node bandwidth).
 //!
 //! # How it is simulated
 //!
@@ -115,6 +128,10 @@ pub const NET_TREE_LAT_US: f64 = 14.0;
 pub const NVLS_INTRA_LAT_US: f64 = 25.0;
 /// NCCL `hwLat[NET][NVLS][SIMPLE]`, us (`tuning.cc`).
 pub const NVLS_NET_LAT_US: f64 = 18.0;
+/// NCCL `hwLat[NET][NVLS_TREE][SIMPLE]`, us (`tuning.cc`), paid twice per
+/// tree level (`2 * log2i(nNodes) * interLat`); the NVLink part is
+/// [`NVLS_INTRA_LAT_US`] (`hwLat[NVLINK][NVLS_TREE][SIMPLE]` = 25).
+pub const NVLS_TREE_NET_LAT_US: f64 = 20.9;
 
 /// Why `fabric` cannot reduce in its network switches (or the switch
 /// generation when it can).
@@ -360,6 +377,107 @@ pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTi
     Ok(run(flows) + SimTime::from_us(NVLS_INTRA_LAT_US + NVLS_NET_LAT_US))
 }
 
+/// Whether NCCL's NVLSTree can run `collective` on `fabric`: all_reduce
+/// across nodes of NVLS-capable GPUs (3rd-gen NVSwitch, Hopper or later)
+/// with NICs.
+pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
+    let m = &fabric.machine;
+    let nvls = matches!(m.node.nvlink, NvFabric::Switch { nvls: true, .. })
+        && model::nvls_efficiency(m.node.arch) > 0.0;
+    if !nvls {
+        return Err(SimError::Model(format!(
+            "{} has no NVSwitch with in-switch reduction (NVLSTree needs 3rd-gen NVSwitch, Hopper or later)",
+            m.name
+        )));
+    }
+    if collective != Collective::AllReduce {
+        return Err(SimError::Model(
+            "nvls_tree is an all_reduce algorithm (NCCL tuning.cc)".into(),
+        ));
+    }
+    if fabric.nodes() < 2 {
+        return Err(SimError::Model(
+            "nvls_tree runs across nodes (NCCL disables it on one node): give --nodes 2 or more"
+                .into(),
+        ));
+    }
+    if m.node.nics == 0 {
+        return Err(SimError::Model(format!("{} has no NIC", m.name)));
+    }
+    Ok(())
+}
+
+/// NCCL's NVLSTree all_reduce of `bytes` (see the module documentation):
+/// NVLS inside the node at NCCL's NVLS efficiency, each head's slice
+/// through the double binary tree between the nodes on its NIC.
+pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
+    nvls_tree_eligible(fabric, Collective::AllReduce)?;
+    let arch = fabric.machine.node.arch;
+    let mut caps = fabric.node_caps().to_vec();
+    let rpn = fabric.ranks_per_node();
+    let nvls = model::nvls_efficiency(arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
+    let mut nvlinks = Vec::with_capacity(rpn);
+    for g in 0..rpn {
+        let (up, down) = fabric
+            .nvswitch_links(g)
+            .ok_or_else(|| SimError::Model("nvls_tree needs an NVSwitch".into()))?;
+        caps[up as usize] *= nvls;
+        caps[down as usize] *= nvls;
+        nvlinks.push((up, down));
+    }
+    // Behind leaf uplinks every node of a leaf sends the same: node 0 gets
+    // its share of the slowest leaf's uplink, and all its tree traffic is
+    // taken to cross it (exact with one node per leaf; with more, edges
+    // between nodes of one leaf stay below it and this is an upper bound).
+    let mut uplink = None;
+    let nodes = fabric.nodes();
+    let per_leaf = (0..nodes).take_while(|&n| fabric.leaf_of(n) == 0).count();
+    if fabric.has_uplinks() && per_leaf < nodes {
+        let leaves = fabric.leaf_of(nodes - 1) + 1;
+        let slowest = (0..leaves)
+            .filter_map(|l| fabric.uplink_gbps(l))
+            .fold(f64::INFINITY, f64::min);
+        let up = caps.len() as LinkId;
+        caps.push(slowest / per_leaf as f64);
+        caps.push(slowest / per_leaf as f64);
+        uplink = Some((up, up + 1));
+    }
+    let mut flows = FlowNet::new(&caps);
+    let hs = heads(fabric);
+    let s = bytes as f64;
+    let slice = s / hs.len() as f64;
+    let hop = SimTime::from_us(2.0 * model::NVLINK_HOP_US);
+    for (g, &(up, down)) in nvlinks.iter().enumerate() {
+        // As NVLS with SHARP: every GPU writes its buffer into the switch
+        // and reads the result; a head also reads its reduced slice and
+        // multicasts the tree's result.
+        let extra = if hs.iter().any(|&(_, h)| h == g) {
+            slice
+        } else {
+            0.0
+        };
+        flows.start_flow(&[up], s + extra, hop, g as u64);
+        flows.start_flow(&[down], s + extra, hop, g as u64);
+    }
+    // Per head: its NIC sends and receives the tree's traffic (every node
+    // does the same at once on a non-blocking network: node 0 stands for
+    // all).
+    let per_nic = if nodes == 2 { slice } else { 2.0 * slice };
+    for (tag, &(k, h)) in hs.iter().enumerate() {
+        let (mut out, lat_out) = fabric.gpu_to_net(h, k);
+        let (mut back, lat_in) = fabric.net_to_gpu(k, h);
+        if let Some((up, down)) = uplink {
+            out.push(up);
+            back.insert(0, down);
+        }
+        flows.start_flow(&out, per_nic, lat_out, tag as u64);
+        flows.start_flow(&back, per_nic, lat_in, tag as u64);
+    }
+    let levels = f64::from(usize::BITS - 1 - nodes.leading_zeros());
+    let lat = NVLS_INTRA_LAT_US + 2.0 * levels * NVLS_TREE_NET_LAT_US;
+    Ok(run(flows) + SimTime::from_us(lat))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,5 +534,107 @@ mod tests {
         let want = bytes as f64 / (slowest * 1e9) * 1e6 + lat.as_us() + NET_TREE_LAT_US;
         let got = collnet_all_reduce(&f, bytes).unwrap().as_us();
         assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+    }
+
+    #[test]
+    fn nvls_tree_is_bound_by_nvls_on_two_nodes_and_by_the_tree_on_more() {
+        let m = Machine::preset("dgx-h100").unwrap();
+        let bytes = 8u64 << 30;
+        let s = bytes as f64;
+        let arch = m.node.arch;
+        // Each GPU's NVSwitch link at NCCL's NVLS rate carries S + S/8 (a
+        // head: every GPU is one on a DGX H100).
+        let nvls = model::nccl_nvlink_gbps(arch)
+            * 18.0
+            * model::nvls_efficiency(arch)
+            * (model::NVLS_CHANNELS - 1.0)
+            / model::NVLS_CHANNELS;
+        let nvls_us = s * 9.0 / 8.0 / (nvls * 1e9) * 1e6;
+        for (nodes, per_nic) in [(2, s / 8.0), (4, s / 4.0), (16, s / 4.0)] {
+            let f = m.fabric(Engine::Nccl, nodes).unwrap();
+            // The slowest link between a head and its NIC's port (PCIe at
+            // NCCL's 48 GB/s on a DGX H100, under the NIC's 49.7).
+            let (path, _) = f.gpu_to_net(0, 0);
+            let nic = path
+                .iter()
+                .map(|&l| f.node_caps()[l as usize])
+                .fold(f64::INFINITY, f64::min);
+            let t = nvls_tree_all_reduce(&f, bytes).unwrap().as_us();
+            // The slower of the NVLS links and the NIC's tree traffic, plus
+            // NCCL's latency (25 + 2 log2(nodes) x 20.9 us) and a few hops.
+            let levels = f64::from(nodes.trailing_zeros());
+            let lat = NVLS_INTRA_LAT_US + 2.0 * levels * NVLS_TREE_NET_LAT_US;
+            let bound = nvls_us.max(per_nic / (nic * 1e9) * 1e6) + lat;
+            assert!(
+                t >= bound,
+                "{nodes} nodes: {t} us under the bound {bound} us"
+            );
+            assert!(t < bound + 5.0, "{nodes} nodes: {t} us, bound {bound} us");
+        }
+        // Two nodes: NVLS binds (the NICs move S/8 each); four: the NIC
+        // paths (S/4 each way at 48 GB/s is above S x 9/8 at 295 GB/s).
+        let two = nvls_tree_all_reduce(&m.fabric(Engine::Nccl, 2).unwrap(), bytes).unwrap();
+        let four = nvls_tree_all_reduce(&m.fabric(Engine::Nccl, 4).unwrap(), bytes).unwrap();
+        assert!(four.as_us() > 1.3 * two.as_us());
+    }
+
+    #[test]
+    fn nvls_tree_needs_nvls_nodes_an_all_reduce_and_a_flat_network() {
+        let why =
+            |preset: &str, nodes: usize, c: Collective, opts: gpucomm_topo::ClusterOptions| {
+                let m = Machine::preset(preset)
+                    .unwrap()
+                    .with_cluster_options(&opts)
+                    .unwrap();
+                let f = m.fabric(Engine::Nccl, nodes).unwrap();
+                nvls_tree_eligible(&f, c).map_err(|e| e.to_string())
+            };
+        let flat = gpucomm_topo::ClusterOptions::default;
+        assert!(why("dgx-h100", 2, Collective::AllReduce, flat()).is_ok());
+        let e = why("dgx-a100", 2, Collective::AllReduce, flat()).unwrap_err();
+        assert!(e.contains("NVSwitch with in-switch reduction"), "{e}");
+        let e = why("dgx-h100", 1, Collective::AllReduce, flat()).unwrap_err();
+        assert!(e.contains("--nodes 2"), "{e}");
+        let e = why("dgx-h100", 2, Collective::AllGather, flat()).unwrap_err();
+        assert!(e.contains("all_reduce"), "{e}");
+    }
+
+    #[test]
+    fn nvls_tree_behind_oversubscribed_uplinks_takes_the_uplink_share() {
+        // One node per leaf: all of a node's tree traffic (8 heads x S/4
+        // each way on 4 nodes) crosses its leaf's uplink, 8 x 50 x 0.994 /
+        // 8 GB/s at 8:1; non-blocking, the NIC paths bind as on rails.
+        let leaf = |os: f64| {
+            let opts = gpucomm_topo::ClusterOptions {
+                fabric: gpucomm_topo::Fabric::LeafSpine,
+                nodes_per_leaf: 1,
+                oversubscription: os,
+                ..Default::default()
+            };
+            let m = Machine::preset("dgx-h100")
+                .unwrap()
+                .with_cluster_options(&opts)
+                .unwrap();
+            let f = m.fabric(Engine::Nccl, 4).unwrap();
+            nvls_tree_all_reduce(&f, 1 << 30).unwrap().as_us()
+        };
+        let rails = nvls_tree_all_reduce(
+            &Machine::preset("dgx-h100")
+                .unwrap()
+                .fabric(Engine::Nccl, 4)
+                .unwrap(),
+            1 << 30,
+        )
+        .unwrap()
+        .as_us();
+        assert!((leaf(1.0) - rails).abs() < 1.0, "{} vs {rails}", leaf(1.0));
+        let s = (1u64 << 30) as f64;
+        let uplink = 8.0 * 50.0 * model::IB_EFFICIENCY / 8.0;
+        let bound = 2.0 * s / (uplink * 1e9) * 1e6;
+        let t = leaf(8.0);
+        assert!(
+            t >= bound && t < bound + 200.0,
+            "{t} us, uplink bound {bound} us"
+        );
     }
 }

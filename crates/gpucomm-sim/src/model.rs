@@ -336,8 +336,8 @@ pub fn nccl_protocol_check(
 ) -> Result<(), &'static str> {
     match protocol {
         Protocol::Simple => Ok(()),
-        _ if algo == "nvls" || algo == "collnet" => {
-            Err("NVLS and CollNet run the Simple protocol only")
+        _ if algo == "nvls" || algo == "collnet" || algo == "nvls_tree" => {
+            Err("NVLS, NVLSTree and CollNet run the Simple protocol only")
         }
         Protocol::Ll => Ok(()),
         Protocol::Ll128 if nvlink && arch >= Arch::Volta => Ok(()),

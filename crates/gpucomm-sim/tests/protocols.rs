@@ -197,8 +197,9 @@ fn the_tuner_skips_ll_only_where_it_cannot_win() {
     // LL is skipped on a lower bound (launch plus the busiest link's bytes
     // over capacity), never on an estimate: at every size the pick is as
     // fast as every (algorithm, protocol) simulated alone. At 1 MiB on two
-    // DGX H100 nodes ring LL wins (an estimate from the Simple run, which
-    // the tuner used before, skipped it and picked tree LL128, 16% slower).
+    // DGX H100 nodes ring LL is the fastest ring or tree candidate (an
+    // estimate from the Simple run, which the tuner used before, skipped it
+    // and picked tree LL128, 16% slower).
     let f = Machine::preset("dgx-h100")
         .unwrap()
         .fabric(Engine::Nccl, 2)
@@ -225,9 +226,15 @@ fn the_tuner_skips_ll_only_where_it_cannot_win() {
             }
         }
         if bytes == 1 << 20 {
-            assert_eq!(
-                (tuned.algorithm.name(), tuned.protocol),
-                ("ring", Protocol::Ll)
+            // Ring LL (78 us) beats every ring and tree candidate here (NVLSTree
+            // beats it): the estimate skipped it, the bound does not.
+            assert!(
+                tuned
+                    .candidates
+                    .iter()
+                    .any(|c| c.0.name() == "ring" && c.1 == Protocol::Ll),
+                "{:?}",
+                tuned.candidates
             );
         }
         if bytes == 1 << 30 {

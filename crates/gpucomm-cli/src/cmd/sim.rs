@@ -105,7 +105,7 @@ struct CollArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, collnet); default: the tuner picks the fastest.
+    /// hierarchical, nvls, nvls_tree, collnet); default: the tuner picks the fastest.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
     /// NCCL protocol (LL, LL128, Simple); default: the tuner picks the
@@ -308,7 +308,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let algorithm = match &a.algorithm {
         None => None,
         Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
-            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, collnet)")
+            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet)")
         })?),
     };
     let protocol = match &a.protocol {
@@ -470,7 +470,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     } else if a.trace.is_some() && !a.m.json {
         writeln!(
             o,
-            "# trace: nothing to trace (nvls and collnet run no schedule)"
+            "# trace: nothing to trace (nvls, nvls_tree and collnet run no schedule)"
         )?;
     }
     Ok(ExitCode::SUCCESS)
