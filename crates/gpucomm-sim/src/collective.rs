@@ -177,15 +177,7 @@ fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice
 }
 
 fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
-    let m = &fabric.machine;
-    let nvls = matches!(m.node.nvlink, NvFabric::Switch { nvls: true, .. })
-        && model::nvls_efficiency(m.node.arch) > 0.0;
-    if !nvls {
-        return Err(SimError::Model(format!(
-            "{} has no NVSwitch with in-switch reduction (NVLS needs 3rd-gen NVSwitch, Hopper or later)",
-            m.name
-        )));
-    }
+    innet::nvls_capable(fabric, "NVLS")?;
     if collective != Collective::AllReduce {
         return Err(SimError::Model(
             "nvls is modeled for all_reduce only".into(),

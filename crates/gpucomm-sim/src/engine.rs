@@ -527,20 +527,12 @@ impl FlowNet {
             return;
         }
         if let Some(slot) = self.take_over(links) {
-            let now = self.now;
+            self.begin(slot, bytes, latency, tag);
             let rate = self.rate[slot as usize];
-            let f = &mut self.flows[slot as usize];
-            f.bytes = bytes;
-            f.remaining = bytes;
-            f.last = now;
-            f.latency = latency.as_ps();
-            f.tag = tag;
-            f.active = true;
             self.seq += 1;
-            self.done.set(slot, drain_end(now, bytes, rate), self.seq);
-            self.active += 1;
+            self.done
+                .set(slot, drain_end(self.now, bytes, rate), self.seq);
             self.stats.handovers += 1;
-            self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
             return;
         }
         let slot = match self.free.pop() {
@@ -565,14 +557,8 @@ impl FlowNet {
         let base = slot as usize * self.stride;
         self.route[base..base + links.len()].copy_from_slice(links);
         let now = self.now;
-        let f = &mut self.flows[slot as usize];
-        f.hops = links.len() as u32;
-        f.bytes = bytes;
-        f.remaining = bytes;
-        f.last = now;
-        f.latency = latency.as_ps();
-        f.tag = tag;
-        f.active = true;
+        self.flows[slot as usize].hops = links.len() as u32;
+        self.begin(slot, bytes, latency, tag);
         self.rate[slot as usize] = 0.0;
         self.bott[slot as usize] = NONE;
         for &l in links {
@@ -583,6 +569,18 @@ impl FlowNet {
             lf.push(slot);
             self.dirty.push(l);
         }
+    }
+
+    /// Slot `slot` starts carrying a flow of `bytes` now (its route set).
+    fn begin(&mut self, slot: u32, bytes: f64, latency: SimTime, tag: u64) {
+        let now = self.now;
+        let f = &mut self.flows[slot as usize];
+        f.bytes = bytes;
+        f.remaining = bytes;
+        f.last = now;
+        f.latency = latency.as_ps();
+        f.tag = tag;
+        f.active = true;
         self.active += 1;
         self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
     }

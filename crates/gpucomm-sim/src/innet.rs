@@ -340,28 +340,49 @@ pub fn collnet_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime,
 /// for NVLS inside a node.
 pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let sw = nvls_sharp_eligible(fabric, Collective::AllReduce)?;
-    let arch = fabric.machine.node.arch;
     let mut net = sharp_net(fabric, sw);
-    let rpn = fabric.ranks_per_node();
-    let nvls = model::nvls_efficiency(arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
-    let mut nvlinks = Vec::with_capacity(rpn);
-    for g in 0..rpn {
-        let (up, down) = fabric
-            .nvswitch_links(g)
-            .ok_or_else(|| SimError::Model("nvls needs an NVSwitch".into()))?;
-        net.caps[up as usize] *= nvls;
-        net.caps[down as usize] *= nvls;
-        nvlinks.push((up, down));
-    }
+    let nvlinks = nvls_links(fabric, &mut net.caps)?;
     let mut flows = FlowNet::new(&net.caps);
     let hs = heads(fabric);
-    let s = bytes as f64;
+    let slice = start_nvls_flows(&mut flows, &nvlinks, &hs, bytes as f64);
+    for (tag, &(k, h)) in hs.iter().enumerate() {
+        let (links, lat) = stream(fabric, &net, k, h);
+        flows.start_flow(&links, slice, lat, tag as u64);
+    }
+    Ok(run(flows) + SimTime::from_us(NVLS_INTRA_LAT_US + NVLS_NET_LAT_US))
+}
+
+/// Node 0's NVSwitch links, one `(up, down)` per GPU, their capacities in
+/// `caps` scaled to NCCL's NVLS rate (`nvlsEfficiency` x (nChannels-1) /
+/// nChannels, as for NVLS inside a node).
+fn nvls_links(fabric: &ClusterFabric, caps: &mut [f64]) -> Result<Vec<(LinkId, LinkId)>, SimError> {
+    let arch = fabric.machine.node.arch;
+    let nvls = model::nvls_efficiency(arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
+    (0..fabric.ranks_per_node())
+        .map(|g| {
+            let (up, down) = fabric
+                .nvswitch_links(g)
+                .ok_or_else(|| SimError::Model("nvls needs an NVSwitch".into()))?;
+            caps[up as usize] *= nvls;
+            caps[down as usize] *= nvls;
+            Ok((up, down))
+        })
+        .collect()
+}
+
+/// Starts node 0's NVLS flows for a buffer of `s` bytes: every GPU writes
+/// its buffer into the switch and reads the result back; a head also reads
+/// its reduced slice and multicasts the network's result (S/heads each
+/// way). Returns the slice.
+fn start_nvls_flows(
+    flows: &mut FlowNet,
+    nvlinks: &[(LinkId, LinkId)],
+    hs: &[(usize, usize)],
+    s: f64,
+) -> f64 {
     let slice = s / hs.len() as f64;
     let hop = SimTime::from_us(2.0 * model::NVLINK_HOP_US);
     for (g, &(up, down)) in nvlinks.iter().enumerate() {
-        // Every GPU writes its buffer into the switch and reads the result
-        // back; a head also reads its reduced slice and multicasts the
-        // network's result (S/heads each way).
         let extra = if hs.iter().any(|&(_, h)| h == g) {
             slice
         } else {
@@ -370,26 +391,30 @@ pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTi
         flows.start_flow(&[up], s + extra, hop, g as u64);
         flows.start_flow(&[down], s + extra, hop, g as u64);
     }
-    for (tag, &(k, h)) in hs.iter().enumerate() {
-        let (links, lat) = stream(fabric, &net, k, h);
-        flows.start_flow(&links, slice, lat, tag as u64);
+    slice
+}
+
+/// Whether the nodes' NVSwitch reduces (NVLS: 3rd-gen NVSwitch, Hopper or
+/// later); `what` names the algorithm in the error.
+pub fn nvls_capable(fabric: &ClusterFabric, what: &str) -> Result<(), SimError> {
+    let m = &fabric.machine;
+    let nvls = matches!(m.node.nvlink, NvFabric::Switch { nvls: true, .. })
+        && model::nvls_efficiency(m.node.arch) > 0.0;
+    if !nvls {
+        return Err(SimError::Model(format!(
+            "{} has no NVSwitch with in-switch reduction ({what} needs 3rd-gen NVSwitch, Hopper or later)",
+            m.name
+        )));
     }
-    Ok(run(flows) + SimTime::from_us(NVLS_INTRA_LAT_US + NVLS_NET_LAT_US))
+    Ok(())
 }
 
 /// Whether NCCL's NVLSTree can run `collective` on `fabric`: all_reduce
 /// across nodes of NVLS-capable GPUs (3rd-gen NVSwitch, Hopper or later)
 /// with NICs.
 pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
+    nvls_capable(fabric, "NVLSTree")?;
     let m = &fabric.machine;
-    let nvls = matches!(m.node.nvlink, NvFabric::Switch { nvls: true, .. })
-        && model::nvls_efficiency(m.node.arch) > 0.0;
-    if !nvls {
-        return Err(SimError::Model(format!(
-            "{} has no NVSwitch with in-switch reduction (NVLSTree needs 3rd-gen NVSwitch, Hopper or later)",
-            m.name
-        )));
-    }
     if collective != Collective::AllReduce {
         return Err(SimError::Model(
             "nvls_tree is an all_reduce algorithm (NCCL tuning.cc)".into(),
@@ -412,19 +437,8 @@ pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Res
 /// through the double binary tree between the nodes on its NIC.
 pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     nvls_tree_eligible(fabric, Collective::AllReduce)?;
-    let arch = fabric.machine.node.arch;
     let mut caps = fabric.node_caps().to_vec();
-    let rpn = fabric.ranks_per_node();
-    let nvls = model::nvls_efficiency(arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
-    let mut nvlinks = Vec::with_capacity(rpn);
-    for g in 0..rpn {
-        let (up, down) = fabric
-            .nvswitch_links(g)
-            .ok_or_else(|| SimError::Model("nvls_tree needs an NVSwitch".into()))?;
-        caps[up as usize] *= nvls;
-        caps[down as usize] *= nvls;
-        nvlinks.push((up, down));
-    }
+    let nvlinks = nvls_links(fabric, &mut caps)?;
     // Behind leaf uplinks every node of a leaf sends the same: node 0 gets
     // its share of the slowest leaf's uplink, and all its tree traffic is
     // taken to cross it (exact with one node per leaf; with more, edges
@@ -444,21 +458,7 @@ pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
     }
     let mut flows = FlowNet::new(&caps);
     let hs = heads(fabric);
-    let s = bytes as f64;
-    let slice = s / hs.len() as f64;
-    let hop = SimTime::from_us(2.0 * model::NVLINK_HOP_US);
-    for (g, &(up, down)) in nvlinks.iter().enumerate() {
-        // As NVLS with SHARP: every GPU writes its buffer into the switch
-        // and reads the result; a head also reads its reduced slice and
-        // multicasts the tree's result.
-        let extra = if hs.iter().any(|&(_, h)| h == g) {
-            slice
-        } else {
-            0.0
-        };
-        flows.start_flow(&[up], s + extra, hop, g as u64);
-        flows.start_flow(&[down], s + extra, hop, g as u64);
-    }
+    let slice = start_nvls_flows(&mut flows, &nvlinks, &hs, bytes as f64);
     // Per head: its NIC sends and receives the tree's traffic (every node
     // does the same at once on a non-blocking network: node 0 stands for
     // all).
