@@ -259,30 +259,10 @@ fn bad_input_is_a_clear_error() {
 fn across_dgx_h100_nodes_the_tuner_runs_large_all_reduces_as_nvls_tree() {
     // NCCL's NVLSTree: NVLS inside each node, a tree between them; on two
     // nodes bound by the NVLS links (about 490 GB/s busbw), above the ring.
-    let tuned = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "--nodes",
-        "2",
-        "-b",
-        "1G",
-        "-e",
-        "1G",
-    ]);
-    let ring = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "--nodes",
-        "2",
-        "-b",
-        "1G",
-        "-e",
-        "1G",
-        "--algorithm",
-        "ring",
-    ]);
+    let args = "all_reduce --topology dgx-h100 --nodes 2 -b 1G -e 1G";
+    let args: Vec<&str> = args.split(' ').collect();
+    let tuned = sim_json(&args);
+    let ring = sim_json(&[&args[..], &["--algorithm", "ring"]].concat());
     let (t, r) = (&tuned["results"][0], &ring["results"][0]);
     assert_eq!(t["algorithm"], "nvls_tree", "{t}");
     assert_eq!(t["protocol"], "Simple", "{t}");
