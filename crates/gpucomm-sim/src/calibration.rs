@@ -83,10 +83,14 @@ fn has(s: &str, w: &str) -> bool {
 }
 
 /// The machine a system description names: the gpucomm-topo preset of its
-/// GPU (read with [`Machine::from_topology`]), with the PCIe generation and
-/// NICs the text states.
+/// GPU or system (read with [`Machine::from_topology`]), with the PCIe
+/// generation, NICs and SHARP the text states. A GPU no preset has, in a
+/// text that names its PCIe link, is a generic PCIe server's (what host
+/// copies depend on: the link and the host).
 pub fn machine_for(system: &str) -> Result<Machine, SimError> {
-    let base = if has(system, "GB200") || has(system, "B200") {
+    let base = if has(system, "NVL72") {
+        "gb200-nvl72"
+    } else if has(system, "GB200") || has(system, "B200") {
         "dgx-b200"
     } else if has(system, "H200") {
         "hgx-h200"
@@ -98,16 +102,30 @@ pub fn machine_for(system: &str) -> Result<Machine, SimError> {
         } else {
             "dgx-a100"
         }
+    } else if has(system, "DGX-2")
+        || has(system, "DGX2")
+        || has(system, "V100") && has(system, "NVSwitch")
+    {
+        "dgx2"
     } else if has(system, "V100") || has(system, "DGX-1") {
         "dgx1-v100"
     } else if has(system, "RTX 4090") || has(system, "RTX4090") {
         "workstation-rtx4090"
+    } else if has(system, "PCIe Gen") {
+        "pcie-8gpu"
     } else {
         return Err(SimError::Model(format!(
             "cannot tell the GPU of system {system:?}"
         )));
     };
     let mut m = Machine::preset(base)?;
+    // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP").
+    if has(system, "SHARP") && !has(system, "without SHARP") && !has(system, "no SHARP") {
+        m = m.with_cluster_options(&gpucomm_topo::ClusterOptions {
+            sharp: true,
+            ..Default::default()
+        })?;
+    }
     // "PCIe Gen4 x16"
     let lower = system.to_ascii_lowercase();
     if let Some(i) = lower.find("gen") {
@@ -372,6 +390,22 @@ mod tests {
         assert_eq!(m.node.nics, 8);
         assert!((m.node.nic_gbps - 25.0).abs() < 1e-9);
         assert!(machine_for("a toaster").is_err());
+        // Systems by name, SHARP when the text uses it, and a GPU without
+        // a preset on its stated PCIe link.
+        assert_eq!(machine_for("DGX-2, 16x V100").unwrap().node.gpus, 16);
+        assert_eq!(machine_for("16x V100 on NVSwitch").unwrap().node.gpus, 16);
+        assert_eq!(machine_for("DGX-1 V100").unwrap().node.gpus, 8);
+        assert_eq!(machine_for("GB200 NVL72").unwrap().name, "gb200-nvl72");
+        assert!(machine_for("4x DGX H100 with SHARP").unwrap().network.sharp);
+        assert!(
+            !machine_for("4x DGX H100 without SHARP")
+                .unwrap()
+                .network
+                .sharp
+        );
+        assert!(!machine_for("4x DGX H100").unwrap().network.sharp);
+        let t4 = machine_for("Tesla T4, PCIe Gen3 x16, pinned host memory").unwrap();
+        assert_eq!((t4.name.as_str(), t4.node.pcie_gen), ("pcie-8gpu", 3));
         assert_eq!(
             machine_for("V100 SXM2, PCIe Gen3 x16")
                 .unwrap()
