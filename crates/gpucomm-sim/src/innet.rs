@@ -406,6 +406,11 @@ pub fn nvls_capable(fabric: &ClusterFabric, what: &str) -> Result<(), SimError> 
             m.name
         )));
     }
+    if fabric.ranks_per_node() < 2 {
+        return Err(SimError::Model(format!(
+            "{what} needs 2 or more GPUs in a node (NCCL disables NVLS below that: src/transport/nvls.cc)"
+        )));
+    }
     Ok(())
 }
 
@@ -597,6 +602,12 @@ mod tests {
         assert!(e.contains("--nodes 2"), "{e}");
         let e = why("dgx-h100", 2, Collective::AllGather, flat()).unwrap_err();
         assert!(e.contains("all_reduce"), "{e}");
+        let mut one = Machine::preset("dgx-h100").unwrap();
+        one.gpus_used = Some(1);
+        let e = nvls_tree_eligible(&one.fabric(Engine::Nccl, 4).unwrap(), Collective::AllReduce)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 or more GPUs"), "{e}");
     }
 
     #[test]
