@@ -318,11 +318,8 @@ impl<'a> Builder<'a> {
         let mut writer: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
         let mut readers: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
         let mut arena: Vec<(u32, u32)> = Vec::with_capacity(self.access.len());
-        let seg = |bounds: &[usize], x: usize| {
-            bounds
-                .binary_search(&x)
-                .expect("every access end is a boundary")
-        };
+        let index: [BoundIndex; 3] = std::array::from_fn(|i| BoundIndex::new(&bounds[i]));
+        let seg = |b: usize, x: usize| index[b].get(x);
         for (i, acc) in self.access.iter().enumerate() {
             let idx = i as u32;
             let deps = &mut self.steps[i].deps;
@@ -330,7 +327,7 @@ impl<'a> Builder<'a> {
             // earlier readers (not on this step) and clears them.
             for &(b, lo, hi) in acc[..2].iter().flatten() {
                 let b = b as usize;
-                for k in seg(&bounds[b], lo)..seg(&bounds[b], hi) {
+                for k in seg(b, lo)..seg(b, hi) {
                     if writer[b][k] != NO_STEP {
                         deps.push(writer[b][k]);
                     }
@@ -340,7 +337,7 @@ impl<'a> Builder<'a> {
             }
             if let Some((b, lo, hi)) = acc[2] {
                 let b = b as usize;
-                for k in seg(&bounds[b], lo)..seg(&bounds[b], hi) {
+                for k in seg(b, lo)..seg(b, hi) {
                     if writer[b][k] != NO_STEP {
                         deps.push(writer[b][k]);
                     }
@@ -388,6 +385,52 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// Position of each of a sorted list of distinct boundaries, by value: an
+/// open-addressing table (multiplicative hash, linear probing) at most half
+/// full, so a lookup is a multiply and a probe or two instead of a binary
+/// search.
+struct BoundIndex {
+    slots: Vec<(usize, u32)>,
+    shift: u32,
+}
+
+impl BoundIndex {
+    fn new(bounds: &[usize]) -> Self {
+        let size = (2 * bounds.len()).next_power_of_two().max(2);
+        let shift = usize::BITS - size.trailing_zeros();
+        let mut t = BoundIndex {
+            slots: vec![(usize::MAX, u32::MAX); size],
+            shift,
+        };
+        for (i, &x) in bounds.iter().enumerate() {
+            let mut h = t.home(x);
+            while t.slots[h].1 != u32::MAX {
+                h = (h + 1) & (size - 1);
+            }
+            t.slots[h] = (x, i as u32);
+        }
+        t
+    }
+
+    fn home(&self, x: usize) -> usize {
+        (x as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> self.shift
+    }
+
+    /// The position of boundary `x`, which must be in the list.
+    fn get(&self, x: usize) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut h = self.home(x);
+        loop {
+            let (k, i) = self.slots[h];
+            assert!(i != u32::MAX, "every access end is a boundary");
+            if k == x {
+                return i as usize;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+}
+
 /// Shorthand for a slice.
 pub(crate) fn sl(buf: Buf, offset: usize, len: usize) -> Slice {
     Slice::new(buf, offset, len)
@@ -403,4 +446,25 @@ pub(crate) fn blocks(count: usize, n: usize) -> Vec<(usize, usize)> {
 /// Largest block length of the `n`-way partition of `count`.
 pub(crate) fn max_block(count: usize, n: usize) -> usize {
     count.div_ceil(n.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BoundIndex;
+
+    #[test]
+    fn bound_index_finds_every_boundary_at_its_position() {
+        // Clustered, spread and colliding values (multiples of a power of
+        // two hash close together), and the empty and one-element lists.
+        for n in [0usize, 1, 2, 3, 100, 4097] {
+            for stride in [1usize, 64, 1 << 20, (1 << 32) + 1] {
+                let bounds: Vec<usize> = (0..n).map(|i| i * stride + (i % 3)).collect();
+                let idx = BoundIndex::new(&bounds);
+                assert!(idx.slots.len() >= 2 * n);
+                for (i, &x) in bounds.iter().enumerate() {
+                    assert_eq!(idx.get(x), i, "n {n} stride {stride} value {x}");
+                }
+            }
+        }
+    }
 }
