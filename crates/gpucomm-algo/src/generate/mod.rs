@@ -242,8 +242,9 @@ type Access = (u8, usize, usize);
 /// [`Builder::push`] only records a step and the buffer ranges it reads and
 /// writes; [`Builder::finish`] derives the dependencies in one pass, once
 /// every range boundary is known: each buffer is cut at all of them into
-/// segments that never split again, held in a sorted array (binary search
-/// instead of a tree walk per access, no copying of reader lists).
+/// segments that never split again, numbered in a sorted array whose
+/// positions a hash table gives (no tree walk or search per access, no
+/// copying of reader lists).
 pub(crate) struct Builder<'a> {
     pub(crate) p: &'a Problem,
     pub(crate) rank: usize,
