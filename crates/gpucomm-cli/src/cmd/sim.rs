@@ -388,13 +388,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
         )?;
         if mach.nodes > 1 {
-            writeln!(
-                o,
-                "# network: {} NIC(s) of {:.1} GB/s per node; {}",
-                mach.node.nics,
-                mach.node.nic_gbps,
-                mach.network.describe()
-            )?;
+            write_network(&mut o, &mach)?;
         }
         writeln!(o, "#")?;
         writeln!(
@@ -727,13 +721,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         if !model.source.is_empty() {
             writeln!(o, "# model figures: {}", model.source)?;
         }
-        writeln!(
-            o,
-            "# network: {} NIC(s) of {:.1} GB/s per node; {}",
-            mach.node.nics,
-            mach.node.nic_gbps,
-            mach.network.describe()
-        )?;
+        write_network(&mut o, &mach)?;
         writeln!(
             o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11}",
@@ -818,6 +806,17 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// The `# network:` header line of a collective or training table.
+fn write_network(o: &mut impl Write, mach: &Machine) -> std::io::Result<()> {
+    writeln!(
+        o,
+        "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+        mach.node.nics,
+        mach.node.nic_gbps,
+        mach.network.describe()
+    )
 }
 
 #[cfg(test)]
