@@ -268,9 +268,6 @@ struct Exec<'a> {
     ranks: &'a [RankState],
     /// Per rank and step, the run's state.
     live: Vec<Vec<Live>>,
-    g: usize,
-    #[allow(dead_code)]
-    n: usize,
     route_cache: FxMap<(u32, u32, u16), u32>,
     routes: Vec<(Vec<LinkId>, SimTime, PathClass)>,
     /// One connection per route.
@@ -281,7 +278,7 @@ struct Exec<'a> {
     free_pending: Vec<u32>,
     remaining: u64,
     fabric: &'a dyn Fabric,
-    orbit: Option<Vec<Option<LinkId>>>,
+    orbit: Option<&'a [Option<LinkId>]>,
     elem: u64,
     cfg: &'a ExecConfig,
     local_gbps: Vec<f64>,
@@ -458,8 +455,7 @@ impl Prepared {
             fabric,
             cfg,
             &self.ranks,
-            self.n,
-            self.orbit.clone(),
+            self.orbit.as_deref(),
             self.elem,
         );
         ex.send_links = cfg.send_cap_gbps.map(|_| fabric_links as LinkId);
@@ -657,14 +653,13 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
 }
 
 impl<'a> Exec<'a> {
-    /// An executor of the simulated ranks `ranks` (of `n`), paired.
+    /// An executor of the simulated ranks `ranks`, paired.
     fn new(
         net: FlowNet,
         fabric: &'a dyn Fabric,
         cfg: &'a ExecConfig,
         ranks: &'a [RankState],
-        n: usize,
-        orbit: Option<Vec<Option<LinkId>>>,
+        orbit: Option<&'a [Option<LinkId>]>,
         elem: u64,
     ) -> Self {
         let g = ranks.len();
@@ -683,8 +678,6 @@ impl<'a> Exec<'a> {
         Exec {
             net,
             ranks,
-            g,
-            n,
             route_cache: FxMap::default(),
             routes: Vec::new(),
             conns: Vec::new(),
@@ -765,7 +758,7 @@ impl Exec<'_> {
     /// Step `s` of simulated rank `r` has all its dependencies done at `t`.
     fn ready(&mut self, r: u32, s: u32, t: SimTime) -> Result<(), SimError> {
         let st = self.ranks[r as usize].steps[s as usize];
-        let g = self.g as u32;
+        let g = self.ranks.len() as u32;
         match st.kind {
             K_LOCAL => {
                 let dur = self.cfg.overheads.step_local
@@ -895,7 +888,7 @@ impl Exec<'_> {
         }
         let route = self.fabric.route(src as usize, dst as usize, ch)?;
         let class = route.class.unwrap_or(PathClass::Local);
-        let mut links = match &self.orbit {
+        let mut links = match self.orbit {
             None => route.links,
             Some(orb) => route
                 .links
@@ -1124,7 +1117,6 @@ mod tests {
             &fabric,
             &cfg,
             &states,
-            2,
             None,
             4,
         );
@@ -1169,7 +1161,6 @@ mod tests {
             &fabric,
             &cfg,
             &ranks,
-            2,
             None,
             4,
         );
