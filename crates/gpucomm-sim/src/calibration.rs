@@ -84,10 +84,20 @@ fn has(s: &str, w: &str) -> bool {
 
 /// The machine a system description names: the gpucomm-topo preset of its
 /// GPU or system (read with [`Machine::from_topology`]), with the PCIe
-/// generation, NICs and SHARP the text states. A GPU no preset has, in a
-/// text that names its PCIe link, is a generic PCIe server's (what host
-/// copies depend on: the link and the host).
+/// generation, NICs and SHARP the text states.
 pub fn machine_for(system: &str) -> Result<Machine, SimError> {
+    machine_named(system, false)
+}
+
+/// As [`machine_for`], for a host copy case: a GPU no preset has, in a
+/// text that names its PCIe generation, is read as the generic PCIe
+/// server's (what a host copy depends on: the link and the host). Other
+/// metrics refuse an unknown GPU.
+pub fn copy_machine_for(system: &str) -> Result<Machine, SimError> {
+    machine_named(system, true)
+}
+
+fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
     let base = if has(system, "NVL72") {
         "gb200-nvl72"
     } else if has(system, "GB200") || has(system, "B200") {
@@ -111,7 +121,7 @@ pub fn machine_for(system: &str) -> Result<Machine, SimError> {
         "dgx1-v100"
     } else if has(system, "RTX 4090") || has(system, "RTX4090") {
         "workstation-rtx4090"
-    } else if has(system, "PCIe Gen") {
+    } else if pcie_fallback && has(system, "PCIe Gen") {
         "pcie-8gpu"
     } else {
         return Err(SimError::Model(format!(
@@ -182,7 +192,10 @@ pub const BANDWIDTH_TEST_BYTES: u64 = 32 << 20;
 
 /// Predicts a case.
 pub fn predict(case: &Case) -> Result<Prediction, SimError> {
-    let m = machine_for(&case.system)?;
+    let m = match case.metric.as_str() {
+        "h2d_bandwidth" | "d2h_bandwidth" => copy_machine_for(&case.system)?,
+        _ => machine_for(&case.system)?,
+    };
     match case.metric.as_str() {
         "busbw" | "algbw" | "time_us" => {
             let coll = match case.collective.as_deref().unwrap_or("all_reduce") {
@@ -404,8 +417,11 @@ mod tests {
                 .sharp
         );
         assert!(!machine_for("4x DGX H100").unwrap().network.sharp);
-        let t4 = machine_for("Tesla T4, PCIe Gen3 x16, pinned host memory").unwrap();
+        let t4 = copy_machine_for("Tesla T4, PCIe Gen3 x16, pinned host memory").unwrap();
         assert_eq!((t4.name.as_str(), t4.node.pcie_gen), ("pcie-8gpu", 3));
+        // Not for collectives: an unknown GPU's NVLink and NCCL figures are
+        // unknown, so the case is refused rather than run on another GPU.
+        assert!(machine_for("8x L40S, PCIe Gen4").is_err());
         assert_eq!(
             machine_for("V100 SXM2, PCIe Gen3 x16")
                 .unwrap()
