@@ -196,6 +196,15 @@ pub struct Schedule {
     /// Pipelining: the largest piece, in elements, one step moves (0 = no
     /// limit). Smaller chunks mean more, shorter steps that overlap.
     pub chunk_elems: usize,
+    /// Ring orders (ring all_reduce, all_gather and reduce_scatter): for
+    /// channel `c`, entry `c % len` lists a node's local ranks in the order
+    /// data travels between them (a permutation of `0..ranks_per_node`,
+    /// the same in every node; a ring leaves node `k` from its last entry
+    /// to node `k + 1`'s first). NCCL orders its rings along the NVLinks it
+    /// finds (`graph/search.cc`); on a hybrid cube mesh rank order crosses
+    /// pairs with no direct link. Empty (the default): rank order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ring_orders: Vec<Vec<u32>>,
 }
 
 impl Schedule {
@@ -209,6 +218,7 @@ impl Schedule {
             algorithm,
             channels: 1,
             chunk_elems: 0,
+            ring_orders: Vec::new(),
         })
     }
 
@@ -221,13 +231,34 @@ impl Schedule {
                 "channels must be at least 1".into(),
             ));
         }
-        crate::generate::validate(&self.problem, self.algorithm)
+        crate::generate::validate(&self.problem, self.algorithm)?;
+        check_ring_orders(&self.problem, &self.ring_orders)
     }
 
     /// The same schedule spread over `channels` parallel channels (at least 1).
     pub fn with_channels(mut self, channels: u16) -> Self {
         self.channels = channels.max(1);
         self
+    }
+
+    /// The same schedule with the ring orders `orders` (see
+    /// [`Schedule::ring_orders`]); fails unless each is a permutation of
+    /// the local ranks and `ranks_per_node` divides the rank count.
+    ///
+    /// ```
+    /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+    ///
+    /// let p = Problem::new(Collective::AllReduce, 64, 4, 4);
+    /// let s = Schedule::new(p, Algorithm::Ring).unwrap();
+    /// // Channel 0 visits ranks 0, 2, 1, 3; channel 1 the reverse.
+    /// let s = s.with_channels(2).with_ring_orders(vec![vec![0, 2, 1, 3], vec![3, 1, 2, 0]]).unwrap();
+    /// assert!(s.rank_steps(0).iter().any(|st| st.channel == 1));
+    /// assert!(s.clone().with_ring_orders(vec![vec![0, 0, 1, 2]]).is_err());
+    /// ```
+    pub fn with_ring_orders(mut self, orders: Vec<Vec<u32>>) -> Result<Self, AlgoError> {
+        check_ring_orders(&self.problem, &orders)?;
+        self.ring_orders = orders;
+        Ok(self)
     }
 
     /// The same schedule with steps of at most `chunk_elems` elements (0 = no limit).
@@ -271,6 +302,34 @@ impl Schedule {
     pub fn in_place_safe(&self) -> bool {
         crate::generate::in_place_safe(self)
     }
+}
+
+/// Each order a permutation of `0..ranks_per_node`, and whole nodes.
+fn check_ring_orders(p: &Problem, orders: &[Vec<u32>]) -> Result<(), AlgoError> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let rpn = p.ranks_per_node;
+    if rpn == 0 || p.nranks % rpn != 0 {
+        return Err(AlgoError::InvalidProblem(format!(
+            "ring orders need ranks_per_node ({rpn}) to divide nranks ({})",
+            p.nranks
+        )));
+    }
+    for (c, o) in orders.iter().enumerate() {
+        let mut seen = vec![false; rpn];
+        let ok = o.len() == rpn
+            && o.iter().all(|&l| {
+                let l = l as usize;
+                l < rpn && !std::mem::replace(&mut seen[l], true)
+            });
+        if !ok {
+            return Err(AlgoError::InvalidProblem(format!(
+                "ring order {c} ({o:?}) is not a permutation of the {rpn} local ranks"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Errors building a schedule.

@@ -78,6 +78,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b,
                 &pl1,
                 intra,
+                &ring::Order::identity(),
                 &bl1,
                 Buf::Input,
                 Buf::Output,
@@ -92,17 +93,53 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl2, &bl2)];
             if nodes > 1 {
                 let fin = Some((Buf::Output, bl2[node][0].0));
-                ring::reduce_scatter(b, &pl2, rail, &bl2, Buf::Output, Buf::Output, fin, &mut ch2);
-                ring::all_gather(b, &pl2, rail, &bl2, Buf::Output, &mut ch2);
+                ring::reduce_scatter(
+                    b,
+                    &pl2,
+                    rail,
+                    &ring::Order::identity(),
+                    &bl2,
+                    Buf::Output,
+                    Buf::Output,
+                    fin,
+                    &mut ch2,
+                );
+                ring::all_gather(
+                    b,
+                    &pl2,
+                    rail,
+                    &ring::Order::identity(),
+                    &bl2,
+                    Buf::Output,
+                    &mut ch2,
+                );
             }
             let mut ch3 = vec![entry(&ch2); ring::pieces(&pl1, &bl1)];
-            ring::all_gather(b, &pl1, intra, &bl1, Buf::Output, &mut ch3);
+            ring::all_gather(
+                b,
+                &pl1,
+                intra,
+                &ring::Order::identity(),
+                &bl1,
+                Buf::Output,
+                &mut ch3,
+            );
         }
         Collective::ReduceScatter => {
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let pl = unchunked(s, max_block(c, n));
             let mut ch = vec![Vec::new(); ring::pieces(&pl, &bl1)];
-            ring::reduce_scatter(b, &pl, intra, &bl1, Buf::Input, Buf::Scratch, None, &mut ch);
+            ring::reduce_scatter(
+                b,
+                &pl,
+                intra,
+                &ring::Order::identity(),
+                &bl1,
+                Buf::Input,
+                Buf::Scratch,
+                None,
+                &mut ch,
+            );
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl2)];
             let fin = Some((Buf::Output, 0));
@@ -110,6 +147,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b,
                 &pl,
                 rail,
+                &ring::Order::identity(),
                 &bl2,
                 Buf::Scratch,
                 Buf::Scratch,
@@ -123,10 +161,26 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let pl = unchunked(s, max_block(c, n));
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch = vec![copy.into_iter().collect::<Vec<u32>>(); ring::pieces(&pl, &bl2)];
-            ring::all_gather(b, &pl, rail, &bl2, Buf::Output, &mut ch);
+            ring::all_gather(
+                b,
+                &pl,
+                rail,
+                &ring::Order::identity(),
+                &bl2,
+                Buf::Output,
+                &mut ch,
+            );
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
-            ring::all_gather(b, &pl, intra, &bl1, Buf::Output, &mut ch2);
+            ring::all_gather(
+                b,
+                &pl,
+                intra,
+                &ring::Order::identity(),
+                &bl1,
+                Buf::Output,
+                &mut ch2,
+            );
         }
         Collective::Broadcast { root } => {
             let pl = Plan::new(s, c);

@@ -19,6 +19,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
     let n = p.nranks;
     let r = b.rank;
     let g = Group::all(&p, r);
+    let ord = Order::of(s);
     if p.count == 0 {
         return;
     }
@@ -32,15 +33,35 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let plan = Plan::new(s, max_block(p.count, n));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             let fin = Some((Buf::Output, bl[r][0].0));
-            reduce_scatter(b, &plan, g, &bl, Buf::Input, Buf::Output, fin, &mut chain);
-            all_gather(b, &plan, g, &bl, Buf::Output, &mut chain);
+            reduce_scatter(
+                b,
+                &plan,
+                g,
+                &ord,
+                &bl,
+                Buf::Input,
+                Buf::Output,
+                fin,
+                &mut chain,
+            );
+            all_gather(b, &plan, g, &ord, &bl, Buf::Output, &mut chain);
         }
         Collective::ReduceScatter => {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             let fin = Some((Buf::Output, 0));
-            reduce_scatter(b, &plan, g, &bl, Buf::Input, Buf::Scratch, fin, &mut chain);
+            reduce_scatter(
+                b,
+                &plan,
+                g,
+                &ord,
+                &bl,
+                Buf::Input,
+                Buf::Scratch,
+                fin,
+                &mut chain,
+            );
         }
         Collective::AllGather => {
             let (o, l) = p.block(r);
@@ -48,7 +69,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
             let mut chain = vec![copy.into_iter().collect(); pieces(&plan, &bl)];
-            all_gather(b, &plan, g, &bl, Buf::Output, &mut chain);
+            all_gather(b, &plan, g, &ord, &bl, Buf::Output, &mut chain);
         }
         Collective::Broadcast { root } => {
             let plan = Plan::new(s, p.count);
@@ -109,6 +130,73 @@ pub(crate) fn pieces(plan: &Plan, bl: &[Block]) -> usize {
     plan.pieces() * bl.first().map_or(0, |b| b.len())
 }
 
+/// Who sits where on each channel's ring: position `q` on channel `c` is
+/// group member `at(c, q)`. Group order unless the schedule gives ring
+/// orders ([`Schedule::ring_orders`], for the group of all ranks): then
+/// node `k`'s positions `k * rpn ..` hold its local ranks in the channel's
+/// order.
+pub(crate) struct Order<'a> {
+    orders: &'a [Vec<u32>],
+    /// Inverse of each order: local rank -> position in the node.
+    inv: Vec<Vec<u32>>,
+    rpn: usize,
+}
+
+impl<'a> Order<'a> {
+    /// Group order on every channel.
+    pub(crate) fn identity() -> Self {
+        Order {
+            orders: &[],
+            inv: Vec::new(),
+            rpn: 1,
+        }
+    }
+
+    /// The schedule's ring orders (validated by [`Schedule::validate`]).
+    pub(crate) fn of(s: &'a Schedule) -> Self {
+        let inv = s
+            .ring_orders
+            .iter()
+            .map(|o| {
+                let mut v = vec![0; o.len()];
+                for (q, &l) in o.iter().enumerate() {
+                    v[l as usize] = q as u32;
+                }
+                v
+            })
+            .collect();
+        Order {
+            orders: &s.ring_orders,
+            inv,
+            rpn: s.problem.ranks_per_node,
+        }
+    }
+
+    /// Member at position `q` (modulo `m`) of channel `ch`'s ring of `m`.
+    fn at(&self, ch: u16, q: usize, m: usize) -> usize {
+        let q = q % m;
+        if self.orders.is_empty() {
+            return q;
+        }
+        let o = &self.orders[usize::from(ch) % self.orders.len()];
+        q - q % self.rpn + o[q % self.rpn] as usize
+    }
+
+    /// Position of member `i` on channel `ch`'s ring.
+    fn pos(&self, ch: u16, i: usize) -> usize {
+        if self.orders.is_empty() {
+            return i;
+        }
+        let inv = &self.inv[usize::from(ch) % self.inv.len()];
+        i - i % self.rpn + inv[i % self.rpn] as usize
+    }
+}
+
+/// Channel of piece `j` of a phase (see [`piece`]).
+fn piece_channel(plan: &Plan, j: usize) -> u16 {
+    ((j % plan.pieces()) % plan.channels) as u16
+}
+
 /// Ring reduce-scatter among `g` of the blocks `bl` (one per member, global
 /// offsets, identical on every member). This rank's contribution is at the
 /// same offsets in `own`, partial sums go to `acc`, and its own block
@@ -122,6 +210,7 @@ pub(crate) fn reduce_scatter(
     b: &mut Builder,
     plan: &Plan,
     g: Group,
+    ord: &Order,
     bl: &[Block],
     own: Buf,
     acc: Buf,
@@ -154,12 +243,19 @@ pub(crate) fn reduce_scatter(
         return;
     }
     for s in 0..m - 1 {
-        let sb = (g.pos + 2 * m - s - 1) % m;
-        let rb = (g.pos + 2 * m - s - 2) % m;
         for (j, deps) in chain.iter_mut().enumerate() {
-            let (so, sl_len, ch) = piece(plan, &bl[sb], j);
+            let ch = piece_channel(plan, j);
+            let pos = ord.pos(ch, g.pos);
+            let sb = ord.at(ch, pos + 2 * m - s - 1, m);
+            let rb = ord.at(ch, pos + 2 * m - s - 2, m);
+            let (so, sl_len, _) = piece(plan, &bl[sb], j);
             let src = if s == 0 { own } else { acc };
-            b.send(g.after(1), sl(src, so, sl_len), ch, deps);
+            b.send(
+                g.member(ord.at(ch, pos + 1, m)),
+                sl(src, so, sl_len),
+                ch,
+                deps,
+            );
             let (ro, rl, _) = piece(plan, &bl[rb], j);
             let dst = if s == m - 2 {
                 let (db, d) = place(&bl[rb], ro);
@@ -167,7 +263,8 @@ pub(crate) fn reduce_scatter(
             } else {
                 sl(acc, ro, rl)
             };
-            let rv = b.recv_reduce(g.before(1), sl(own, ro, rl), dst, ch, &[]);
+            let prev = g.member(ord.at(ch, pos + m - 1, m));
+            let rv = b.recv_reduce(prev, sl(own, ro, rl), dst, ch, &[]);
             deps.clear();
             deps.push(rv);
         }
@@ -181,19 +278,28 @@ pub(crate) fn all_gather(
     b: &mut Builder,
     plan: &Plan,
     g: Group,
+    ord: &Order,
     bl: &[Block],
     out: Buf,
     chain: &mut [Vec<u32>],
 ) {
     let m = g.size;
     for s in 0..m.saturating_sub(1) {
-        let sb = (g.pos + m - s) % m;
-        let rb = (g.pos + 2 * m - s - 1) % m;
         for (j, deps) in chain.iter_mut().enumerate() {
-            let (so, sl_len, ch) = piece(plan, &bl[sb], j);
-            b.send(g.after(1), sl(out, so, sl_len), ch, deps);
+            let ch = piece_channel(plan, j);
+            let pos = ord.pos(ch, g.pos);
+            let sb = ord.at(ch, pos + m - s, m);
+            let rb = ord.at(ch, pos + 2 * m - s - 1, m);
+            let (so, sl_len, _) = piece(plan, &bl[sb], j);
+            b.send(
+                g.member(ord.at(ch, pos + 1, m)),
+                sl(out, so, sl_len),
+                ch,
+                deps,
+            );
             let (ro, rl, _) = piece(plan, &bl[rb], j);
-            let rv = b.recv(g.before(1), sl(out, ro, rl), ch, &[]);
+            let prev = g.member(ord.at(ch, pos + m - 1, m));
+            let rv = b.recv(prev, sl(out, ro, rl), ch, &[]);
             deps.clear();
             deps.push(rv);
         }
