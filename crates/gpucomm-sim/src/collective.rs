@@ -234,15 +234,34 @@ pub fn schedule_for(
     };
     let p =
         Problem::new(collective, count, n, fabric.ranks_per_node()).with_elem_size(elem as usize);
-    let ch = channels.unwrap_or(if fabric.nodes() > 1 {
+    let mut ch = channels.unwrap_or(if fabric.nodes() > 1 {
         fabric.machine.node.nics.max(1) as u16
     } else {
         1
     });
+    // Rings follow the NVLinks NCCL's search finds on a mesh (rank order
+    // would cross pairs with no link): one channel or more per ring.
+    let rings = match collective {
+        Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
+            if algorithm == Algorithm::Ring =>
+        {
+            fabric.nvlink_rings()
+        }
+        _ => Vec::new(),
+    };
+    if channels.is_none() && !rings.is_empty() {
+        let k = rings.len() as u16;
+        ch = ch.div_ceil(k).saturating_mul(k);
+    }
     check_channels(ch)?;
     let mut s = Schedule::new(p, algorithm)
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
+    if !rings.is_empty() {
+        s = s
+            .with_ring_orders(rings)
+            .map_err(|e| SimError::Schedule(e.to_string()))?;
+    }
     // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per
     // round on every rank at once: each round's block is cut into
     // RING_SLICES pieces per channel, so that a rank forwards the first

@@ -662,6 +662,67 @@ impl ClusterFabric {
         }
     }
 
+    /// NCCL's ring search on a mesh of direct NVLinks (`graph/search.cc`):
+    /// the most rings through every GPU of a node over direct links only
+    /// that fit together, each directed pair carrying at most as many
+    /// rings as it has links (a backtracking search over sets of rings;
+    /// NCCL's search also looks for as many rings as the links carry). Each ring is the
+    /// GPUs' order, for [`gpucomm_algo::Schedule::with_ring_orders`].
+    /// Empty on an NVSwitch (every order is the same), without NVLink,
+    /// across nodes, and where no ring of direct links exists: rank order
+    /// is used then.
+    ///
+    /// ```
+    /// use gpucomm_sim::{Engine, Machine};
+    ///
+    /// let m = Machine::preset("dgx1-v100").unwrap();
+    /// let f = m.fabric(Engine::Nccl, 1).unwrap();
+    /// let rings = f.nvlink_rings();
+    /// // Six NVLinks per V100: six rings, each over direct links only.
+    /// assert_eq!(rings.len(), 6);
+    /// for r in &rings {
+    ///     for i in 0..8 {
+    ///         let (a, b) = (r[i] as usize, r[(i + 1) % 8] as usize);
+    ///         assert!(f.nvlink_count(a, b) > 0);
+    ///     }
+    /// }
+    /// ```
+    pub fn nvlink_rings(&self) -> Vec<Vec<u32>> {
+        let NvFabric::Mesh { pairs, .. } = &self.machine.node.nvlink else {
+            return Vec::new();
+        };
+        // The node's first `rpn` GPUs (`--gpus`); one node only: across
+        // nodes NCCL also makes each ring enter and leave a node next to
+        // its channel's NIC, which this search does not (rank order then).
+        let n = self.rpn;
+        if n < 3 || self.nodes > 1 {
+            return Vec::new();
+        }
+        let mut left = vec![vec![0u32; n]; n];
+        for &(a, b, k) in pairs.iter().filter(|p| p.0 < n && p.1 < n) {
+            left[a][b] += k;
+            left[b][a] += k;
+        }
+        // Every ring takes one outgoing link of each GPU.
+        let most = (0..n)
+            .map(|a| left[a].iter().sum::<u32>())
+            .min()
+            .unwrap_or(0) as usize;
+        let mut search = RingSearch {
+            left,
+            chosen: Vec::new(),
+            best: Vec::new(),
+            most,
+            budget: MAX_RING_SEARCH,
+        };
+        search.sets();
+        search
+            .best
+            .iter()
+            .map(|r| r.iter().map(|&g| g as u32).collect())
+            .collect()
+    }
+
     /// Node-local path from GPU `a` out through NIC `k` (ends with the
     /// NIC's port), with its latency.
     pub(crate) fn gpu_to_net(&self, a: usize, k: usize) -> (Vec<LinkId>, SimTime) {
@@ -951,5 +1012,85 @@ impl Fabric for ClusterFabric {
 
     fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
         ClusterFabric::node_orbits(self)
+    }
+}
+
+/// Steps the ring search may take in all (a node has a handful of GPUs;
+/// this only bounds a pathological topology file).
+const MAX_RING_SEARCH: u32 = 1_000_000;
+
+/// Backtracking over sets of rings: the largest set of rings (each
+/// through every GPU once, over links with capacity `left`) that the
+/// links carry together, rings taken in lexicographic order so that each
+/// set is tried once.
+struct RingSearch {
+    left: Vec<Vec<u32>>,
+    chosen: Vec<Vec<usize>>,
+    best: Vec<Vec<usize>>,
+    most: usize,
+    budget: u32,
+}
+
+impl RingSearch {
+    /// Extends `chosen` by rings no smaller than its last; true once
+    /// `most` rings are found (no larger set exists).
+    fn sets(&mut self) -> bool {
+        if self.chosen.len() > self.best.len() {
+            self.best = self.chosen.clone();
+        }
+        if self.best.len() >= self.most {
+            return true;
+        }
+        let n = self.left.len();
+        let mut rings = Vec::new();
+        let mut path = vec![0usize];
+        let mut used = vec![false; n];
+        used[0] = true;
+        self.cycles(&mut path, &mut used, &mut rings);
+        let floor = self.chosen.last().cloned().unwrap_or_default();
+        for r in rings.into_iter().filter(|r| *r >= floor) {
+            for i in 0..n {
+                self.left[r[i]][r[(i + 1) % n]] -= 1;
+            }
+            self.chosen.push(r);
+            if self.sets() {
+                return true;
+            }
+            let r = self.chosen.pop().expect("pushed");
+            for i in 0..n {
+                self.left[r[i]][r[(i + 1) % n]] += 1;
+            }
+            if self.budget == 0 {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Every ring from GPU 0 extending `path` over links with capacity
+    /// left, in lexicographic order (until the step budget runs out).
+    fn cycles(&mut self, path: &mut Vec<usize>, used: &mut [bool], out: &mut Vec<Vec<usize>>) {
+        let n = used.len();
+        let last = *path.last().expect("starts at GPU 0");
+        if path.len() == n {
+            if self.left[last][path[0]] > 0 {
+                out.push(path.clone());
+            }
+            return;
+        }
+        for g in 0..n {
+            if self.budget == 0 {
+                return;
+            }
+            if used[g] || self.left[last][g] == 0 {
+                continue;
+            }
+            self.budget -= 1;
+            used[g] = true;
+            path.push(g);
+            self.cycles(path, used, out);
+            path.pop();
+            used[g] = false;
+        }
     }
 }

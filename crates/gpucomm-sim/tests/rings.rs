@@ -1,0 +1,103 @@
+//! Rings follow the NVLinks on a mesh (DGX-1's hybrid cube mesh), as
+//! NCCL's topology search orders them: rank order would send GPU 3's data to
+//! GPU 4, which it has no link to, through a third GPU, and use one ring's
+//! links only.
+
+use gpucomm_algo::Collective;
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::model::Protocol;
+use gpucomm_sim::{Engine, Machine};
+
+#[test]
+fn dgx1_rings_use_every_nvlink_and_only_direct_ones() {
+    let f = Machine::preset("dgx1-v100")
+        .unwrap()
+        .fabric(Engine::Nccl, 1)
+        .unwrap();
+    let rings = f.nvlink_rings();
+    // Each V100 has six NVLinks: one outgoing link of every GPU per ring.
+    assert_eq!(rings.len(), 6, "{rings:?}");
+    let caps = gpucomm_sim::fabric::Fabric::capacities(&f);
+    let opts = CollOptions {
+        algorithm: AlgoChoice::parse("ring"),
+        protocol: Some(Protocol::Simple),
+        ..Default::default()
+    };
+    let bytes = 1u64 << 30;
+    for coll in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ] {
+        let r = simulate(&f, coll, bytes, &opts).unwrap();
+        let ex = r.exec.expect("a schedule ran");
+        // Data moved on NVLinks only, and on every one of GPU 0's six.
+        for l in &ex.links {
+            assert!(
+                l.name.contains("nvlink"),
+                "{}: {} carried {} bytes",
+                coll.name(),
+                l.name,
+                l.bytes
+            );
+        }
+        let gpu0_out: Vec<_> = ex
+            .links
+            .iter()
+            .filter(|l| l.name.starts_with("node0:gpu0->"))
+            .collect();
+        let gpu0_links: f64 = gpu0_out.iter().map(|l| l.capacity_gbps).sum();
+        // GPU 0's outgoing NVLink capacity, as the fabric has it.
+        assert!(gpu0_links > 0.0 && caps.iter().any(|&c| c > 0.0));
+        // Every GPU sends (n-1)/n of the data per phase over its links:
+        // at the bound of all six links, within the pipeline's fill.
+        let per_gpu = if coll == Collective::AllReduce {
+            2.0
+        } else {
+            1.0
+        } * 7.0
+            / 8.0
+            * bytes as f64;
+        let bound_us = per_gpu / (gpu0_links * 1e9) * 1e6;
+        let t = r.time.as_us();
+        assert!(
+            t < 1.1 * bound_us && t > bound_us,
+            "{}: {t} us, the links' bound is {bound_us} us",
+            coll.name()
+        );
+    }
+}
+
+#[test]
+fn the_tuner_picks_the_nvlink_rings_on_a_dgx1() {
+    let f = Machine::preset("dgx1-v100")
+        .unwrap()
+        .fabric(Engine::Nccl, 1)
+        .unwrap();
+    let r = simulate(&f, Collective::AllReduce, 1 << 30, &CollOptions::default()).unwrap();
+    assert_eq!(r.algorithm.name(), "ring");
+    // Six rings of 20 GB/s (NCCL's SM70 NVLink figure): about 120 GB/s.
+    assert!(r.busbw_gbps > 100.0, "{}", r.busbw_gbps);
+}
+
+#[test]
+fn no_rings_where_the_links_close_none_or_any_order_is_the_same() {
+    let first = |g: usize| {
+        let mut m = Machine::preset("dgx1-v100").unwrap();
+        m.gpus_used = Some(g);
+        m.fabric(Engine::Nccl, 1).unwrap()
+    };
+    // GPUs 0-4: GPU 4's only link among them goes to GPU 0.
+    assert!(first(5).nvlink_rings().is_empty());
+    // GPUs 0-3 are linked pairwise (one or two links each): rings exist.
+    let four = first(4);
+    let rings = four.nvlink_rings();
+    assert!(!rings.is_empty());
+    assert!(rings.iter().all(|r| r.len() == 4));
+    // NVSwitch: every order is the same, none is needed.
+    let h = Machine::preset("dgx-h100")
+        .unwrap()
+        .fabric(Engine::Nccl, 1)
+        .unwrap();
+    assert!(h.nvlink_rings().is_empty());
+}
