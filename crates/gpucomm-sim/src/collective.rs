@@ -240,26 +240,31 @@ pub fn schedule_for(
         1
     });
     // Rings follow the NVLinks NCCL's search finds on a mesh (rank order
-    // would cross pairs with no link): one channel or more per ring.
-    let rings = match collective {
-        Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
-            if algorithm == Algorithm::Ring =>
-        {
-            fabric.nvlink_rings()
+    // would cross pairs with no link). In one node every ring gets the
+    // same number of channels; across nodes the channels stay one per NIC
+    // (the network is the narrower part) and each ring is rotated to
+    // enter and leave next to its channel's NIC.
+    let ringed = algorithm == Algorithm::Ring
+        && matches!(
+            collective,
+            Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
+        );
+    let mut orders = Vec::new();
+    if ringed {
+        let rings = fabric.nvlink_rings().len() as u16;
+        if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
+            ch = ch.div_ceil(rings).saturating_mul(rings);
         }
-        _ => Vec::new(),
-    };
-    if channels.is_none() && !rings.is_empty() {
-        let k = rings.len() as u16;
-        ch = ch.div_ceil(k).saturating_mul(k);
+        check_channels(ch)?;
+        orders = fabric.ring_orders(ch);
     }
     check_channels(ch)?;
     let mut s = Schedule::new(p, algorithm)
         .map_err(|e| SimError::Schedule(e.to_string()))?
         .with_channels(ch);
-    if !rings.is_empty() {
+    if !orders.is_empty() {
         s = s
-            .with_ring_orders(rings)
+            .with_ring_orders(orders)
             .map_err(|e| SimError::Schedule(e.to_string()))?;
     }
     // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per

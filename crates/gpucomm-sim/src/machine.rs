@@ -668,9 +668,8 @@ impl ClusterFabric {
     /// rings as it has links (a backtracking search over sets of rings;
     /// NCCL's search also looks for as many rings as the links carry). Each ring is the
     /// GPUs' order, for [`gpucomm_algo::Schedule::with_ring_orders`].
-    /// Empty on an NVSwitch (every order is the same), without NVLink,
-    /// across nodes, and where no ring of direct links exists: rank order
-    /// is used then.
+    /// Empty on an NVSwitch (every order is the same), without NVLink, and
+    /// where no ring of direct links exists: rank order is used then.
     ///
     /// ```
     /// use gpucomm_sim::{Engine, Machine};
@@ -691,11 +690,9 @@ impl ClusterFabric {
         let NvFabric::Mesh { pairs, .. } = &self.machine.node.nvlink else {
             return Vec::new();
         };
-        // The node's first `rpn` GPUs (`--gpus`); one node only: across
-        // nodes NCCL also makes each ring enter and leave a node next to
-        // its channel's NIC, which this search does not (rank order then).
+        // The node's first `rpn` GPUs (`--gpus`).
         let n = self.rpn;
-        if n < 3 || self.nodes > 1 {
+        if n < 3 {
             return Vec::new();
         }
         let mut left = vec![vec![0u32; n]; n];
@@ -720,6 +717,41 @@ impl ClusterFabric {
             .best
             .iter()
             .map(|r| r.iter().map(|&g| g as u32).collect())
+            .collect()
+    }
+
+    /// The ring order of each of `channels` channels (for
+    /// [`gpucomm_algo::Schedule::with_ring_orders`]): channel `c` follows
+    /// ring `c % len` of [`ClusterFabric::nvlink_rings`]. Across nodes a
+    /// ring leaves a node from its last GPU through the NIC the route
+    /// gives that GPU on the channel, and enters the next node at its first
+    /// GPU. NCCL gives each channel a NIC (channel `c`: NIC `c mod nics`,
+    /// so the NICs share the channels evenly) and makes its ring enter and
+    /// leave next to it: each channel's ring is rotated so that it leaves
+    /// through NIC `c mod nics` where a rotation does, with the shortest
+    /// paths to and from the NIC (the first such rotation).
+    /// Empty where [`ClusterFabric::nvlink_rings`] is.
+    pub fn ring_orders(&self, channels: u16) -> Vec<Vec<u32>> {
+        let rings = self.nvlink_rings();
+        let nics = self.machine.node.nics;
+        if rings.is_empty() || self.nodes == 1 || nics == 0 {
+            return rings;
+        }
+        let n = self.rpn;
+        (0..usize::from(channels.max(1)))
+            .map(|c| {
+                let ring = &rings[c % rings.len()];
+                let cost = |i: usize| {
+                    let (a, b) = (ring[i] as usize, ring[(i + 1) % n] as usize);
+                    let k = (a + c) % nics;
+                    let (mut out, mut inn) = (Vec::new(), Vec::new());
+                    self.to_nic(a, k, &mut out);
+                    self.nic_to_gpu(k, b, &mut inn);
+                    (k != c % nics, out.len() + inn.len())
+                };
+                let exit = (0..n).min_by_key(|&i| (cost(i), i)).unwrap_or(n - 1);
+                (1..=n).map(|d| ring[(exit + d) % n]).collect()
+            })
             .collect()
     }
 

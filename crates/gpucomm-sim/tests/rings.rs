@@ -101,3 +101,37 @@ fn no_rings_where_the_links_close_none_or_any_order_is_the_same() {
         .unwrap();
     assert!(h.nvlink_rings().is_empty());
 }
+
+#[test]
+fn across_dgx1_nodes_each_channel_leaves_through_its_own_nic() {
+    let f = Machine::preset("dgx1-v100")
+        .unwrap()
+        .fabric(Engine::Nccl, 2)
+        .unwrap();
+    let orders = f.ring_orders(4);
+    assert_eq!(orders.len(), 4);
+    let opts = CollOptions {
+        algorithm: AlgoChoice::parse("ring"),
+        protocol: Some(Protocol::Simple),
+        ..Default::default()
+    };
+    let r = simulate(&f, Collective::AllReduce, 1 << 30, &opts).unwrap();
+    let ex = r.exec.expect("a schedule ran");
+    // The four NICs share the inter-node traffic evenly.
+    let out: Vec<f64> = (0..4)
+        .map(|k| {
+            ex.links
+                .iter()
+                .filter(|l| l.name == format!("node0:nic{k}->net"))
+                .map(|l| l.bytes)
+                .sum()
+        })
+        .collect();
+    let max = out.iter().cloned().fold(0.0, f64::max);
+    let min = out.iter().cloned().fold(f64::INFINITY, f64::min);
+    assert!(min > 0.99 * max, "NIC loads {out:?}");
+    // Ring, not the tree, and well above one NIC's 12.5 GB/s.
+    let best = simulate(&f, Collective::AllReduce, 1 << 30, &CollOptions::default()).unwrap();
+    assert_eq!(best.algorithm.name(), "ring");
+    assert!(best.busbw_gbps > 30.0, "{}", best.busbw_gbps);
+}
