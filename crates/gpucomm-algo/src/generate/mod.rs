@@ -271,6 +271,13 @@ impl<'a> Builder<'a> {
         Some((b as u8, o, o + sl.len))
     }
 
+    /// Room for `n` more steps (a generator that knows its step count saves
+    /// the copies of growing).
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.steps.reserve(n);
+        self.access.reserve(n);
+    }
+
     /// Appends a step; its dependencies will be `extra` plus every earlier
     /// step whose accesses conflict with this one's (added by
     /// [`Builder::finish`]). Returns the step's index.
@@ -304,10 +311,26 @@ impl<'a> Builder<'a> {
     /// write-after-read and write-after-write on overlapping ranges, in
     /// push order.
     pub(crate) fn finish(mut self) -> Vec<Step> {
-        // Segment boundaries of each buffer: every access's ends.
+        // Segment boundaries of each buffer: every access's ends. Most ends
+        // repeat (every round of a ring touches the same piece boundaries):
+        // a direct-mapped table of ends already listed keeps the lists, and
+        // their sort, near the number of distinct ends (a value evicted
+        // from the table is only listed again; the dedup below drops it).
         let mut bounds: [Vec<usize>; 3] = Default::default();
+        let size = (2 * self.access.len())
+            .next_power_of_two()
+            .clamp(16, 1 << 16);
+        let shift = u64::BITS - size.trailing_zeros();
+        let mut listed = vec![(u8::MAX, usize::MAX); size];
         for a in self.access.iter().flatten().flatten() {
-            bounds[a.0 as usize].extend([a.1, a.2]);
+            for x in [a.1, a.2] {
+                let h = ((x as u64 ^ u64::from(a.0) << 62).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    >> shift) as usize;
+                if listed[h] != (a.0, x) {
+                    listed[h] = (a.0, x);
+                    bounds[a.0 as usize].push(x);
+                }
+            }
         }
         for b in &mut bounds {
             b.sort_unstable();

@@ -31,6 +31,8 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             }
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
+            // A send and a receive per piece per round, in 2 (n - 1) rounds.
+            b.reserve(4 * (n - 1) * pieces(&plan, &bl));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             let fin = Some((Buf::Output, bl[r][0].0));
             reduce_scatter(
@@ -49,6 +51,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         Collective::ReduceScatter => {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
+            b.reserve(2 * n.saturating_sub(1) * pieces(&plan, &bl) + 1);
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             let fin = Some((Buf::Output, 0));
             reduce_scatter(
@@ -68,6 +71,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let copy = b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l));
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
+            b.reserve(2 * n.saturating_sub(1) * pieces(&plan, &bl));
             let mut chain = vec![copy.into_iter().collect(); pieces(&plan, &bl)];
             all_gather(b, &plan, g, &ord, &bl, Buf::Output, &mut chain);
         }
