@@ -60,4 +60,4 @@ pub use cost::{
 pub use dtype::DataType;
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
-pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind};
+pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind, StepList};

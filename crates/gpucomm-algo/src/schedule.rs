@@ -174,6 +174,88 @@ pub struct Step {
     pub deps: Vec<u32>,
 }
 
+/// One rank's steps with their dependencies in one flat list: step `i` is
+/// [`StepList::kind`]`(i)` on [`StepList::channel`]`(i)` after the steps
+/// [`StepList::deps`]`(i)` (sorted, each smaller than `i`).
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+///
+/// let s = Schedule::new(Problem::new(Collective::AllReduce, 64, 4, 4), Algorithm::Ring).unwrap();
+/// let list = s.rank_step_list(1);
+/// let steps = s.rank_steps(1);
+/// assert_eq!(list.len(), steps.len());
+/// for (i, st) in steps.iter().enumerate() {
+///     assert_eq!(list.kind(i), &st.kind);
+///     assert_eq!(list.deps(i), st.deps.as_slice());
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepList {
+    pub(crate) kinds: Vec<(StepKind, u16)>,
+    pub(crate) deps: Vec<u32>,
+    /// Step `i`'s dependencies are `deps[dep_off[i]..dep_off[i + 1]]`.
+    pub(crate) dep_off: Vec<u32>,
+}
+
+impl StepList {
+    /// Number of steps.
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// True when the rank has no step.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// What step `i` does.
+    pub fn kind(&self, i: usize) -> &StepKind {
+        &self.kinds[i].0
+    }
+
+    /// The channel step `i` runs on.
+    pub fn channel(&self, i: usize) -> u16 {
+        self.kinds[i].1
+    }
+
+    /// The steps step `i` waits for.
+    pub fn deps(&self, i: usize) -> &[u32] {
+        &self.deps[self.dep_off[i] as usize..self.dep_off[i + 1] as usize]
+    }
+
+    /// The list of hand-written (or deserialized) steps, as they are: no
+    /// check (an engine reports a dependency on a later step itself).
+    pub fn from_steps(steps: &[Step]) -> Self {
+        let mut list = StepList {
+            kinds: Vec::with_capacity(steps.len()),
+            deps: Vec::new(),
+            dep_off: Vec::with_capacity(steps.len() + 1),
+        };
+        list.dep_off.push(0);
+        for st in steps {
+            list.kinds.push((st.kind, st.channel));
+            list.deps.extend_from_slice(&st.deps);
+            list.dep_off.push(list.deps.len() as u32);
+        }
+        list
+    }
+
+    /// The steps, each with its own dependency vector.
+    pub fn into_steps(self) -> Vec<Step> {
+        let mut out = Vec::with_capacity(self.kinds.len());
+        for (i, (kind, channel)) in self.kinds.iter().enumerate() {
+            let d = &self.deps[self.dep_off[i] as usize..self.dep_off[i + 1] as usize];
+            out.push(Step {
+                kind: *kind,
+                channel: *channel,
+                deps: d.to_vec(),
+            });
+        }
+        out
+    }
+}
+
 /// A collective algorithm instantiated for one [`Problem`]: a parametric
 /// description that yields each rank's steps on demand.
 ///
@@ -273,6 +355,17 @@ impl Schedule {
     /// If `rank >= problem.nranks`, or if the fields were set by hand to
     /// something [`Schedule::validate`] rejects.
     pub fn rank_steps(&self, rank: usize) -> Vec<Step> {
+        self.rank_step_list(rank).into_steps()
+    }
+
+    /// The steps of `rank` as one [`StepList`]: the same steps as
+    /// [`Schedule::rank_steps`], their dependencies in one flat list
+    /// instead of a vector per step (what an engine that runs millions of
+    /// steps wants).
+    ///
+    /// # Panics
+    /// As [`Schedule::rank_steps`].
+    pub fn rank_step_list(&self, rank: usize) -> StepList {
         assert!(rank < self.problem.nranks, "rank {rank} out of range");
         crate::generate::rank_steps(self, rank)
     }

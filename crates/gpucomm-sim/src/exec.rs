@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use gpucomm_algo::{Schedule, Step, StepKind};
+use gpucomm_algo::{Schedule, StepKind, StepList};
 
 use crate::engine::{BusySpan, EngineStats, FlowNet, LinkId, Output};
 use crate::fabric::{Fabric, PathClass};
@@ -362,7 +362,7 @@ impl Prepared {
         // Each rank's steps are compacted as soon as they are generated
         // (the compact form is a fraction of the size), and the symmetry
         // check compares compact forms.
-        let generate = |r: &usize| compact(*r, &schedule.rank_steps(*r), elem, n);
+        let generate = |r: &usize| compact(*r, &schedule.rank_step_list(*r), elem, n);
         let mut orbit = None;
         if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
             orbit = fabric_orbits(fabric);
@@ -588,17 +588,18 @@ fn pair_partners(ranks: &mut [RankState], n: usize) {
     }
 }
 
-fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState, SimError> {
+fn compact(rank: usize, steps: &StepList, elem: u64, n: usize) -> Result<RankState, SimError> {
     let mut groups = Groups::default();
     let mut out = Vec::with_capacity(steps.len());
     let mut counts = vec![0u32; steps.len() + 1];
-    for (i, s) in steps.iter().enumerate() {
-        let kind = match s.kind {
+    for i in 0..steps.len() {
+        let step = steps.kind(i);
+        let kind = match step {
             StepKind::Send { .. } => K_SEND,
             StepKind::Recv { .. } | StepKind::RecvReduce { .. } => K_RECV,
             StepKind::Copy { .. } | StepKind::Reduce { .. } => K_LOCAL,
         };
-        let peer = s.kind.peer().unwrap_or(rank);
+        let peer = step.peer().unwrap_or(rank);
         if peer >= n {
             return Err(SimError::Malformed {
                 rank,
@@ -606,13 +607,15 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
                 why: format!("peer {peer} out of range ({n} ranks)"),
             });
         }
+        let channel = steps.channel(i);
         if kind != K_LOCAL {
             groups
-                .entry((peer as u32, s.channel, kind))
+                .entry((peer as u32, channel, kind))
                 .or_default()
                 .push(i as u32);
         }
-        for &d in &s.deps {
+        let deps = steps.deps(i);
+        for &d in deps {
             if d as usize >= i {
                 return Err(SimError::Malformed {
                     rank,
@@ -624,10 +627,10 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
         }
         out.push(CStep {
             peer: peer as u32,
-            bytes: s.kind.len() as u64 * elem,
+            bytes: step.len() as u64 * elem,
             partner: NO_PARTNER,
-            deps: s.deps.len() as u32,
-            channel: s.channel,
+            deps: deps.len() as u32,
+            channel,
             kind,
         });
     }
@@ -638,8 +641,8 @@ fn compact(rank: usize, steps: &[Step], elem: u64, n: usize) -> Result<RankState
     }
     let mut fill = dep_off.clone();
     let mut dependents = vec![0u32; dep_off[steps.len()] as usize];
-    for (i, s) in steps.iter().enumerate() {
-        for &d in &s.deps {
+    for i in 0..steps.len() {
+        for &d in steps.deps(i) {
             dependents[fill[d as usize] as usize] = i as u32;
             fill[d as usize] += 1;
         }
@@ -976,7 +979,7 @@ impl Exec<'_> {
 mod tests {
     use super::*;
     use crate::fabric::Route;
-    use gpucomm_algo::{Algorithm, Buf, Collective, Problem, Slice};
+    use gpucomm_algo::{Algorithm, Buf, Collective, Problem, Slice, Step};
 
     /// `n` ranks on a ring of 1 GB/s links (rank r -> r+1 uses link r), 1 us each.
     struct RingFabric(usize);
@@ -1090,8 +1093,8 @@ mod tests {
             deps: vec![0],
         };
         let mut states = [
-            compact(0, &[recv(1), send(1)], 4, 2).unwrap(),
-            compact(1, &[recv(0), send(0)], 4, 2).unwrap(),
+            compact(0, &StepList::from_steps(&[recv(1), send(1)]), 4, 2).unwrap(),
+            compact(1, &StepList::from_steps(&[recv(0), send(0)]), 4, 2).unwrap(),
         ];
         assert_eq!(states[0].steps.len(), 2);
         // A dependency on a later step is malformed.
@@ -1100,12 +1103,12 @@ mod tests {
             ..recv(1)
         };
         assert!(matches!(
-            compact(0, &[bad], 4, 2),
+            compact(0, &StepList::from_steps(&[bad]), 4, 2),
             Err(SimError::Malformed { .. })
         ));
         let far = recv(7);
         assert!(matches!(
-            compact(0, &[far], 4, 2),
+            compact(0, &StepList::from_steps(&[far]), 4, 2),
             Err(SimError::Malformed { .. })
         ));
         // Run the cyclic pair through the executor's matching directly.
@@ -1152,8 +1155,8 @@ mod tests {
         let fabric = RingFabric(2);
         let cfg = ExecConfig::default();
         let mut ranks = vec![
-            compact(0, &[send.clone(), send], 4, 2).unwrap(),
-            compact(1, &[recv], 4, 2).unwrap(),
+            compact(0, &StepList::from_steps(&[send.clone(), send]), 4, 2).unwrap(),
+            compact(1, &StepList::from_steps(&[recv]), 4, 2).unwrap(),
         ];
         pair_partners(&mut ranks, 2);
         let mut ex = Exec::new(

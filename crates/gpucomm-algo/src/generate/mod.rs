@@ -16,7 +16,7 @@ mod ring;
 pub(crate) mod tree;
 
 use crate::{
-    Algorithm, Buf, Collective, Problem, Schedule, Slice, Step, StepKind, schedule::AlgoError,
+    Algorithm, Buf, Collective, Problem, Schedule, Slice, StepKind, StepList, schedule::AlgoError,
 };
 
 /// No step (a segment not yet written).
@@ -100,7 +100,7 @@ pub(crate) fn validate(p: &Problem, algorithm: Algorithm) -> Result<(), AlgoErro
     })
 }
 
-pub(crate) fn rank_steps(s: &Schedule, rank: usize) -> Vec<Step> {
+pub(crate) fn rank_steps(s: &Schedule, rank: usize) -> StepList {
     let mut b = Builder::new(&s.problem, rank, in_place_safe(s));
     match s.algorithm {
         Algorithm::Ring => ring::steps(s, &mut b),
@@ -248,7 +248,12 @@ type Access = (u8, usize, usize);
 pub(crate) struct Builder<'a> {
     pub(crate) p: &'a Problem,
     pub(crate) rank: usize,
-    steps: Vec<Step>,
+    /// Each step's kind and channel.
+    kinds: Vec<(StepKind, u16)>,
+    /// The generators' own dependencies, step `i`'s at
+    /// `extra[extra_off[i]..extra_off[i + 1]]`.
+    extra: Vec<u32>,
+    extra_off: Vec<u32>,
     aliased: bool,
     /// Per step: up to two reads and one write.
     access: Vec<[Option<Access>; 3]>,
@@ -259,7 +264,9 @@ impl<'a> Builder<'a> {
         Builder {
             p,
             rank,
-            steps: Vec::new(),
+            kinds: Vec::new(),
+            extra: Vec::new(),
+            extra_off: vec![0],
             aliased,
             access: Vec::new(),
         }
@@ -274,7 +281,8 @@ impl<'a> Builder<'a> {
     /// Room for `n` more steps (a generator that knows its step count saves
     /// the copies of growing).
     pub(crate) fn reserve(&mut self, n: usize) {
-        self.steps.reserve(n);
+        self.kinds.reserve(n);
+        self.extra_off.reserve(n);
         self.access.reserve(n);
     }
 
@@ -282,7 +290,7 @@ impl<'a> Builder<'a> {
     /// step whose accesses conflict with this one's (added by
     /// [`Builder::finish`]). Returns the step's index.
     pub(crate) fn push(&mut self, kind: StepKind, channel: u16, extra: &[u32]) -> u32 {
-        let idx = self.steps.len() as u32;
+        let idx = self.kinds.len() as u32;
         let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match kind {
             StepKind::Send { src, .. } => ([Some(src), None], None),
             StepKind::Recv { dst, .. } => ([None, None], Some(dst)),
@@ -296,21 +304,16 @@ impl<'a> Builder<'a> {
             self.locate(reads[1]),
             self.locate(write),
         ]);
-        // Room for the data dependencies `finish` adds (a few per step).
-        let mut deps = Vec::with_capacity(extra.len() + 4);
-        deps.extend_from_slice(extra);
-        self.steps.push(Step {
-            kind,
-            channel,
-            deps,
-        });
+        self.kinds.push((kind, channel));
+        self.extra.extend_from_slice(extra);
+        self.extra_off.push(self.extra.len() as u32);
         idx
     }
 
     /// The steps with their data dependencies: read-after-write,
     /// write-after-read and write-after-write on overlapping ranges, in
     /// push order.
-    pub(crate) fn finish(mut self) -> Vec<Step> {
+    pub(crate) fn finish(self) -> StepList {
         // Segment boundaries of each buffer: every access's ends. Most ends
         // repeat (every round of a ring touches the same piece boundaries):
         // a direct-mapped table of ends already listed keeps the lists, and
@@ -344,9 +347,15 @@ impl<'a> Builder<'a> {
         let mut arena: Vec<(u32, u32)> = Vec::with_capacity(self.access.len());
         let index: [BoundIndex; 3] = std::array::from_fn(|i| BoundIndex::new(&bounds[i]));
         let seg = |b: usize, x: usize| index[b].get(x);
+        // Every step's dependencies, one list after another.
+        let mut deps: Vec<u32> = Vec::with_capacity(self.extra.len() + 2 * self.access.len());
+        let mut dep_off: Vec<u32> = Vec::with_capacity(self.access.len() + 1);
+        dep_off.push(0);
         for (i, acc) in self.access.iter().enumerate() {
             let idx = i as u32;
-            let deps = &mut self.steps[i].deps;
+            let start = deps.len();
+            let (e0, e1) = (self.extra_off[i] as usize, self.extra_off[i + 1] as usize);
+            deps.extend_from_slice(&self.extra[e0..e1]);
             // Reads record themselves as readers; then the write depends on
             // earlier readers (not on this step) and clears them.
             for &(b, lo, hi) in acc[..2].iter().flatten() {
@@ -377,10 +386,23 @@ impl<'a> Builder<'a> {
                     readers[b][k] = NO_STEP;
                 }
             }
-            deps.sort_unstable();
-            deps.dedup();
+            // Sorted, without repeats.
+            deps[start..].sort_unstable();
+            let mut kept = start;
+            for k in start..deps.len() {
+                if kept == start || deps[k] != deps[kept - 1] {
+                    deps[kept] = deps[k];
+                    kept += 1;
+                }
+            }
+            deps.truncate(kept);
+            dep_off.push(deps.len() as u32);
         }
-        self.steps
+        StepList {
+            kinds: self.kinds,
+            deps,
+            dep_off,
+        }
     }
 
     pub(crate) fn send(&mut self, peer: usize, src: Slice, ch: u16, extra: &[u32]) -> u32 {
