@@ -334,6 +334,8 @@ pub struct ClusterFabric {
     // capacity of each leaf's uplink trunk; empty when non-blocking.
     npl: usize,
     trunks: Vec<f64>,
+    /// The NVLink rings, searched once (see [`ClusterFabric::nvlink_rings`]).
+    rings: std::sync::OnceLock<Vec<Vec<u32>>>,
 }
 
 impl ClusterFabric {
@@ -383,6 +385,7 @@ impl ClusterFabric {
             storage: None,
             npl: nodes,
             trunks: Vec::new(),
+            rings: std::sync::OnceLock::new(),
             machine: machine.clone(),
         };
         let add = |f: &mut ClusterFabric, role: Role, cap: f64, lat_us: f64| -> u32 {
@@ -687,6 +690,11 @@ impl ClusterFabric {
     /// }
     /// ```
     pub fn nvlink_rings(&self) -> Vec<Vec<u32>> {
+        self.rings.get_or_init(|| self.search_rings()).clone()
+    }
+
+    /// The search behind [`ClusterFabric::nvlink_rings`].
+    fn search_rings(&self) -> Vec<Vec<u32>> {
         let NvFabric::Mesh { pairs, .. } = &self.machine.node.nvlink else {
             return Vec::new();
         };
@@ -1064,8 +1072,9 @@ struct RingSearch {
 }
 
 impl RingSearch {
-    /// Extends `chosen` by rings no smaller than its last; true once
-    /// `most` rings are found (no larger set exists).
+    /// Records `chosen` if it is the largest set so far, then tries to add
+    /// one more ring; true once `most` rings are found (no larger set
+    /// exists).
     fn sets(&mut self) -> bool {
         if self.chosen.len() > self.best.len() {
             self.best = self.chosen.clone();
@@ -1074,55 +1083,64 @@ impl RingSearch {
             return true;
         }
         let n = self.left.len();
-        let mut rings = Vec::new();
-        let mut path = vec![0usize];
+        let mut path = Vec::with_capacity(n);
+        path.push(0);
         let mut used = vec![false; n];
         used[0] = true;
-        self.cycles(&mut path, &mut used, &mut rings);
-        let floor = self.chosen.last().cloned().unwrap_or_default();
-        for r in rings.into_iter().filter(|r| *r >= floor) {
-            for i in 0..n {
-                self.left[r[i]][r[(i + 1) % n]] -= 1;
-            }
-            self.chosen.push(r);
-            if self.sets() {
-                return true;
-            }
-            let r = self.chosen.pop().expect("pushed");
-            for i in 0..n {
-                self.left[r[i]][r[(i + 1) % n]] += 1;
-            }
-            if self.budget == 0 {
-                break;
-            }
-        }
-        false
+        self.next_ring(&mut path, &mut used)
     }
 
-    /// Every ring from GPU 0 extending `path` over links with capacity
-    /// left, in lexicographic order (until the step budget runs out).
-    fn cycles(&mut self, path: &mut Vec<usize>, used: &mut [bool], out: &mut Vec<Vec<usize>>) {
+    /// Extends `path` (from GPU 0) over links with capacity left to every
+    /// ring no smaller than the last chosen one, in lexicographic order
+    /// (until the step budget runs out); each ring found is added to
+    /// `chosen` and the search goes on from there. Rings are generated as
+    /// they are tried: nothing is listed.
+    fn next_ring(&mut self, path: &mut Vec<usize>, used: &mut [bool]) -> bool {
         let n = used.len();
         let last = *path.last().expect("starts at GPU 0");
         if path.len() == n {
-            if self.left[last][path[0]] > 0 {
-                out.push(path.clone());
+            if self.left[last][path[0]] == 0 {
+                return false;
             }
-            return;
+            for i in 0..n {
+                self.left[path[i]][path[(i + 1) % n]] -= 1;
+            }
+            self.chosen.push(path.clone());
+            if self.sets() {
+                return true;
+            }
+            self.chosen.pop();
+            for i in 0..n {
+                self.left[path[i]][path[(i + 1) % n]] += 1;
+            }
+            return false;
         }
         for g in 0..n {
             if self.budget == 0 {
-                return;
+                return false;
             }
             if used[g] || self.left[last][g] == 0 {
                 continue;
             }
-            self.budget -= 1;
-            used[g] = true;
+            // Below the last chosen ring's prefix: every ring from here
+            // is smaller than it.
             path.push(g);
-            self.cycles(path, used, out);
+            let below = self
+                .chosen
+                .last()
+                .is_some_and(|c| path.as_slice() < &c[..path.len()]);
+            if !below {
+                self.budget -= 1;
+                used[g] = true;
+                let done = self.next_ring(path, used);
+                used[g] = false;
+                if done {
+                    path.pop();
+                    return true;
+                }
+            }
             path.pop();
-            used[g] = false;
         }
+        false
     }
 }

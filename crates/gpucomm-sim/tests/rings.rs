@@ -135,3 +135,34 @@ fn across_dgx1_nodes_each_channel_leaves_through_its_own_nic() {
     assert_eq!(best.algorithm.name(), "ring");
     assert!(best.busbw_gbps > 30.0, "{}", best.busbw_gbps);
 }
+
+#[test]
+fn the_ring_search_stays_bounded_on_a_dense_mesh() {
+    // Eight GPUs all joined pairwise (no real system; a topology file can
+    // say so): thousands of rings. The search is bounded in steps and
+    // returns rings that the links carry together.
+    let mut m = Machine::preset("dgx1-v100").unwrap();
+    let mut pairs = Vec::new();
+    for a in 0..8 {
+        for b in a + 1..8 {
+            pairs.push((a, b, 1));
+        }
+    }
+    m.node.nvlink = gpucomm_sim::machine::NvFabric::Mesh {
+        generation: 2,
+        pairs,
+    };
+    let f = m.fabric(Engine::Nccl, 1).unwrap();
+    let rings = f.nvlink_rings();
+    assert!(!rings.is_empty() && rings.len() <= 7, "{}", rings.len());
+    let mut used = [[0u32; 8]; 8];
+    for r in &rings {
+        let mut seen = [false; 8];
+        for i in 0..8 {
+            let (a, b) = (r[i] as usize, r[(i + 1) % 8] as usize);
+            assert!(!std::mem::replace(&mut seen[a], true), "{r:?}");
+            used[a][b] += 1;
+            assert!(used[a][b] <= 1, "pair {a}->{b} carries two rings");
+        }
+    }
+}
