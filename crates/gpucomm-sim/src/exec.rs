@@ -370,9 +370,8 @@ impl Prepared {
         // Ranks compacted so far, by rank.
         let mut have: Vec<(usize, RankState)> = Vec::new();
         if orbit.is_some() {
-            // Node 0's ranks (simulated in any case), and as probes the
-            // first, middle and last local rank of node 1 and of the last
-            // node, generated together (one batch keeps every core busy).
+            // The first, middle and last local rank of node 0, and the
+            // same local ranks of node 1 and of the last node.
             let mut locals = vec![0, rpn / 2, rpn - 1];
             locals.dedup();
             let nodes = n / rpn;
@@ -380,18 +379,22 @@ impl Prepared {
             if nodes > 2 {
                 probe_nodes.push(nodes - 1);
             }
-            let mut jobs: Vec<usize> = (0..rpn).collect();
+            let mut jobs = locals.clone();
             for &node in &probe_nodes {
                 jobs.extend(locals.iter().map(|&r| node * rpn + r));
             }
             for (r, st) in jobs.iter().zip(par_map(&jobs, generate)) {
                 have.push((*r, st?));
             }
-            let symmetric = have[rpn..].iter().all(|(r, other)| {
-                same_up_to_node_shift(&have[r % rpn].1, other, r - r % rpn, n, elem)
+            let symmetric = have[locals.len()..].iter().all(|(r, other)| {
+                let k = locals
+                    .iter()
+                    .position(|&l| l == r % rpn)
+                    .expect("a probe of a local");
+                same_up_to_node_shift(&have[k].1, other, r - r % rpn, n, elem)
             });
             if symmetric {
-                have.truncate(rpn);
+                have.truncate(locals.len());
             } else {
                 orbit = None;
             }
