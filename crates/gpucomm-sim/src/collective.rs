@@ -328,9 +328,7 @@ pub fn simulate(
     let m = &fabric.machine;
     let nvlink = !matches!(m.node.nvlink, NvFabric::None);
     // Candidates are (algorithm, protocol) in a fixed order, which breaks
-    // ties. Without --protocol: Simple and LL128 first (LL128 moves nearly
-    // Simple's bytes and is worth simulating whenever NCCL enables it),
-    // then LL only where `link_bound` says it may win.
+    // ties; which of them run is decided by their bounds below.
     let protocols = match opts.protocol {
         Some(p) => vec![p],
         None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
@@ -399,36 +397,60 @@ pub fn simulate(
         }
     };
     let time_of = |r: &Option<Run>| r.as_ref().and_then(|r| r.as_ref().ok()).map(|(t, _)| *t);
-    let (first, later): (Vec<usize>, Vec<usize>) =
-        (0..jobs.len()).partition(|&i| opts.protocol.is_some() || jobs[i].1 != Protocol::Ll);
-    run_jobs(&first, &mut results);
-    // LL puts twice Simple's bytes on every link. No run beats its launch
-    // plus its busiest link's bytes over the link's capacity, so LL is
-    // simulated only where that bound, scaled from a run of the same
-    // algorithm with another protocol, is below the best time so far: a
-    // candidate that could win is never skipped.
-    let best_time = results.iter().filter_map(time_of).min();
-    let mut maybe = Vec::new();
-    for i in later {
+    // Branch and bound: no run of a schedule beats its launch plus the
+    // bytes its busiest link must carry over that link's capacity (and,
+    // under a protocol's rate cap, a rank's bytes over the cap), known
+    // from the prepared steps before any run. Candidates run in order of
+    // that bound, as many at once as there are cores; one whose bound is
+    // above the best time simulated so far is skipped (it cannot win, so
+    // the pick is the one running every candidate gives). The hardware
+    // models (NVLS, CollNet, NVLSTree) are cheap: they always run, first,
+    // and their times bound the schedules too.
+    let loads: Vec<Option<crate::exec::LinkLoad>> = prepared
+        .iter()
+        .map(|(_, p)| p.as_ref().ok().and_then(|p| p.link_load(fabric).ok()))
+        .collect();
+    let caps = fabric.capacities();
+    let bound = |i: usize| -> f64 {
         let (c, p) = jobs[i];
-        if let (Some(best), AlgoChoice::Schedule(a)) = (best_time, c) {
-            let ran = jobs
-                .iter()
-                .zip(&results)
-                .find_map(|(&(c2, p2), r)| match r {
-                    Some(Ok((_, Some(ex)))) if c2 == c => Some((p2, ex)),
-                    _ => None,
-                });
-            if let Some((p2, ex)) = ran {
-                let bound = link_bound(fabric, a, p, p2, ex);
-                if bound > best.as_secs_f64() {
-                    continue;
-                }
+        let (AlgoChoice::Schedule(a), Some(Ok(k))) = (c, &job_prep[i]) else {
+            return 0.0;
+        };
+        let Some(load) = &loads[*k] else {
+            return 0.0;
+        };
+        let bw = protocol_bandwidth(fabric, a.name(), p);
+        let busiest = load
+            .link_bytes
+            .iter()
+            .zip(&caps)
+            .map(|(&b, &cap)| b * bw.factor / (cap * 1e9))
+            .fold(0.0, f64::max);
+        let capped = bw
+            .cap_gbps
+            .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
+        model::nccl_overheads(a.name(), p).launch.as_secs_f64() + busiest.max(capped)
+    };
+    let bounds: Vec<f64> = (0..jobs.len()).map(bound).collect();
+    // The hardware models first (a few flows each), then the schedules.
+    let (hardware, mut order): (Vec<usize>, Vec<usize>) =
+        (0..jobs.len()).partition(|&i| job_prep[i].is_none());
+    run_jobs(&hardware, &mut results);
+    order.sort_by(|&x, &y| bounds[x].total_cmp(&bounds[y]).then(x.cmp(&y)));
+    let wave = crate::par::threads().max(1);
+    let mut next = 0;
+    while next < order.len() {
+        let best = results.iter().filter_map(time_of).min();
+        let mut batch = Vec::new();
+        while next < order.len() && batch.len() < wave {
+            let i = order[next];
+            next += 1;
+            if best.is_none_or(|b| bounds[i] <= b.as_secs_f64()) {
+                batch.push(i);
             }
         }
-        maybe.push(i);
+        run_jobs(&batch, &mut results);
     }
-    run_jobs(&maybe, &mut results);
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
     let mut last_err = refused;
@@ -467,30 +489,6 @@ pub fn simulate(
         candidates: tried,
         exec,
     })
-}
-
-/// A lower bound, in seconds, on `algorithm` under `protocol`, from its
-/// run `ran` under protocol `ran_with`: the launch overhead plus the
-/// busiest link's bytes (scaled by the two protocols' bandwidth factors:
-/// the same schedule moves them on the same links) over its capacity.
-fn link_bound(
-    fabric: &ClusterFabric,
-    algorithm: Algorithm,
-    protocol: Protocol,
-    ran_with: Protocol,
-    ran: &ExecResult,
-) -> f64 {
-    let factor = |p| protocol_bandwidth(fabric, algorithm.name(), p).factor;
-    let scale = factor(protocol) / factor(ran_with);
-    let busiest = ran
-        .links
-        .iter()
-        .map(|l| l.bytes * scale / (l.capacity_gbps * 1e9))
-        .fold(0.0, f64::max);
-    model::nccl_overheads(algorithm.name(), protocol)
-        .launch
-        .as_secs_f64()
-        + busiest
 }
 
 /// NCCL's bandwidth model of `protocol` for `algo` on this fabric.

@@ -144,6 +144,16 @@ pub struct LinkUsage {
     pub capacity_gbps: f64,
 }
 
+/// The bytes a prepared schedule puts on each link in any run
+/// ([`Prepared::link_load`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkLoad {
+    /// Bytes per fabric link (by [`LinkId`]), at wire factor 1.
+    pub link_bytes: Vec<f64>,
+    /// The most bytes one simulated rank sends.
+    pub max_rank_sent: f64,
+}
+
 /// The outcome of a run.
 #[derive(Clone, Debug)]
 pub struct ExecResult {
@@ -414,6 +424,73 @@ impl Prepared {
             orbit,
             n,
             elem,
+        })
+    }
+
+    /// What every run of this schedule must carry, known before running
+    /// it: the bytes each fabric link carries at wire factor 1 (per link,
+    /// as [`LinkUsage::bytes`] reports them under the symmetry reduction)
+    /// and the most bytes one rank sends. A run under wire factor `w`
+    /// takes at least its launch plus `w` times a link's bytes over the
+    /// link's capacity, for every link: the tuner skips a candidate whose
+    /// bound is above a time already simulated.
+    ///
+    /// ```
+    /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+    /// use gpucomm_sim::exec::{ExecConfig, Prepared};
+    /// use gpucomm_sim::{Engine, Machine};
+    ///
+    /// let fabric = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 2).unwrap();
+    /// let p = Problem::new(Collective::AllReduce, 1 << 24, 16, 8);
+    /// let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(8);
+    /// let cfg = ExecConfig::default();
+    /// let prepared = Prepared::new(&s, &fabric, &cfg).unwrap();
+    /// let load = prepared.link_load(&fabric).unwrap();
+    /// let run = prepared.run(&fabric, &cfg).unwrap();
+    /// for l in &run.links {
+    ///     let id = (0..load.link_bytes.len())
+    ///         .find(|&i| gpucomm_sim::fabric::Fabric::link_name(&fabric, i as u32) == l.name)
+    ///         .unwrap();
+    ///     assert!((load.link_bytes[id] - l.bytes).abs() <= 1e-6 * l.bytes);
+    /// }
+    /// ```
+    pub fn link_load(&self, fabric: &dyn Fabric) -> Result<LinkLoad, SimError> {
+        let mut link_bytes = vec![0.0; fabric.capacities().len()];
+        let mut max_rank_sent = 0.0f64;
+        let mut routes: FxMap<(u32, u32, u16), Vec<LinkId>> = HashMap::default();
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let mut sent = 0.0;
+            for st in rank
+                .steps
+                .iter()
+                .filter(|st| st.kind == K_SEND && st.bytes > 0)
+            {
+                let key = (r as u32, st.peer, st.channel);
+                let links = match routes.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        let route = fabric.route(r, st.peer as usize, st.channel)?;
+                        v.insert(match &self.orbit {
+                            None => route.links,
+                            Some(orb) => route
+                                .links
+                                .iter()
+                                .filter_map(|&l| orb.get(l as usize).copied().flatten())
+                                .collect(),
+                        })
+                    }
+                };
+                let b = st.bytes as f64;
+                for &l in links.iter() {
+                    link_bytes[l as usize] += b;
+                }
+                sent += b;
+            }
+            max_rank_sent = max_rank_sent.max(sent);
+        }
+        Ok(LinkLoad {
+            link_bytes,
+            max_rank_sent,
         })
     }
 

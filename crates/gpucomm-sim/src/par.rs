@@ -1,12 +1,15 @@
 //! Work spread over the machine's cores (scoped threads, no pool): the
 //! tuner's candidates, the ranks a schedule generates.
 
+/// The machine's cores (1 when unknown).
+pub(crate) fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// `f` over `jobs` on up to as many threads as the machine has cores;
 /// results in the order of `jobs`, so runs stay deterministic.
 pub(crate) fn par_map<J: Sync, T: Send>(jobs: &[J], f: impl Fn(&J) -> T + Sync) -> Vec<T> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs.len());
+    let threads = threads().min(jobs.len());
     if threads <= 1 {
         return jobs.iter().map(f).collect();
     }

@@ -4,7 +4,7 @@
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::{Engine, Machine};
+use gpucomm_sim::{Engine, Machine, SimTime};
 
 fn run(
     preset: &str,
@@ -240,6 +240,47 @@ fn the_tuner_skips_ll_only_where_it_cannot_win() {
         if bytes == 1 << 30 {
             // Twice the bytes of the busiest link cannot win at 1 GiB.
             assert!(tuned.candidates.iter().all(|c| c.1 != Protocol::Ll));
+        }
+    }
+}
+
+#[test]
+fn the_tuner_skips_candidates_on_their_bounds_and_picks_what_running_all_gives() {
+    // Branch and bound: a candidate whose launch plus busiest-link time is
+    // above a time already simulated is not run. The pick (and its time)
+    // is the fastest of every (algorithm, protocol) simulated alone, and
+    // at 1 GiB the tree, whose links carry far more than the ring's, is
+    // skipped.
+    let f = Machine::preset("dgx-a100")
+        .unwrap()
+        .fabric(Engine::Nccl, 16)
+        .unwrap();
+    for bytes in [1u64 << 20, 1 << 26, 1 << 30] {
+        let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
+        let mut fastest: Option<SimTime> = None;
+        for algorithm in ["ring", "tree"] {
+            for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
+                let opts = CollOptions {
+                    algorithm: AlgoChoice::parse(algorithm),
+                    protocol: Some(p),
+                    ..Default::default()
+                };
+                let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+                fastest = Some(fastest.map_or(alone.time, |t| t.min(alone.time)));
+            }
+        }
+        assert_eq!(
+            Some(tuned.time),
+            fastest,
+            "{bytes} B: {:?}",
+            tuned.candidates
+        );
+        if bytes == 1 << 30 {
+            assert!(
+                tuned.candidates.iter().all(|c| c.0.name() != "tree"),
+                "{:?}",
+                tuned.candidates
+            );
         }
     }
 }
