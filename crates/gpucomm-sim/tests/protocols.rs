@@ -26,6 +26,24 @@ fn run(
     (r.time.as_us(), r.protocol)
 }
 
+/// Every ring and tree protocol's all_reduce time of `bytes` on `f`,
+/// each simulated alone.
+fn each_alone(f: &gpucomm_sim::machine::ClusterFabric, bytes: u64) -> Vec<(String, SimTime)> {
+    let mut out = Vec::new();
+    for algorithm in ["ring", "tree"] {
+        for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
+            let opts = CollOptions {
+                algorithm: AlgoChoice::parse(algorithm),
+                protocol: Some(p),
+                ..Default::default()
+            };
+            let alone = simulate(f, Collective::AllReduce, bytes, &opts).unwrap();
+            out.push((format!("{algorithm} {}", p.name()), alone.time));
+        }
+    }
+    out
+}
+
 #[test]
 fn small_messages_pick_ll_and_large_ones_simple() {
     let (t_small, p_small) = run("dgx-h100", 1, 8, "ring", None);
@@ -206,24 +224,14 @@ fn the_tuner_skips_ll_only_where_it_cannot_win() {
         .unwrap();
     for bytes in [1u64 << 16, 1 << 20, 1 << 24, 1 << 30] {
         let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
-        for algorithm in ["ring", "tree"] {
-            for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
-                let opts = CollOptions {
-                    algorithm: AlgoChoice::parse(algorithm),
-                    protocol: Some(p),
-                    ..Default::default()
-                };
-                let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
-                assert!(
-                    tuned.time <= alone.time,
-                    "{bytes} B: tuner picked {} {} ({}), {algorithm} {} takes {}",
-                    tuned.algorithm.name(),
-                    tuned.protocol.name(),
-                    tuned.time,
-                    p.name(),
-                    alone.time
-                );
-            }
+        for (which, alone) in each_alone(&f, bytes) {
+            assert!(
+                tuned.time <= alone,
+                "{bytes} B: tuner picked {} {} ({}), {which} takes {alone}",
+                tuned.algorithm.name(),
+                tuned.protocol.name(),
+                tuned.time,
+            );
         }
         if bytes == 1 << 20 {
             // Ring LL (78 us) beats every ring and tree candidate here (NVLSTree
@@ -257,18 +265,7 @@ fn the_tuner_skips_candidates_on_their_bounds_and_picks_what_running_all_gives()
         .unwrap();
     for bytes in [1u64 << 20, 1 << 26, 1 << 30] {
         let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
-        let mut fastest: Option<SimTime> = None;
-        for algorithm in ["ring", "tree"] {
-            for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
-                let opts = CollOptions {
-                    algorithm: AlgoChoice::parse(algorithm),
-                    protocol: Some(p),
-                    ..Default::default()
-                };
-                let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
-                fastest = Some(fastest.map_or(alone.time, |t| t.min(alone.time)));
-            }
-        }
+        let fastest = each_alone(&f, bytes).into_iter().map(|(_, t)| t).min();
         assert_eq!(
             Some(tuned.time),
             fastest,
