@@ -445,7 +445,9 @@ pub fn simulate(
         while next < order.len() && batch.len() < wave {
             let i = order[next];
             next += 1;
-            if best.is_none_or(|b| bounds[i] <= b.as_secs_f64()) {
+            // (A relative 1e-9 of slack: a bound is a float, times are
+            // whole picoseconds.)
+            if best.is_none_or(|b| bounds[i] <= b.as_secs_f64() * (1.0 + 1e-9)) {
                 batch.push(i);
             }
         }
