@@ -244,12 +244,11 @@ impl StepList {
     /// The steps, each with its own dependency vector.
     pub fn into_steps(self) -> Vec<Step> {
         let mut out = Vec::with_capacity(self.kinds.len());
-        for (i, (kind, channel)) in self.kinds.iter().enumerate() {
-            let d = &self.deps[self.dep_off[i] as usize..self.dep_off[i + 1] as usize];
+        for (i, &(kind, channel)) in self.kinds.iter().enumerate() {
             out.push(Step {
-                kind: *kind,
-                channel: *channel,
-                deps: d.to_vec(),
+                kind,
+                channel,
+                deps: self.deps(i).to_vec(),
             });
         }
         out

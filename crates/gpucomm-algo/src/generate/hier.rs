@@ -63,6 +63,8 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
     let c = p.count;
     let (intra, rail) = groups(n, l, r);
     let (node, local) = (intra.base / l, intra.pos);
+    // The phases' rings run in group order.
+    let id = ring::Order::identity();
     if c == 0 {
         return;
     }
@@ -78,7 +80,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b,
                 &pl1,
                 intra,
-                &ring::Order::identity(),
+                &id,
                 &bl1,
                 Buf::Input,
                 Buf::Output,
@@ -97,33 +99,17 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                     b,
                     &pl2,
                     rail,
-                    &ring::Order::identity(),
+                    &id,
                     &bl2,
                     Buf::Output,
                     Buf::Output,
                     fin,
                     &mut ch2,
                 );
-                ring::all_gather(
-                    b,
-                    &pl2,
-                    rail,
-                    &ring::Order::identity(),
-                    &bl2,
-                    Buf::Output,
-                    &mut ch2,
-                );
+                ring::all_gather(b, &pl2, rail, &id, &bl2, Buf::Output, &mut ch2);
             }
             let mut ch3 = vec![entry(&ch2); ring::pieces(&pl1, &bl1)];
-            ring::all_gather(
-                b,
-                &pl1,
-                intra,
-                &ring::Order::identity(),
-                &bl1,
-                Buf::Output,
-                &mut ch3,
-            );
+            ring::all_gather(b, &pl1, intra, &id, &bl1, Buf::Output, &mut ch3);
         }
         Collective::ReduceScatter => {
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
@@ -133,7 +119,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b,
                 &pl,
                 intra,
-                &ring::Order::identity(),
+                &id,
                 &bl1,
                 Buf::Input,
                 Buf::Scratch,
@@ -147,7 +133,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b,
                 &pl,
                 rail,
-                &ring::Order::identity(),
+                &id,
                 &bl2,
                 Buf::Scratch,
                 Buf::Scratch,
@@ -161,26 +147,10 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let pl = unchunked(s, max_block(c, n));
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch = vec![copy.into_iter().collect::<Vec<u32>>(); ring::pieces(&pl, &bl2)];
-            ring::all_gather(
-                b,
-                &pl,
-                rail,
-                &ring::Order::identity(),
-                &bl2,
-                Buf::Output,
-                &mut ch,
-            );
+            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, &mut ch);
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
-            ring::all_gather(
-                b,
-                &pl,
-                intra,
-                &ring::Order::identity(),
-                &bl1,
-                Buf::Output,
-                &mut ch2,
-            );
+            ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, &mut ch2);
         }
         Collective::Broadcast { root } => {
             let pl = Plan::new(s, c);

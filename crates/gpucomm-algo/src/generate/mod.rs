@@ -192,13 +192,18 @@ impl Plan {
         self.channels * self.chunks
     }
 
+    /// The channel of piece `j` (of any region).
+    pub(crate) fn channel(&self, j: usize) -> u16 {
+        (j % self.channels) as u16
+    }
+
     /// Piece `j` of the region `(off, len)`: `(offset, len, channel)`.
     pub(crate) fn piece(&self, region: (usize, usize), j: usize) -> (usize, usize, u16) {
-        let c = j % self.channels;
+        let c = self.channel(j);
         let k = j / self.channels;
-        let (co, cl) = crate::block_partition(region.1, self.channels, c);
+        let (co, cl) = crate::block_partition(region.1, self.channels, usize::from(c));
         let (ko, kl) = crate::block_partition(cl, self.chunks, k);
-        (region.0 + co + ko, kl, c as u16)
+        (region.0 + co + ko, kl, c)
     }
 }
 

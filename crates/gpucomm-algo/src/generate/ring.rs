@@ -196,9 +196,9 @@ impl<'a> Order<'a> {
     }
 }
 
-/// Channel of piece `j` of a phase (see [`piece`]).
+/// Channel of piece `j` of a phase (the plan piece [`piece`] takes).
 fn piece_channel(plan: &Plan, j: usize) -> u16 {
-    ((j % plan.pieces()) % plan.channels) as u16
+    plan.channel(j % plan.pieces())
 }
 
 /// Ring reduce-scatter among `g` of the blocks `bl` (one per member, global
