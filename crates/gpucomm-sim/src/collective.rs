@@ -108,6 +108,9 @@ pub struct CollResult {
     pub protocol: Protocol,
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
+    /// The candidates it did not simulate, with the lower bound on their
+    /// time that ruled them out (above the best time found).
+    pub skipped: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// Details of the run of a schedule (None for NVLS and CollNet).
     pub exec: Option<ExecResult>,
 }
@@ -255,7 +258,6 @@ pub fn schedule_for(
         if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
             ch = ch.div_ceil(rings).saturating_mul(rings);
         }
-        check_channels(ch)?;
         orders = fabric.ring_orders(ch);
     }
     check_channels(ch)?;
@@ -406,11 +408,22 @@ pub fn simulate(
     // the pick is the one running every candidate gives). The hardware
     // models (NVLS, CollNet, NVLSTree) are cheap: they always run, first,
     // and their times bound the schedules too.
+    let (hardware, mut order): (Vec<usize>, Vec<usize>) =
+        (0..jobs.len()).partition(|&i| job_prep[i].is_none());
+    // A lone schedule needs no bound (nothing to skip it for).
+    let bounded = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
     let loads: Vec<Option<crate::exec::LinkLoad>> = prepared
         .iter()
-        .map(|(_, p)| p.as_ref().ok().and_then(|p| p.link_load(fabric).ok()))
+        .map(|(_, p)| {
+            let p = p.as_ref().ok().filter(|_| bounded)?;
+            p.link_load(fabric).ok()
+        })
         .collect();
-    let caps = fabric.capacities();
+    let caps = if bounded {
+        fabric.capacities()
+    } else {
+        Vec::new()
+    };
     let bound = |i: usize| -> f64 {
         let (c, p) = jobs[i];
         let (AlgoChoice::Schedule(a), Some(Ok(k))) = (c, &job_prep[i]) else {
@@ -433,8 +446,6 @@ pub fn simulate(
     };
     let bounds: Vec<f64> = (0..jobs.len()).map(bound).collect();
     // The hardware models first (a few flows each), then the schedules.
-    let (hardware, mut order): (Vec<usize>, Vec<usize>) =
-        (0..jobs.len()).partition(|&i| job_prep[i].is_none());
     run_jobs(&hardware, &mut results);
     order.sort_by(|&x, &y| bounds[x].total_cmp(&bounds[y]).then(x.cmp(&y)));
     let wave = crate::par::threads().max(1);
@@ -455,10 +466,11 @@ pub fn simulate(
     }
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
+    let mut skipped = Vec::new();
     let mut last_err = refused;
-    for (&(c, p), r) in jobs.iter().zip(results) {
+    for (i, (&(c, p), r)) in jobs.iter().zip(results).enumerate() {
         match r {
-            None => {}
+            None => skipped.push((c, p, SimTime::from_secs_f64(bounds[i]))),
             Some(Ok((t, ex))) => {
                 tried.push((c, p, t));
                 if best.as_ref().is_none_or(|b| t < b.0) {
@@ -489,6 +501,7 @@ pub fn simulate(
         algorithm,
         protocol,
         candidates: tried,
+        skipped,
         exec,
     })
 }

@@ -278,6 +278,16 @@ fn the_tuner_skips_candidates_on_their_bounds_and_picks_what_running_all_gives()
                 "{:?}",
                 tuned.candidates
             );
+            // Reported with the bound that ruled them out.
+            let trees = tuned.skipped.iter().filter(|c| c.0.name() == "tree");
+            assert_eq!(trees.clone().count(), 3, "{:?}", tuned.skipped);
+            assert!(
+                trees.into_iter().all(|c| c.2 > tuned.time),
+                "{:?}",
+                tuned.skipped
+            );
         }
+        // Every candidate either ran or was skipped on its bound.
+        assert_eq!(tuned.candidates.len() + tuned.skipped.len(), 6);
     }
 }

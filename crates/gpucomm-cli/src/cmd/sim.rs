@@ -439,6 +439,21 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         r.algorithm.name()
                     )?,
                 }
+                if !r.skipped.is_empty() {
+                    let list: Vec<String> = r
+                        .skipped
+                        .iter()
+                        .map(|(c, p, b)| {
+                            format!("{} {} >= {:.1} us", c.name(), p.name(), b.as_us())
+                        })
+                        .collect();
+                    writeln!(
+                        o,
+                        "#   {:>10}  not simulated, bound above the best time: {}",
+                        "",
+                        list.join(", ")
+                    )?;
+                }
             }
         }
         if let Some(e) = results.last().and_then(|r| r.exec.as_ref()) {
