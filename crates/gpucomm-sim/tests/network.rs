@@ -1,6 +1,8 @@
 //! The inter-node network: in-network reduction (SHARP: CollNet, NVLS
 //! across nodes) and oversubscribed leaf/spine uplinks.
 
+mod common;
+
 use gpucomm_algo::{Algorithm, Collective};
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
 use gpucomm_sim::fabric::Fabric;
@@ -85,10 +87,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
         let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
         assert_eq!(r.algorithm, expect, "{preset}: {:?}", r.candidates);
         // The tuner skipped the ring on its bound; simulated alone:
-        let ring = CollOptions {
-            algorithm: AlgoChoice::parse("ring"),
-            ..Default::default()
-        };
+        let ring = common::forced("ring", None);
         let ring_t = simulate(&f, Collective::AllReduce, GIB, &ring)
             .unwrap()
             .time;
@@ -100,10 +99,7 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
         );
     }
     // Without SHARP the same tuner never offers them.
-    let f = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 4)
-        .unwrap();
+    let f = common::fabric("dgx-h100", 4);
     let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
     assert!(
         r.candidates

@@ -2,23 +2,17 @@
 //! (ring broadcast/reduce, tree) pipelines: the next hop forwards the first
 //! chunk while later ones are still arriving.
 
+mod common;
+
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::{Engine, Machine};
 
 #[test]
 fn a_chunked_ring_broadcast_pipelines_instead_of_storing_and_forwarding() {
-    let f = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let f = common::fabric("dgx-h100", 1);
     let bytes = 1u64 << 30;
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Simple),
-        ..Default::default()
-    };
+    let opts = common::forced("ring", Some(Protocol::Simple));
     let r = simulate(&f, Collective::Broadcast { root: 0 }, bytes, &opts).unwrap();
     // One GPU's NVLink ports: 18 links at NCCL's 20.6 GB/s.
     let one_hop_us = bytes as f64 / (18.0 * 20.6e9) * 1e6;
@@ -36,10 +30,7 @@ fn a_chunked_ring_broadcast_pipelines_instead_of_storing_and_forwarding() {
 fn transfers_on_one_connection_follow_each_other() {
     // A ring broadcast of two chunks between two GPUs: the first chunk is
     // delivered after half the bytes, not together with the second.
-    let f = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let f = common::fabric("dgx-h100", 1);
     let opts = CollOptions {
         algorithm: AlgoChoice::parse("ring"),
         protocol: Some(Protocol::Simple),
@@ -77,15 +68,8 @@ fn transfers_on_one_connection_follow_each_other() {
 /// to fill each other's gaps.
 #[test]
 fn a_ring_all_reduce_at_scale_is_bound_by_its_busiest_link_at_every_size() {
-    let f = Machine::preset("dgx-a100")
-        .unwrap()
-        .fabric(Engine::Nccl, 128)
-        .unwrap();
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Ll128),
-        ..Default::default()
-    };
+    let f = common::fabric("dgx-a100", 128);
+    let opts = common::forced("ring", Some(Protocol::Ll128));
     let mut times = Vec::new();
     for bytes in [1u64 << 30, (1 << 30) + (1 << 16)] {
         let r = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();

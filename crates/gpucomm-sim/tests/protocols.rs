@@ -1,6 +1,8 @@
 //! NCCL's wire protocols in the collective model: LL wins small messages,
 //! Simple wins large ones, and the protocol rules follow NCCL's.
 
+mod common;
+
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
 use gpucomm_sim::model::Protocol;
@@ -17,11 +19,7 @@ fn run(
         .unwrap()
         .fabric(Engine::Nccl, nodes)
         .unwrap();
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse(algo),
-        protocol: proto,
-        ..Default::default()
-    };
+    let opts = common::forced(algo, proto);
     let r = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
     (r.time.as_us(), r.protocol)
 }
@@ -32,11 +30,7 @@ fn each_alone(f: &gpucomm_sim::machine::ClusterFabric, bytes: u64) -> Vec<(Strin
     let mut out = Vec::new();
     for algorithm in ["ring", "tree"] {
         for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
-            let opts = CollOptions {
-                algorithm: AlgoChoice::parse(algorithm),
-                protocol: Some(p),
-                ..Default::default()
-            };
+            let opts = common::forced(algorithm, Some(p));
             let alone = simulate(f, Collective::AllReduce, bytes, &opts).unwrap();
             out.push((format!("{algorithm} {}", p.name()), alone.time));
         }
@@ -102,15 +96,8 @@ fn protocol_bandwidth_follows_nccls_model() {
 #[test]
 fn protocol_rules_follow_nccl() {
     // LL128 needs GPUs joined by NVLink.
-    let f = Machine::preset("pcie-8gpu")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Ll128),
-        ..Default::default()
-    };
+    let f = common::fabric("pcie-8gpu", 1);
+    let opts = common::forced("ring", Some(Protocol::Ll128));
     let e = simulate(&f, Collective::AllReduce, 1 << 20, &opts).unwrap_err();
     assert!(e.to_string().contains("LL128"), "{e}");
     // The tuner never picks it there.
@@ -151,19 +138,12 @@ fn the_symmetry_reduction_stays_exact_under_every_protocol() {
 
 #[test]
 fn sizes_beyond_the_model_are_errors_not_wrapped_results() {
-    let f = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let f = common::fabric("dgx-h100", 1);
     let huge = 10_000_000_000u64 << 30; // about 1.07e19 bytes
     // LL doubles the bytes past 2^64: an error (it used to wrap to a tiny
     // size and win the tuner with a 6.6 us all_reduce); the schedule
     // refuses the size before any byte is doubled.
-    let ll = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Ll),
-        ..Default::default()
-    };
+    let ll = common::forced("ring", Some(Protocol::Ll));
     let e = simulate(&f, Collective::AllReduce, huge, &ll).unwrap_err();
     assert!(e.to_string().contains("too large"), "{e}");
     // Whatever the tuner tries, the time saturates: an error, no result.
@@ -183,10 +163,7 @@ fn sizes_beyond_the_model_are_errors_not_wrapped_results() {
 fn the_tuner_picks_the_fastest_candidate_and_is_deterministic() {
     // Candidates run on several threads; the pick must not depend on which
     // finishes first.
-    let f = Machine::preset("dgx-a100")
-        .unwrap()
-        .fabric(Engine::Nccl, 2)
-        .unwrap();
+    let f = common::fabric("dgx-a100", 2);
     for bytes in [8u64, 1 << 16, 1 << 22, 1 << 28] {
         let a = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
         let b = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
@@ -218,10 +195,7 @@ fn the_tuner_skips_ll_only_where_it_cannot_win() {
     // DGX H100 nodes ring LL is the fastest ring or tree candidate (an
     // estimate from the Simple run, which the tuner used before, skipped it
     // and picked tree LL128, 16% slower).
-    let f = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 2)
-        .unwrap();
+    let f = common::fabric("dgx-h100", 2);
     for bytes in [1u64 << 16, 1 << 20, 1 << 24, 1 << 30] {
         let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
         for (which, alone) in each_alone(&f, bytes) {
@@ -259,10 +233,7 @@ fn the_tuner_skips_candidates_on_their_bounds_and_picks_what_running_all_gives()
     // is the fastest of every (algorithm, protocol) simulated alone, and
     // at 1 GiB the tree, whose links carry far more than the ring's, is
     // skipped.
-    let f = Machine::preset("dgx-a100")
-        .unwrap()
-        .fabric(Engine::Nccl, 16)
-        .unwrap();
+    let f = common::fabric("dgx-a100", 16);
     for bytes in [1u64 << 20, 1 << 26, 1 << 30] {
         let tuned = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
         let fastest = each_alone(&f, bytes).into_iter().map(|(_, t)| t).min();

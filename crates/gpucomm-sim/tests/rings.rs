@@ -3,26 +3,22 @@
 //! GPU 4, which it has no link to, through a third GPU, and use one ring's
 //! links only.
 
+mod common;
+
 use gpucomm_algo::Collective;
-use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::collective::{CollOptions, simulate};
 use gpucomm_sim::model::Protocol;
 use gpucomm_sim::{Engine, Machine};
 
 #[test]
 fn dgx1_rings_use_every_nvlink_and_only_direct_ones() {
-    let f = Machine::preset("dgx1-v100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let f = common::fabric("dgx1-v100", 1);
     let rings = f.nvlink_rings();
     // Each V100 has six NVLinks: one outgoing link of every GPU per ring.
     assert_eq!(rings.len(), 6, "{rings:?}");
-    let caps = gpucomm_sim::fabric::Fabric::capacities(&f);
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Simple),
-        ..Default::default()
-    };
+    // GPU 0's NVLink neighbours (one or two links to each).
+    let neighbours = (1..8).filter(|&b| f.nvlink_count(0, b) > 0).count();
+    let opts = common::forced("ring", Some(Protocol::Simple));
     let bytes = 1u64 << 30;
     for coll in [
         Collective::AllReduce,
@@ -31,7 +27,8 @@ fn dgx1_rings_use_every_nvlink_and_only_direct_ones() {
     ] {
         let r = simulate(&f, coll, bytes, &opts).unwrap();
         let ex = r.exec.expect("a schedule ran");
-        // Data moved on NVLinks only, and on every one of GPU 0's six.
+        // Data moved on NVLinks only, and to every one of GPU 0's
+        // neighbours.
         for l in &ex.links {
             assert!(
                 l.name.contains("nvlink"),
@@ -46,9 +43,9 @@ fn dgx1_rings_use_every_nvlink_and_only_direct_ones() {
             .iter()
             .filter(|l| l.name.starts_with("node0:gpu0->"))
             .collect();
-        let gpu0_links: f64 = gpu0_out.iter().map(|l| l.capacity_gbps).sum();
+        assert_eq!(gpu0_out.len(), neighbours, "{}: {gpu0_out:?}", coll.name());
         // GPU 0's outgoing NVLink capacity, as the fabric has it.
-        assert!(gpu0_links > 0.0 && caps.iter().any(|&c| c > 0.0));
+        let gpu0_links: f64 = gpu0_out.iter().map(|l| l.capacity_gbps).sum();
         // Every GPU sends (n-1)/n of the data per phase over its links:
         // at the bound of all six links, within the pipeline's fill.
         let per_gpu = if coll == Collective::AllReduce {
@@ -70,10 +67,7 @@ fn dgx1_rings_use_every_nvlink_and_only_direct_ones() {
 
 #[test]
 fn the_tuner_picks_the_nvlink_rings_on_a_dgx1() {
-    let f = Machine::preset("dgx1-v100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let f = common::fabric("dgx1-v100", 1);
     let r = simulate(&f, Collective::AllReduce, 1 << 30, &CollOptions::default()).unwrap();
     assert_eq!(r.algorithm.name(), "ring");
     // Six rings of 20 GB/s (NCCL's SM70 NVLink figure): about 120 GB/s.
@@ -95,26 +89,16 @@ fn no_rings_where_the_links_close_none_or_any_order_is_the_same() {
     assert!(!rings.is_empty());
     assert!(rings.iter().all(|r| r.len() == 4));
     // NVSwitch: every order is the same, none is needed.
-    let h = Machine::preset("dgx-h100")
-        .unwrap()
-        .fabric(Engine::Nccl, 1)
-        .unwrap();
+    let h = common::fabric("dgx-h100", 1);
     assert!(h.nvlink_rings().is_empty());
 }
 
 #[test]
 fn across_dgx1_nodes_each_channel_leaves_through_its_own_nic() {
-    let f = Machine::preset("dgx1-v100")
-        .unwrap()
-        .fabric(Engine::Nccl, 2)
-        .unwrap();
+    let f = common::fabric("dgx1-v100", 2);
     let orders = f.ring_orders(4);
     assert_eq!(orders.len(), 4);
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Simple),
-        ..Default::default()
-    };
+    let opts = common::forced("ring", Some(Protocol::Simple));
     let r = simulate(&f, Collective::AllReduce, 1 << 30, &opts).unwrap();
     let ex = r.exec.expect("a schedule ran");
     // The four NICs share the inter-node traffic evenly.

@@ -1,0 +1,24 @@
+//! Setup shared by the simulator's integration tests.
+#![allow(dead_code)] // each test file uses its own part
+
+use gpucomm_sim::collective::{AlgoChoice, CollOptions};
+use gpucomm_sim::machine::ClusterFabric;
+use gpucomm_sim::model::Protocol;
+use gpucomm_sim::{Engine, Machine};
+
+/// The NCCL-engine fabric of `nodes` nodes of preset `preset`.
+pub fn fabric(preset: &str, nodes: usize) -> ClusterFabric {
+    Machine::preset(preset)
+        .unwrap()
+        .fabric(Engine::Nccl, nodes)
+        .unwrap()
+}
+
+/// Options forcing `algorithm` (and `protocol`, if given).
+pub fn forced(algorithm: &str, protocol: Option<Protocol>) -> CollOptions {
+    CollOptions {
+        algorithm: AlgoChoice::parse(algorithm),
+        protocol,
+        ..Default::default()
+    }
+}
