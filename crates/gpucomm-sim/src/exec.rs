@@ -1254,18 +1254,23 @@ mod tests {
         assert_eq!(ex.first_stuck(), (0, 1));
     }
 
-    #[test]
-    fn symmetry_reduction_equals_full_simulation() {
-        use crate::machine::{Engine, Machine};
-        let m = Machine::preset("dgx-a100").unwrap();
-        let f = m.fabric(Engine::Nccl, 4).unwrap();
+    /// An all_reduce of 4 Mi elements on every rank of `f`.
+    fn all_reduce_4m(f: &dyn Fabric, algorithm: Algorithm, channels: u16) -> Schedule {
         let p = Problem::new(
             Collective::AllReduce,
             1 << 22,
             f.ranks(),
             f.ranks_per_node(),
         );
-        let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(8);
+        Schedule::new(p, algorithm).unwrap().with_channels(channels)
+    }
+
+    #[test]
+    fn symmetry_reduction_equals_full_simulation() {
+        use crate::machine::{Engine, Machine};
+        let m = Machine::preset("dgx-a100").unwrap();
+        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        let s = all_reduce_4m(&f, Algorithm::Ring, 8);
         let sym = run_schedule(&s, &f, &ExecConfig::default()).unwrap();
         let full = run_schedule(
             &s,
@@ -1292,13 +1297,7 @@ mod tests {
             .fabric(Engine::Nccl, 4)
             .unwrap();
         assert!(f.node_orbits().is_some());
-        let p = Problem::new(
-            Collective::AllReduce,
-            1 << 22,
-            f.ranks(),
-            f.ranks_per_node(),
-        );
-        let s = Schedule::new(p, Algorithm::Tree).unwrap().with_channels(2);
+        let s = all_reduce_4m(&f, Algorithm::Tree, 2);
         let cfg = ExecConfig::default();
         let prepared = Prepared::new(&s, &f, &cfg).unwrap();
         assert_eq!(prepared.simulated_ranks(), 32);
