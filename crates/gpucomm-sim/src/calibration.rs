@@ -341,9 +341,14 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
 pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
     vec![
         (
-            "NVLink flit efficiency (copy engine)",
+            "NVLink 1/2 flit efficiency (copy engine)",
             model::NVLINK_FLIT_EFFICIENCY,
             "256 B payload per 16 B header flit (Foley & Danskin, IEEE Micro 2017)",
+        ),
+        (
+            "NVLink 3+ packet efficiency (copy engine)",
+            model::NVLINK3_CE_EFFICIENCY,
+            "256 B payload + 32 B per packet (NVIDIA/nccl-tests issue 149: 25 GB/s -> ~20 with 128 B payloads; CEs use 256 B)",
         ),
         (
             "PCIe TLP efficiency (copy engine)",

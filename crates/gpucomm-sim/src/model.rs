@@ -68,11 +68,32 @@ pub fn nvlink_link_gbps(generation: u8) -> Result<f64, SimError> {
     })
 }
 
-/// Payload efficiency of an NVLink packet carrying 256 bytes: one 16-byte
-/// header flit per up to 16 data flits of 16 bytes (NVLink packet format:
-/// Foley & Danskin, "Ultra-Performance Pascal GPU and NVLink Interconnect",
-/// IEEE Micro 37(2), 2017).
+/// Payload efficiency of an NVLink 1/2 packet carrying 256 bytes: one
+/// 16-byte header flit per up to 16 data flits of 16 bytes (NVLink packet
+/// format: Foley & Danskin, "Ultra-Performance Pascal GPU and NVLink
+/// Interconnect", IEEE Micro 37(2), 2017).
 pub const NVLINK_FLIT_EFFICIENCY: f64 = 256.0 / (256.0 + 16.0);
+
+/// Payload efficiency of an NVLink 3+ packet carrying the 256 bytes a copy
+/// engine writes: 32 bytes of overhead per packet. Source: the NCCL
+/// maintainer on NVLink 3 (NVIDIA/nccl-tests issue 149): "a line rate of
+/// 25GB/s (in each direction) which converts to ~20GB/s effective bandwidth
+/// with a 128B payload size [...] SMs are limited to 128B payload size, when
+/// Copy Engines can use 256B", i.e. 128 / (128 + 32); NCCL's own per-link
+/// figures for SM-driven copies agree (topo.h: SM80 20.0 and SM90 20.6 of
+/// 25 GB/s, SM100 40.1 of 50).
+pub const NVLINK3_CE_EFFICIENCY: f64 = 256.0 / (256.0 + 32.0);
+
+/// Copy-engine payload efficiency of an NVLink of generation `generation`:
+/// [`NVLINK_FLIT_EFFICIENCY`] for NVLink 1 and 2, [`NVLINK3_CE_EFFICIENCY`]
+/// from NVLink 3 (A100) on.
+pub fn nvlink_ce_efficiency(generation: u8) -> f64 {
+    if generation <= 2 {
+        NVLINK_FLIT_EFFICIENCY
+    } else {
+        NVLINK3_CE_EFFICIENCY
+    }
+}
 
 /// PCIe TLP efficiency of DMA copies: 128-byte payloads (the read
 /// completion boundary of root ports, PCIe Base Spec 2.3.1.1, and the
@@ -146,7 +167,7 @@ impl Efficiency {
         let raw = nvlink_link_gbps(generation)?;
         Ok(match self.engine {
             Engine::Nccl => nccl_nvlink_gbps(self.arch).min(raw),
-            Engine::CopyEngine => raw * NVLINK_FLIT_EFFICIENCY,
+            Engine::CopyEngine => raw * nvlink_ce_efficiency(generation),
         })
     }
 
