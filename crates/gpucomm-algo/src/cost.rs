@@ -27,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::generate::hd::fold;
-use crate::generate::tree::{btree_depth, dtree, rooted};
+use crate::generate::tree::{btree_depth, nccl_tree, nccl_tree_depth, rooted, tree_of_channel};
 use crate::generate::{Plan, max_block};
 use crate::{Algorithm, Collective, Problem, Schedule, StepKind, block_partition};
 
@@ -269,7 +269,8 @@ fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
             let mut t = (0, 0);
             for ch in 0..plan.channels {
                 let d = block_partition(c, plan.channels, ch).1;
-                let (par, kids) = dtree(n, ch % 2, r);
+                let tree = tree_of_channel(ch, plan.channels);
+                let (par, kids) = nccl_tree(n, p.ranks_per_node, s.chain_order(ch), tree, r);
                 let deg = kids.len() + usize::from(par.is_some());
                 t = add(t, (deg * d, deg * d));
             }
@@ -499,7 +500,13 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
         }
         (Algorithm::Direct, Collective::SendRecv { shift }) if shift % n == 0 => 0,
         (Algorithm::Direct, _) => k(c),
-        (Algorithm::Tree, Collective::AllReduce) => 2 * btree_depth(n) as u32 + k(c) - 1,
+        (Algorithm::Tree, Collective::AllReduce) => {
+            let depth = (0..2)
+                .map(|t| nccl_tree_depth(n, p.ranks_per_node, t))
+                .max()
+                .unwrap_or(0);
+            2 * depth as u32 + k(c) - 1
+        }
         (Algorithm::Tree, _) => btree_depth(n) as u32 + k(c) - 1,
         (Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling, coll) => {
             let (p2, rem) = fold(n);

@@ -277,13 +277,15 @@ pub struct Schedule {
     /// Pipelining: the largest piece, in elements, one step moves (0 = no
     /// limit). Smaller chunks mean more, shorter steps that overlap.
     pub chunk_elems: usize,
-    /// Ring orders (ring all_reduce, all_gather and reduce_scatter): for
-    /// channel `c`, entry `c % len` lists a node's local ranks in the order
-    /// data travels between them (a permutation of `0..ranks_per_node`,
-    /// the same in every node; a ring leaves node `k` from its last entry
-    /// to node `k + 1`'s first). NCCL orders its rings along the NVLinks it
-    /// finds (`graph/search.cc`); on a hybrid cube mesh rank order crosses
-    /// pairs with no direct link. Empty (the default): rank order.
+    /// Ring orders (ring all_reduce, all_gather and reduce_scatter, and
+    /// the chain inside a node of tree all_reduce): for channel `c`, entry
+    /// `c % len` lists a node's local ranks in the order data travels
+    /// between them (a permutation of `0..ranks_per_node`, the same in
+    /// every node; a ring leaves node `k` from its last entry to node
+    /// `k + 1`'s first; a tree's chain hangs from its first entry). NCCL
+    /// orders its rings and chains along the NVLinks it finds
+    /// (`graph/search.cc`); on a hybrid cube mesh rank order crosses pairs
+    /// with no direct link. Empty (the default): rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ring_orders: Vec<Vec<u32>>,
 }
@@ -340,6 +342,14 @@ impl Schedule {
         check_ring_orders(&self.problem, &orders)?;
         self.ring_orders = orders;
         Ok(self)
+    }
+
+    /// Channel `ch`'s order of a node's local ranks (empty: rank order).
+    pub(crate) fn chain_order(&self, ch: usize) -> &[u32] {
+        match self.ring_orders.len() {
+            0 => &[],
+            k => &self.ring_orders[ch % k],
+        }
     }
 
     /// The same schedule with steps of at most `chunk_elems` elements (0 = no limit).

@@ -206,6 +206,15 @@ pub const MAX_CHANNELS: u16 = 64;
 /// fill each other's gaps.
 pub const RING_SLICES: usize = 2;
 
+/// At most this many chunks per channel for the chunked (non-ring)
+/// schedules; see [`schedule_for`].
+const MAX_CHUNKS: f64 = 32.0;
+
+/// Chunks over all ranks and channels past which a chunked schedule gets
+/// fewer per channel (at least 8): 16 per channel for NCCL's 16 tree
+/// channels on 1024 GPUs, the full 32 up to 512 GPUs.
+const CHUNK_BUDGET: f64 = 262_144.0;
+
 /// Refuses a channel count NCCL would not run.
 fn check_channels(ch: u16) -> Result<(), SimError> {
     if !(1..=MAX_CHANNELS).contains(&ch) {
@@ -217,17 +226,18 @@ fn check_channels(ch: u16) -> Result<(), SimError> {
 }
 
 /// The schedule gpucomm would run for `collective` of `bytes` with
-/// `algorithm`, under a protocol that puts `wire_factor` bytes on the wire
-/// per payload byte (its chunks are NCCL buffer slots, counted in wire
-/// bytes).
+/// `algorithm` under `protocol` (its chunks are NCCL buffer slots, counted
+/// in wire bytes, and a tree all_reduce under LL128 takes NCCL's smaller
+/// chunks at mid sizes).
 pub fn schedule_for(
     fabric: &ClusterFabric,
     collective: Collective,
     bytes: u64,
     algorithm: Algorithm,
     channels: Option<u16>,
-    wire_factor: f64,
+    protocol: Protocol,
 ) -> Result<Schedule, SimError> {
+    let wire_factor = protocol_bandwidth(fabric, algorithm.name(), protocol).factor;
     let n = fabric.ranks();
     let elem = if bytes % 4 == 0 { 4 } else { 1 };
     let elems = (bytes / elem) as usize;
@@ -237,8 +247,14 @@ pub fn schedule_for(
     };
     let p =
         Problem::new(collective, count, n, fabric.ranks_per_node()).with_elem_size(elem as usize);
+    let chained = algorithm == Algorithm::Tree && collective == Collective::AllReduce;
+    // One channel per NIC across nodes; a tree all_reduce two, as NCCL
+    // duplicates its tree channels (one copy per tree, so that every NIC
+    // carries both trees: a node inside one tree is mostly a leaf of the
+    // other).
+    let per_nic = if chained { 2 } else { 1 };
     let mut ch = channels.unwrap_or(if fabric.nodes() > 1 {
-        fabric.machine.node.nics.max(1) as u16
+        (fabric.machine.node.nics.max(1) * per_nic) as u16
     } else {
         1
     });
@@ -246,16 +262,18 @@ pub fn schedule_for(
     // would cross pairs with no link). In one node every ring gets the
     // same number of channels; across nodes the channels stay one per NIC
     // (the network is the narrower part) and each ring is rotated to
-    // enter and leave next to its channel's NIC.
+    // enter and leave next to its channel's NIC. A tree all_reduce chains
+    // a node's GPUs in the same orders (NCCL's tree search looks for the
+    // same NVLink paths).
     let ringed = algorithm == Algorithm::Ring
         && matches!(
             collective,
             Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
         );
     let mut orders = Vec::new();
-    if ringed {
+    if ringed || chained {
         let rings = fabric.nvlink_rings().len() as u16;
-        if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
+        if ringed && channels.is_none() && rings > 0 && fabric.nodes() == 1 {
             ch = ch.div_ceil(rings).saturating_mul(rings);
         }
         orders = fabric.ring_orders(ch);
@@ -284,14 +302,42 @@ pub fn schedule_for(
     } else {
         // NCCL pipelines in chunks of a buffer slot (its Simple protocol
         // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step; the slot
-        // holds the protocol's flags too); keep at most 32 chunks per
-        // channel to bound the event count.
+        // holds the protocol's flags too); keep at most MAX_CHUNKS chunks
+        // per channel, fewer (down to 8) when ranks x channels x chunks
+        // would pass CHUNK_BUDGET, to bound the event count (a schedule
+        // that is not node-symmetric, NCCL's tree, simulates every rank).
         let per_channel = bytes as f64 * wire_factor / f64::from(ch);
-        let wire_chunk = (512.0 * 1024.0f64).max(per_channel / 32.0);
-        let chunk = ((wire_chunk / wire_factor) as u64).max(elem);
+        let mut slot = 512.0 * 1024.0 / wire_factor;
+        if chained && protocol == Protocol::Ll128 {
+            slot = tree_ll128_chunk(bytes, ch, fabric.nodes(), fabric.ranks_per_node()) as f64;
+        }
+        let flows = (n * usize::from(ch)) as f64;
+        let most = MAX_CHUNKS.min((CHUNK_BUDGET / flows).max(8.0));
+        let chunk = (slot.max(per_channel / most / wire_factor) as u64).max(elem);
         s = s.with_chunk_elems((chunk / elem) as usize);
     }
     Ok(s)
+}
+
+/// NCCL's chunk (payload bytes) for a tree all_reduce under LL128
+/// (NVIDIA/nccl `src/enqueue.cc`): a buffer step's payload, 576,000 bytes
+/// (LL128's 4,915,200-byte buffer over `NCCL_STEPS` = 8, 15 of every 16
+/// words data), halved while a channel would get fewer than `steps * 64 /
+/// ppn` chunks (down to 128 KiB), then fewer than `steps * 16 / ppn` (down
+/// to 32 KiB), where `steps = 1 + log2(nodes) + ppn / 10`: enough chunks in
+/// flight to fill the tree's pipeline at mid sizes.
+fn tree_ll128_chunk(bytes: u64, channels: u16, nodes: usize, ppn: usize) -> u64 {
+    let ppn = ppn.max(1) as f64;
+    let steps = 1.0 + f64::from(nodes.max(1).ilog2()) + 0.1 * ppn;
+    let per = |chunk: u64| (bytes / (u64::from(channels.max(1)) * chunk)) as f64;
+    let mut chunk = 576_000u64;
+    while per(chunk) < steps * 64.0 / ppn && chunk > 131_072 {
+        chunk /= 2;
+    }
+    while per(chunk) < steps * 16.0 / ppn && chunk > 32_768 {
+        chunk /= 2;
+    }
+    chunk
 }
 
 /// Simulates one collective of `bytes` on `fabric` (built for [`Engine::Nccl`]).
@@ -366,18 +412,17 @@ pub fn simulate(
             job_prep.push(None);
             continue;
         };
-        let factor = protocol_bandwidth(fabric, a.name(), p).factor;
         job_prep.push(Some(
-            schedule_for(fabric, collective, bytes, a, opts.channels, factor).map(
-                |s| match prepared.iter().position(|(t, _)| *t == s) {
+            schedule_for(fabric, collective, bytes, a, opts.channels, p).map(|s| {
+                match prepared.iter().position(|(t, _)| *t == s) {
                     Some(k) => k,
                     None => {
                         let r = Prepared::new(&s, fabric, &prepare_config(opts));
                         prepared.push((s, r));
                         prepared.len() - 1
                     }
-                },
-            ),
+                }
+            }),
         ));
     }
     type Run = Result<(SimTime, Option<ExecResult>), SimError>;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collective::{CollOptions, simulate};
 use crate::machine::{Engine, Machine};
+use crate::par::par_map;
 use crate::{SimError, SimTime};
 
 /// One layer: compute times and parameter count.
@@ -222,6 +223,63 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
         out.push((cur, SimTime::from_secs_f64(t * 1e-3)));
     }
     out
+}
+
+/// Simulates, side by side on the machine's cores, every bucket all_reduce
+/// that the steps of `model` on each of `node_counts` nodes need and that
+/// `cache` lacks, into `cache` (what [`step`] reads): a sweep's node counts
+/// then cost the time of the slowest, not of all of them in turn (the
+/// larger ones first, as they take longest). The results are those
+/// [`step`] would compute.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use gpucomm_sim::train::{prefill, step, ModelSpec};
+/// use gpucomm_sim::Machine;
+///
+/// let m = Machine::preset("dgx-a100").unwrap();
+/// let model = ModelSpec::preset("resnet50").unwrap();
+/// let mut cache = BTreeMap::new();
+/// prefill(&m, &[1, 2], &model, 25 << 20, &mut cache).unwrap();
+/// let filled = cache.len();
+/// let r = step(&m, 2, &model, 25 << 20, &mut cache).unwrap();
+/// assert_eq!(cache.len(), filled); // nothing left to simulate
+/// assert!(r.comm.as_us() > 0.0);
+/// ```
+pub fn prefill(
+    machine: &Machine,
+    node_counts: &[usize],
+    model: &ModelSpec,
+    bucket_bytes: u64,
+    cache: &mut BTreeMap<(usize, u64), SimTime>,
+) -> Result<(), SimError> {
+    let sizes: Vec<u64> = buckets(model, bucket_bytes.max(1))
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    let mut jobs: Vec<(usize, u64)> = Vec::new();
+    for &n in node_counts {
+        for &b in &sizes {
+            if !cache.contains_key(&(n, b)) && !jobs.contains(&(n, b)) {
+                jobs.push((n, b));
+            }
+        }
+    }
+    jobs.sort_by_key(|&(n, b)| std::cmp::Reverse((n, b)));
+    let times = par_map(&jobs, |&(n, b)| -> Result<Option<SimTime>, SimError> {
+        let f = machine.fabric(Engine::Nccl, n)?;
+        if crate::fabric::Fabric::ranks(&f) == 1 {
+            return Ok(None);
+        }
+        let r = simulate(&f, Collective::AllReduce, b, &CollOptions::default())?;
+        Ok(Some(r.time))
+    });
+    for (&key, t) in jobs.iter().zip(times) {
+        if let Some(t) = t? {
+            cache.insert(key, t);
+        }
+    }
+    Ok(())
 }
 
 /// Simulates one data-parallel step of `model` on `nodes` nodes of `machine`.

@@ -114,10 +114,8 @@ fn across_dgx1_nodes_each_channel_leaves_through_its_own_nic() {
     let max = out.iter().cloned().fold(0.0, f64::max);
     let min = out.iter().cloned().fold(f64::INFINITY, f64::min);
     assert!(min > 0.99 * max, "NIC loads {out:?}");
-    // Ring, not the tree, and well above one NIC's 12.5 GB/s.
-    let best = simulate(&f, Collective::AllReduce, 1 << 30, &CollOptions::default()).unwrap();
-    assert_eq!(best.algorithm.name(), "ring");
-    assert!(best.busbw_gbps > 30.0, "{}", best.busbw_gbps);
+    // Well above one NIC's 12.5 GB/s.
+    assert!(r.busbw_gbps > 30.0, "{}", r.busbw_gbps);
 }
 
 #[test]

@@ -1,15 +1,22 @@
-//! Trees: NCCL's double binary tree for all_reduce, a pipelined binary tree
-//! for broadcast and reduce.
+//! Trees: NCCL's tree for all_reduce, a pipelined binary tree for broadcast
+//! and reduce.
 //!
 //! The binary tree is NCCL's `ncclGetBtree` (src/graph/trees.cc): on ranks
 //! `0..n` with root 0, a rank's parent is found from its lowest set bit, so
 //! that about half the ranks are leaves. The second tree is the first one
 //! mirrored (`n - 1 - r`, n even) or shifted by one (n odd), which makes most
 //! of the first tree's leaves interior nodes of the second: each rank then
-//! sends and receives about the same amount in total. All-reduce splits the
-//! data between channels, channel `c` running on tree `c % 2` (with one
-//! channel only the first tree is used): a reduce towards the root, then a
-//! broadcast back, chunk after chunk so both directions pipeline.
+//! sends and receives about the same amount in total.
+//!
+//! All-reduce runs NCCL's tree ([`nccl_tree`], src/graph/connect.cc): the
+//! double binary tree joins the *nodes*, and inside a node the ranks form a
+//! chain, so that a node sends one copy of the data up and its children
+//! send theirs to it, whatever its GPU count. With one rank per node this
+//! is the double binary tree over ranks; on one node, a chain. The data is
+//! split between channels, the first half of them running on tree 0 and the
+//! others on tree 1 ([`tree_of_channel`]; with one channel only the first
+//! tree is used): a reduce towards the root, then a broadcast back, chunk
+//! after chunk so both directions pipeline.
 
 use super::{Builder, Plan, sl};
 use crate::{Buf, Collective, Schedule};
@@ -60,25 +67,113 @@ pub(crate) fn btree_depth(n: usize) -> usize {
         .unwrap_or(0)
 }
 
-/// One tree of the double binary tree, in real ranks: `(parent, children)` of `r`.
-pub(crate) fn dtree(n: usize, t: usize, r: usize) -> (Option<usize>, Vec<usize>) {
-    // Tree 1: mirror (n even) or shift by one (n odd); both maps are involutions
-    // or inverse pairs between real and virtual ranks.
-    let to_v = |x: usize| match (t, n % 2) {
+/// Rank `x`'s place in tree `t`'s numbering (the binary tree is built on
+/// it): tree 0 as is, tree 1 mirrored (`n` even) or shifted by one (`n` odd).
+fn to_virtual(n: usize, t: usize, x: usize) -> usize {
+    match (t, n % 2) {
         (0, _) => x,
         (_, 1) => (x + n - 1) % n,
         _ => n - 1 - x,
-    };
-    let from_v = |x: usize| match (t, n % 2) {
-        (0, _) => x,
-        (_, 1) => (x + 1) % n,
-        _ => n - 1 - x,
-    };
-    let v = to_v(r);
+    }
+}
+
+/// Inverse of [`to_virtual`].
+fn from_virtual(n: usize, t: usize, v: usize) -> usize {
+    match (t, n % 2) {
+        (0, _) => v,
+        (_, 1) => (v + 1) % n,
+        _ => n - 1 - v,
+    }
+}
+
+/// One tree of the double binary tree, in real ranks: `(parent, children)`
+/// of `r`, children in NCCL's order (`d0` then `d1`: the one below the
+/// parent in the tree's numbering first).
+pub(crate) fn dtree(n: usize, t: usize, r: usize) -> (Option<usize>, Vec<usize>) {
+    let v = to_virtual(n, t, r);
     (
-        btree_parent(n, v).map(from_v),
-        btree_children(n, v).into_iter().map(from_v).collect(),
+        btree_parent(n, v).map(|x| from_virtual(n, t, x)),
+        btree_children(n, v)
+            .into_iter()
+            .map(|x| from_virtual(n, t, x))
+            .collect(),
     )
+}
+
+/// NCCL's tree `t` for all_reduce (NVIDIA/nccl `src/graph/connect.cc`,
+/// `connectTrees`, with the `BALANCED_TREE` pattern its search tries
+/// first): `(parent, children)` of rank `r` of `n`, `rpn` consecutive
+/// ranks per node (1 when `rpn` does not divide `n`).
+///
+/// A node's ranks form a chain in `order` (local ranks; rank order when
+/// empty): each sends up to the one before it. The first (the head) sends
+/// up to the parent node of the double binary tree over nodes ([`dtree`]);
+/// of a node's two children in that tree, the first (`d0`) sends to its
+/// second chain rank and the other to its head, which spreads a node's
+/// network traffic over two GPUs. Children come in NCCL's order: the chain
+/// successor, then the child nodes' heads.
+pub(crate) fn nccl_tree(
+    n: usize,
+    rpn: usize,
+    order: &[u32],
+    t: usize,
+    r: usize,
+) -> (Option<usize>, Vec<usize>) {
+    let rpn = if rpn > 1 && n % rpn == 0 { rpn } else { 1 };
+    let nodes = n / rpn;
+    let chain = |i: usize| order.get(i).map_or(i, |&l| l as usize);
+    let (node, local) = (r / rpn, r % rpn);
+    let pos = (0..rpn).find(|&i| chain(i) == local).unwrap_or(local);
+    let at = |node: usize, i: usize| node * rpn + chain(i);
+    // The chain position facing child `c` of node `p`: d0 on the second
+    // rank, d1 on the head (one rank per node: the head for both).
+    let facing = |c: usize, p: usize| {
+        let d0 = to_virtual(nodes, t, c) < to_virtual(nodes, t, p);
+        usize::from(d0 && rpn > 1)
+    };
+    let (up, down) = dtree(nodes, t, node);
+    let parent = if pos > 0 {
+        Some(at(node, pos - 1))
+    } else {
+        up.map(|p| at(p, facing(node, p)))
+    };
+    let mut children = Vec::with_capacity(3);
+    if pos + 1 < rpn {
+        children.push(at(node, pos + 1));
+    }
+    children.extend(
+        down.into_iter()
+            .filter(|&c| facing(c, node) == pos)
+            .map(|c| at(c, 0)),
+    );
+    (parent, children)
+}
+
+/// The tree channel `ch` of `channels` runs on: NCCL duplicates its tree
+/// channels, the first `channels / 2` on tree 0 and the copies on tree 1
+/// (`src/graph/connect.cc`), so channels `c` and `c + channels / 2` share
+/// a chain order and a NIC and that NIC carries both trees.
+pub(crate) fn tree_of_channel(ch: usize, channels: usize) -> usize {
+    usize::from(ch >= channels.div_ceil(2))
+}
+
+/// Edges from the root to the deepest rank of NCCL's tree `t` ([`nccl_tree`]).
+pub(crate) fn nccl_tree_depth(n: usize, rpn: usize, t: usize) -> usize {
+    let rpn = if rpn > 1 && n % rpn == 0 { rpn } else { 1 };
+    let nodes = n / rpn;
+    // A head's depth: its parent node's facing rank's, plus one.
+    (0..nodes)
+        .map(|mut k| {
+            let mut d = 0;
+            while let Some(p) = dtree(nodes, t, k).0 {
+                let d0 = to_virtual(nodes, t, k) < to_virtual(nodes, t, p);
+                d += 1 + usize::from(d0 && rpn > 1);
+                k = p;
+            }
+            d + rpn - 1
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The binary tree re-rooted at `root`: `(parent, children)` of `r`.
@@ -106,10 +201,16 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
     let plan = Plan::new(s, c);
     match p.collective {
         Collective::AllReduce => {
-            let trees = [dtree(n, 0, r), dtree(n, 1, r)];
+            // Per channel: its tree along its chain order.
+            let trees: Vec<_> = (0..plan.channels)
+                .map(|ch| {
+                    let t = tree_of_channel(ch, plan.channels);
+                    nccl_tree(n, p.ranks_per_node, s.chain_order(ch), t, r)
+                })
+                .collect();
             for j in 0..plan.pieces() {
                 let (o, l, ch) = plan.piece((0, c), j);
-                let (parent, children) = &trees[ch as usize % 2];
+                let (parent, children) = &trees[usize::from(ch)];
                 up(b, o, l, ch, *parent, children);
                 down(b, o, l, ch, *parent, children, Buf::Output);
             }
@@ -232,6 +333,87 @@ mod tests {
             assert_eq!(valid(n, |r| dtree(n, 0, r)), 1);
             assert_eq!(valid(n, |r| dtree(n, 1, r)), 1);
             assert_eq!(valid(n, |r| rooted(n, n / 3, r)), 1);
+        }
+    }
+
+    #[test]
+    fn nccl_trees_are_trees_with_one_crossing_per_node() {
+        let rev: Vec<u32> = (0..4).rev().collect();
+        for (n, rpn) in [
+            (1, 1),
+            (8, 8),
+            (12, 4),
+            (20, 4),
+            (64, 8),
+            (9, 3),
+            (6, 1),
+            (10, 4),
+        ] {
+            for order in [&[][..], &rev[..]] {
+                let order = if n % rpn == 0 && order.len() == rpn {
+                    order
+                } else {
+                    &[]
+                };
+                for t in 0..2 {
+                    let f = |r| nccl_tree(n, rpn, order, t, r);
+                    assert_eq!(valid(n, f), 1, "n={n} rpn={rpn} t={t}");
+                    let depth = (0..n)
+                        .map(|mut r| {
+                            let mut d = 0;
+                            while let Some(p) = f(r).0 {
+                                r = p;
+                                d += 1;
+                            }
+                            d
+                        })
+                        .max()
+                        .unwrap();
+                    assert_eq!(depth, nccl_tree_depth(n, rpn, t), "n={n} rpn={rpn} t={t}");
+                    if n % rpn != 0 {
+                        continue;
+                    }
+                    // One rank per node sends up to another node, and a node's
+                    // children in the node tree are received by at most two ranks.
+                    for node in 0..n / rpn {
+                        let ranks = node * rpn..(node + 1) * rpn;
+                        let up = ranks
+                            .clone()
+                            .filter(|&r| f(r).0.is_some_and(|p| p / rpn != node))
+                            .count();
+                        let roots = ranks.clone().filter(|&r| f(r).0.is_none()).count();
+                        assert_eq!(up + roots, 1, "n={n} rpn={rpn} t={t} node={node}");
+                        let facing = ranks
+                            .filter(|&r| f(r).1.iter().any(|&c| c / rpn != node))
+                            .count();
+                        assert!(facing <= 2);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nccl_tree_on_four_nodes_of_eight() {
+        // Tree 0 over nodes is ncclGetBtree(4): 0 -> 2 -> {1, 3}. Node 2
+        // receives child 1 (d0) on its second GPU, child 3 (d1) on its head.
+        let f = |r| nccl_tree(32, 8, &[], 0, r);
+        assert_eq!(f(0), (None, vec![1, 16]));
+        assert_eq!(f(16), (Some(0), vec![17, 24]));
+        assert_eq!(f(17), (Some(16), vec![18, 8]));
+        assert_eq!(f(8), (Some(17), vec![9]));
+        assert_eq!(f(24), (Some(16), vec![25]));
+        assert_eq!(f(31), (Some(30), vec![]));
+        // A chain order: node 1's chain starts at its local 3.
+        let order = [3, 1, 2, 0, 4, 5, 6, 7];
+        let g = |r| nccl_tree(32, 8, &order, 0, r);
+        assert_eq!(g(11), (Some(17), vec![9]));
+        assert_eq!(g(9), (Some(11), vec![10]));
+        assert_eq!(g(19), (Some(3), vec![17, 27]));
+        assert_eq!(g(17), (Some(19), vec![18, 11]));
+        // One rank per node: the double binary tree over ranks.
+        for r in 0..6 {
+            assert_eq!(nccl_tree(6, 1, &[], 1, r), dtree(6, 1, r));
         }
     }
 

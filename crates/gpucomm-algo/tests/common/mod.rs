@@ -74,11 +74,12 @@ pub fn schedules(p: Problem) -> Vec<Schedule> {
         out.push(s.clone());
         out.push(s.clone().with_channels(2));
         out.push(s.clone().with_channels(3).with_chunk_elems(2));
-        // Rings in another order than the ranks' (reversed on one channel,
-        // rotated with two locals swapped on the next), as a topology
-        // search would order them; other algorithms ignore the orders.
+        // Rings and tree chains in another order than the ranks' (reversed
+        // on one channel, rotated with two locals swapped on the next), as a
+        // topology search would order them; other algorithms ignore the
+        // orders.
         let rpn = p.ranks_per_node;
-        if a == Algorithm::Ring && rpn > 1 && p.nranks % rpn == 0 {
+        if matches!(a, Algorithm::Ring | Algorithm::Tree) && rpn > 1 && p.nranks % rpn == 0 {
             let rev: Vec<u32> = (0..rpn as u32).rev().collect();
             let mut rot: Vec<u32> = (1..rpn as u32).chain([0]).collect();
             rot.swap(0, rpn - 1);

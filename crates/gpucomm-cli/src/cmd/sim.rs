@@ -14,7 +14,7 @@ use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, simulate};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::train::{ModelSpec, step};
+use gpucomm_sim::train::{ModelSpec, prefill, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
@@ -678,6 +678,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         bail!("--sweep-nodes: node counts must be at least 1");
     }
     let mut cache = BTreeMap::new();
+    prefill(&mach, &sweep, &model, bucket, &mut cache)?;
     let mut one = mach.clone();
     one.gpus_used = Some(1);
     let base = step(&one, 1, &model, bucket, &mut cache)?;

@@ -1,0 +1,73 @@
+//! NCCL's tree for all_reduce across nodes: a node's GPUs chained, the
+//! double binary tree over nodes (gpucomm-algo `generate::tree`). A node
+//! sends one copy of its data up and receives its children's, so the
+//! network carries each tree's data once per edge each way, and across
+//! two nodes the tree reaches the ring's bandwidth (NCCL's model: 0.92 of
+//! it). A double binary tree over all ranks, which crosses between nodes
+//! at several GPUs of each node, carried twice that and reached half.
+
+mod common;
+
+use gpucomm_algo::Collective;
+use gpucomm_sim::collective::simulate;
+use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::model::Protocol;
+
+#[test]
+fn the_network_carries_each_tree_once_per_edge_each_way() {
+    let nodes = 4;
+    let f = common::fabric("dgx-a100", nodes);
+    let bytes = 1u64 << 30;
+    let opts = common::forced("tree", Some(Protocol::Simple));
+    let r = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
+    let ex = r.exec.expect("a schedule ran");
+    // Every rank simulated (the tree is not node-symmetric): links per node.
+    assert_eq!(ex.simulated_ranks, f.ranks());
+    let sent: f64 = ex
+        .links
+        .iter()
+        .filter(|l| l.name.contains(":nic") && l.name.ends_with("->net"))
+        .map(|l| l.bytes)
+        .sum();
+    // Two trees of half the data, nodes - 1 edges each, up and down.
+    let want = 2.0 * (nodes as f64 - 1.0) * bytes as f64;
+    assert!(
+        (sent - want).abs() <= 0.01 * want,
+        "NICs sent {sent} B, want {want} B"
+    );
+}
+
+#[test]
+fn across_two_nodes_the_tree_is_within_ten_percent_of_the_ring() {
+    let f = common::fabric("dgx-a100", 2);
+    let bytes = 1u64 << 30;
+    let tree = simulate(
+        &f,
+        Collective::AllReduce,
+        bytes,
+        &common::forced("tree", None),
+    )
+    .unwrap();
+    let ring = simulate(
+        &f,
+        Collective::AllReduce,
+        bytes,
+        &common::forced("ring", None),
+    )
+    .unwrap();
+    assert!(
+        tree.busbw_gbps > 0.9 * ring.busbw_gbps,
+        "tree {} GB/s, ring {} GB/s",
+        tree.busbw_gbps,
+        ring.busbw_gbps
+    );
+}
+
+#[test]
+fn at_mid_sizes_on_sixteen_nodes_the_tree_is_picked() {
+    // NCCL's tree has a depth of log2(nodes) across nodes where the ring
+    // has 2 (ranks - 1) steps: at 8 MiB on 128 GPUs it wins.
+    let f = common::fabric("dgx-a100", 16);
+    let r = simulate(&f, Collective::AllReduce, 8 << 20, &Default::default()).unwrap();
+    assert_eq!(r.algorithm.name(), "tree", "{:?}", r.candidates);
+}
