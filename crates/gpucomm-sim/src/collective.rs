@@ -271,12 +271,22 @@ pub fn schedule_for(
             Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
         );
     let mut orders = Vec::new();
-    if ringed || chained {
+    if ringed {
         let rings = fabric.nvlink_rings().len() as u16;
-        if ringed && channels.is_none() && rings > 0 && fabric.nodes() == 1 {
+        if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
             ch = ch.div_ceil(rings).saturating_mul(rings);
         }
         orders = fabric.ring_orders(ch);
+    } else if chained {
+        // A tree channel and its copy on the other tree share a chain
+        // (NCCL duplicates the channel).
+        let half = usize::from(ch.div_ceil(2));
+        let base = fabric.ring_orders(half as u16);
+        if !base.is_empty() {
+            orders = (0..usize::from(ch))
+                .map(|c| base[(c % half) % base.len()].clone())
+                .collect();
+        }
     }
     check_channels(ch)?;
     let mut s = Schedule::new(p, algorithm)
@@ -325,7 +335,9 @@ pub fn schedule_for(
 /// words data), halved while a channel would get fewer than `steps * 64 /
 /// ppn` chunks (down to 128 KiB), then fewer than `steps * 16 / ppn` (down
 /// to 32 KiB), where `steps = 1 + log2(nodes) + ppn / 10`: enough chunks in
-/// flight to fill the tree's pipeline at mid sizes.
+/// flight to fill the tree's pipeline at mid sizes; then aligned down to
+/// LL128's grain, 1920 bytes (`ncclProtoGrainSize`: a warp's 8 lines of 15
+/// data words).
 fn tree_ll128_chunk(bytes: u64, channels: u16, nodes: usize, ppn: usize) -> u64 {
     let ppn = ppn.max(1) as f64;
     let steps = 1.0 + f64::from(nodes.max(1).ilog2()) + 0.1 * ppn;
@@ -337,8 +349,11 @@ fn tree_ll128_chunk(bytes: u64, channels: u16, nodes: usize, ppn: usize) -> u64 
     while per(chunk) < steps * 16.0 / ppn && chunk > 32_768 {
         chunk /= 2;
     }
-    chunk
+    chunk / LL128_GRAIN * LL128_GRAIN
 }
+
+/// LL128's chunk grain in bytes (NVIDIA/nccl `ncclProtoGrainSize`).
+const LL128_GRAIN: u64 = 1920;
 
 /// Simulates one collective of `bytes` on `fabric` (built for [`Engine::Nccl`]).
 ///

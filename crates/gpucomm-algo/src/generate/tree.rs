@@ -150,9 +150,11 @@ pub(crate) fn nccl_tree(
 }
 
 /// The tree channel `ch` of `channels` runs on: NCCL duplicates its tree
-/// channels, the first `channels / 2` on tree 0 and the copies on tree 1
-/// (`src/graph/connect.cc`), so channels `c` and `c + channels / 2` share
-/// a chain order and a NIC and that NIC carries both trees.
+/// channels, the originals on tree 0 and the copies on tree 1
+/// (`src/graph/connect.cc`): here the first `ceil(channels / 2)` on tree 0,
+/// the others on tree 1. The simulator gives channels `c` and
+/// `c + channels / 2` one chain order and one NIC, so that NIC carries
+/// both trees.
 pub(crate) fn tree_of_channel(ch: usize, channels: usize) -> usize {
     usize::from(ch >= channels.div_ceil(2))
 }
