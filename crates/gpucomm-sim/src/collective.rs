@@ -281,7 +281,7 @@ pub fn schedule_for(
         // A tree channel and its copy on the other tree share a chain
         // (NCCL duplicates the channel).
         let half = usize::from(ch.div_ceil(2));
-        let base = fabric.ring_orders(half as u16);
+        let base = fabric.chain_orders(half as u16);
         if !base.is_empty() {
             orders = (0..usize::from(ch))
                 .map(|c| base[(c % half) % base.len()].clone())

@@ -763,6 +763,52 @@ impl ClusterFabric {
             .collect()
     }
 
+    /// The chain order of each of `channels` tree channels (for
+    /// [`gpucomm_algo::Schedule::with_ring_orders`]; a tree chains a node's
+    /// GPUs from the order's first, its head, which sends up to the parent
+    /// node, and the second receives a child node). On a mesh, the ring
+    /// orders ([`ClusterFabric::ring_orders`]: NVLink hops, entering next to
+    /// the channel's NIC). On an NVSwitch node across nodes, rank order
+    /// rotated so that the heads spread over the GPUs while the channels'
+    /// NICs (GPU `a` of channel `c` on NIC `(a + c) mod nics`) stay spread
+    /// over the NICs: each channel in turn takes the head whose NIC the
+    /// fewest channels use so far, then the least used head (NCCL starts
+    /// each channel's chain at the GPU next to its NIC; all chains from GPU
+    /// 0 would put every channel's network traffic through GPUs 0 and 1).
+    /// Empty (rank order) on one node or without NICs.
+    ///
+    /// ```
+    /// use gpucomm_sim::{Engine, Machine};
+    ///
+    /// let f = Machine::preset("dgx-a100").unwrap().fabric(Engine::Nccl, 4).unwrap();
+    /// let orders = f.chain_orders(8);
+    /// let heads: Vec<u32> = orders.iter().map(|o| o[0]).collect();
+    /// // Eight channels on eight NICs, from seven different heads.
+    /// let nics: std::collections::BTreeSet<u32> =
+    ///     heads.iter().enumerate().map(|(c, &h)| (h + c as u32) % 8).collect();
+    /// assert_eq!(nics.len(), 8);
+    /// assert!(heads.iter().collect::<std::collections::BTreeSet<_>>().len() >= 7);
+    /// ```
+    pub fn chain_orders(&self, channels: u16) -> Vec<Vec<u32>> {
+        let nics = self.machine.node.nics;
+        if !self.nvlink_rings().is_empty() || self.nodes == 1 || nics == 0 {
+            return self.ring_orders(channels);
+        }
+        let n = self.rpn;
+        let mut nic_use = vec![0u32; nics];
+        let mut head_use = vec![0u32; n];
+        (0..usize::from(channels.max(1)))
+            .map(|c| {
+                let h = (0..n)
+                    .min_by_key(|&h| (nic_use[(h + c) % nics], head_use[h], h))
+                    .unwrap_or(0);
+                nic_use[(h + c) % nics] += 1;
+                head_use[h] += 1;
+                (0..n).map(|d| ((h + d) % n) as u32).collect()
+            })
+            .collect()
+    }
+
     /// Node-local path from GPU `a` out through NIC `k` (ends with the
     /// NIC's port), with its latency.
     pub(crate) fn gpu_to_net(&self, a: usize, k: usize) -> (Vec<LinkId>, SimTime) {

@@ -2,9 +2,12 @@
 //! double binary tree over nodes (gpucomm-algo `generate::tree`). A node
 //! sends one copy of its data up and receives its children's, so the
 //! network carries each tree's data once per edge each way, and across
-//! two nodes the tree reaches the ring's bandwidth (NCCL's model: 0.92 of
-//! it). A double binary tree over all ranks, which crosses between nodes
-//! at several GPUs of each node, carried twice that and reached half.
+//! two nodes, where that is half of what a ring sends, the tree passes
+//! the ring. A double binary tree over all ranks, which crosses between
+//! nodes at several GPUs of each node, carried 1.7 times the bytes and
+//! reached half the ring; chains all starting at GPU 0 (on NVSwitch nodes)
+//! put every channel's network traffic through GPUs 0 and 1 and stayed
+//! below the ring.
 
 mod common;
 
@@ -38,7 +41,7 @@ fn the_network_carries_each_tree_once_per_edge_each_way() {
 }
 
 #[test]
-fn across_two_nodes_the_tree_is_within_ten_percent_of_the_ring() {
+fn across_two_nodes_the_tree_passes_the_ring() {
     let f = common::fabric("dgx-a100", 2);
     let bytes = 1u64 << 30;
     let tree = simulate(
@@ -56,7 +59,7 @@ fn across_two_nodes_the_tree_is_within_ten_percent_of_the_ring() {
     )
     .unwrap();
     assert!(
-        tree.busbw_gbps > 0.9 * ring.busbw_gbps,
+        tree.busbw_gbps > ring.busbw_gbps,
         "tree {} GB/s, ring {} GB/s",
         tree.busbw_gbps,
         ring.busbw_gbps
