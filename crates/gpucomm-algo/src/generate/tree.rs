@@ -119,7 +119,7 @@ pub(crate) fn nccl_tree(
     t: usize,
     r: usize,
 ) -> (Option<usize>, Vec<usize>) {
-    let rpn = if rpn > 1 && n % rpn == 0 { rpn } else { 1 };
+    let rpn = node_size(n, rpn);
     let nodes = n / rpn;
     let chain = |i: usize| order.get(i).map_or(i, |&l| l as usize);
     let (node, local) = (r / rpn, r % rpn);
@@ -159,20 +159,25 @@ pub(crate) fn tree_of_channel(ch: usize, channels: usize) -> usize {
     usize::from(ch >= channels.div_ceil(2))
 }
 
-/// Edges from the root to the deepest rank of NCCL's tree `t` ([`nccl_tree`]).
+/// The ranks per node [`nccl_tree`] builds on: `rpn`, or 1 when it does
+/// not divide `n` into whole nodes.
+fn node_size(n: usize, rpn: usize) -> usize {
+    if rpn > 1 && n % rpn == 0 { rpn } else { 1 }
+}
+
+/// Edges from the root to the deepest rank of NCCL's tree `t` ([`nccl_tree`]):
+/// the longest walk up from a node's last chain rank (the chain order
+/// does not change the depth).
 pub(crate) fn nccl_tree_depth(n: usize, rpn: usize, t: usize) -> usize {
-    let rpn = if rpn > 1 && n % rpn == 0 { rpn } else { 1 };
-    let nodes = n / rpn;
-    // A head's depth: its parent node's facing rank's, plus one.
-    (0..nodes)
-        .map(|mut k| {
-            let mut d = 0;
-            while let Some(p) = dtree(nodes, t, k).0 {
-                let d0 = to_virtual(nodes, t, k) < to_virtual(nodes, t, p);
-                d += 1 + usize::from(d0 && rpn > 1);
-                k = p;
+    let rpn = node_size(n, rpn);
+    (0..n / rpn)
+        .map(|node| {
+            let (mut r, mut d) = (node * rpn + rpn - 1, 0);
+            while let Some(p) = nccl_tree(n, rpn, &[], t, r).0 {
+                r = p;
+                d += 1;
             }
-            d + rpn - 1
+            d
         })
         .max()
         .unwrap_or(0)
