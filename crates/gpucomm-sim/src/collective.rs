@@ -321,8 +321,12 @@ pub fn schedule_for(
         if chained && protocol == Protocol::Ll128 {
             slot = tree_ll128_chunk(bytes, ch, fabric.nodes(), fabric.ranks_per_node()) as f64;
         }
+        // A chain's pipeline fills in (ranks - 2) chunk times: past a few
+        // dozen chunks that is a visible share of the transfer (6 of 32
+        // chunks on 8 GPUs), so chains take NCCL's slots up to the budget.
         let flows = (n * usize::from(ch)) as f64;
-        let most = MAX_CHUNKS.min((CHUNK_BUDGET / flows).max(8.0));
+        let cap = if chain { f64::INFINITY } else { MAX_CHUNKS };
+        let most = cap.min((CHUNK_BUDGET / flows).max(8.0));
         let chunk = (slot.max(per_channel / most / wire_factor) as u64).max(elem);
         s = s.with_chunk_elems((chunk / elem) as usize);
     }

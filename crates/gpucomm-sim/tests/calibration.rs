@@ -137,6 +137,50 @@ nodes = 1
 bytes = 1073741824
 value = 466.35
 source = "Azure guide, NCCL 2.18.5"
+
+[[case]]
+id = "h100-8gpu-allgather"
+system = "8x H100 SXM, NVLink 4, 3rd-gen NVSwitch, one node"
+metric = "busbw"
+collective = "all_gather"
+gpus = 8
+nodes = 1
+bytes = 8589934592
+value = 370.0
+source = "NVIDIA/nccl-tests issue 212 (maintainer: ~370 for non-allreduce collectives; tolerance_note of h100-8gpu-allreduce-ring)"
+
+[[case]]
+id = "h100-8gpu-reducescatter"
+system = "8x H100 SXM, NVLink 4, 3rd-gen NVSwitch, one node"
+metric = "busbw"
+collective = "reduce_scatter"
+gpus = 8
+nodes = 1
+bytes = 8589934592
+value = 370.0
+source = "NVIDIA/nccl-tests issue 212 (maintainer: ~370 for non-allreduce collectives; tolerance_note of h100-8gpu-allreduce-ring)"
+
+[[case]]
+id = "h100-8gpu-broadcast"
+system = "8x H100 SXM, NVLink 4, 3rd-gen NVSwitch, one node"
+metric = "busbw"
+collective = "broadcast"
+gpus = 8
+nodes = 1
+bytes = 8589934592
+value = 370.0
+source = "NVIDIA/nccl-tests issue 212 (maintainer: ~370 for non-allreduce collectives; tolerance_note of h100-8gpu-allreduce-ring)"
+
+[[case]]
+id = "h100-8gpu-reduce"
+system = "8x H100 SXM, NVLink 4, 3rd-gen NVSwitch, one node"
+metric = "busbw"
+collective = "reduce"
+gpus = 8
+nodes = 1
+bytes = 8589934592
+value = 370.0
+source = "NVIDIA/nccl-tests issue 212 (maintainer: ~370 for non-allreduce collectives; tolerance_note of h100-8gpu-allreduce-ring)"
 "#;
 
 #[test]

@@ -18,9 +18,12 @@ fn a_chunked_ring_broadcast_pipelines_instead_of_storing_and_forwarding() {
     let one_hop_us = bytes as f64 / (18.0 * 20.6e9) * 1e6;
     let t = r.time.as_us();
     // Store and forward over 7 hops would take 7 one-hop times; a pipeline
-    // of 32 chunks takes about (32 + 6) / 32 of one.
+    // of NCCL's 512 KiB slots (2048 per channel here) takes about
+    // (2048 + 6) / 2048 of one. Fails with 32 chunks per channel (1.19) and
+    // with the root copying its input to its output before it sends (the
+    // copy is NCCL's directCopySend, done as the data goes out).
     assert!(
-        t < 1.5 * one_hop_us,
+        t < 1.02 * one_hop_us,
         "broadcast took {t} us, one hop is {one_hop_us} us"
     );
     assert!(t > one_hop_us, "faster than the link: {t} us");

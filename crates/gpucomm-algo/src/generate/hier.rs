@@ -106,10 +106,10 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                     fin,
                     &mut ch2,
                 );
-                ring::all_gather(b, &pl2, rail, &id, &bl2, Buf::Output, &mut ch2);
+                ring::all_gather(b, &pl2, rail, &id, &bl2, Buf::Output, None, &mut ch2);
             }
             let mut ch3 = vec![entry(&ch2); ring::pieces(&pl1, &bl1)];
-            ring::all_gather(b, &pl1, intra, &id, &bl1, Buf::Output, &mut ch3);
+            ring::all_gather(b, &pl1, intra, &id, &bl1, Buf::Output, None, &mut ch3);
         }
         Collective::ReduceScatter => {
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
@@ -147,22 +147,20 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let pl = unchunked(s, max_block(c, n));
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch = vec![copy.into_iter().collect::<Vec<u32>>(); ring::pieces(&pl, &bl2)];
-            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, &mut ch);
+            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, None, &mut ch);
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
-            ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, &mut ch2);
+            ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, None, &mut ch2);
         }
         Collective::Broadcast { root } => {
             let pl = Plan::new(s, c);
             let (root_node, root_local) = (root / l, root % l);
             let src = if r == root { Buf::Input } else { Buf::Output };
-            if r == root {
-                b.copy(sl(Buf::Input, 0, c), sl(Buf::Output, 0, c));
-            }
             if local == root_local {
-                ring::chain_broadcast(b, &pl, rail, root_node, (0, c), src);
+                ring::chain_broadcast(b, &pl, rail, root_node, (0, c), src, false);
             }
-            ring::chain_broadcast(b, &pl, intra, root_local, (0, c), src);
+            // The root copies its input to its output behind its last sends.
+            ring::chain_broadcast(b, &pl, intra, root_local, (0, c), src, true);
         }
         _ => unreachable!("validated by support()"),
     }

@@ -46,7 +46,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 fin,
                 &mut chain,
             );
-            all_gather(b, &plan, g, &ord, &bl, Buf::Output, &mut chain);
+            all_gather(b, &plan, g, &ord, &bl, Buf::Output, None, &mut chain);
         }
         Collective::ReduceScatter => {
             let bl = single(blocks(p.count, n));
@@ -67,20 +67,23 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             );
         }
         Collective::AllGather => {
-            let (o, l) = p.block(r);
-            let copy = b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l));
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
-            b.reserve(2 * n.saturating_sub(1) * pieces(&plan, &bl));
-            let mut chain = vec![copy.into_iter().collect(); pieces(&plan, &bl)];
-            all_gather(b, &plan, g, &ord, &bl, Buf::Output, &mut chain);
+            if n == 1 {
+                let (o, l) = p.block(r);
+                b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l));
+                return;
+            }
+            b.reserve(2 * n * pieces(&plan, &bl));
+            let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
+            // The own block goes out from the input, each piece copied to
+            // the output behind its send (NCCL's directCopySend).
+            let first = Some((Buf::Input, 0));
+            all_gather(b, &plan, g, &ord, &bl, Buf::Output, first, &mut chain);
         }
         Collective::Broadcast { root } => {
             let plan = Plan::new(s, p.count);
-            if r == root {
-                b.copy(sl(Buf::Input, 0, p.count), sl(Buf::Output, 0, p.count));
-            }
-            chain_broadcast(b, &plan, g, root, (0, p.count), Buf::Input);
+            chain_broadcast(b, &plan, g, root, (0, p.count), Buf::Input, true);
         }
         Collective::Reduce { root } => {
             let plan = Plan::new(s, p.count);
@@ -275,9 +278,15 @@ pub(crate) fn reduce_scatter(
     }
 }
 
-/// Ring all-gather among `g` of the blocks `bl` in `out` (global offsets);
-/// this rank's own block must already be there. In round `s` the rank sends
-/// block `pos - s` and receives block `pos - s - 1`.
+/// Ring all-gather among `g` of the blocks `bl` in `out` (global offsets).
+/// In round `s` the rank sends block `pos - s` and receives block
+/// `pos - s - 1`. With `first` (element `i` of this rank's own block at
+/// `(buf, base + i)`; blocks of one region) round 0 sends the own block
+/// from there and copies each piece into `out` once it is sent, so the
+/// copy overlaps the rest of the transfer as in NCCL's `directCopySend`
+/// (the input is read while the output is written); without, the own block
+/// must already be in `out`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn all_gather(
     b: &mut Builder,
     plan: &Plan,
@@ -285,6 +294,7 @@ pub(crate) fn all_gather(
     ord: &Order,
     bl: &[Block],
     out: Buf,
+    first: Option<Loc>,
     chain: &mut [Vec<u32>],
 ) {
     let m = g.size;
@@ -295,12 +305,17 @@ pub(crate) fn all_gather(
             let sb = ord.at(ch, pos + m - s, m);
             let rb = ord.at(ch, pos + 2 * m - s - 1, m);
             let (so, sl_len, _) = piece(plan, &bl[sb], j);
-            b.send(
-                g.member(ord.at(ch, pos + 1, m)),
-                sl(out, so, sl_len),
-                ch,
-                deps,
-            );
+            let to = g.member(ord.at(ch, pos + 1, m));
+            match first {
+                Some((buf, base)) if s == 0 => {
+                    let src = sl(buf, base + so - bl[sb][0].0, sl_len);
+                    b.send(to, src, ch, deps);
+                    b.copy(src, sl(out, so, sl_len));
+                }
+                _ => {
+                    b.send(to, sl(out, so, sl_len), ch, deps);
+                }
+            }
             let (ro, rl, _) = piece(plan, &bl[rb], j);
             let prev = g.member(ord.at(ch, pos + m - 1, m));
             let rv = b.recv(prev, sl(out, ro, rl), ch, &[]);
@@ -312,8 +327,10 @@ pub(crate) fn all_gather(
 
 /// Pipelined chain broadcast among `g` from member `root` (a position in
 /// `g`): the root sends `(src, region)`, every other member receives into
-/// `(Output, region)` and passes it on. Returns nothing; data dependencies
-/// are derived by the builder.
+/// `(Output, region)` and passes it on. With `copy_out` a root whose `src`
+/// is not the output also copies each piece there behind its send (NCCL's
+/// `directCopySend`: the copy overlaps the transfer). Returns nothing; data
+/// dependencies are derived by the builder.
 pub(crate) fn chain_broadcast(
     b: &mut Builder,
     plan: &Plan,
@@ -321,6 +338,7 @@ pub(crate) fn chain_broadcast(
     root: usize,
     region: (usize, usize),
     src: Buf,
+    copy_out: bool,
 ) {
     let m = g.size;
     let d = (g.pos + m - root) % m;
@@ -329,6 +347,9 @@ pub(crate) fn chain_broadcast(
         if d == 0 {
             if m > 1 {
                 b.send(g.after(1), sl(src, o, l), ch, &[]);
+            }
+            if copy_out && src != Buf::Output {
+                b.copy(sl(src, o, l), sl(Buf::Output, o, l));
             }
         } else {
             let rv = b.recv(g.before(1), sl(Buf::Output, o, l), ch, &[]);
