@@ -277,8 +277,9 @@ pub struct Schedule {
     /// Pipelining: the largest piece, in elements, one step moves (0 = no
     /// limit). Smaller chunks mean more, shorter steps that overlap.
     pub chunk_elems: usize,
-    /// Ring orders (ring all_reduce, all_gather and reduce_scatter, and
-    /// the chain inside a node of tree all_reduce): for channel `c`, entry
+    /// Ring orders (every ring collective: broadcast and reduce chain
+    /// along the ring from or to the root; and the chain inside a node of
+    /// tree all_reduce): for channel `c`, entry
     /// `c % len` lists a node's local ranks in the order data travels
     /// between them (a permutation of `0..ranks_per_node`, the same in
     /// every node; a ring leaves node `k` from its last entry to node

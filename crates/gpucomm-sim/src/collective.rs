@@ -268,7 +268,11 @@ pub fn schedule_for(
     let ringed = algorithm == Algorithm::Ring
         && matches!(
             collective,
-            Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
+            Collective::AllReduce
+                | Collective::AllGather
+                | Collective::ReduceScatter
+                | Collective::Broadcast { .. }
+                | Collective::Reduce { .. }
         );
     let mut orders = Vec::new();
     if ringed {

@@ -157,10 +157,10 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let (root_node, root_local) = (root / l, root % l);
             let src = if r == root { Buf::Input } else { Buf::Output };
             if local == root_local {
-                ring::chain_broadcast(b, &pl, rail, root_node, (0, c), src, false);
+                ring::chain_broadcast(b, &pl, rail, &id, root_node, (0, c), src, false);
             }
             // The root copies its input to its output behind its last sends.
-            ring::chain_broadcast(b, &pl, intra, root_local, (0, c), src, true);
+            ring::chain_broadcast(b, &pl, intra, &id, root_local, (0, c), src, true);
         }
         _ => unreachable!("validated by support()"),
     }

@@ -83,29 +83,25 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         }
         Collective::Broadcast { root } => {
             let plan = Plan::new(s, p.count);
-            chain_broadcast(b, &plan, g, root, (0, p.count), Buf::Input, true);
+            chain_broadcast(b, &plan, g, &ord, root, (0, p.count), Buf::Input, true);
         }
         Collective::Reduce { root } => {
             let plan = Plan::new(s, p.count);
-            let d = (r + n - root) % n;
             if n == 1 {
                 b.copy(sl(Buf::Input, 0, p.count), sl(Buf::Output, 0, p.count));
                 return;
             }
+            // A chain along each channel's ring that ends at the root.
             for j in 0..plan.pieces() {
                 let (o, l, ch) = plan.piece((0, p.count), j);
+                let (d, next, prev) = along(&ord, g, ch, root);
                 if d == 1 {
-                    b.send(g.after(1), sl(Buf::Input, o, l), ch, &[]);
+                    b.send(next, sl(Buf::Input, o, l), ch, &[]);
                 } else {
-                    let rv = b.recv_reduce(
-                        g.before(1),
-                        sl(Buf::Input, o, l),
-                        sl(Buf::Output, o, l),
-                        ch,
-                        &[],
-                    );
+                    let rv =
+                        b.recv_reduce(prev, sl(Buf::Input, o, l), sl(Buf::Output, o, l), ch, &[]);
                     if d != 0 {
-                        b.send(g.after(1), sl(Buf::Output, o, l), ch, &[rv]);
+                        b.send(next, sl(Buf::Output, o, l), ch, &[rv]);
                     }
                 }
             }
@@ -325,36 +321,51 @@ pub(crate) fn all_gather(
     }
 }
 
+/// This rank's place on channel `ch`'s ring of `g`, seen from member
+/// `root` (a position in `g`): its distance from the root along the ring,
+/// and the members after and before it.
+fn along(ord: &Order, g: Group, ch: u16, root: usize) -> (usize, usize, usize) {
+    let m = g.size;
+    let pos = ord.pos(ch, g.pos);
+    let d = (pos + m - ord.pos(ch, root)) % m;
+    let next = g.member(ord.at(ch, pos + 1, m));
+    let prev = g.member(ord.at(ch, pos + m - 1, m));
+    (d, next, prev)
+}
+
 /// Pipelined chain broadcast among `g` from member `root` (a position in
-/// `g`): the root sends `(src, region)`, every other member receives into
+/// `g`) along each channel's ring (as NCCL's broadcast follows its rings):
+/// the root sends `(src, region)`, every other member receives into
 /// `(Output, region)` and passes it on. With `copy_out` a root whose `src`
 /// is not the output also copies each piece there behind its send (NCCL's
 /// `directCopySend`: the copy overlaps the transfer). Returns nothing; data
 /// dependencies are derived by the builder.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn chain_broadcast(
     b: &mut Builder,
     plan: &Plan,
     g: Group,
+    ord: &Order,
     root: usize,
     region: (usize, usize),
     src: Buf,
     copy_out: bool,
 ) {
     let m = g.size;
-    let d = (g.pos + m - root) % m;
     for j in 0..plan.pieces() {
         let (o, l, ch) = plan.piece(region, j);
+        let (d, next, prev) = along(ord, g, ch, root);
         if d == 0 {
             if m > 1 {
-                b.send(g.after(1), sl(src, o, l), ch, &[]);
+                b.send(next, sl(src, o, l), ch, &[]);
             }
             if copy_out && src != Buf::Output {
                 b.copy(sl(src, o, l), sl(Buf::Output, o, l));
             }
         } else {
-            let rv = b.recv(g.before(1), sl(Buf::Output, o, l), ch, &[]);
+            let rv = b.recv(prev, sl(Buf::Output, o, l), ch, &[]);
             if d < m - 1 {
-                b.send(g.after(1), sl(Buf::Output, o, l), ch, &[rv]);
+                b.send(next, sl(Buf::Output, o, l), ch, &[rv]);
             }
         }
     }
