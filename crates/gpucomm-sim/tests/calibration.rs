@@ -181,6 +181,17 @@ nodes = 1
 bytes = 8589934592
 value = 370.0
 source = "NVIDIA/nccl-tests issue 212 (maintainer: ~370 for non-allreduce collectives; tolerance_note of h100-8gpu-allreduce-ring)"
+
+[[case]]
+id = "h100-4node-allgather"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "busbw"
+collective = "all_gather"
+gpus = 32
+nodes = 4
+bytes = 8589934592
+value = 323.53
+source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_allgather_20260224_225706.txt (NCCL 2.24.3)"
 "#;
 
 #[test]
