@@ -247,12 +247,18 @@ pub fn schedule_for(
     };
     let p =
         Problem::new(collective, count, n, fabric.ranks_per_node()).with_elem_size(elem as usize);
-    let chained = algorithm == Algorithm::Tree && collective == Collective::AllReduce;
+    let tree_all_reduce = algorithm == Algorithm::Tree && collective == Collective::AllReduce;
+    // A ring broadcast or reduce is a chain, which NCCL pipelines in chunks.
+    let ring_chain = algorithm == Algorithm::Ring
+        && matches!(
+            collective,
+            Collective::Broadcast { .. } | Collective::Reduce { .. }
+        );
     // One channel per NIC across nodes; a tree all_reduce two, as NCCL
     // duplicates its tree channels (one copy per tree, so that every NIC
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
-    let per_nic = if chained { 2 } else { 1 };
+    let per_nic = if tree_all_reduce { 2 } else { 1 };
     let mut ch = channels.unwrap_or(if fabric.nodes() > 1 {
         (fabric.machine.node.nics.max(1) * per_nic) as u16
     } else {
@@ -265,23 +271,14 @@ pub fn schedule_for(
     // enter and leave next to its channel's NIC. A tree all_reduce chains
     // a node's GPUs in the same orders (NCCL's tree search looks for the
     // same NVLink paths).
-    let ringed = algorithm == Algorithm::Ring
-        && matches!(
-            collective,
-            Collective::AllReduce
-                | Collective::AllGather
-                | Collective::ReduceScatter
-                | Collective::Broadcast { .. }
-                | Collective::Reduce { .. }
-        );
     let mut orders = Vec::new();
-    if ringed {
+    if algorithm == Algorithm::Ring {
         let rings = fabric.nvlink_rings().len() as u16;
         if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
             ch = ch.div_ceil(rings).saturating_mul(rings);
         }
         orders = fabric.ring_orders(ch);
-    } else if chained {
+    } else if tree_all_reduce {
         // A tree channel and its copy on the other tree share a chain
         // (NCCL duplicates the channel).
         let half = usize::from(ch.div_ceil(2));
@@ -304,13 +301,8 @@ pub fn schedule_for(
     // A ring all_reduce/all_gather/reduce_scatter moves 1/n of the data per
     // round on every rank at once: each round's block is cut into
     // RING_SLICES pieces per channel, so that a rank forwards the first
-    // slice while the second arrives, as NCCL does; a ring broadcast or
-    // reduce is a chain, which NCCL pipelines in chunks.
-    let chain = matches!(
-        collective,
-        Collective::Broadcast { .. } | Collective::Reduce { .. }
-    );
-    if algorithm == Algorithm::Ring && !chain {
+    // slice while the second arrives, as NCCL does.
+    if algorithm == Algorithm::Ring && !ring_chain {
         let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
         s = s.with_chunk_elems(per_channel.div_ceil(RING_SLICES).max(1));
     } else {
@@ -322,14 +314,18 @@ pub fn schedule_for(
         // that is not node-symmetric, NCCL's tree, simulates every rank).
         let per_channel = bytes as f64 * wire_factor / f64::from(ch);
         let mut slot = 512.0 * 1024.0 / wire_factor;
-        if chained && protocol == Protocol::Ll128 {
+        if tree_all_reduce && protocol == Protocol::Ll128 {
             slot = tree_ll128_chunk(bytes, ch, fabric.nodes(), fabric.ranks_per_node()) as f64;
         }
         // A chain's pipeline fills in (ranks - 2) chunk times: past a few
         // dozen chunks that is a visible share of the transfer (6 of 32
         // chunks on 8 GPUs), so chains take NCCL's slots up to the budget.
         let flows = (n * usize::from(ch)) as f64;
-        let cap = if chain { f64::INFINITY } else { MAX_CHUNKS };
+        let cap = if ring_chain {
+            f64::INFINITY
+        } else {
+            MAX_CHUNKS
+        };
         let most = cap.min((CHUNK_BUDGET / flows).max(8.0));
         let chunk = (slot.max(per_channel / most / wire_factor) as u64).max(elem);
         s = s.with_chunk_elems((chunk / elem) as usize);
