@@ -69,11 +69,6 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         Collective::AllGather => {
             let bl = single(blocks(p.count, n));
             let plan = Plan::new(s, max_block(p.count, n));
-            if n == 1 {
-                let (o, l) = p.block(r);
-                b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, o, l));
-                return;
-            }
             b.reserve(2 * n * pieces(&plan, &bl));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             // The own block goes out from the input, each piece copied to
@@ -281,7 +276,7 @@ pub(crate) fn reduce_scatter(
 /// from there and copies each piece into `out` once it is sent, so the
 /// copy overlaps the rest of the transfer as in NCCL's `directCopySend`
 /// (the input is read while the output is written); without, the own block
-/// must already be in `out`.
+/// must already be in `out` (alone in `g`, the rank only copies it there).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn all_gather(
     b: &mut Builder,
@@ -294,6 +289,10 @@ pub(crate) fn all_gather(
     chain: &mut [Vec<u32>],
 ) {
     let m = g.size;
+    if let (1, Some((buf, base))) = (m, first) {
+        let (o, l) = bl[g.pos][0];
+        b.copy(sl(buf, base, l), sl(out, o, l));
+    }
     for s in 0..m.saturating_sub(1) {
         for (j, deps) in chain.iter_mut().enumerate() {
             let ch = piece_channel(plan, j);
