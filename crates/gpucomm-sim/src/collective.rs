@@ -9,7 +9,6 @@
 
 use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 
-use crate::engine::{FlowNet, Output};
 use crate::exec::{ExecConfig, ExecResult, Prepared};
 use crate::fabric::Fabric;
 use crate::innet;
@@ -647,13 +646,25 @@ fn run_one(
     Ok(r)
 }
 
-/// NVLS all_reduce inside one NVSwitch node. Every GPU pulls its shard
-/// reduced by the switch (`multimem.ld_reduce`: its link carries S up and
-/// S/n down) and multicasts the result (`multimem.st`: S/n up, S down), the
-/// two phases pipelined; so each direction of each GPU link carries
-/// S(n+1)/n. Link bandwidth is NCCL's per-link figure times
-/// `nvlsEfficiency` and `(nChannels-1)/nChannels` (NCCL tuning.cc); the
-/// latency is NCCL's NVLS `hwLat` plus the two hops.
+/// NVLS all_reduce inside one NVSwitch node, as NCCL's kernel runs it
+/// (NVIDIA/nccl `src/device/all_reduce.h`, NVLS, one node).
+///
+/// Traffic: every GPU pulls its shard reduced by the switch
+/// (`multimem.ld_reduce`: its link carries S up and S/n down) and
+/// multicasts the result (`multimem.st`: S/n up, S down), so each direction
+/// of each GPU link carries S(n+1)/n, at NCCL's per-link figure times
+/// `nvlsEfficiency` and `(nChannels-1)/nChannels` (NCCL tuning.cc).
+///
+/// Pipeline: each of the [`model::NVLS_CHANNELS`] channels takes 1/16 of
+/// the buffer and runs it in loops of `n` chunks ([`model::nvls_chunk`]:
+/// 16 KiB to 128 KiB by size); every loop its warps scatter the input,
+/// the heads reduce and multicast, the others gather, each stage handing
+/// the loop on with one Simple-protocol step over NVLink (NCCL's `hwLat`,
+/// 3.4 us), which the data does not hide. The fill and drain cost one more
+/// loop. `nvlsEfficiency` is NCCL's rate for large messages, which run
+/// 128 KiB chunks, so the per-loop steps of that chunk are taken out of it
+/// first (not counted twice). Latency: NCCL's NVLS `hwLat` plus the two
+/// hops.
 pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let m = &fabric.machine;
     if fabric.nodes() > 1 {
@@ -663,25 +674,27 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
         return Err(SimError::Model("nvls needs an NVSwitch".into()));
     };
     let n = fabric.ranks();
-    let eff =
-        model::nvls_efficiency(m.node.arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
-    let cap = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff;
-    let mut net = FlowNet::new(&vec![cap; 2 * n]);
-    let per_dir = bytes as f64 * (n as f64 + 1.0) / n as f64;
-    let lat = SimTime::from_us(2.0 * model::NVLINK_HOP_US);
-    for g in 0..n {
-        net.start_flow(&[(2 * g) as u32], per_dir, lat, g as u64);
-        net.start_flow(&[(2 * g + 1) as u32], per_dir, lat, g as u64);
-    }
+    let ch = model::NVLS_CHANNELS;
+    let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
+    // Bytes per us on each direction of a GPU's link, one channel's share.
+    let rate = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3 / ch;
+    let wire = (n as f64 + 1.0) / n as f64;
+    let step = model::nccl_overheads("ring", Protocol::Simple)
+        .step_nvlink
+        .as_us();
+    let loop_us = |chunk: f64| n as f64 * chunk * wire / rate;
+    let big = loop_us(model::NVLS_MAX_CHUNK as f64);
+    // The rate without the per-loop steps (at most twice NCCL's, should
+    // a slow link make a loop shorter than two steps).
+    let raw = rate * big / (big - step).max(big / 2.0);
+    let chunk = model::nvls_chunk(bytes, ch as u64, n as u64) as f64;
+    let per_channel = bytes as f64 / ch;
+    let per_loop = n as f64 * chunk;
+    let loops = (per_channel / per_loop).ceil().max(1.0);
+    let data_us = (per_channel + per_loop.min(per_channel)) * wire / raw;
     let ov = model::nccl_overheads("nvls", Protocol::Simple);
-    let mut out = Vec::new();
-    let mut end = SimTime::ZERO;
-    while let Some(t) = net.next_batch(&mut out) {
-        if out.iter().any(|o| matches!(o, Output::Delivered(_))) {
-            end = t;
-        }
-    }
-    Ok(end + ov.launch + ov.step_nvlink)
+    let fixed = ov.launch + ov.step_nvlink + SimTime::from_us(2.0 * model::NVLINK_HOP_US);
+    Ok(fixed + SimTime::from_us((loops + 1.0) * step + data_us))
 }
 
 /// Builds the NCCL-engine fabric of `machine` on `nodes` nodes.

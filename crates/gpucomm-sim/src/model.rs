@@ -149,6 +149,35 @@ pub fn nvls_efficiency(arch: Arch) -> f64 {
 /// bandwidth by `(nChannels - 1) / nChannels` (tuning.cc).
 pub const NVLS_CHANNELS: f64 = 16.0;
 
+/// NCCL's largest NVLS chunk, bytes per head and channel
+/// (`NCCL_NVLS_CHUNKSIZE` default, NVIDIA/nccl `src/transport/nvls.cc`).
+pub const NVLS_MAX_CHUNK: u64 = 128 * 1024;
+
+/// The chunk NCCL's NVLS all_reduce runs for `bytes` on `channels`
+/// channels of `heads` heads (NVIDIA/nccl `src/enqueue.cc`
+/// `calcCollChunking`): with `ops = channels x heads` chunks in flight,
+/// 128 KiB, 64 KiB below `64 x ops x chunk` bytes, 32 KiB below `8 x ops x
+/// chunk`, 16 KiB below `2 x ops x chunk`, each test on the chunk the
+/// previous one left.
+///
+/// ```
+/// use gpucomm_sim::model::nvls_chunk;
+/// // 16 channels x 8 heads: 64 KiB chunks below 1 GiB, 16 KiB at 1 MiB.
+/// assert_eq!(nvls_chunk(8 << 30, 16, 8), 128 * 1024);
+/// assert_eq!(nvls_chunk(128 << 20, 16, 8), 64 * 1024);
+/// assert_eq!(nvls_chunk(1 << 20, 16, 8), 16 * 1024);
+/// ```
+pub fn nvls_chunk(bytes: u64, channels: u64, heads: u64) -> u64 {
+    let ops = channels.max(1) * heads.max(1);
+    let mut chunk = NVLS_MAX_CHUNK;
+    for (times, smaller) in [(64, 65_536), (8, 32_768), (2, 16_384)] {
+        if bytes < times * ops * chunk && chunk > smaller {
+            chunk = smaller;
+        }
+    }
+    chunk
+}
+
 /// Efficiency factors of one engine on one architecture.
 #[derive(Clone, Copy, Debug)]
 pub struct Efficiency {
