@@ -39,7 +39,10 @@ use crate::{SimError, SimTime};
 pub struct Overheads {
     /// Fixed cost of launching the operation (kernel launch, proxy wake-up).
     pub launch: SimTime,
-    /// Added to every transfer step, by path class: NVLink, PCIe, network.
+    /// How long after its last byte leaves a transfer step completes, by
+    /// path class: NVLink, PCIe, network; or the route's wire latency if
+    /// that is longer. A per-step latency measured end to end (NCCL's
+    /// `hwLat`) already holds the wire's, so the two are not added.
     pub step_nvlink: SimTime,
     /// See `step_nvlink`.
     pub step_pcie: SimTime,
@@ -928,8 +931,8 @@ impl Exec<'_> {
     }
 
     /// The last byte of transfer `ti` has left at `t`: its connection takes
-    /// the next transfer, and it completes after the route latency plus the
-    /// step's software overhead.
+    /// the next transfer, and it completes after the step's overhead or the
+    /// route's latency, whichever is longer ([`Overheads::step_nvlink`]).
     fn sent(&mut self, ti: u32, t: SimTime) -> Result<(), SimError> {
         let route = self.transfers[ti as usize].route;
         let conn = &mut self.conns[route as usize];
@@ -941,7 +944,7 @@ impl Exec<'_> {
             None => conn.busy = false,
         }
         let (_, lat, class) = &self.routes[route as usize];
-        let delay = *lat + self.cfg.overheads.step(*class);
+        let delay = (*lat).max(self.cfg.overheads.step(*class));
         if delay == SimTime::ZERO {
             return self.delivered(ti, t);
         }
@@ -1096,18 +1099,27 @@ mod tests {
     #[test]
     fn ring_all_reduce_time_matches_hand_computation() {
         // 4 ranks, 4000 f32 = 16000 B; ring: 2*(n-1) = 6 steps of 4000 B at
-        // 1 GB/s (4 us) + 1 us latency + 0.5 us overhead = 5.5 us each.
+        // 1 GB/s (4 us), then the step's 1.5 us overhead, which holds the
+        // 1 us wire latency: 5.5 us each.
         let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
         let s = Schedule::new(p, Algorithm::Ring).unwrap();
-        let cfg = ExecConfig {
+        let with = |us| ExecConfig {
             overheads: Overheads {
-                step_nvlink: SimTime::from_us(0.5),
+                step_nvlink: SimTime::from_us(us),
                 ..Overheads::NONE
             },
             ..ExecConfig::default()
         };
+        let cfg = with(1.5);
         let r = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
         assert!((r.time.as_us() - 6.0 * 5.5).abs() < 1e-3, "{}", r.time);
+        // An overhead below the wire latency leaves the latency.
+        let short = run_schedule(&s, &RingFabric(4), &with(0.5)).unwrap();
+        assert!(
+            (short.time.as_us() - 6.0 * 5.0).abs() < 1e-3,
+            "{}",
+            short.time
+        );
         assert_eq!(r.stats.flows, 4 * 6);
         // Deterministic.
         let r2 = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
