@@ -148,6 +148,64 @@ nodes = 4
 bytes = 8589934592
 value = 323.53
 source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_allgather_20260224_225706.txt (NCCL 2.24.3)"
+
+[[case]]
+id = "h100-4node-allreduce-8B"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "time_us"
+collective = "all_reduce"
+gpus = 32
+nodes = 4
+bytes = 8
+value = 38.37
+source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_allreduce_20260224_225706.txt (NCCL 2.24.3)"
+
+[[case]]
+id = "h100-allreduce-8B"
+system = "8x H100 SXM (DGX H100), one node"
+metric = "time_us"
+collective = "all_reduce"
+gpus = 8
+nodes = 1
+bytes = 8
+value = 13.67
+source = "NVIDIA/dgxc-benchmarking nccl/README.md sample output (one process per GPU)"
+
+[[case]]
+id = "h100-nvls-1M"
+system = "8x H100 SXM, NVLS"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 8
+nodes = 1
+bytes = 1048576
+value = 47.37
+source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_allreduce_20260224_223444.txt (NCCL 2.24.3)"
+
+[[case]]
+id = "h100-nvls-32M"
+system = "8x H100 SXM (DGX H100), NVLS"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 8
+nodes = 1
+bytes = 33554432
+value = 294.69
+source = "NVIDIA/dgxc-benchmarking nccl/README.md sample output (NVLS from 2 MiB)"
+
+[[case]]
+id = "h200-nvls-8M"
+system = "8x H200 SXM, NVLS"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 8
+nodes = 1
+bytes = 8388608
+value = 181.94
+source = "Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md (NCCL 2.20.5)"
 "#;
 
 /// The NCCL maintainer's figure for every collective but all_reduce on one
