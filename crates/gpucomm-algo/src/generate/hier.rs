@@ -19,7 +19,7 @@
 //! previous one's block); broadcast is.
 
 use super::ring::{self, Block, single};
-use super::{Builder, Group, Plan, blocks, max_block, sl};
+use super::{Builder, Group, Plan, blocks, max_block};
 use crate::{Buf, Collective, Schedule};
 
 fn unchunked(s: &Schedule, unit: usize) -> Plan {
@@ -142,12 +142,14 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             );
         }
         Collective::AllGather => {
-            let (o, len) = p.block(r);
-            let copy = b.copy(sl(Buf::Input, 0, len), sl(Buf::Output, o, len));
+            // The rail ring sends the own block from the input and copies it
+            // behind its sends (NCCL's directCopySend), so the copy does not
+            // hold up the first send.
             let pl = unchunked(s, max_block(c, n));
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
-            let mut ch = vec![copy.into_iter().collect::<Vec<u32>>(); ring::pieces(&pl, &bl2)];
-            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, None, &mut ch);
+            let mut ch = vec![Vec::new(); ring::pieces(&pl, &bl2)];
+            let first = Some((Buf::Input, 0));
+            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, first, &mut ch);
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
             ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, None, &mut ch2);
