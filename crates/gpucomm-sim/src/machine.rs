@@ -751,7 +751,7 @@ impl ClusterFabric {
                 let ring = &rings[c % rings.len()];
                 let cost = |i: usize| {
                     let (a, b) = (ring[i] as usize, ring[(i + 1) % n] as usize);
-                    let k = (a + c) % nics;
+                    let k = self.rail(a, c);
                     let (mut out, mut inn) = (Vec::new(), Vec::new());
                     self.to_nic(a, k, &mut out);
                     self.nic_to_gpu(k, b, &mut inn);
@@ -800,9 +800,9 @@ impl ClusterFabric {
         (0..usize::from(channels.max(1)))
             .map(|c| {
                 let h = (0..n)
-                    .min_by_key(|&h| (nic_use[(h + c) % nics], head_use[h], h))
+                    .min_by_key(|&h| (nic_use[self.rail(h, c)], head_use[h], h))
                     .unwrap_or(0);
-                nic_use[(h + c) % nics] += 1;
+                nic_use[self.rail(h, c)] += 1;
                 head_use[h] += 1;
                 (0..n).map(|d| ((h + d) % n) as u32).collect()
             })
@@ -907,6 +907,13 @@ impl ClusterFabric {
             links: self.globalize(0, &v),
             class: Some(PathClass::Pcie),
         })
+    }
+
+    /// The NIC (rail) that channel `channel` of local GPU `a` uses: `(a +
+    /// channel) mod nics`, as NCCL spreads channels over NICs; the peer node
+    /// receives on the same rail. Needs a node with NICs.
+    fn rail(&self, a: usize, channel: usize) -> usize {
+        (a + channel) % self.machine.node.nics
     }
 
     /// Route from GPU `a` of node `na` to the network through NIC `k` of
@@ -1069,9 +1076,7 @@ impl Fabric for ClusterFabric {
                 why: "the nodes have no NIC".into(),
             });
         }
-        // Channel c of local GPU a uses rail (a + c) mod nics, as NCCL spreads
-        // channels over NICs; the peer node receives on the same rail.
-        let k = (a + channel as usize) % nics;
+        let k = self.rail(a, usize::from(channel));
         let mut w = Vec::with_capacity(6);
         self.to_nic(a, k, &mut v);
         self.nic_to_gpu(k, b, &mut w);
