@@ -12,13 +12,14 @@
 //! Not modeled: slow-down of compute by communication kernels sharing SMs
 //! and memory bandwidth, the optimizer step, gradient accumulation.
 
-use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpucomm_algo::Collective;
 use serde::{Deserialize, Serialize};
 
 use crate::collective::{CollOptions, simulate};
-use crate::machine::{Engine, Machine};
+use crate::machine::{ClusterFabric, Engine, Machine};
 use crate::par::par_map;
 use crate::{SimError, SimTime};
 
@@ -257,21 +258,26 @@ pub fn prefill(
         .into_iter()
         .map(|(b, _)| b)
         .collect();
-    let mut jobs: Vec<(usize, u64)> = Vec::new();
-    for &n in node_counts {
-        for &b in &sizes {
-            if !cache.contains_key(&(n, b)) && !jobs.contains(&(n, b)) {
-                jobs.push((n, b));
-            }
+    // The missing (nodes, bytes) pairs, largest first, and the fabric of
+    // each node count among them, built once.
+    let missing: BTreeSet<(usize, u64)> = node_counts
+        .iter()
+        .flat_map(|&n| sizes.iter().map(move |&b| (n, b)))
+        .filter(|k| !cache.contains_key(k))
+        .collect();
+    let jobs: Vec<(usize, u64)> = missing.into_iter().rev().collect();
+    let mut fabrics: BTreeMap<usize, ClusterFabric> = BTreeMap::new();
+    for &(n, _) in &jobs {
+        if let Entry::Vacant(e) = fabrics.entry(n) {
+            e.insert(machine.fabric(Engine::Nccl, n)?);
         }
     }
-    jobs.sort_by_key(|&(n, b)| std::cmp::Reverse((n, b)));
     let times = par_map(&jobs, |&(n, b)| -> Result<Option<SimTime>, SimError> {
-        let f = machine.fabric(Engine::Nccl, n)?;
-        if crate::fabric::Fabric::ranks(&f) == 1 {
+        let f = &fabrics[&n];
+        if crate::fabric::Fabric::ranks(f) == 1 {
             return Ok(None);
         }
-        let r = simulate(&f, Collective::AllReduce, b, &CollOptions::default())?;
+        let r = simulate(f, Collective::AllReduce, b, &CollOptions::default())?;
         Ok(Some(r.time))
     });
     for (&key, t) in jobs.iter().zip(times) {
