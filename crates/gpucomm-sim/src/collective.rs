@@ -682,10 +682,10 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
     let step = model::nccl_overheads("ring", Protocol::Simple)
         .step_nvlink
         .as_us();
-    let loop_us = |chunk: f64| n as f64 * chunk * wire / rate;
-    let big = loop_us(model::NVLS_MAX_CHUNK as f64);
-    // The rate without the per-loop steps (at most twice NCCL's, should
-    // a slow link make a loop shorter than two steps).
+    // A loop of the largest chunks at NCCL's rate, us, and the rate
+    // without its step (at most twice NCCL's, should a slow link make a
+    // loop shorter than two steps).
+    let big = n as f64 * model::NVLS_MAX_CHUNK as f64 * wire / rate;
     let raw = rate * big / (big - step).max(big / 2.0);
     let chunk = model::nvls_chunk(bytes, ch as u64, n as u64) as f64;
     let per_channel = bytes as f64 / ch;
