@@ -59,11 +59,50 @@ impl AlgoChoice {
     }
 }
 
+/// How the tuner picks the algorithm and protocol among the candidates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tuner {
+    /// As NCCL does: the candidate NCCL's cost model rates fastest, which
+    /// is then simulated. The model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
+    /// `src/graph/tuning.cc`) is NCCL's latency
+    /// ([`model::nccl_model_latency_us`]) plus the bytes over its
+    /// bandwidth; for the bandwidth, where NCCL takes its topology search's
+    /// channels times their bandwidth, the simulator takes the schedule's
+    /// busiest link (its bytes under the protocol over the link's rate, or
+    /// a rank's bytes over the protocol's cap), with NCCL's refinements
+    /// the protocol factors do not hold (tree all_reduce: x0.92 and the
+    /// tree correction by size). NVLS inside a node is rated at its
+    /// large-message rate with NCCL's 25 us latency; the switch algorithms
+    /// across nodes (NVLS with SHARP, CollNet, NVLSTree) are NCCL-style
+    /// models already, their simulated time is their rating. Where none
+    /// of NCCL's algorithms implements the collective (all_to_all,
+    /// sendrecv) NCCL has no choice to make and the fastest simulated
+    /// candidate is taken.
+    #[default]
+    Nccl,
+    /// The candidate whose simulated time is shortest: what setting
+    /// `NCCL_ALGO` and `NCCL_PROTO` could get where NCCL's model errs.
+    Fastest,
+}
+
+impl Tuner {
+    /// `nccl` or `fastest`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "nccl" => Some(Tuner::Nccl),
+            "fastest" => Some(Tuner::Fastest),
+            _ => None,
+        }
+    }
+}
+
 /// Options of a collective simulation.
 #[derive(Clone, Debug)]
 pub struct CollOptions {
-    /// The algorithm; `None` lets the tuner pick (fastest simulated candidate).
+    /// The algorithm; `None` lets the tuner pick.
     pub algorithm: Option<AlgoChoice>,
+    /// How the tuner picks.
+    pub tuner: Tuner,
     /// NCCL's wire protocol; `None` lets the tuner pick among those NCCL
     /// enables on the machine ([`model::nccl_protocol_check`]).
     pub protocol: Option<Protocol>,
@@ -80,6 +119,7 @@ impl Default for CollOptions {
     fn default() -> Self {
         CollOptions {
             algorithm: None,
+            tuner: Tuner::Nccl,
             protocol: None,
             channels: None,
             symmetry: true,
@@ -108,8 +148,12 @@ pub struct CollResult {
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// The candidates it did not simulate, with the lower bound on their
-    /// time that ruled them out (above the best time found).
+    /// time (under [`Tuner::Fastest`] the bound ruled them out: it is above
+    /// the best time found).
     pub skipped: Vec<(AlgoChoice, Protocol, SimTime)>,
+    /// NCCL's cost model's time of every candidate it rated, in the order
+    /// of the candidates (under [`Tuner::Nccl`]; empty otherwise).
+    pub model: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// Details of the run of a schedule (None for NVLS and CollNet).
     pub exec: Option<ExecResult>,
 }
@@ -462,70 +506,145 @@ pub fn simulate(
         }
     };
     let time_of = |r: &Option<Run>| r.as_ref().and_then(|r| r.as_ref().ok()).map(|(t, _)| *t);
-    // Branch and bound: no run of a schedule beats its launch plus the
-    // bytes its busiest link must carry over that link's capacity (and,
-    // under a protocol's rate cap, a rank's bytes over the cap), known
-    // from the prepared steps before any run. Candidates run in order of
-    // that bound, as many at once as there are cores; one whose bound is
-    // above the best time simulated so far is skipped (it cannot win, so
-    // the pick is the one running every candidate gives). The hardware
-    // models (NVLS, CollNet, NVLSTree) are cheap: they always run, first,
-    // and their times bound the schedules too.
+    // Every schedule's bytes on its busiest link are known from the
+    // prepared steps before any run: over that link's capacity (and,
+    // under a protocol's rate cap, a rank's bytes over the cap) they bound
+    // the run's time from below and stand for the bandwidth term of NCCL's
+    // model. The hardware models (NVLS, CollNet, NVLSTree) are cheap: they
+    // always run, first.
     let (hardware, mut order): (Vec<usize>, Vec<usize>) =
         (0..jobs.len()).partition(|&i| job_prep[i].is_none());
-    // A lone schedule needs no bound (nothing to skip it for).
-    let bounded = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
+    // A lone schedule needs neither (nothing to compare it with).
+    let compared = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
     let loads: Vec<Option<crate::exec::LinkLoad>> = prepared
         .iter()
         .map(|(_, p)| {
-            let p = p.as_ref().ok().filter(|_| bounded)?;
+            let p = p.as_ref().ok().filter(|_| compared)?;
             p.link_load(fabric).ok()
         })
         .collect();
-    let caps = if bounded {
+    let caps = if compared {
         fabric.capacities()
     } else {
         Vec::new()
     };
-    let bound = |i: usize| -> f64 {
+    // Schedule job `i`'s busiest link's time at one wire byte per payload
+    // byte, and under a protocol's rate cap a rank's bytes over the cap
+    // (else 0), seconds.
+    let link_times = |i: usize| -> Option<(f64, f64)> {
         let (c, p) = jobs[i];
         let (AlgoChoice::Schedule(a), Some(Ok(k))) = (c, &job_prep[i]) else {
-            return 0.0;
+            return None;
         };
-        let Some(load) = &loads[*k] else {
-            return 0.0;
-        };
-        let bw = protocol_bandwidth(fabric, a.name(), p);
-        let busiest = load
+        let load = loads[*k].as_ref()?;
+        let link = load
             .link_bytes
             .iter()
             .zip(&caps)
-            .map(|(&b, &cap)| b * bw.factor / (cap * 1e9))
+            .map(|(&b, &cap)| b / (cap * 1e9))
             .fold(0.0, f64::max);
-        let capped = bw
+        let capped = protocol_bandwidth(fabric, a.name(), p)
             .cap_gbps
             .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
-        model::nccl_overheads(a.name(), p).launch.as_secs_f64() + busiest.max(capped)
+        Some((link, capped))
+    };
+    let bound = |i: usize| -> f64 {
+        match (jobs[i].0, link_times(i)) {
+            (AlgoChoice::Schedule(a), Some((link, capped))) => {
+                let p = jobs[i].1;
+                let factor = protocol_bandwidth(fabric, a.name(), p).factor;
+                model::nccl_overheads(a.name(), p).launch.as_secs_f64()
+                    + (link * factor).max(capped)
+            }
+            _ => 0.0,
+        }
     };
     let bounds: Vec<f64> = (0..jobs.len()).map(bound).collect();
-    // The hardware models first (a few flows each), then the schedules.
     run_jobs(&hardware, &mut results);
-    order.sort_by(|&x, &y| bounds[x].total_cmp(&bounds[y]).then(x.cmp(&y)));
-    let wave = crate::par::threads().max(1);
-    let mut next = 0;
-    while next < order.len() {
-        let best = results.iter().filter_map(time_of).min();
-        let mut batch = Vec::new();
-        while next < order.len() && batch.len() < wave {
-            let i = order[next];
-            next += 1;
-            // (A relative 1e-9 of slack: a bound is a float, times are
-            // whole picoseconds.)
-            if best.is_none_or(|b| bounds[i] <= b.as_secs_f64() * (1.0 + 1e-9)) {
-                batch.push(i);
+    // NCCL's model applies where NCCL has the algorithms (or the user
+    // named one and the protocol is to be picked).
+    let nccl_choice = opts.tuner == Tuner::Nccl
+        && compared
+        && (opts.algorithm.is_some()
+            || choices.iter().all(|c| match c {
+                AlgoChoice::Schedule(a) => NCCL_ALGORITHMS.contains(a),
+                _ => true,
+            }));
+    let mut model_times: Vec<Option<f64>> = vec![None; jobs.len()];
+    let mut pick = None;
+    if nccl_choice {
+        let comm = nccl_comm(fabric, opts.channels);
+        let rating = NcclRating {
+            fabric,
+            collective,
+            bytes,
+            comm,
+        };
+        // The bus bandwidth NCCL's search would find: the ring's busiest
+        // link's (NCCL searches its rings and trees on the same links and
+        // rates both from them).
+        let ring_bus = (0..jobs.len())
+            .find(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
+            .and_then(&link_times)
+            .map(|(link, _)| rating.bus_gbps(Algorithm::Ring, link));
+        for (i, &(c, p)) in jobs.iter().enumerate() {
+            model_times[i] = match c {
+                AlgoChoice::Schedule(a) => link_times(i).map(|(link, _)| {
+                    rating.schedule_secs(a, p, ring_bus.unwrap_or_else(|| rating.bus_gbps(a, link)))
+                }),
+                AlgoChoice::Nvls if fabric.nodes() == 1 => {
+                    nvls_model_time(fabric, bytes).ok().map(|t| t.as_secs_f64())
+                }
+                AlgoChoice::NvlsTree => {
+                    time_of(&results[i]).map(|t| rating.nvls_tree_secs(t.as_secs_f64()))
+                }
+                _ => time_of(&results[i]).map(|t| t.as_secs_f64()),
+            };
+        }
+        let mut rated: Vec<usize> = (0..jobs.len())
+            .filter(|&i| model_times[i].is_some())
+            .collect();
+        rated.sort_by(|&x, &y| {
+            model_times[x]
+                .unwrap_or(0.0)
+                .total_cmp(&model_times[y].unwrap_or(0.0))
+                .then(x.cmp(&y))
+        });
+        // The first rated candidate that runs.
+        for i in rated {
+            if results[i].is_none() {
+                run_jobs(&[i], &mut results);
+            }
+            if time_of(&results[i]).is_some() {
+                pick = Some(i);
+                break;
             }
         }
-        run_jobs(&batch, &mut results);
+    }
+    if pick.is_none() {
+        // Branch and bound: candidates run in order of their bound, as many
+        // at once as there are cores; one whose bound is above the best
+        // time simulated so far is skipped (it cannot win, so the pick is
+        // the one running every candidate gives).
+        order.sort_by(|&x, &y| bounds[x].total_cmp(&bounds[y]).then(x.cmp(&y)));
+        let wave = crate::par::threads().max(1);
+        let mut next = 0;
+        while next < order.len() {
+            let best = results.iter().filter_map(time_of).min();
+            let mut batch = Vec::new();
+            while next < order.len() && batch.len() < wave {
+                let i = order[next];
+                next += 1;
+                // (A relative 1e-9 of slack: a bound is a float, times are
+                // whole picoseconds.)
+                if results[i].is_none()
+                    && best.is_none_or(|b| bounds[i] <= b.as_secs_f64() * (1.0 + 1e-9))
+                {
+                    batch.push(i);
+                }
+            }
+            run_jobs(&batch, &mut results);
+        }
     }
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
     let mut tried = Vec::new();
@@ -536,7 +655,11 @@ pub fn simulate(
             None => skipped.push((c, p, SimTime::from_secs_f64(bounds[i]))),
             Some(Ok((t, ex))) => {
                 tried.push((c, p, t));
-                if best.as_ref().is_none_or(|b| t < b.0) {
+                let better = match pick {
+                    Some(k) => k == i,
+                    None => best.as_ref().is_none_or(|b| t < b.0),
+                };
+                if better {
                     best = Some((t, c, p, ex));
                 }
             }
@@ -548,6 +671,11 @@ pub fn simulate(
             }
         }
     }
+    let model = jobs
+        .iter()
+        .zip(&model_times)
+        .filter_map(|(&(c, p), m)| m.map(|m| (c, p, SimTime::from_secs_f64(m))))
+        .collect();
     let (time, algorithm, protocol, exec) = match best {
         Some(b) => b,
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
@@ -565,8 +693,80 @@ pub fn simulate(
         protocol,
         candidates: tried,
         skipped,
+        model,
         exec,
     })
+}
+
+/// NCCL's cost model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
+/// `src/graph/tuning.cc`) of one collective: latency plus the bytes over
+/// the algorithm bandwidth NCCL derives from its topology search's bus
+/// bandwidth, which the simulator takes from the busiest link
+/// ([`Tuner::Nccl`]).
+struct NcclRating<'a> {
+    fabric: &'a ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    comm: model::NcclComm,
+}
+
+impl NcclRating<'_> {
+    /// NCCL's algorithm bandwidth over its bus bandwidth for `a`: the ring
+    /// `nRanks / nsteps` (nccl-tests' bus factor inverted), the tree
+    /// all_reduce 0.5.
+    fn ratio(&self, a: Algorithm) -> f64 {
+        if a == Algorithm::Tree && self.collective == Collective::AllReduce {
+            0.5
+        } else {
+            1.0 / self.collective.busbw_factor(self.comm.ranks)
+        }
+    }
+
+    /// The bus bandwidth, GB/s, of a schedule of `a` whose busiest link
+    /// takes `link` seconds at one wire byte per payload byte.
+    fn bus_gbps(&self, a: Algorithm, link: f64) -> f64 {
+        self.bytes as f64 / (link.max(1e-18) * self.ratio(a)) / 1e9
+    }
+
+    /// NCCL's time of `a` under `p` at bus bandwidth `bus` GB/s, seconds:
+    /// the protocol's factor and cap ([`model::nccl_protocol_bandwidth`]),
+    /// a tree all_reduce's x0.92 and correction by size.
+    fn schedule_secs(&self, a: Algorithm, p: Protocol, bus: f64) -> f64 {
+        let bw = protocol_bandwidth(self.fabric, a.name(), p);
+        let tree = a == Algorithm::Tree && self.collective == Collective::AllReduce;
+        let mut busbw = bus / bw.factor;
+        if tree {
+            busbw *= model::NCCL_TREE_ALL_REDUCE_BW;
+        }
+        if let Some(cap) = bw.cap_gbps {
+            busbw = busbw.min(cap);
+        }
+        if tree {
+            busbw *= model::nccl_tree_correction(p, self.bytes);
+        }
+        let lat =
+            model::nccl_model_latency_us(a.name(), p, self.collective, self.bytes, &self.comm);
+        lat * 1e-6 + self.bytes as f64 / (busbw * self.ratio(a) * 1e9)
+    }
+
+    /// NCCL's rating of NVLSTree given its simulated time `sim` (seconds):
+    /// no faster than NCCL's per-channel cap (`perChMaxNVLSTreeBws`) on
+    /// one channel per head allows (NCCL's NVLS graph has a channel per
+    /// head, a head per NIC).
+    fn nvls_tree_secs(&self, sim: f64) -> f64 {
+        let node = &self.fabric.machine.node;
+        let heads = node.nics.min(self.fabric.ranks_per_node()).max(1) as f64;
+        let cap = model::nccl_nvls_tree_channel_gbps(node.arch, self.comm.nodes) * heads;
+        let lat = model::nccl_model_latency_us(
+            "nvls_tree",
+            Protocol::Simple,
+            self.collective,
+            self.bytes,
+            &self.comm,
+        );
+        let capped = lat * 1e-6 + self.bytes as f64 / (cap * self.ratio(Algorithm::Ring) * 1e9);
+        sim.max(capped)
+    }
 }
 
 /// NCCL's bandwidth model of `protocol` for `algo` on this fabric.
@@ -663,38 +863,94 @@ fn run_one(
 /// 3.4 us), which the data does not hide. The fill and drain cost one more
 /// loop. `nvlsEfficiency` is NCCL's rate for large messages, which run
 /// 128 KiB chunks, so the per-loop steps of that chunk are taken out of it
-/// first (not counted twice). Latency: NCCL's NVLS `hwLat` plus the two
-/// hops.
+/// first (not counted twice). Latency: NCCL's NVLS `hwLat` (which holds
+/// the switch's two hops).
 pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
-    let m = &fabric.machine;
     if fabric.nodes() > 1 {
         return innet::nvls_sharp_all_reduce(fabric, bytes);
     }
-    let NvFabric::Switch { links, .. } = m.node.nvlink else {
-        return Err(SimError::Model("nvls needs an NVSwitch".into()));
-    };
-    let n = fabric.ranks();
+    let nv = NvlsNode::of(fabric)?;
+    let n = nv.ranks as f64;
     let ch = model::NVLS_CHANNELS;
-    let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
-    // Bytes per us on each direction of a GPU's link, one channel's share.
-    let rate = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3 / ch;
-    let wire = (n as f64 + 1.0) / n as f64;
     let step = model::nccl_overheads("ring", Protocol::Simple)
         .step_nvlink
         .as_us();
     // A loop of the largest chunks at NCCL's rate, us, and the rate
     // without its step (at most twice NCCL's, should a slow link make a
     // loop shorter than two steps).
-    let big = n as f64 * model::NVLS_MAX_CHUNK as f64 * wire / rate;
+    let rate = nv.rate / ch;
+    let big = n * model::NVLS_MAX_CHUNK as f64 * nv.wire / rate;
     let raw = rate * big / (big - step).max(big / 2.0);
-    let chunk = model::nvls_chunk(bytes, ch as u64, n as u64) as f64;
+    let chunk = model::nvls_chunk(bytes, ch as u64, nv.ranks as u64) as f64;
     let per_channel = bytes as f64 / ch;
-    let per_loop = n as f64 * chunk;
+    let per_loop = n * chunk;
     let loops = (per_channel / per_loop).ceil().max(1.0);
-    let data_us = (per_channel + per_loop.min(per_channel)) * wire / raw;
-    let ov = model::nccl_overheads("nvls", Protocol::Simple);
-    let fixed = ov.launch + ov.step_nvlink + SimTime::from_us(2.0 * model::NVLINK_HOP_US);
-    Ok(fixed + SimTime::from_us((loops + 1.0) * step + data_us))
+    let data_us = (per_channel + per_loop.min(per_channel)) * nv.wire / raw;
+    Ok(SimTime::from_us(
+        nv.latency_us + (loops + 1.0) * step + data_us,
+    ))
+}
+
+/// NCCL's model of NVLS all_reduce inside one node: its latency plus the
+/// bytes at the large-message rate (`nvlsEfficiency`), no chunk loops.
+pub fn nvls_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
+    let nv = NvlsNode::of(fabric)?;
+    Ok(SimTime::from_us(
+        nv.latency_us + bytes as f64 * nv.wire / nv.rate,
+    ))
+}
+
+/// NVLS inside one node: what [`nvls_all_reduce`] and its NCCL model
+/// rating share.
+struct NvlsNode {
+    ranks: usize,
+    /// Bytes per us on each direction of a GPU's link, at NCCL's per-link
+    /// figure times `nvlsEfficiency` and `(nChannels-1)/nChannels`.
+    rate: f64,
+    /// Bytes each direction of a GPU's link carries per byte of buffer.
+    wire: f64,
+    /// NCCL's NVLS latency, us (its hwLat holds the switch's hops).
+    latency_us: f64,
+}
+
+impl NvlsNode {
+    fn of(fabric: &ClusterFabric) -> Result<Self, SimError> {
+        let m = &fabric.machine;
+        let NvFabric::Switch { links, .. } = m.node.nvlink else {
+            return Err(SimError::Model("nvls needs an NVSwitch".into()));
+        };
+        let n = fabric.ranks();
+        let ch = model::NVLS_CHANNELS;
+        let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
+        let comm = nccl_comm(fabric, None);
+        Ok(NvlsNode {
+            ranks: n,
+            rate: model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3,
+            wire: (n as f64 + 1.0) / n as f64,
+            latency_us: model::nccl_model_latency_us(
+                "nvls",
+                Protocol::Simple,
+                Collective::AllReduce,
+                0,
+                &comm,
+            ),
+        })
+    }
+}
+
+/// The communicator `fabric` makes, as NCCL's cost model sees it
+/// ([`model::NcclComm`]); `channels` as [`CollOptions::channels`] (by
+/// default one per NIC).
+pub fn nccl_comm(fabric: &ClusterFabric, channels: Option<u16>) -> model::NcclComm {
+    let node = &fabric.machine.node;
+    model::NcclComm {
+        ranks: fabric.ranks(),
+        nodes: fabric.nodes(),
+        nvlink: !matches!(node.nvlink, NvFabric::None),
+        arch: node.arch,
+        amd_cpu: node.amd_cpu,
+        channels: channels.map_or(node.nics.max(1), usize::from),
+    }
 }
 
 /// Builds the NCCL-engine fabric of `machine` on `nodes` nodes.

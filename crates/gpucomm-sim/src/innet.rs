@@ -58,7 +58,7 @@
 //! rate; Quantum-2 (NDR, SHARPv3) allows "one active tree per port"
 //! (same page), no limit beyond the ports. Bandwidths are NCCL's per-link
 //! figures ([`crate::model`]); times add NCCL's latency model for the
-//! algorithm (`baseLat` + `hwLat` terms of `tuning.cc`, below).
+//! algorithm ([`model::nccl_model_latency_us`]).
 
 use gpucomm_algo::Collective;
 use gpucomm_topo::IbSpeed;
@@ -114,24 +114,6 @@ impl SharpSwitch {
 /// NCCL's CollNet Direct correction on Hopper and later (`tuning.cc`:
 /// `if (minCompCap >= 90) busBw *= .85` for `NCCL_ALGO_COLLNET_DIRECT`).
 pub const COLLNET_HOPPER_EFFICIENCY: f64 = 0.85;
-/// NCCL `hwLat[NVLINK][COLLNET_DIRECT][SIMPLE]`, us (`tuning.cc`).
-pub const COLLNET_INTRA_LAT_US: f64 = 3.7;
-/// NCCL `hwLat[NET][COLLNET_DIRECT][SIMPLE]`, us (`tuning.cc`).
-pub const COLLNET_NET_LAT_US: f64 = 31.0;
-/// NCCL's CollNet Direct "arity serialization latency" per local peer, us
-/// (`tuning.cc`: `(nRanks/nNodes-1) * 0.4`).
-pub const COLLNET_ARITY_LAT_US: f64 = 0.4;
-/// NCCL `hwLat[NET][TREE][SIMPLE]`, us, used instead when one GPU per node
-/// ("with ppn=1 latencies are fully exposed", `tuning.cc`).
-pub const NET_TREE_LAT_US: f64 = 14.0;
-/// NCCL `hwLat[NVLINK][NVLS][SIMPLE]`, us (`tuning.cc`).
-pub const NVLS_INTRA_LAT_US: f64 = 25.0;
-/// NCCL `hwLat[NET][NVLS][SIMPLE]`, us (`tuning.cc`).
-pub const NVLS_NET_LAT_US: f64 = 18.0;
-/// NCCL `hwLat[NET][NVLS_TREE][SIMPLE]`, us (`tuning.cc`), paid twice per
-/// tree level (`2 * log2i(nNodes) * interLat`); the NVLink part is
-/// [`NVLS_INTRA_LAT_US`] (`hwLat[NVLINK][NVLS_TREE][SIMPLE]` = 25).
-pub const NVLS_TREE_NET_LAT_US: f64 = 20.9;
 
 /// Why `fabric` cannot reduce in its network switches (or the switch
 /// generation when it can).
@@ -323,16 +305,7 @@ pub fn collnet_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime,
         let (links, lat) = stream(fabric, &net, k, h);
         flows.start_flow(&links, slice, lat, tag as u64);
     }
-    let ppn = rpn as f64;
-    let inter = if rpn == 1 {
-        NET_TREE_LAT_US
-    } else {
-        COLLNET_NET_LAT_US
-    };
-    let lat = 2.0
-        * ((ppn - 1.0).min(1.0) * COLLNET_INTRA_LAT_US + (ppn - 1.0) * COLLNET_ARITY_LAT_US)
-        + inter;
-    Ok(run(flows) + SimTime::from_us(lat))
+    Ok(run(flows) + nccl_latency(fabric, "collnet", bytes))
 }
 
 /// NVLS with SHARP across nodes, all_reduce of `bytes` (see the module
@@ -349,7 +322,7 @@ pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTi
         let (links, lat) = stream(fabric, &net, k, h);
         flows.start_flow(&links, slice, lat, tag as u64);
     }
-    Ok(run(flows) + SimTime::from_us(NVLS_INTRA_LAT_US + NVLS_NET_LAT_US))
+    Ok(run(flows) + nccl_latency(fabric, "nvls", bytes))
 }
 
 /// Node 0's NVSwitch links, one `(up, down)` per GPU, their capacities in
@@ -478,9 +451,20 @@ pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
         flows.start_flow(&out, per_nic, lat_out, tag as u64);
         flows.start_flow(&back, per_nic, lat_in, tag as u64);
     }
-    let levels = f64::from(usize::BITS - 1 - nodes.leading_zeros());
-    let lat = NVLS_INTRA_LAT_US + 2.0 * levels * NVLS_TREE_NET_LAT_US;
-    Ok(run(flows) + SimTime::from_us(lat))
+    Ok(run(flows) + nccl_latency(fabric, "nvls_tree", bytes))
+}
+
+/// NCCL's latency of the switch algorithm `algo` (all_reduce, Simple) on
+/// `fabric` ([`model::nccl_model_latency_us`]).
+fn nccl_latency(fabric: &ClusterFabric, algo: &str, bytes: u64) -> SimTime {
+    let comm = crate::collective::nccl_comm(fabric, None);
+    SimTime::from_us(model::nccl_model_latency_us(
+        algo,
+        model::Protocol::Simple,
+        Collective::AllReduce,
+        bytes,
+        &comm,
+    ))
 }
 
 #[cfg(test)]
@@ -536,7 +520,9 @@ mod tests {
             .fold(f64::INFINITY, f64::min)
             * COLLNET_HOPPER_EFFICIENCY;
         let bytes = 1u64 << 30;
-        let want = bytes as f64 / (slowest * 1e9) * 1e6 + lat.as_us() + NET_TREE_LAT_US;
+        // NCCL's CollNet latency with one GPU per node: the tree's network
+        // hwLat, 14 us (tuning.cc).
+        let want = bytes as f64 / (slowest * 1e9) * 1e6 + lat.as_us() + 14.0;
         let got = collnet_all_reduce(&f, bytes).unwrap().as_us();
         assert!((got - want).abs() < 1e-3, "{got} vs {want}");
     }
@@ -568,7 +554,8 @@ mod tests {
             // The slower of the NVLS links and the NIC's tree traffic, plus
             // NCCL's latency (25 + 2 log2(nodes) x 20.9 us) and a few hops.
             let levels = f64::from(nodes.trailing_zeros());
-            let lat = NVLS_INTRA_LAT_US + 2.0 * levels * NVLS_TREE_NET_LAT_US;
+            // (hwLat NVLINK 25 us, NET 20.9 us: tuning.cc.)
+            let lat = 25.0 + 2.0 * levels * 20.9;
             let bound = nvls_us.max(per_nic / (nic * 1e9) * 1e6) + lat;
             assert!(
                 t >= bound,

@@ -350,13 +350,15 @@ pub fn nccl_protocol_bandwidth(
 /// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
 /// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
 /// protocol, and its per-step cost by path (NVLink, PCIe, network).
-/// NVLS runs the Simple protocol only; algorithms NCCL does not have use
-/// the ring figures.
+/// NVLS, NVLSTree and CollNet (Direct) run the Simple protocol only;
+/// algorithms NCCL does not have use the ring figures.
 pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
     use Protocol::*;
     // (base, nvlink, pci, net) in us.
     let (base, nvl, pci, net) = match (algo, protocol) {
-        ("nvls", _) => (0.0, 25.0, 0.0, 0.0),
+        ("nvls", _) => (0.0, 25.0, 0.0, 18.0),
+        ("nvls_tree", _) => (0.0, 25.0, 0.0, 20.9),
+        ("collnet", _) => (0.0, 3.7, 3.7, 31.0),
         ("tree", Ll) => (6.8, 0.6, 1.0, 5.0),
         ("tree", Ll128) => (14.0, 1.25, 1.9, 8.5),
         ("tree", Simple) => (8.4, 4.0, 4.0, 14.0),
@@ -415,6 +417,175 @@ pub fn memcpy_gbps(host_mem_gbps: f64) -> f64 {
     host_mem_gbps / 2.0
 }
 
+/// What NCCL's cost model needs to know of a communicator
+/// (NVIDIA/nccl `src/graph/tuning.cc`, `ncclTopoTuneModel`).
+#[derive(Clone, Copy, Debug)]
+pub struct NcclComm {
+    /// Ranks.
+    pub ranks: usize,
+    /// Nodes.
+    pub nodes: usize,
+    /// Whether the GPUs of a node are joined by NVLink (NCCL's
+    /// `typeIntra == LINK_NVL`: the NVLink `hwLat` row, else PCIe's).
+    pub nvlink: bool,
+    /// GPU architecture (the ring's plateau factor).
+    pub arch: Arch,
+    /// AMD host CPUs (NCCL's network post overhead: 2 us, Intel 1 us).
+    pub amd_cpu: bool,
+    /// Channels (the ring's plateau test).
+    pub channels: usize,
+}
+
+/// NCCL's latency of `algo` under `protocol` for one `collective` of
+/// `bytes` (NVIDIA/nccl `src/graph/tuning.cc`: `ncclTopoTuneModel`'s
+/// `latencies`, and `ncclTopoGetAlgoTime`'s ring plateau), us.
+///
+/// `baseLat`, plus per algorithm: ring, `nsteps` steps of the intra-node
+/// `hwLat` (at least the network post overhead across nodes) of which the
+/// inter-node ones cost the network `hwLat` (a broadcast or reduce ring one
+/// step); tree, `2 ((ppn-1) intra + log2(nodes) inter)`; CollNet Direct,
+/// `2 (min(1, ppn-1) intra + 0.4 (ppn-1)) + inter`; NVLS, `intra` (+
+/// `inter` across nodes); NVLSTree, `intra + 2 log2(nodes) inter`. With one
+/// GPU per node the network `hwLat` is the tree's. The network's own
+/// latency (`latencyInter`, 0 for NCCL's InfiniBand and socket transports)
+/// is left out. Algorithms NCCL does not have take the ring's figures.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::model::{nccl_model_latency_us, Arch, NcclComm, Protocol};
+/// let one_node = NcclComm { ranks: 8, nodes: 1, nvlink: true, arch: Arch::Hopper, amd_cpu: false, channels: 16 };
+/// // Ring Simple on 8 GPUs: 8.4 + 14 x 3.4 us.
+/// let lat = nccl_model_latency_us("ring", Protocol::Simple, Collective::AllReduce, 1 << 20, &one_node);
+/// assert!((lat - 56.0).abs() < 1e-9);
+/// ```
+pub fn nccl_model_latency_us(
+    algo: &str,
+    protocol: Protocol,
+    collective: gpucomm_algo::Collective,
+    bytes: u64,
+    comm: &NcclComm,
+) -> f64 {
+    use gpucomm_algo::Collective as C;
+    let n = comm.ranks.max(1);
+    let nodes = comm.nodes.max(1);
+    let ppn = n / nodes;
+    let all_reduce = collective == C::AllReduce;
+    let nsteps = match collective {
+        C::AllReduce => 2 * (n - 1),
+        C::ReduceScatter | C::AllGather => n - 1,
+        _ => n,
+    } as f64;
+    let ov = nccl_overheads(algo, protocol);
+    let intra_hw = |o: &Overheads| {
+        if comm.nvlink {
+            o.step_nvlink.as_us()
+        } else {
+            o.step_pcie.as_us()
+        }
+    };
+    let intra = intra_hw(&ov);
+    // "With ppn=1 latencies are fully exposed, use the Tree network latency."
+    let inter = if ppn == 1 {
+        nccl_overheads("tree", protocol).step_net.as_us()
+    } else {
+        ov.step_net.as_us()
+    };
+    let log_nodes = f64::from(nodes.ilog2());
+    let base = ov.launch.as_us();
+    match algo {
+        "tree" if all_reduce => base + 2.0 * ((ppn - 1) as f64 * intra + log_nodes * inter),
+        "tree" => base,
+        "collnet" => {
+            let p = (ppn - 1) as f64;
+            2.0 * (p.min(1.0) * intra + 0.4 * p) + inter
+        }
+        "nvls" => intra + if nodes > 1 { inter } else { 0.0 },
+        "nvls_tree" => intra + 2.0 * log_nodes * inter,
+        _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
+            base + if nodes > 1 {
+                ov.step_net.as_us()
+            } else {
+                intra
+            }
+        }
+        _ => {
+            // "Inter-node rings still have to launch nsteps * net overhead."
+            let mut post = 0.0;
+            if nodes > 1 {
+                post = if comm.amd_cpu { 2.0 } else { 1.0 };
+                if protocol == Protocol::Simple {
+                    post *= 3.0;
+                }
+            }
+            let inter_steps = match (nodes, all_reduce) {
+                (1, _) => 0.0,
+                (_, true) => 2.0 * (nodes - 1) as f64,
+                (_, false) => (nodes - 1) as f64,
+            };
+            let mut lat = base + (nsteps - inter_steps) * intra.max(post) + inter_steps * inter;
+            // "Plateau effect of ring."
+            if protocol == Protocol::Simple
+                && nodes > 1
+                && all_reduce
+                && bytes / (comm.channels.max(1) * n) as u64 >= 64
+            {
+                lat *= if comm.arch < Arch::Ampere { 1.9 } else { 1.4 };
+            }
+            lat
+        }
+    }
+}
+
+/// NCCL's correction of its tree all_reduce bandwidth at `bytes`
+/// (`treeCorrectionFactor`, NVIDIA/nccl `src/graph/tuning.cc`: "Trees are
+/// not perfectly sticking to the model for medium sizes"), by protocol and
+/// `log2(bytes / 64)` from 64 B to 256 MiB; 1 outside.
+pub fn nccl_tree_correction(protocol: Protocol, bytes: u64) -> f64 {
+    const LL: [f64; 24] = [
+        1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.0, 1.0, 1.0, 1.0,
+    ];
+    const LL128: [f64; 24] = [
+        1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9,
+        0.9, 0.9, 0.9, 1.0, 1.0, 1.0,
+    ];
+    const SIMPLE: [f64; 24] = [
+        0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8,
+        0.7, 0.7, 0.8, 0.9, 0.9, 0.9,
+    ];
+    let units = bytes >> 6;
+    if units == 0 {
+        return 1.0;
+    }
+    let log = units.ilog2() as usize;
+    // NCCL applies it below log 23 only.
+    if log >= 23 {
+        return 1.0;
+    }
+    match protocol {
+        Protocol::Ll => LL[log],
+        Protocol::Ll128 => LL128[log],
+        Protocol::Simple => SIMPLE[log],
+    }
+}
+
+/// NCCL's tree all_reduce bandwidth refinement (`tuning.cc`: `busBw *
+/// .92` for every protocol, before the protocol's own factor).
+pub const NCCL_TREE_ALL_REDUCE_BW: f64 = 0.92;
+
+/// NCCL's cap on an NVLSTree channel's bus bandwidth, GB/s
+/// (`perChMaxNVLSTreeBws`, NVIDIA/nccl `src/graph/tuning.cc`: columns 1
+/// node / 2 nodes / more; NVLSTree does not run on one node).
+pub fn nccl_nvls_tree_channel_gbps(arch: Arch, nodes: usize) -> f64 {
+    let (two, more) = match arch {
+        Arch::Pascal | Arch::Volta => (18.5, 10.0),
+        Arch::Ampere | Arch::Ada => (23.6, 17.8),
+        Arch::Hopper => (57.7, 45.5),
+        Arch::Blackwell => (96.0, 80.0),
+    };
+    if nodes <= 2 { two } else { more }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +612,93 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn comm(ranks: usize, nodes: usize, nvlink: bool, amd_cpu: bool) -> NcclComm {
+        NcclComm {
+            ranks,
+            nodes,
+            nvlink,
+            arch: Arch::Hopper,
+            amd_cpu,
+            channels: 8,
+        }
+    }
+
+    #[test]
+    fn nccl_model_latency_follows_tuning_cc() {
+        use Protocol::*;
+        use gpucomm_algo::Collective as C;
+        let ar = C::AllReduce;
+        let lat =
+            |algo, p, coll, bytes, c: &NcclComm| nccl_model_latency_us(algo, p, coll, bytes, c);
+        let close = |got: f64, want: f64| assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        // One node of 8, NVLink: ring 14 steps, tree 2 x 7 steps, NVLS its hwLat.
+        let one = comm(8, 1, true, false);
+        close(lat("ring", Ll, ar, 8, &one), 6.6 + 14.0 * 0.6);
+        close(lat("ring", Ll128, ar, 8, &one), 14.0 + 14.0 * 1.9);
+        close(lat("tree", Simple, ar, 8, &one), 8.4 + 2.0 * 7.0 * 4.0);
+        close(lat("nvls", Simple, ar, 8, &one), 25.0);
+        // all_gather: 7 steps; broadcast: one hwLat (same channels).
+        close(lat("ring", Simple, C::AllGather, 8, &one), 8.4 + 7.0 * 3.4);
+        close(
+            lat("ring", Simple, C::Broadcast { root: 0 }, 8, &one),
+            8.4 + 3.4,
+        );
+        // Without NVLink: the PCIe row.
+        close(
+            lat("ring", Simple, ar, 8, &comm(8, 1, false, false)),
+            8.4 + 14.0 * 5.7,
+        );
+        // 4 nodes of 8 (32 ranks): ring 62 steps, 6 across the network,
+        // the others at least the network post overhead (Intel 1 us, AMD
+        // 2 us; x3 under Simple); the plateau x1.4 from 64 B per channel
+        // and rank (8 x 32 x 64 = 16 KiB).
+        let four = comm(32, 4, true, false);
+        close(lat("ring", Ll, ar, 8, &four), 6.6 + 56.0 * 1.0 + 6.0 * 2.7);
+        close(
+            lat("ring", Simple, ar, 8, &four),
+            8.4 + 56.0 * 3.4 + 6.0 * 14.0,
+        );
+        close(
+            lat("ring", Simple, ar, 16 << 10, &four),
+            1.4 * (8.4 + 56.0 * 3.4 + 6.0 * 14.0),
+        );
+        let four_amd = comm(32, 4, true, true);
+        close(
+            lat("ring", Simple, ar, 8, &four_amd),
+            8.4 + 56.0 * 6.0 + 6.0 * 14.0,
+        );
+        // Tree: 2 x (7 NVLink + log2(4) network) steps.
+        close(
+            lat("tree", Ll, ar, 8, &four),
+            6.8 + 2.0 * (7.0 * 0.6 + 2.0 * 5.0),
+        );
+        // The switch algorithms.
+        close(lat("nvls", Simple, ar, 8, &four), 25.0 + 18.0);
+        close(
+            lat("nvls_tree", Simple, ar, 8, &four),
+            25.0 + 2.0 * 2.0 * 20.9,
+        );
+        close(
+            lat("collnet", Simple, ar, 8, &four),
+            2.0 * (3.7 + 7.0 * 0.4) + 31.0,
+        );
+        // One GPU per node: the network hwLat is the tree's.
+        let spread = comm(4, 4, true, false);
+        close(lat("collnet", Simple, ar, 8, &spread), 14.0);
+        close(lat("ring", Ll, ar, 8, &spread), 6.6 + 6.0 * 5.0);
+    }
+
+    #[test]
+    fn the_tree_correction_is_nccls_table_by_size() {
+        // 64 B is log 0, 256 MiB log 22; 512 MiB and up, and below 64 B: 1.
+        assert_eq!(nccl_tree_correction(Protocol::Simple, 64), 0.9);
+        assert_eq!(nccl_tree_correction(Protocol::Ll, 1 << 19), 0.4);
+        assert_eq!(nccl_tree_correction(Protocol::Ll128, 1 << 20), 0.6);
+        assert_eq!(nccl_tree_correction(Protocol::Simple, (1 << 20) + 5), 0.5);
+        assert_eq!(nccl_tree_correction(Protocol::Simple, 256 << 20), 0.9);
+        assert_eq!(nccl_tree_correction(Protocol::Simple, 512 << 20), 1.0);
+        assert_eq!(nccl_tree_correction(Protocol::Ll, 8), 1.0);
     }
 }

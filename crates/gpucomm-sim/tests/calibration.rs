@@ -196,6 +196,28 @@ value = 294.69
 source = "NVIDIA/dgxc-benchmarking nccl/README.md sample output (NVLS from 2 MiB)"
 
 [[case]]
+id = "h100-allreduce-8M"
+system = "8x H100 SXM (DGX H100), one node, the tuner's pick (NCCL runs NVLS from 2 MiB)"
+metric = "time_us"
+collective = "all_reduce"
+gpus = 8
+nodes = 1
+bytes = 8388608
+value = 83.04
+source = "NVIDIA/dgxc-benchmarking nccl/README.md sample output"
+
+[[case]]
+id = "h100-allreduce-16M"
+system = "8x H100 SXM (DGX H100), one node, the tuner's pick"
+metric = "time_us"
+collective = "all_reduce"
+gpus = 8
+nodes = 1
+bytes = 16777216
+value = 123.8
+source = "NVIDIA/dgxc-benchmarking nccl/README.md sample output"
+
+[[case]]
 id = "h200-nvls-8M"
 system = "8x H200 SXM, NVLS"
 metric = "busbw"

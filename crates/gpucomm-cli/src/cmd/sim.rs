@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use gpucomm_algo::Collective;
-use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, simulate};
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, Tuner, simulate};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
@@ -105,13 +105,18 @@ struct CollArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, nvls_tree, collnet); default: the tuner picks the fastest.
+    /// hierarchical, nvls, nvls_tree, collnet); default: the tuner picks.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
-    /// NCCL protocol (LL, LL128, Simple); default: the tuner picks the
-    /// fastest of those NCCL enables on the machine.
+    /// NCCL protocol (LL, LL128, Simple); default: the tuner picks among
+    /// those NCCL enables on the machine.
     #[arg(long, short = 'p')]
     protocol: Option<String>,
+    /// How the tuner picks: `nccl` (what NCCL's cost model picks, then
+    /// simulated: what NCCL would run) or `fastest` (the fastest simulated
+    /// candidate: what NCCL_ALGO/NCCL_PROTO could get).
+    #[arg(long, default_value = "nccl")]
+    tuner: String,
     /// Channels (default: one per NIC across nodes, one inside a node).
     #[arg(long)]
     channels: Option<u16>,
@@ -318,6 +323,8 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("unknown protocol {s:?} (LL, LL128, Simple)"))?,
         ),
     };
+    let tuner = Tuner::parse(&a.tuner)
+        .with_context(|| format!("unknown tuner {:?} (nccl, fastest)", a.tuner))?;
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
     let mut results: Vec<CollResult> = Vec::new();
@@ -328,6 +335,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
             algorithm,
+            tuner,
             protocol,
             channels: a.channels,
             symmetry: !a.no_symmetry,
@@ -439,6 +447,20 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         r.algorithm.name()
                     )?,
                 }
+                if !r.model.is_empty() {
+                    let mut rated = r.model.clone();
+                    rated.sort_by_key(|m| m.2);
+                    let list: Vec<String> = rated
+                        .iter()
+                        .map(|(c, p, t)| format!("{} {} {:.1} us", c.name(), p.name(), t.as_us()))
+                        .collect();
+                    writeln!(
+                        o,
+                        "#   {:>10}  NCCL's model (the tuner runs its first): {}",
+                        "",
+                        list.join(", ")
+                    )?;
+                }
                 if !r.skipped.is_empty() {
                     let list: Vec<String> = r
                         .skipped
@@ -447,9 +469,14 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                             format!("{} {} >= {:.1} us", c.name(), p.name(), b.as_us())
                         })
                         .collect();
+                    let why = if r.model.is_empty() {
+                        "bound above the best time"
+                    } else {
+                        "lower bound"
+                    };
                     writeln!(
                         o,
-                        "#   {:>10}  not simulated, bound above the best time: {}",
+                        "#   {:>10}  not simulated, {why}: {}",
                         "",
                         list.join(", ")
                     )?;
