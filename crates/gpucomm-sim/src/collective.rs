@@ -60,24 +60,40 @@ impl AlgoChoice {
 }
 
 /// How the tuner picks the algorithm and protocol among the candidates.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::{simulate, CollOptions, Tuner};
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
+/// // At 8 MiB on one DGX H100 NCCL runs NVLS; a simulated ring is faster.
+/// let nccl = simulate(&f, Collective::AllReduce, 8 << 20, &CollOptions::default()).unwrap();
+/// let fastest = CollOptions { tuner: Tuner::Fastest, ..Default::default() };
+/// let fast = simulate(&f, Collective::AllReduce, 8 << 20, &fastest).unwrap();
+/// assert_eq!(nccl.algorithm.name(), "nvls");
+/// assert!(fast.time < nccl.time);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Tuner {
     /// As NCCL does: the candidate NCCL's cost model rates fastest, which
     /// is then simulated. The model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
     /// `src/graph/tuning.cc`) is NCCL's latency
     /// ([`model::nccl_model_latency_us`]) plus the bytes over its
-    /// bandwidth; for the bandwidth, where NCCL takes its topology search's
-    /// channels times their bandwidth, the simulator takes the schedule's
-    /// busiest link (its bytes under the protocol over the link's rate, or
-    /// a rank's bytes over the protocol's cap), with NCCL's refinements
-    /// the protocol factors do not hold (tree all_reduce: x0.92 and the
-    /// tree correction by size). NVLS inside a node is rated at its
-    /// large-message rate with NCCL's 25 us latency; the switch algorithms
-    /// across nodes (NVLS with SHARP, CollNet, NVLSTree) are NCCL-style
-    /// models already, their simulated time is their rating. Where none
-    /// of NCCL's algorithms implements the collective (all_to_all,
-    /// sendrecv) NCCL has no choice to make and the fastest simulated
-    /// candidate is taken.
+    /// bandwidth. Where NCCL takes its topology search's channels times
+    /// their bandwidth as the bus bandwidth, the simulator takes the bus
+    /// bandwidth of the ring's busiest link (the candidate's own where no
+    /// ring runs), and applies NCCL's refinements to it: the protocol's
+    /// factor and cap ([`model::nccl_protocol_bandwidth`]), a tree
+    /// all_reduce's x0.92 and correction by size, and NCCL's algorithm
+    /// bandwidth ratio (ring `nRanks / nsteps`, tree 0.5). NVLS inside a
+    /// node is rated at its large-message rate with NCCL's 25 us latency;
+    /// the switch algorithms across nodes (NVLS with SHARP, CollNet,
+    /// NVLSTree) are NCCL-style models already, their simulated time is
+    /// their rating (NVLSTree's no faster than NCCL's per-channel cap).
+    /// Where none of NCCL's algorithms implements the collective
+    /// (all_to_all, sendrecv) NCCL has no choice to make and the fastest
+    /// simulated candidate is taken.
     #[default]
     Nccl,
     /// The candidate whose simulated time is shortest: what setting
