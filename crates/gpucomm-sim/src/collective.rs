@@ -930,7 +930,15 @@ struct NvlsNode {
 }
 
 impl NvlsNode {
+    /// Refuses a fabric of several nodes, or whose NVSwitch does not reduce.
     fn of(fabric: &ClusterFabric) -> Result<Self, SimError> {
+        if fabric.nodes() > 1 {
+            return Err(SimError::Model(
+                "this NVLS model is for one node (across nodes: innet::nvls_sharp_all_reduce)"
+                    .into(),
+            ));
+        }
+        innet::nvls_capable(fabric, "NVLS")?;
         let m = &fabric.machine;
         let NvFabric::Switch { links, .. } = m.node.nvlink else {
             return Err(SimError::Model("nvls needs an NVSwitch".into()));
@@ -938,18 +946,11 @@ impl NvlsNode {
         let n = fabric.ranks();
         let ch = model::NVLS_CHANNELS;
         let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
-        let comm = nccl_comm(fabric, None);
         Ok(NvlsNode {
             ranks: n,
             rate: model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3,
             wire: (n as f64 + 1.0) / n as f64,
-            latency_us: model::nccl_model_latency_us(
-                "nvls",
-                Protocol::Simple,
-                Collective::AllReduce,
-                0,
-                &comm,
-            ),
+            latency_us: innet::nccl_latency(fabric, "nvls", 0).as_us(),
         })
     }
 }

@@ -456,7 +456,7 @@ pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
 
 /// NCCL's latency of the switch algorithm `algo` (all_reduce, Simple) on
 /// `fabric` ([`model::nccl_model_latency_us`]).
-fn nccl_latency(fabric: &ClusterFabric, algo: &str, bytes: u64) -> SimTime {
+pub(crate) fn nccl_latency(fabric: &ClusterFabric, algo: &str, bytes: u64) -> SimTime {
     let comm = crate::collective::nccl_comm(fabric, None);
     SimTime::from_us(model::nccl_model_latency_us(
         algo,

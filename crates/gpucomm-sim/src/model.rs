@@ -466,8 +466,9 @@ pub fn nccl_model_latency_us(
     comm: &NcclComm,
 ) -> f64 {
     use gpucomm_algo::Collective as C;
+    // (No more nodes than ranks: a communicator has a rank on every node.)
     let n = comm.ranks.max(1);
-    let nodes = comm.nodes.max(1);
+    let nodes = comm.nodes.clamp(1, n);
     let ppn = n / nodes;
     let all_reduce = collective == C::AllReduce;
     let nsteps = match collective {
@@ -476,14 +477,12 @@ pub fn nccl_model_latency_us(
         _ => n,
     } as f64;
     let ov = nccl_overheads(algo, protocol);
-    let intra_hw = |o: &Overheads| {
-        if comm.nvlink {
-            o.step_nvlink.as_us()
-        } else {
-            o.step_pcie.as_us()
-        }
-    };
-    let intra = intra_hw(&ov);
+    let intra = if comm.nvlink {
+        ov.step_nvlink
+    } else {
+        ov.step_pcie
+    }
+    .as_us();
     // "With ppn=1 latencies are fully exposed, use the Tree network latency."
     let inter = if ppn == 1 {
         nccl_overheads("tree", protocol).step_net.as_us()
@@ -688,6 +687,36 @@ mod tests {
         let spread = comm(4, 4, true, false);
         close(lat("collnet", Simple, ar, 8, &spread), 14.0);
         close(lat("ring", Ll, ar, 8, &spread), 6.6 + 6.0 * 5.0);
+    }
+
+    #[test]
+    fn more_nodes_than_ranks_is_taken_as_one_rank_per_node() {
+        // A bad communicator neither panics nor goes negative.
+        let bad = comm(2, 4, true, false);
+        let lat = nccl_model_latency_us(
+            "ring",
+            Protocol::Ll,
+            gpucomm_algo::Collective::AllReduce,
+            8,
+            &bad,
+        );
+        let two = nccl_model_latency_us(
+            "ring",
+            Protocol::Ll,
+            gpucomm_algo::Collective::AllReduce,
+            8,
+            &comm(2, 2, true, false),
+        );
+        assert_eq!(lat, two);
+        assert!(
+            nccl_model_latency_us(
+                "tree",
+                Protocol::Simple,
+                gpucomm_algo::Collective::AllReduce,
+                8,
+                &bad
+            ) > 0.0
+        );
     }
 
     #[test]

@@ -349,3 +349,20 @@ fn nccls_model_rates_the_ring_above_the_tree_at_large_sizes() {
     let got = rating("ring") / rating("tree");
     assert!((got - want).abs() < 1e-6, "ring/tree {got}, NCCL {want}");
 }
+
+#[test]
+fn the_one_node_nvls_models_refuse_what_they_do_not_model() {
+    use gpucomm_sim::collective::{nvls_all_reduce, nvls_model_time};
+    // A100's NVSwitch does not reduce: an error, not a time at rate 0.
+    let a100 = common::fabric("dgx-a100", 1);
+    let e = nvls_model_time(&a100, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("in-switch reduction"), "{e}");
+    assert!(nvls_all_reduce(&a100, 1 << 20).is_err());
+    // The one-node rating is not given for two nodes.
+    let two = common::fabric("dgx-h100", 2);
+    let e = nvls_model_time(&two, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("one node"), "{e}");
+    // One DGX H100: NCCL's 25 us plus the bytes at the NVLS rate.
+    let h100 = common::fabric("dgx-h100", 1);
+    assert!((nvls_model_time(&h100, 0).unwrap().as_us() - 25.0).abs() < 1e-6);
+}
