@@ -617,17 +617,14 @@ pub fn simulate(
                 _ => time_of(&results[i]).map(|t| t.as_secs_f64()),
             };
         }
-        let mut rated: Vec<usize> = (0..jobs.len())
-            .filter(|&i| model_times[i].is_some())
+        let mut rated: Vec<(f64, usize)> = model_times
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.map(|m| (m, i)))
             .collect();
-        rated.sort_by(|&x, &y| {
-            model_times[x]
-                .unwrap_or(0.0)
-                .total_cmp(&model_times[y].unwrap_or(0.0))
-                .then(x.cmp(&y))
-        });
+        rated.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
         // The first rated candidate that runs.
-        for i in rated {
+        for (_, i) in rated {
             if results[i].is_none() {
                 run_jobs(&[i], &mut results);
             }

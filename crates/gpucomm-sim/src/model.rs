@@ -496,10 +496,10 @@ pub fn nccl_model_latency_us(
         "tree" => base,
         "collnet" => {
             let p = (ppn - 1) as f64;
-            2.0 * (p.min(1.0) * intra + 0.4 * p) + inter
+            base + 2.0 * (p.min(1.0) * intra + 0.4 * p) + inter
         }
-        "nvls" => intra + if nodes > 1 { inter } else { 0.0 },
-        "nvls_tree" => intra + 2.0 * log_nodes * inter,
+        "nvls" => base + intra + if nodes > 1 { inter } else { 0.0 },
+        "nvls_tree" => base + intra + 2.0 * log_nodes * inter,
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
             base + if nodes > 1 {
                 ov.step_net.as_us()
