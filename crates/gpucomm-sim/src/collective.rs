@@ -9,7 +9,7 @@
 
 use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 
-use crate::exec::{ExecConfig, ExecResult, Prepared};
+use crate::exec::{ExecConfig, ExecResult, LinkLoad, Prepared};
 use crate::fabric::Fabric;
 use crate::innet;
 use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
@@ -164,9 +164,11 @@ pub struct CollResult {
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// The candidates it did not simulate, with the lower bound on their
-    /// time (under [`Tuner::Fastest`] the bound ruled them out: it is above
-    /// the best time found).
-    pub skipped: Vec<(AlgoChoice, Protocol, SimTime)>,
+    /// time where their steps were generated (under [`Tuner::Fastest`]
+    /// always: the bound ruled them out, it is above the best time found;
+    /// under [`Tuner::Nccl`] only the ring's, which NCCL's model rates
+    /// every candidate from).
+    pub skipped: Vec<(AlgoChoice, Protocol, Option<SimTime>)>,
     /// NCCL's cost model's time of every candidate it rated, in the order
     /// of the candidates (under [`Tuner::Nccl`]; empty otherwise).
     pub model: Vec<(AlgoChoice, Protocol, SimTime)>,
@@ -482,39 +484,51 @@ pub fn simulate(
     }
     // Each schedule's steps are generated once, for every protocol that
     // runs the same steps (protocols differ in overheads, wire factor and
-    // caps; chunked schedules also in chunk size).
-    let mut prepared: Vec<(Schedule, Result<Prepared, SimError>)> = Vec::new();
-    let mut job_prep: Vec<Option<Result<usize, SimError>>> = Vec::new();
-    for &(c, p) in &jobs {
-        let AlgoChoice::Schedule(a) = c else {
-            job_prep.push(None);
-            continue;
-        };
-        job_prep.push(Some(
-            schedule_for(fabric, collective, bytes, a, opts.channels, p).map(|s| {
-                match prepared.iter().position(|(t, _)| *t == s) {
-                    Some(k) => k,
-                    None => {
-                        let r = Prepared::new(&s, fabric, &prepare_config(opts));
-                        prepared.push((s, r));
-                        prepared.len() - 1
-                    }
-                }
-            }),
-        ));
-    }
+    // caps; chunked schedules also in chunk size), and only when needed:
+    // NCCL's model rates every candidate from the ring's busiest link, so
+    // under it the others are generated only if they are to run (a tree
+    // on 16384 ranks is every rank's steps: seconds and gigabytes).
+    let schedules: Vec<Option<Result<Schedule, SimError>>> = jobs
+        .iter()
+        .map(|&(c, p)| match c {
+            AlgoChoice::Schedule(a) => {
+                Some(schedule_for(fabric, collective, bytes, a, opts.channels, p))
+            }
+            _ => None,
+        })
+        .collect();
+    // A lone schedule needs neither loads nor bounds (nothing to compare
+    // it with).
+    let (hardware, mut order): (Vec<usize>, Vec<usize>) =
+        (0..jobs.len()).partition(|&i| schedules[i].is_none());
+    let compared = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
+    let mut preps = Preps {
+        fabric,
+        config: prepare_config(opts),
+        compared,
+        prepared: Vec::new(),
+        job_prep: jobs.iter().map(|_| None).collect(),
+    };
+    let caps = if compared {
+        fabric.capacities()
+    } else {
+        Vec::new()
+    };
     type Run = Result<(SimTime, Option<ExecResult>), SimError>;
     let mut results: Vec<Option<Run>> = jobs.iter().map(|_| None).collect();
-    let run_jobs = |which: &[usize], results: &mut [Option<Run>]| {
+    let run_jobs = |which: &[usize], preps: &Preps, results: &mut [Option<Run>]| {
         let done = par_map(which, |&i| {
             let (c, p) = jobs[i];
-            match &job_prep[i] {
-                None => run_one(fabric, collective, bytes, c, p, opts, None),
-                Some(Err(e)) => Err(e.clone()),
-                Some(Ok(k)) => match &prepared[*k].1 {
+            match (&schedules[i], &preps.job_prep[i]) {
+                (None, _) => run_one(fabric, collective, bytes, c, p, opts, None),
+                (Some(Err(e)), _) => Err(e.clone()),
+                (_, Some(k)) => match &preps.prepared[*k].1 {
                     Ok(prep) => run_one(fabric, collective, bytes, c, p, opts, Some(prep)),
                     Err(e) => Err(e.clone()),
                 },
+                (Some(Ok(_)), None) => {
+                    Err(SimError::Model(format!("{} was not prepared", c.name())))
+                }
             }
         });
         for (&i, r) in which.iter().zip(done) {
@@ -522,61 +536,21 @@ pub fn simulate(
         }
     };
     let time_of = |r: &Option<Run>| r.as_ref().and_then(|r| r.as_ref().ok()).map(|(t, _)| *t);
-    // Every schedule's bytes on its busiest link are known from the
-    // prepared steps before any run: over that link's capacity (and,
-    // under a protocol's rate cap, a rank's bytes over the cap) they bound
-    // the run's time from below and stand for the bandwidth term of NCCL's
-    // model. The hardware models (NVLS, CollNet, NVLSTree) are cheap: they
-    // always run, first.
-    let (hardware, mut order): (Vec<usize>, Vec<usize>) =
-        (0..jobs.len()).partition(|&i| job_prep[i].is_none());
-    // A lone schedule needs neither (nothing to compare it with).
-    let compared = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
-    let loads: Vec<Option<crate::exec::LinkLoad>> = prepared
-        .iter()
-        .map(|(_, p)| {
-            let p = p.as_ref().ok().filter(|_| compared)?;
-            p.link_load(fabric).ok()
-        })
-        .collect();
-    let caps = if compared {
-        fabric.capacities()
-    } else {
-        Vec::new()
-    };
-    // Schedule job `i`'s busiest link's time at one wire byte per payload
-    // byte, and under a protocol's rate cap a rank's bytes over the cap
-    // (else 0), seconds.
-    let link_times = |i: usize| -> Option<(f64, f64)> {
-        let (c, p) = jobs[i];
-        let (AlgoChoice::Schedule(a), Some(Ok(k))) = (c, &job_prep[i]) else {
+    // Every prepared schedule's bytes on its busiest link are known before
+    // any run: over that link's capacity (and, under a protocol's rate
+    // cap, a rank's bytes over the cap) they bound the run's time from
+    // below and stand for the bandwidth term of NCCL's model. The hardware
+    // models (NVLS, CollNet, NVLSTree) are cheap: they always run, first.
+    let bound = |i: usize, preps: &Preps| -> Option<f64> {
+        let AlgoChoice::Schedule(a) = jobs[i].0 else {
             return None;
         };
-        let load = loads[*k].as_ref()?;
-        let link = load
-            .link_bytes
-            .iter()
-            .zip(&caps)
-            .map(|(&b, &cap)| b / (cap * 1e9))
-            .fold(0.0, f64::max);
-        let capped = protocol_bandwidth(fabric, a.name(), p)
-            .cap_gbps
-            .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
-        Some((link, capped))
+        let p = jobs[i].1;
+        let (link, capped) = preps.link_times(i, jobs[i], &caps)?;
+        let factor = protocol_bandwidth(fabric, a.name(), p).factor;
+        Some(model::nccl_overheads(a.name(), p).launch.as_secs_f64() + (link * factor).max(capped))
     };
-    let bound = |i: usize| -> f64 {
-        match (jobs[i].0, link_times(i)) {
-            (AlgoChoice::Schedule(a), Some((link, capped))) => {
-                let p = jobs[i].1;
-                let factor = protocol_bandwidth(fabric, a.name(), p).factor;
-                model::nccl_overheads(a.name(), p).launch.as_secs_f64()
-                    + (link * factor).max(capped)
-            }
-            _ => 0.0,
-        }
-    };
-    let bounds: Vec<f64> = (0..jobs.len()).map(bound).collect();
-    run_jobs(&hardware, &mut results);
+    run_jobs(&hardware, &preps, &mut results);
     // NCCL's model applies where NCCL has the algorithms (or the user
     // named one and the protocol is to be picked).
     let nccl_choice = opts.tuner == Tuner::Nccl
@@ -598,16 +572,27 @@ pub fn simulate(
         };
         // The bus bandwidth NCCL's search would find: the ring's busiest
         // link's (NCCL searches its rings and trees on the same links and
-        // rates both from them).
-        let ring_bus = (0..jobs.len())
-            .find(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
-            .and_then(&link_times)
+        // rates both from them). Without a ring, each schedule's own.
+        let rings: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
+            .collect();
+        preps.prepare(&rings, &jobs, &schedules);
+        let ring = rings.first().copied();
+        let ring_bus = ring
+            .and_then(|i| preps.link_times(i, jobs[i], &caps))
             .map(|(link, _)| rating.bus_gbps(Algorithm::Ring, link));
+        if ring_bus.is_none() {
+            preps.prepare(&order, &jobs, &schedules);
+        }
         for (i, &(c, p)) in jobs.iter().enumerate() {
             model_times[i] = match c {
-                AlgoChoice::Schedule(a) => link_times(i).map(|(link, _)| {
-                    rating.schedule_secs(a, p, ring_bus.unwrap_or_else(|| rating.bus_gbps(a, link)))
-                }),
+                AlgoChoice::Schedule(_) if !matches!(schedules[i], Some(Ok(_))) => None,
+                AlgoChoice::Schedule(a) => match ring_bus {
+                    Some(bus) => Some(rating.schedule_secs(a, p, bus)),
+                    None => preps
+                        .link_times(i, jobs[i], &caps)
+                        .map(|(link, _)| rating.schedule_secs(a, p, rating.bus_gbps(a, link))),
+                },
                 AlgoChoice::Nvls if fabric.nodes() == 1 => {
                     nvls_model_time(fabric, bytes).ok().map(|t| t.as_secs_f64())
                 }
@@ -626,7 +611,8 @@ pub fn simulate(
         // The first rated candidate that runs.
         for (_, i) in rated {
             if results[i].is_none() {
-                run_jobs(&[i], &mut results);
+                preps.prepare(&[i], &jobs, &schedules);
+                run_jobs(&[i], &preps, &mut results);
             }
             if time_of(&results[i]).is_some() {
                 pick = Some(i);
@@ -639,6 +625,10 @@ pub fn simulate(
         // at once as there are cores; one whose bound is above the best
         // time simulated so far is skipped (it cannot win, so the pick is
         // the one running every candidate gives).
+        preps.prepare(&order, &jobs, &schedules);
+        let bounds: Vec<f64> = (0..jobs.len())
+            .map(|i| bound(i, &preps).unwrap_or(0.0))
+            .collect();
         order.sort_by(|&x, &y| bounds[x].total_cmp(&bounds[y]).then(x.cmp(&y)));
         let wave = crate::par::threads().max(1);
         let mut next = 0;
@@ -656,7 +646,7 @@ pub fn simulate(
                     batch.push(i);
                 }
             }
-            run_jobs(&batch, &mut results);
+            run_jobs(&batch, &preps, &mut results);
         }
     }
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>)> = None;
@@ -665,7 +655,7 @@ pub fn simulate(
     let mut last_err = refused;
     for (i, (&(c, p), r)) in jobs.iter().zip(results).enumerate() {
         match r {
-            None => skipped.push((c, p, SimTime::from_secs_f64(bounds[i]))),
+            None => skipped.push((c, p, bound(i, &preps).map(SimTime::from_secs_f64))),
             Some(Ok((t, ex))) => {
                 tried.push((c, p, t));
                 let better = match pick {
@@ -709,6 +699,78 @@ pub fn simulate(
         model,
         exec,
     })
+}
+
+/// The schedules of [`simulate`]'s candidates, prepared on demand: a
+/// schedule's steps are generated once for every candidate that runs the
+/// same steps, with its link load when candidates are compared.
+struct Preps<'a> {
+    fabric: &'a ClusterFabric,
+    config: ExecConfig,
+    compared: bool,
+    /// Each distinct schedule, its prepared steps and its link load.
+    prepared: Vec<(Schedule, Result<Prepared, SimError>, Option<LinkLoad>)>,
+    /// Per candidate: the index in `prepared` once prepared.
+    job_prep: Vec<Option<usize>>,
+}
+
+impl Preps<'_> {
+    /// Prepares the candidates `which` whose schedules built and are not
+    /// prepared yet.
+    fn prepare(
+        &mut self,
+        which: &[usize],
+        jobs: &[(AlgoChoice, Protocol)],
+        schedules: &[Option<Result<Schedule, SimError>>],
+    ) {
+        debug_assert_eq!(jobs.len(), schedules.len());
+        for &i in which {
+            if self.job_prep[i].is_some() {
+                continue;
+            }
+            let Some(Ok(s)) = &schedules[i] else {
+                continue;
+            };
+            let k = match self.prepared.iter().position(|(t, _, _)| t == s) {
+                Some(k) => k,
+                None => {
+                    let r = Prepared::new(s, self.fabric, &self.config);
+                    let load = match &r {
+                        Ok(p) if self.compared => p.link_load(self.fabric).ok(),
+                        _ => None,
+                    };
+                    self.prepared.push((s.clone(), r, load));
+                    self.prepared.len() - 1
+                }
+            };
+            self.job_prep[i] = Some(k);
+        }
+    }
+
+    /// Candidate `i`'s busiest link's time at one wire byte per payload
+    /// byte, and under its protocol's rate cap a rank's bytes over the cap
+    /// (else 0), seconds; `None` until prepared (or when not compared).
+    fn link_times(
+        &self,
+        i: usize,
+        job: (AlgoChoice, Protocol),
+        caps: &[f64],
+    ) -> Option<(f64, f64)> {
+        let (AlgoChoice::Schedule(a), Some(k)) = (job.0, self.job_prep[i]) else {
+            return None;
+        };
+        let load = self.prepared[k].2.as_ref()?;
+        let link = load
+            .link_bytes
+            .iter()
+            .zip(caps)
+            .map(|(&b, &cap)| b / (cap * 1e9))
+            .fold(0.0, f64::max);
+        let capped = protocol_bandwidth(self.fabric, a.name(), job.1)
+            .cap_gbps
+            .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
+        Some((link, capped))
+    }
 }
 
 /// NCCL's cost model (`ncclTopoGetAlgoTime`, NVIDIA/nccl

@@ -465,14 +465,15 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                     let list: Vec<String> = r
                         .skipped
                         .iter()
-                        .map(|(c, p, b)| {
-                            format!("{} {} >= {:.1} us", c.name(), p.name(), b.as_us())
+                        .map(|(c, p, b)| match b {
+                            Some(b) => format!("{} {} >= {:.1} us", c.name(), p.name(), b.as_us()),
+                            None => format!("{} {}", c.name(), p.name()),
                         })
                         .collect();
                     let why = if r.model.is_empty() {
                         "bound above the best time"
                     } else {
-                        "lower bound"
+                        "rated lower; lower bound where its steps were generated"
                     };
                     writeln!(
                         o,
