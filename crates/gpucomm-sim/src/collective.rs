@@ -570,17 +570,29 @@ pub fn simulate(
             bytes,
             comm,
         };
-        // The bus bandwidth NCCL's search would find: the ring's busiest
-        // link's (NCCL searches its rings and trees on the same links and
-        // rates both from them). Without a ring, each schedule's own.
-        let rings: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
-            .collect();
-        preps.prepare(&rings, &jobs, &schedules);
-        let ring = rings.first().copied();
-        let ring_bus = ring
-            .and_then(|i| preps.link_times(i, jobs[i], &caps))
-            .map(|(link, _)| rating.bus_gbps(Algorithm::Ring, link));
+        // The bus bandwidth NCCL's search would find, which it rates its
+        // rings and trees from (it searches both on the same links):
+        // beyond two nodes of NVLink-joined GPUs its inter-node figure
+        // (channels x bwInter, `model::nccl_inter_bus_gbps`); otherwise
+        // the ring's busiest link's. Without a ring, each schedule's own.
+        let node = &fabric.machine.node;
+        let search_bus = (fabric.nodes() > 2 && rating.comm.nvlink && node.nics > 0).then(|| {
+            model::nccl_inter_bus_gbps(
+                node.arch,
+                node.nics,
+                node.nic_gbps,
+                model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
+            )
+        });
+        let ring_bus = search_bus.or_else(|| {
+            let rings: Vec<usize> = (0..jobs.len())
+                .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
+                .collect();
+            preps.prepare(&rings, &jobs, &schedules);
+            let ring = rings.first().copied()?;
+            let (link, _) = preps.link_times(ring, jobs[ring], &caps)?;
+            Some(rating.bus_gbps(Algorithm::Ring, link))
+        });
         if ring_bus.is_none() {
             preps.prepare(&order, &jobs, &schedules);
         }

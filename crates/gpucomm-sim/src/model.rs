@@ -585,6 +585,53 @@ pub fn nccl_nvls_tree_channel_gbps(arch: Arch, nodes: usize) -> f64 {
     if nodes <= 2 { two } else { more }
 }
 
+/// NCCL's per-channel speeds for graphs across nodes, GB/s, fastest
+/// first (NVIDIA/nccl `src/graph/search.cc`: `speedArrayInter`, and
+/// `sm90SpeedArrayInter` / `sm100SpeedArrayInter` from Hopper / Blackwell).
+pub fn nccl_inter_speeds(arch: Arch) -> &'static [f64] {
+    match arch {
+        Arch::Hopper => &[
+            48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+            0.24, 0.12,
+        ],
+        Arch::Blackwell => &[
+            96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0,
+            6.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+        ],
+        _ => &[
+            48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+            2.4, 1.2, 0.24, 0.12,
+        ],
+    }
+}
+
+/// The bus bandwidth NCCL's topology search gives its rings and trees
+/// across nodes, `nChannels x bwInter`, GB/s, which NCCL's model rates
+/// them from beyond two nodes (`tuning.cc`: `bw = nNodes <= 2 ? bwIntra :
+/// bwInter`): the search starts at the fastest of its inter-node speeds
+/// ([`nccl_inter_speeds`]) not above the best GPU-to-NIC path (the NIC's
+/// rate and the PCIe link before it, NCCL's [`nccl_pcie_gbps`]), and a
+/// ring channel enters and leaves a node through one NIC, so each NIC
+/// carries as many channels as fit in that path at that speed.
+///
+/// ```
+/// use gpucomm_sim::model::{Arch, nccl_inter_bus_gbps, nccl_pcie_gbps};
+/// // DGX H100: 8 NICs of 400 Gb/s behind PCIe Gen5: 8 channels x 48.
+/// assert_eq!(nccl_inter_bus_gbps(Arch::Hopper, 8, 50.0, nccl_pcie_gbps(5, 16)), 384.0);
+/// // DGX A100: 8 NICs of 200 Gb/s behind PCIe Gen4 (24 GB/s): 8 x 24.
+/// assert_eq!(nccl_inter_bus_gbps(Arch::Ampere, 8, 25.0, nccl_pcie_gbps(4, 16)), 192.0);
+/// ```
+pub fn nccl_inter_bus_gbps(arch: Arch, nics: usize, nic_gbps: f64, pcie_gbps: f64) -> f64 {
+    let path = nic_gbps.min(pcie_gbps);
+    let speeds = nccl_inter_speeds(arch);
+    let speed = speeds
+        .iter()
+        .copied()
+        .find(|&s| s <= path)
+        .unwrap_or(speeds[speeds.len() - 1]);
+    nics as f64 * (path / speed).floor().max(1.0) * speed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
