@@ -167,7 +167,7 @@ pub struct CollResult {
     /// time where their steps were generated (under [`Tuner::Fastest`]
     /// always: the bound ruled them out, it is above the best time found;
     /// under [`Tuner::Nccl`] only the ring's, which NCCL's model rates
-    /// every candidate from).
+    /// every candidate from up to two nodes).
     pub skipped: Vec<(AlgoChoice, Protocol, Option<SimTime>)>,
     /// NCCL's cost model's time of every candidate it rated, in the order
     /// of the candidates (under [`Tuner::Nccl`]; empty otherwise).
@@ -485,9 +485,10 @@ pub fn simulate(
     // Each schedule's steps are generated once, for every protocol that
     // runs the same steps (protocols differ in overheads, wire factor and
     // caps; chunked schedules also in chunk size), and only when needed:
-    // NCCL's model rates every candidate from the ring's busiest link, so
-    // under it the others are generated only if they are to run (a tree
-    // on 16384 ranks is every rank's steps: seconds and gigabytes).
+    // NCCL's model rates every candidate from one bus bandwidth (the
+    // ring's busiest link's up to two nodes, its search's inter-node
+    // figure beyond), so under it only the ring (up to two nodes) and the
+    // pick are generated (a tree on 16384 ranks is every rank's steps).
     let schedules: Vec<Option<Result<Schedule, SimError>>> = jobs
         .iter()
         .map(|&(c, p)| match c {
