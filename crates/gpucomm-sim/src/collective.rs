@@ -81,9 +81,11 @@ pub enum Tuner {
     /// `src/graph/tuning.cc`) is NCCL's latency
     /// ([`model::nccl_model_latency_us`]) plus the bytes over its
     /// bandwidth. Where NCCL takes its topology search's channels times
-    /// their bandwidth as the bus bandwidth, the simulator takes the bus
-    /// bandwidth of the ring's busiest link (the candidate's own where no
-    /// ring runs), and applies NCCL's refinements to it: the protocol's
+    /// their bandwidth as the bus bandwidth, the simulator takes NCCL's
+    /// inter-node figure beyond two nodes of NVLink-joined GPUs
+    /// ([`model::nccl_inter_bus_gbps`]) and otherwise the bus bandwidth of
+    /// the ring's busiest link (the candidate's own where no ring runs),
+    /// and applies NCCL's refinements to it: the protocol's
     /// factor and cap ([`model::nccl_protocol_bandwidth`]), a tree
     /// all_reduce's x0.92 and correction by size, and NCCL's algorithm
     /// bandwidth ratio (ring `nRanks / nsteps`, tree 0.5). NVLS inside a
@@ -505,15 +507,17 @@ pub fn simulate(
     let compared = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
     let mut preps = Preps {
         fabric,
+        jobs: &jobs,
+        schedules: &schedules,
         config: prepare_config(opts),
+        caps: if compared {
+            fabric.capacities()
+        } else {
+            Vec::new()
+        },
         compared,
         prepared: Vec::new(),
         job_prep: jobs.iter().map(|_| None).collect(),
-    };
-    let caps = if compared {
-        fabric.capacities()
-    } else {
-        Vec::new()
     };
     type Run = Result<(SimTime, Option<ExecResult>), SimError>;
     let mut results: Vec<Option<Run>> = jobs.iter().map(|_| None).collect();
@@ -547,7 +551,7 @@ pub fn simulate(
             return None;
         };
         let p = jobs[i].1;
-        let (link, capped) = preps.link_times(i, jobs[i], &caps)?;
+        let (link, capped) = preps.link_times(i)?;
         let factor = protocol_bandwidth(fabric, a.name(), p).factor;
         Some(model::nccl_overheads(a.name(), p).launch.as_secs_f64() + (link * factor).max(capped))
     };
@@ -572,30 +576,20 @@ pub fn simulate(
             comm,
         };
         // The bus bandwidth NCCL's search would find, which it rates its
-        // rings and trees from (it searches both on the same links):
-        // beyond two nodes of NVLink-joined GPUs its inter-node figure
-        // (channels x bwInter, `model::nccl_inter_bus_gbps`); otherwise
-        // the ring's busiest link's. Without a ring, each schedule's own.
-        let node = &fabric.machine.node;
-        let search_bus = (fabric.nodes() > 2 && rating.comm.nvlink && node.nics > 0).then(|| {
-            model::nccl_inter_bus_gbps(
-                node.arch,
-                node.nics,
-                node.nic_gbps,
-                model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
-            )
-        });
-        let ring_bus = search_bus.or_else(|| {
+        // rings and trees from (it searches both on the same links): its
+        // inter-node figure where NCCL uses it, otherwise the ring's
+        // busiest link's. Without a ring, each schedule's own.
+        let ring_bus = rating.inter_bus_gbps().or_else(|| {
             let rings: Vec<usize> = (0..jobs.len())
                 .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
                 .collect();
-            preps.prepare(&rings, &jobs, &schedules);
+            preps.prepare(&rings);
             let ring = rings.first().copied()?;
-            let (link, _) = preps.link_times(ring, jobs[ring], &caps)?;
+            let (link, _) = preps.link_times(ring)?;
             Some(rating.bus_gbps(Algorithm::Ring, link))
         });
         if ring_bus.is_none() {
-            preps.prepare(&order, &jobs, &schedules);
+            preps.prepare(&order);
         }
         for (i, &(c, p)) in jobs.iter().enumerate() {
             model_times[i] = match c {
@@ -603,7 +597,7 @@ pub fn simulate(
                 AlgoChoice::Schedule(a) => match ring_bus {
                     Some(bus) => Some(rating.schedule_secs(a, p, bus)),
                     None => preps
-                        .link_times(i, jobs[i], &caps)
+                        .link_times(i)
                         .map(|(link, _)| rating.schedule_secs(a, p, rating.bus_gbps(a, link))),
                 },
                 AlgoChoice::Nvls if fabric.nodes() == 1 => {
@@ -624,7 +618,7 @@ pub fn simulate(
         // The first rated candidate that runs.
         for (_, i) in rated {
             if results[i].is_none() {
-                preps.prepare(&[i], &jobs, &schedules);
+                preps.prepare(&[i]);
                 run_jobs(&[i], &preps, &mut results);
             }
             if time_of(&results[i]).is_some() {
@@ -638,7 +632,7 @@ pub fn simulate(
         // at once as there are cores; one whose bound is above the best
         // time simulated so far is skipped (it cannot win, so the pick is
         // the one running every candidate gives).
-        preps.prepare(&order, &jobs, &schedules);
+        preps.prepare(&order);
         let bounds: Vec<f64> = (0..jobs.len())
             .map(|i| bound(i, &preps).unwrap_or(0.0))
             .collect();
@@ -719,7 +713,12 @@ pub fn simulate(
 /// same steps, with its link load when candidates are compared.
 struct Preps<'a> {
     fabric: &'a ClusterFabric,
+    /// The candidates, and the schedule each runs (`None`: a hardware model).
+    jobs: &'a [(AlgoChoice, Protocol)],
+    schedules: &'a [Option<Result<Schedule, SimError>>],
     config: ExecConfig,
+    /// The fabric's link capacities when candidates are compared (else empty).
+    caps: Vec<f64>,
     compared: bool,
     /// Each distinct schedule, its prepared steps and its link load.
     prepared: Vec<(Schedule, Result<Prepared, SimError>, Option<LinkLoad>)>,
@@ -730,18 +729,12 @@ struct Preps<'a> {
 impl Preps<'_> {
     /// Prepares the candidates `which` whose schedules built and are not
     /// prepared yet.
-    fn prepare(
-        &mut self,
-        which: &[usize],
-        jobs: &[(AlgoChoice, Protocol)],
-        schedules: &[Option<Result<Schedule, SimError>>],
-    ) {
-        debug_assert_eq!(jobs.len(), schedules.len());
+    fn prepare(&mut self, which: &[usize]) {
         for &i in which {
             if self.job_prep[i].is_some() {
                 continue;
             }
-            let Some(Ok(s)) = &schedules[i] else {
+            let Some(Ok(s)) = &self.schedules[i] else {
                 continue;
             };
             let k = match self.prepared.iter().position(|(t, _, _)| t == s) {
@@ -763,23 +756,19 @@ impl Preps<'_> {
     /// Candidate `i`'s busiest link's time at one wire byte per payload
     /// byte, and under its protocol's rate cap a rank's bytes over the cap
     /// (else 0), seconds; `None` until prepared (or when not compared).
-    fn link_times(
-        &self,
-        i: usize,
-        job: (AlgoChoice, Protocol),
-        caps: &[f64],
-    ) -> Option<(f64, f64)> {
-        let (AlgoChoice::Schedule(a), Some(k)) = (job.0, self.job_prep[i]) else {
+    fn link_times(&self, i: usize) -> Option<(f64, f64)> {
+        let (c, p) = self.jobs[i];
+        let (AlgoChoice::Schedule(a), Some(k)) = (c, self.job_prep[i]) else {
             return None;
         };
         let load = self.prepared[k].2.as_ref()?;
         let link = load
             .link_bytes
             .iter()
-            .zip(caps)
+            .zip(&self.caps)
             .map(|(&b, &cap)| b / (cap * 1e9))
             .fold(0.0, f64::max);
-        let capped = protocol_bandwidth(self.fabric, a.name(), job.1)
+        let capped = protocol_bandwidth(self.fabric, a.name(), p)
             .cap_gbps
             .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
         Some((link, capped))
@@ -789,7 +778,8 @@ impl Preps<'_> {
 /// NCCL's cost model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
 /// `src/graph/tuning.cc`) of one collective: latency plus the bytes over
 /// the algorithm bandwidth NCCL derives from its topology search's bus
-/// bandwidth, which the simulator takes from the busiest link
+/// bandwidth, which the simulator takes from NCCL's inter-node figure
+/// beyond two nodes and from the ring's busiest link otherwise
 /// ([`Tuner::Nccl`]).
 struct NcclRating<'a> {
     fabric: &'a ClusterFabric,
@@ -808,6 +798,23 @@ impl NcclRating<'_> {
         } else {
             1.0 / self.collective.busbw_factor(self.comm.ranks)
         }
+    }
+
+    /// The bus bandwidth NCCL's search gives its rings and trees where its
+    /// model rates them from the inter-node figure (`bwInter`, beyond two
+    /// nodes; [`model::nccl_inter_bus_gbps`]), GB/s: on nodes of
+    /// NVLink-joined GPUs with NICs (elsewhere the intra-node search would
+    /// decide, which the simulator does not reproduce: `None`).
+    fn inter_bus_gbps(&self) -> Option<f64> {
+        let node = &self.fabric.machine.node;
+        (self.comm.nodes > 2 && self.comm.nvlink && node.nics > 0).then(|| {
+            model::nccl_inter_bus_gbps(
+                node.arch,
+                node.nics,
+                node.nic_gbps,
+                model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
+            )
+        })
     }
 
     /// The bus bandwidth, GB/s, of a schedule of `a` whose busiest link
