@@ -574,6 +574,7 @@ pub fn simulate(
             collective,
             bytes,
             comm,
+            channels: opts.channels,
         };
         // The bus bandwidth NCCL's search would find, which it rates its
         // rings and trees from (it searches both on the same links): its
@@ -786,6 +787,8 @@ struct NcclRating<'a> {
     collective: Collective,
     bytes: u64,
     comm: model::NcclComm,
+    /// The channel count the user set ([`CollOptions::channels`]).
+    channels: Option<u16>,
 }
 
 impl NcclRating<'_> {
@@ -803,11 +806,14 @@ impl NcclRating<'_> {
     /// The bus bandwidth NCCL's search gives its rings and trees where its
     /// model rates them from the inter-node figure (`bwInter`, beyond two
     /// nodes; [`model::nccl_inter_bus_gbps`]), GB/s: on nodes of
-    /// NVLink-joined GPUs with NICs (elsewhere the intra-node search would
-    /// decide, which the simulator does not reproduce: `None`).
+    /// NVLink-joined GPUs with NICs, with NCCL's channel count (elsewhere
+    /// the intra-node search would decide, which the simulator does not
+    /// reproduce, and a channel count the user set is the ring's busiest
+    /// link's to rate: `None`).
     fn inter_bus_gbps(&self) -> Option<f64> {
         let node = &self.fabric.machine.node;
-        (self.comm.nodes > 2 && self.comm.nvlink && node.nics > 0).then(|| {
+        let searched = self.channels.is_none() && self.comm.nvlink && node.nics > 0;
+        (self.comm.nodes > 2 && searched).then(|| {
             model::nccl_inter_bus_gbps(
                 node.arch,
                 node.nics,

@@ -431,6 +431,14 @@ fn beyond_two_nodes_nccls_model_rates_rings_from_its_inter_node_search() {
     )
     .unwrap();
     assert_eq!(mid.algorithm.name(), "nvls_tree", "{:?}", mid.model);
+    // Two channels set by hand are not NCCL's search: the ring is rated
+    // from its busiest link (2 of 8 NICs) and NVLSTree runs.
+    let two = CollOptions {
+        channels: Some(2),
+        ..Default::default()
+    };
+    let r = simulate(&f, Collective::AllReduce, big, &two).unwrap();
+    assert_eq!(r.algorithm.name(), "nvls_tree", "{:?}", r.model);
 }
 
 #[test]
