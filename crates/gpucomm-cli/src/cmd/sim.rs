@@ -367,6 +367,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                     "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
                     "protocol": r.protocol.name(),
                 });
+                if let Some(b) = r.simulated_bytes {
+                    v["simulated_bytes"] = json!(b);
+                }
                 if a.timing {
                     v["wall_s"] = json!(w);
                     if let Some(e) = &r.exec {
@@ -447,6 +450,14 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         r.algorithm.name()
                     )?,
                 }
+                if let Some(b) = r.simulated_bytes {
+                    writeln!(
+                        o,
+                        "#   {:>10}  simulated: the first {} (NCCL's chunks, as many as the budget allows); the rest at the busiest link's rate",
+                        "",
+                        format_bytes(b)
+                    )?;
+                }
                 if !r.model.is_empty() {
                     let mut rated = r.model.clone();
                     rated.sort_by_key(|m| m.2);
@@ -484,13 +495,15 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        if let Some(e) = results.last().and_then(|r| r.exec.as_ref()) {
-            link_summary(
-                &mut o,
-                e,
-                results.last().map(|r| r.time.as_secs_f64()).unwrap_or(0.0),
-                ranks,
-            )?;
+        if let Some(r) = results.last() {
+            if let Some(e) = &r.exec {
+                // Where only the first chunks ran, their run's own time.
+                let (secs, part) = match r.simulated_bytes {
+                    Some(b) => (e.time.as_secs_f64(), Some(b)),
+                    None => (r.time.as_secs_f64(), None),
+                };
+                link_summary(&mut o, e, secs, ranks, part)?;
+            }
         }
     }
     if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
@@ -513,7 +526,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64, ranks: usize) -> anyhow::Result<()> {
+fn link_summary(
+    o: &mut impl Write,
+    e: &ExecResult,
+    secs: f64,
+    ranks: usize,
+    part: Option<u64>,
+) -> anyhow::Result<()> {
     if e.links.is_empty() || secs <= 0.0 {
         return Ok(());
     }
@@ -525,7 +544,11 @@ fn link_summary(o: &mut impl Write, e: &ExecResult, secs: f64, ranks: usize) -> 
     });
     writeln!(
         o,
-        "#\n# link utilisation (largest size; {} links carried data{}):",
+        "#\n# link utilisation (largest size{}; {} links carried data{}):",
+        match part {
+            Some(b) => format!(", its first {} as simulated", format_bytes(b)),
+            None => String::new(),
+        },
         e.links.len(),
         if e.simulated_ranks < ranks {
             ", node 0 stands for every node"
