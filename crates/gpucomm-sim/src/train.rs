@@ -296,8 +296,14 @@ pub fn step(
     bucket_bytes: u64,
     cache: &mut BTreeMap<(usize, u64), SimTime>,
 ) -> Result<StepResult, SimError> {
-    let f = machine.fabric(Engine::Nccl, nodes)?;
-    let gpus = crate::fabric::Fabric::ranks(&f);
+    if nodes == 0 {
+        return Err(SimError::Model(
+            "a training step needs at least one node".into(),
+        ));
+    }
+    // (The fabric is built, and the machine checked, where an all_reduce
+    // is simulated: in `prefill`.)
+    let gpus = machine.gpus_per_node() * nodes;
     let compute_ms: f64 = model.layers.iter().map(|l| l.fwd_ms + l.bwd_ms).sum();
     let compute = SimTime::from_secs_f64(compute_ms * 1e-3);
     let mut prev_end = SimTime::ZERO;
@@ -363,6 +369,10 @@ mod tests {
         assert_eq!(one.exposed, SimTime::ZERO);
         assert!((one.efficiency - 1.0).abs() < 1e-12);
         let mach = Machine::preset("dgx-a100").unwrap();
+        assert!(step(&mach, 0, &m, 25 << 20, &mut cache).is_err());
+        let mut none = mach.clone();
+        none.gpus_used = Some(0);
+        assert!(step(&none, 2, &m, 25 << 20, &mut BTreeMap::new()).is_err());
         let a = step(&mach, 1, &m, 25 << 20, &mut cache).unwrap();
         let b = step(&mach, 4, &m, 25 << 20, &mut cache).unwrap();
         assert!(b.comm > a.comm);
