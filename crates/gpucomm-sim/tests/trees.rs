@@ -97,65 +97,46 @@ fn run_whole(
     prep.run(f, &cfg).unwrap().time.as_us()
 }
 
+/// Simulates `collective` of `bytes` with `algo` (Simple) past the chunk
+/// budget: its first chunks stand for `scale` times their bytes, and the
+/// result is within 1% of running every chunk.
+fn past_the_budget(
+    f: &gpucomm_sim::machine::ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    algo: gpucomm_algo::Algorithm,
+    scale: f64,
+) {
+    use gpucomm_sim::collective::schedule_for;
+    let planned = schedule_for(f, collective, bytes, algo, None, Protocol::Simple).unwrap();
+    assert!((planned.scale - scale).abs() < 1e-9, "{}", planned.scale);
+    let opts = common::forced(algo.name(), Some(Protocol::Simple));
+    let r = simulate(f, collective, bytes, &opts).unwrap();
+    assert_eq!(r.simulated_bytes, Some((bytes as f64 / scale) as u64));
+    let whole = run_whole(f, &planned, algo.name(), Protocol::Simple);
+    let err = r.time.as_us() / whole - 1.0;
+    assert!(
+        err.abs() < 0.01,
+        "{} us against {whole} us whole",
+        r.time.as_us()
+    );
+}
+
 #[test]
 fn past_the_chunk_budget_the_first_chunks_and_the_busiest_link_stand_for_the_rest() {
     use gpucomm_algo::Algorithm;
-    use gpucomm_sim::collective::schedule_for;
     // The tree on 8 DGX A100 nodes at 1 GiB: NCCL moves 128 chunks of
     // 512 KiB per channel, the budget simulates 32 (x4). Simulating 32
     // chunks of 2 MiB instead (the budget's other way) took 7.7% longer
     // than all 128: the pipeline fills in as many chunk times whatever
     // their size.
     let f = common::fabric("dgx-a100", 8);
-    let bytes = 1u64 << 30;
-    let planned = schedule_for(
-        &f,
-        Collective::AllReduce,
-        bytes,
-        Algorithm::Tree,
-        None,
-        Protocol::Simple,
-    )
-    .unwrap();
-    assert!((planned.scale - 4.0).abs() < 1e-9, "{}", planned.scale);
-    let r = simulate(
-        &f,
-        Collective::AllReduce,
-        bytes,
-        &common::forced("tree", Some(Protocol::Simple)),
-    )
-    .unwrap();
-    assert_eq!(r.simulated_bytes, Some(bytes / 4));
-    let whole = run_whole(&f, &planned, "tree", Protocol::Simple);
-    let err = r.time.as_us() / whole - 1.0;
-    assert!(
-        err.abs() < 0.01,
-        "{} us against {whole} us whole",
-        r.time.as_us()
-    );
-
+    past_the_budget(&f, Collective::AllReduce, 1 << 30, Algorithm::Tree, 4.0);
     // A ring broadcast across 16 nodes is a chain of 128 GPUs: at 2 GiB
     // NCCL moves 512 chunks per channel, the budget simulates 256.
     let f = common::fabric("dgx-a100", 16);
-    let bytes = 2u64 << 30;
     let root = Collective::Broadcast { root: 0 };
-    let planned = schedule_for(&f, root, bytes, Algorithm::Ring, None, Protocol::Simple).unwrap();
-    assert!((planned.scale - 2.0).abs() < 1e-9, "{}", planned.scale);
-    let r = simulate(
-        &f,
-        root,
-        bytes,
-        &common::forced("ring", Some(Protocol::Simple)),
-    )
-    .unwrap();
-    let whole = run_whole(&f, &planned, "ring", Protocol::Simple);
-    let err = r.time.as_us() / whole - 1.0;
-    assert!(
-        err.abs() < 0.01,
-        "{} us against {whole} us whole",
-        r.time.as_us()
-    );
-
+    past_the_budget(&f, root, 2 << 30, Algorithm::Ring, 2.0);
     // Within the budget the schedule runs whole.
     let r = simulate(
         &f,
