@@ -296,6 +296,25 @@ fn check_channels(ch: u16) -> Result<(), SimError> {
 /// What [`simulate`] runs of a schedule: its steps, or for a pipelined
 /// schedule too long to simulate whole, its first chunks (see
 /// [`schedule_for`]).
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective};
+/// use gpucomm_sim::collective::schedule_for;
+/// use gpucomm_sim::model::Protocol;
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let f = Machine::preset("dgx-a100").unwrap().fabric(Engine::Nccl, 8).unwrap();
+/// let tree = |bytes| {
+///     schedule_for(&f, Collective::AllReduce, bytes, Algorithm::Tree, None, Protocol::Simple)
+///         .unwrap()
+/// };
+/// // 64 MiB: 8 of NCCL's 512 KiB chunks per channel (16 channels), all run.
+/// assert_eq!(tree(64 << 20).scale, 1.0);
+/// // 1 GiB: 128 per channel, the first 32 run and stand for the rest.
+/// let p = tree(1 << 30);
+/// assert_eq!(p.scale, 4.0);
+/// assert_eq!(p.schedule.problem.count * p.schedule.problem.elem_size, 256 << 20);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Planned {
     /// The steps simulated.

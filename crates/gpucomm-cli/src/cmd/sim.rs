@@ -511,9 +511,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(path, serde_json::to_vec(&trace::document(ev))?)
             .with_context(|| format!("writing {}", path.display()))?;
         if !a.m.json {
+            let part = match results.last().and_then(|r| r.simulated_bytes) {
+                Some(b) => format!(", of the first {} simulated", format_bytes(b)),
+                None => String::new(),
+            };
             writeln!(
                 o,
-                "# trace: {} (open in https://ui.perfetto.dev)",
+                "# trace: {}{part} (open in https://ui.perfetto.dev)",
                 path.display()
             )?;
         }
