@@ -578,7 +578,9 @@ pub fn simulate(
         jobs: &jobs,
         schedules: &schedules,
         config: prepare_config(opts),
-        caps: if compared {
+        // Link loads rate and bound compared candidates, and give the
+        // time of what a pipelined schedule leaves out.
+        caps: if compared || schedules.iter().flatten().flatten().any(|s| s.scale > 1.0) {
             fabric.capacities()
         } else {
             Vec::new()
@@ -595,7 +597,7 @@ pub fn simulate(
             match (&schedules[i], &preps.job_prep[i]) {
                 (None, _) => run_one(fabric, collective, bytes, c, p, opts, None),
                 (Some(Err(e)), _) => Err(e.clone()),
-                (Some(Ok(planned)), Some(k)) => match &preps.prepared[*k].1 {
+                (Some(Ok(_)), Some(k)) => match &preps.prepared[*k].1 {
                     Ok(prep) => run_one(
                         fabric,
                         collective,
@@ -603,7 +605,7 @@ pub fn simulate(
                         c,
                         p,
                         opts,
-                        Some((prep, planned.scale)),
+                        Some((prep, preps.rest(i))),
                     ),
                     Err(e) => Err(e.clone()),
                 },
@@ -626,10 +628,8 @@ pub fn simulate(
         let AlgoChoice::Schedule(a) = jobs[i].0 else {
             return None;
         };
-        let p = jobs[i].1;
-        let (link, capped) = preps.link_times(i)?;
-        let factor = protocol_bandwidth(fabric, a.name(), p).factor;
-        Some(model::nccl_overheads(a.name(), p).launch.as_secs_f64() + (link * factor).max(capped))
+        let launch = model::nccl_overheads(a.name(), jobs[i].1).launch;
+        Some(launch.as_secs_f64() + preps.steady_secs(i)?)
     };
     run_jobs(&hardware, &preps, &mut results);
     // NCCL's model applies where NCCL has the algorithms (or the user
@@ -771,12 +771,7 @@ pub fn simulate(
     let simulated_bytes = match &schedules[i] {
         Some(Ok(planned)) if planned.scale > 1.0 => {
             let p = &planned.schedule.problem;
-            let count = if collective == Collective::AllToAll {
-                p.count * n
-            } else {
-                p.count
-            };
-            Some((count * p.elem_size) as u64)
+            Some((p.count * p.elem_size) as u64)
         }
         _ => None,
     };
@@ -807,8 +802,9 @@ struct Preps<'a> {
     jobs: &'a [(AlgoChoice, Protocol)],
     schedules: &'a [Option<Result<Planned, SimError>>],
     config: ExecConfig,
-    /// The fabric's link capacities when candidates are compared (else empty).
+    /// The fabric's link capacities (empty when no link load is needed).
     caps: Vec<f64>,
+    /// Whether candidates are compared (then every link load is needed).
     compared: bool,
     /// Each distinct schedule, its prepared steps and its link load.
     prepared: Vec<(Schedule, Result<Prepared, SimError>, Option<LinkLoad>)>,
@@ -824,7 +820,7 @@ impl Preps<'_> {
             if self.job_prep[i].is_some() {
                 continue;
             }
-            let Some(Ok(Planned { schedule: s, .. })) = &self.schedules[i] else {
+            let Some(Ok(Planned { schedule: s, scale })) = &self.schedules[i] else {
                 continue;
             };
             let k = match self.prepared.iter().position(|(t, _, _)| t == s) {
@@ -832,7 +828,7 @@ impl Preps<'_> {
                 None => {
                     let r = Prepared::new(s, self.fabric, &self.config);
                     let load = match &r {
-                        Ok(p) if self.compared => p.link_load(self.fabric).ok(),
+                        Ok(p) if self.compared || *scale > 1.0 => p.link_load(self.fabric).ok(),
                         _ => None,
                     };
                     self.prepared.push((s.clone(), r, load));
@@ -855,32 +851,43 @@ impl Preps<'_> {
         else {
             return None;
         };
-        let load = self.prepared[k].2.as_ref()?;
-        let (link, capped) = busiest(self.fabric, a, p, load, &self.caps);
+        let load: &LinkLoad = self.prepared[k].2.as_ref()?;
+        let link = load
+            .link_bytes
+            .iter()
+            .zip(&self.caps)
+            .map(|(&b, &cap)| b / (cap * 1e9))
+            .fold(0.0, f64::max);
+        let capped = protocol_bandwidth(self.fabric, a.name(), p)
+            .cap_gbps
+            .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
         Some((link * planned.scale, capped * planned.scale))
     }
-}
 
-/// A schedule's busiest link's time for `load` at one wire byte per
-/// payload byte, and under protocol `p`'s rate cap its busiest sender's
-/// bytes over the cap (else 0), seconds.
-fn busiest(
-    fabric: &ClusterFabric,
-    a: Algorithm,
-    p: Protocol,
-    load: &LinkLoad,
-    caps: &[f64],
-) -> (f64, f64) {
-    let link = load
-        .link_bytes
-        .iter()
-        .zip(caps)
-        .map(|(&b, &cap)| b / (cap * 1e9))
-        .fold(0.0, f64::max);
-    let capped = protocol_bandwidth(fabric, a.name(), p)
-        .cap_gbps
-        .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
-    (link, capped)
+    /// Candidate `i`'s time at its busiest link's rate, at its protocol's
+    /// wire factor, or under its rate cap at its busiest sender's,
+    /// whichever is longer, seconds, for the whole collective: what bounds
+    /// its run from below; `None` as [`Preps::link_times`].
+    fn steady_secs(&self, i: usize) -> Option<f64> {
+        let (AlgoChoice::Schedule(a), p) = self.jobs[i] else {
+            return None;
+        };
+        let (link, capped) = self.link_times(i)?;
+        Some((link * protocol_bandwidth(self.fabric, a.name(), p).factor).max(capped))
+    }
+
+    /// The time of the part of candidate `i`'s collective its schedule
+    /// leaves out (past a pipeline's fill every chunk adds its bytes on
+    /// the busiest link, [`schedule_for`]): that part's share of
+    /// [`Preps::steady_secs`]; zero for a schedule that runs whole.
+    fn rest(&self, i: usize) -> SimTime {
+        match (&self.schedules[i], self.steady_secs(i)) {
+            (Some(Ok(planned)), Some(steady)) if planned.scale > 1.0 => {
+                SimTime::from_secs_f64(steady * (1.0 - 1.0 / planned.scale))
+            }
+            _ => SimTime::ZERO,
+        }
+    }
 }
 
 /// NCCL's cost model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
@@ -987,7 +994,7 @@ fn protocol_bandwidth(
     model::nccl_protocol_bandwidth(algo, protocol, node.arch, fabric.nodes(), node.amd_cpu)
 }
 
-/// How the executor runs (and prepares) schedules for `opts`.
+/// How the executor prepares schedules for `opts`.
 fn prepare_config(opts: &CollOptions) -> ExecConfig {
     ExecConfig {
         symmetry: opts.symmetry,
@@ -996,11 +1003,31 @@ fn prepare_config(opts: &CollOptions) -> ExecConfig {
     }
 }
 
+/// How [`simulate`] runs a schedule of `a` under `protocol`: NCCL's
+/// overheads, the protocol's wire factor and rate cap, and `opts`'
+/// symmetry and tracing.
+pub fn exec_config(
+    fabric: &ClusterFabric,
+    a: Algorithm,
+    protocol: Protocol,
+    opts: &CollOptions,
+) -> ExecConfig {
+    let bw = protocol_bandwidth(fabric, a.name(), protocol);
+    ExecConfig {
+        overheads: model::nccl_overheads(a.name(), protocol),
+        // The cap is on payload (bus) bandwidth; flows carry `factor`
+        // bytes per payload byte.
+        send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
+        // The protocol's flags and their cost travel with the data:
+        // transfers move NCCL's bandwidth factor times the payload.
+        wire_factor: bw.factor,
+        ..prepare_config(opts)
+    }
+}
+
 /// Simulates candidate `c` with `protocol`: its time, and the run's
-/// details for a schedule (`prepared`: its steps, and how many times the
-/// collective they are, [`Planned::scale`]; the part not simulated takes
-/// its busiest link's time, or under the protocol's rate cap its busiest
-/// sender's, whichever is longer).
+/// details for a schedule (`prepared`: its steps, and the time of the
+/// part of the collective they leave out, [`Preps::rest`]).
 #[allow(clippy::too_many_arguments)]
 fn run_one(
     fabric: &ClusterFabric,
@@ -1009,7 +1036,7 @@ fn run_one(
     c: AlgoChoice,
     protocol: Protocol,
     opts: &CollOptions,
-    prepared: Option<(&Prepared, f64)>,
+    prepared: Option<(&Prepared, SimTime)>,
 ) -> Result<(SimTime, Option<ExecResult>), SimError> {
     let r = match c {
         AlgoChoice::Nvls => {
@@ -1029,28 +1056,10 @@ fn run_one(
             (innet::nvls_tree_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::Schedule(a) => {
-            let (prepared, scale) = prepared
+            let (prepared, rest) = prepared
                 .ok_or_else(|| SimError::Model(format!("{} was not prepared", a.name())))?;
-            let bw = protocol_bandwidth(fabric, a.name(), protocol);
-            let cfg = ExecConfig {
-                overheads: model::nccl_overheads(a.name(), protocol),
-                // The cap is on payload (bus) bandwidth; flows carry
-                // `factor` bytes per payload byte.
-                send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
-                // The protocol's flags and their cost travel with the data:
-                // transfers move NCCL's bandwidth factor times the payload.
-                wire_factor: bw.factor,
-                ..prepare_config(opts)
-            };
-            let r = prepared.run(fabric, &cfg)?;
-            let mut time = r.time;
-            if scale > 1.0 {
-                let load = prepared.link_load(fabric)?;
-                let (link, capped) = busiest(fabric, a, protocol, &load, &fabric.capacities());
-                let rest = (scale - 1.0) * (link * bw.factor).max(capped);
-                time = time.saturating_add(SimTime::from_secs_f64(rest));
-            }
-            (time, Some(r))
+            let r = prepared.run(fabric, &exec_config(fabric, a, protocol, opts))?;
+            (r.time.saturating_add(rest), Some(r))
         }
     };
     // Simulated time saturates at SimTime::MAX (about 213 days): a run that

@@ -73,26 +73,13 @@ fn at_mid_sizes_on_sixteen_nodes_the_tree_is_picked() {
 fn run_whole(
     f: &gpucomm_sim::machine::ClusterFabric,
     planned: &gpucomm_sim::collective::Planned,
-    algo: &str,
     protocol: Protocol,
 ) -> f64 {
-    use gpucomm_sim::exec::{ExecConfig, Prepared};
+    use gpucomm_sim::collective::exec_config;
+    use gpucomm_sim::exec::Prepared;
     let mut whole = planned.schedule.clone();
     whole.problem.count = (whole.problem.count as f64 * planned.scale).round() as usize;
-    let node = &f.machine.node;
-    let bw = gpucomm_sim::model::nccl_protocol_bandwidth(
-        algo,
-        protocol,
-        node.arch,
-        f.nodes(),
-        node.amd_cpu,
-    );
-    let cfg = ExecConfig {
-        overheads: gpucomm_sim::model::nccl_overheads(algo, protocol),
-        send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
-        wire_factor: bw.factor,
-        ..ExecConfig::default()
-    };
+    let cfg = exec_config(f, whole.algorithm, protocol, &Default::default());
     let prep = Prepared::new(&whole, f, &cfg).unwrap();
     prep.run(f, &cfg).unwrap().time.as_us()
 }
@@ -113,7 +100,7 @@ fn past_the_budget(
     let opts = common::forced(algo.name(), Some(Protocol::Simple));
     let r = simulate(f, collective, bytes, &opts).unwrap();
     assert_eq!(r.simulated_bytes, Some((bytes as f64 / scale) as u64));
-    let whole = run_whole(f, &planned, algo.name(), Protocol::Simple);
+    let whole = run_whole(f, &planned, Protocol::Simple);
     let err = r.time.as_us() / whole - 1.0;
     assert!(
         err.abs() < 0.01,

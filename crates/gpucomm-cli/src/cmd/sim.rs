@@ -497,12 +497,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(r) = results.last() {
             if let Some(e) = &r.exec {
-                // Where only the first chunks ran, their run's own time.
-                let (secs, part) = match r.simulated_bytes {
-                    Some(b) => (e.time.as_secs_f64(), Some(b)),
-                    None => (r.time.as_secs_f64(), None),
-                };
-                link_summary(&mut o, e, secs, ranks, part)?;
+                link_summary(&mut o, e, ranks, r.simulated_bytes)?;
             }
         }
     }
@@ -530,13 +525,15 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The busiest links of run `e`, over its own time (where only a
+/// pipeline's first chunks ran, `part` bytes of the collective, theirs).
 fn link_summary(
     o: &mut impl Write,
     e: &ExecResult,
-    secs: f64,
     ranks: usize,
     part: Option<u64>,
 ) -> anyhow::Result<()> {
+    let secs = e.time.as_secs_f64();
     if e.links.is_empty() || secs <= 0.0 {
         return Ok(());
     }
