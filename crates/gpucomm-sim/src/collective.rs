@@ -310,6 +310,7 @@ fn check_channels(ch: u16) -> Result<(), SimError> {
 /// };
 /// // 64 MiB: 8 of NCCL's 512 KiB chunks per channel (16 channels), all run.
 /// assert_eq!(tree(64 << 20).scale, 1.0);
+/// assert_eq!(tree(0).scale, 1.0);
 /// // 1 GiB: 128 per channel, the first 32 run and stand for the rest.
 /// let p = tree(1 << 30);
 /// assert_eq!(p.scale, 4.0);
@@ -460,7 +461,11 @@ pub fn schedule_for(
     }
     Ok(Planned {
         schedule: s,
-        scale: count as f64 / run_count.max(1) as f64,
+        scale: if run_count < count {
+            count as f64 / run_count as f64
+        } else {
+            1.0
+        },
     })
 }
 
