@@ -213,6 +213,24 @@ fn bad_input_is_a_clear_error() {
             &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],
             "Simple protocol only",
         ),
+        // NCCL_ALGO / NCCL_PROTO lists: a name that is none, an empty one,
+        // every candidate excluded.
+        (&["all_reduce", "--algorithm", "ring,warp"], "\"warp\""),
+        (&["all_reduce", "--protocol", "^"], "empty name"),
+        (
+            &[
+                "all_reduce",
+                "--topology",
+                "dgx-h100",
+                "--algorithm",
+                "^ring,tree,nvls",
+            ],
+            "every algorithm",
+        ),
+        (
+            &["all_reduce", "--protocol", "^simple,ll128,ll"],
+            "every protocol",
+        ),
         // Zero channels divided by zero (on one node NVLS won and hid it);
         // 65535 generated steps for minutes.
         (

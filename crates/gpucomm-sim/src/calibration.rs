@@ -233,7 +233,7 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
                 coll,
                 bytes,
                 &CollOptions {
-                    algorithm,
+                    algorithm: algorithm.into(),
                     ..Default::default()
                 },
             )?;

@@ -44,18 +44,127 @@ impl AlgoChoice {
         }
     }
 
-    /// Parses `ring`, `tree`, `nvls`, `halving_doubling`, ...
+    /// Parses `ring`, `tree`, `nvls`, `halving_doubling`, ... (case
+    /// ignored; NCCL's `NVLSTree` and `CollnetDirect` too).
     pub fn parse(s: &str) -> Option<Self> {
         if s.eq_ignore_ascii_case("nvls") {
             return Some(AlgoChoice::Nvls);
         }
-        if s.eq_ignore_ascii_case("collnet") || s.eq_ignore_ascii_case("collnet_direct") {
+        if ["collnet", "collnet_direct", "collnetdirect"]
+            .iter()
+            .any(|n| s.eq_ignore_ascii_case(n))
+        {
             return Some(AlgoChoice::CollNet);
         }
         if s.eq_ignore_ascii_case("nvls_tree") || s.eq_ignore_ascii_case("nvlstree") {
             return Some(AlgoChoice::NvlsTree);
         }
         Algorithm::from_name(s).map(AlgoChoice::Schedule)
+    }
+}
+
+/// Which algorithms (or protocols) the tuner may pick from, as NCCL's
+/// `NCCL_ALGO` and `NCCL_PROTO` say it (NVIDIA/nccl `src/graph/tuning.cc`,
+/// `parseList`): a comma-separated list allows those only, one after `^`
+/// every one but those.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::{simulate, AlgoChoice, CollOptions, Select};
+/// use gpucomm_sim::model::Protocol;
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let no_nvls = Select::parse("^NVLS,NVLSTree", AlgoChoice::parse).unwrap();
+/// assert!(!no_nvls.allows(AlgoChoice::Nvls) && !no_nvls.allows(AlgoChoice::NvlsTree));
+/// let simple = Select::parse("Simple", Protocol::parse).unwrap();
+/// assert_eq!(simple.single(), Some(Protocol::Simple));
+/// assert!(Select::parse("ring,warp", AlgoChoice::parse).is_err());
+///
+/// // One DGX H100 at 64 MiB: NCCL runs NVLS; with NVLS off, a ring.
+/// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
+/// let run = |algorithm| {
+///     let opts = CollOptions { algorithm, ..Default::default() };
+///     simulate(&f, Collective::AllReduce, 64 << 20, &opts).unwrap().algorithm
+/// };
+/// assert_eq!(run(Select::Any), AlgoChoice::Nvls);
+/// assert_eq!(run(no_nvls).name(), "ring");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Select<T> {
+    /// Every one the machine offers.
+    #[default]
+    Any,
+    /// These only, in this order (one: that one runs).
+    Only(Vec<T>),
+    /// Every one the machine offers but these.
+    Except(Vec<T>),
+}
+
+impl<T: Copy + PartialEq> Select<T> {
+    /// Parses NCCL's syntax (`ring`, `ring,tree`, `^nvls,nvls_tree`), each
+    /// name through `item`; an unknown or missing name is an error naming it.
+    pub fn parse(s: &str, item: impl Fn(&str) -> Option<T>) -> Result<Self, String> {
+        let (except, list) = match s.trim().strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, s.trim()),
+        };
+        let mut v = Vec::new();
+        for name in list.split(',').map(str::trim) {
+            if name.is_empty() {
+                return Err(format!("empty name in {s:?}"));
+            }
+            let x = item(name).ok_or_else(|| format!("unknown name {name:?} in {s:?}"))?;
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        Ok(if except {
+            Select::Except(v)
+        } else {
+            Select::Only(v)
+        })
+    }
+
+    /// Whether `x` may be picked.
+    pub fn allows(&self, x: T) -> bool {
+        match self {
+            Select::Any => true,
+            Select::Only(v) => v.contains(&x),
+            Select::Except(v) => !v.contains(&x),
+        }
+    }
+
+    /// The one named, where exactly one is.
+    pub fn single(&self) -> Option<T> {
+        match self {
+            Select::Only(v) if v.len() == 1 => Some(v[0]),
+            _ => None,
+        }
+    }
+
+    /// Whether the names are the user's choice ([`Select::Only`]): those
+    /// run even where the tuner would not offer them.
+    pub fn named(&self) -> bool {
+        matches!(self, Select::Only(_))
+    }
+
+    /// Those of `offered` allowed; under [`Select::Only`] the named ones,
+    /// offered or not.
+    pub fn apply(&self, offered: Vec<T>) -> Vec<T> {
+        match self {
+            Select::Only(v) => v.clone(),
+            _ => offered.into_iter().filter(|&x| self.allows(x)).collect(),
+        }
+    }
+}
+
+/// `None` is [`Select::Any`], `Some(x)` that one only.
+impl<T> From<Option<T>> for Select<T> {
+    fn from(x: Option<T>) -> Self {
+        match x {
+            None => Select::Any,
+            Some(x) => Select::Only(vec![x]),
+        }
     }
 }
 
@@ -117,13 +226,14 @@ impl Tuner {
 /// Options of a collective simulation.
 #[derive(Clone, Debug)]
 pub struct CollOptions {
-    /// The algorithm; `None` lets the tuner pick.
-    pub algorithm: Option<AlgoChoice>,
+    /// The algorithms the tuner picks from ([`Select::Any`]: those NCCL
+    /// has on the machine, [`candidates`]; one named: that one runs).
+    pub algorithm: Select<AlgoChoice>,
     /// How the tuner picks.
     pub tuner: Tuner,
-    /// NCCL's wire protocol; `None` lets the tuner pick among those NCCL
-    /// enables on the machine ([`model::nccl_protocol_check`]).
-    pub protocol: Option<Protocol>,
+    /// NCCL's wire protocols the tuner picks from, among those NCCL enables
+    /// on the machine ([`model::nccl_protocol_check`]).
+    pub protocol: Select<Protocol>,
     /// Channels; `None`: one per NIC on multi-node runs (as NCCL binds
     /// channels to NICs), one inside a node.
     pub channels: Option<u16>,
@@ -136,9 +246,9 @@ pub struct CollOptions {
 impl Default for CollOptions {
     fn default() -> Self {
         CollOptions {
-            algorithm: None,
+            algorithm: Select::Any,
             tuner: Tuner::Nccl,
-            protocol: None,
+            protocol: Select::Any,
             channels: None,
             symmetry: true,
             trace_ranks: 0,
@@ -503,7 +613,7 @@ const LL128_GRAIN: u64 = 1920;
 /// use gpucomm_sim::{Machine, Engine};
 ///
 /// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
-/// let opts = CollOptions { algorithm: AlgoChoice::parse("nvls"), ..Default::default() };
+/// let opts = CollOptions { algorithm: AlgoChoice::parse("nvls").into(), ..Default::default() };
 /// let r = simulate(&f, Collective::AllReduce, 1 << 30, &opts).unwrap();
 /// assert!(r.busbw_gbps > 400.0);
 /// ```
@@ -518,9 +628,27 @@ pub fn simulate(
     if let Some(ch) = opts.channels {
         check_channels(ch)?;
     }
-    let choices = match opts.algorithm {
-        Some(a) => vec![a],
-        None => candidates(fabric, collective),
+    let choices = match &opts.algorithm {
+        Select::Only(named) if named.is_empty() => {
+            return Err(SimError::Model("no algorithm named".into()));
+        }
+        Select::Only(named) => named.clone(),
+        select => {
+            let offered = candidates(fabric, collective);
+            let allowed = select.apply(offered.clone());
+            if allowed.is_empty() && !offered.is_empty() {
+                return Err(SimError::Model(format!(
+                    "every algorithm the tuner has for {} here is excluded ({})",
+                    collective.name(),
+                    offered
+                        .iter()
+                        .map(|c| c.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            allowed
+        }
     };
     if choices.is_empty() {
         return Err(SimError::Schedule(format!(
@@ -532,10 +660,14 @@ pub fn simulate(
     let nvlink = !matches!(m.node.nvlink, NvFabric::None);
     // Candidates are (algorithm, protocol) in a fixed order, which breaks
     // ties; which of them run is decided by their bounds below.
-    let protocols = match opts.protocol {
-        Some(p) => vec![p],
-        None => vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll],
-    };
+    let protocols = opts
+        .protocol
+        .apply(vec![Protocol::Simple, Protocol::Ll128, Protocol::Ll]);
+    if protocols.is_empty() {
+        return Err(SimError::Model(
+            "every protocol is excluded (Simple, LL128, LL)".into(),
+        ));
+    }
     let mut refused = None;
     // The enabled candidates in tie-breaking order.
     let mut jobs = Vec::new();
@@ -545,7 +677,7 @@ pub fn simulate(
                 Ok(()) => jobs.push((c, p)),
                 // A refusal is reported only when nothing else failed: an
                 // error of a candidate that ran says more.
-                Err(why) if opts.protocol.is_some() && refused.is_none() => {
+                Err(why) if opts.protocol.named() && refused.is_none() => {
                     refused = Some(SimError::Model(format!(
                         "NCCL does not run {} with the {} protocol on {} ({why})",
                         c.name(),
@@ -641,7 +773,7 @@ pub fn simulate(
     // named one and the protocol is to be picked).
     let nccl_choice = opts.tuner == Tuner::Nccl
         && compared
-        && (opts.algorithm.is_some()
+        && (opts.algorithm.named()
             || choices.iter().all(|c| match c {
                 AlgoChoice::Schedule(a) => NCCL_ALGORITHMS.contains(a),
                 _ => true,
@@ -756,7 +888,7 @@ pub fn simulate(
                 }
             }
             Some(Err(e)) => {
-                if opts.algorithm.is_some() && opts.protocol.is_some() {
+                if opts.algorithm.single().is_some() && opts.protocol.single().is_some() {
                     return Err(e);
                 }
                 last_err = Some(e);

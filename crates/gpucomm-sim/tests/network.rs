@@ -37,7 +37,7 @@ fn leaf_spine(npl: usize, os: f64) -> ClusterOptions {
 
 fn time_us(f: &ClusterFabric, c: Collective, bytes: u64, algo: Option<AlgoChoice>) -> f64 {
     let opts = CollOptions {
-        algorithm: algo,
+        algorithm: algo.into(),
         ..Default::default()
     };
     simulate(f, c, bytes, &opts).unwrap().time.as_us()
@@ -113,7 +113,7 @@ fn sharp_is_refused_where_the_fabric_cannot_do_it() {
     let err = |m: &Machine, nodes: usize, c: Collective, a: AlgoChoice| -> String {
         let f = m.fabric(Engine::Nccl, nodes).unwrap();
         let opts = CollOptions {
-            algorithm: Some(a),
+            algorithm: Some(a).into(),
             ..Default::default()
         };
         match simulate(&f, c, 1 << 20, &opts) {
@@ -179,7 +179,7 @@ fn a_non_blocking_network_gives_todays_results_exactly() {
     ];
     let run = |f: &ClusterFabric, (c, bytes, algorithm): (Collective, u64, Option<AlgoChoice>)| {
         let opts = CollOptions {
-            algorithm,
+            algorithm: algorithm.into(),
             ..Default::default()
         };
         let r = simulate(f, c, bytes, &opts).unwrap();
@@ -291,8 +291,8 @@ fn symmetry_reduction_matches_full_simulation_where_it_applies() {
             // Simple: with LL128 and 4 of 8 GPUs the reduction and the full
             // run differ by 0.2% on rails too (block lengths, see exec.rs).
             let opts = CollOptions {
-                algorithm: Some(AlgoChoice::Schedule(a)),
-                protocol: Some(model::Protocol::Simple),
+                algorithm: Some(AlgoChoice::Schedule(a)).into(),
+                protocol: Some(model::Protocol::Simple).into(),
                 symmetry,
                 ..Default::default()
             };
@@ -307,7 +307,7 @@ fn symmetry_reduction_matches_full_simulation_where_it_applies() {
     let f = m.fabric(Engine::Nccl, 4).unwrap();
     assert!(f.node_orbits().is_none());
     let opts = CollOptions {
-        algorithm: ring(),
+        algorithm: ring().into(),
         ..Default::default()
     };
     let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();

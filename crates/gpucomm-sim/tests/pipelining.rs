@@ -35,8 +35,8 @@ fn transfers_on_one_connection_follow_each_other() {
     // delivered after half the bytes, not together with the second.
     let f = common::fabric("dgx-h100", 1);
     let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring"),
-        protocol: Some(Protocol::Simple),
+        algorithm: AlgoChoice::parse("ring").into(),
+        protocol: Some(Protocol::Simple).into(),
         trace_ranks: 8,
         ..Default::default()
     };

@@ -4,7 +4,7 @@
 mod common;
 
 use gpucomm_algo::Collective;
-use gpucomm_sim::collective::{AlgoChoice, CollOptions, Tuner, nccl_comm, simulate};
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, Select, Tuner, nccl_comm, simulate};
 use gpucomm_sim::model::{Protocol, nccl_model_latency_us};
 use gpucomm_sim::{Engine, Machine, SimTime};
 
@@ -128,8 +128,8 @@ fn the_symmetry_reduction_stays_exact_under_every_protocol() {
         for bytes in [1u64 << 10, 1 << 20, 3 << 20] {
             let run = |symmetry: bool| {
                 let opts = CollOptions {
-                    algorithm: AlgoChoice::parse("ring"),
-                    protocol: Some(p),
+                    algorithm: AlgoChoice::parse("ring").into(),
+                    protocol: Some(p).into(),
                     symmetry,
                     ..Default::default()
                 };
@@ -160,7 +160,7 @@ fn sizes_beyond_the_model_are_errors_not_wrapped_results() {
     // With a protocol but no algorithm, a candidate's own error is reported,
     // not the refusal of NVLS (which runs Simple only).
     let any_ll = CollOptions {
-        protocol: Some(Protocol::Ll),
+        protocol: Some(Protocol::Ll).into(),
         ..Default::default()
     };
     let e = simulate(&f, Collective::AllReduce, huge / 100, &any_ll).unwrap_err();
@@ -185,8 +185,8 @@ fn the_fastest_tuner_picks_the_fastest_candidate_and_is_deterministic() {
         assert_eq!((a.algorithm, a.protocol), (first.0, first.1));
         for &(c, p, t) in &a.candidates {
             let opts = CollOptions {
-                algorithm: Some(c),
-                protocol: Some(p),
+                algorithm: Some(c).into(),
+                protocol: Some(p).into(),
                 ..Default::default()
             };
             let alone = simulate(&f, Collective::AllReduce, bytes, &opts).unwrap();
@@ -456,4 +456,41 @@ fn the_one_node_nvls_models_refuse_what_they_do_not_model() {
     // One DGX H100: NCCL's 25 us plus the bytes at the NVLS rate.
     let h100 = common::fabric("dgx-h100", 1);
     assert!((nvls_model_time(&h100, 0).unwrap().as_us() - 25.0).abs() < 1e-6);
+}
+
+#[test]
+fn nccl_algo_and_proto_lists_restrict_what_the_tuner_picks_from() {
+    // Four DGX H100 nodes at 2 MiB: NCCL's model rates tree LL128 first,
+    // then NVLSTree, then tree Simple, the ring after them (`--timing`).
+    let f = common::fabric("dgx-h100", 4);
+    let pick = |algo: &str, proto: &str| {
+        let opts = CollOptions {
+            algorithm: Select::parse(algo, AlgoChoice::parse).unwrap(),
+            protocol: Select::parse(proto, Protocol::parse).unwrap(),
+            ..Default::default()
+        };
+        let r = simulate(&f, Collective::AllReduce, 2 << 20, &opts).unwrap();
+        (r.algorithm.name(), r.protocol, r.time)
+    };
+    let all = "ring,tree,nvls_tree";
+    let every = "Simple,LL128,LL";
+    assert_eq!(pick(all, every).0, "tree");
+    assert_eq!(pick(all, every).1, Protocol::Ll128);
+    // NCCL_PROTO=^LL128.
+    let no_ll128 = pick(all, "^LL128");
+    assert_eq!((no_ll128.0, no_ll128.1), ("nvls_tree", Protocol::Simple));
+    // NCCL_ALGO=^NVLSTree as well: the tree with Simple, the time it has alone.
+    let neither = pick("^nvls_tree", "^LL128");
+    assert_eq!((neither.0, neither.1), ("tree", Protocol::Simple));
+    let alone = simulate(
+        &f,
+        Collective::AllReduce,
+        2 << 20,
+        &common::forced("tree", Some(Protocol::Simple)),
+    )
+    .unwrap();
+    assert_eq!(neither.2, alone.time);
+    // Lists of names: among those only.
+    assert_eq!(pick("ring,nvls_tree", every).0, "nvls_tree");
+    assert_eq!(pick("ring", "LL,LL128").1, Protocol::Ll128);
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use gpucomm_algo::Collective;
-use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, Tuner, simulate};
+use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, Select, Tuner, simulate};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
@@ -105,10 +105,13 @@ struct CollArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, nvls_tree, collnet); default: the tuner picks.
+    /// hierarchical, nvls, nvls_tree, collnet), or those the tuner picks
+    /// from in NCCL_ALGO's syntax: `ring,tree` (those only), `^nvls,nvls_tree`
+    /// (all but those); default: the tuner picks among NCCL's.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
-    /// NCCL protocol (LL, LL128, Simple); default: the tuner picks among
+    /// NCCL protocol (LL, LL128, Simple), or a list in NCCL_PROTO's
+    /// syntax (`^LL128`: all but LL128); default: the tuner picks among
     /// those NCCL enables on the machine.
     #[arg(long, short = 'p')]
     protocol: Option<String>,
@@ -311,17 +314,18 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let algorithm = match &a.algorithm {
-        None => None,
-        Some(s) => Some(AlgoChoice::parse(s).with_context(|| {
-            format!("unknown algorithm {s:?} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet)")
-        })?),
+        None => Select::Any,
+        Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
+            anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet; a list, or ^ and a list to exclude)")
+        })?,
     };
     let protocol = match &a.protocol {
-        None => None,
-        Some(s) => Some(
-            Protocol::parse(s)
-                .with_context(|| format!("unknown protocol {s:?} (LL, LL128, Simple)"))?,
-        ),
+        None => Select::Any,
+        Some(s) => Select::parse(s, Protocol::parse).map_err(|e| {
+            anyhow::anyhow!(
+                "--protocol: {e} (LL, LL128, Simple; a list, or ^ and a list to exclude)"
+            )
+        })?,
     };
     let tuner = Tuner::parse(&a.tuner)
         .with_context(|| format!("unknown tuner {:?} (nccl, fastest)", a.tuner))?;
@@ -334,9 +338,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     for (i, &bytes) in sizes.iter().enumerate() {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
-            algorithm,
+            algorithm: algorithm.clone(),
             tuner,
-            protocol,
+            protocol: protocol.clone(),
             channels: a.channels,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },

@@ -17,8 +17,8 @@ pub fn fabric(preset: &str, nodes: usize) -> ClusterFabric {
 /// Options forcing `algorithm` (and `protocol`, if given).
 pub fn forced(algorithm: &str, protocol: Option<Protocol>) -> CollOptions {
     CollOptions {
-        algorithm: AlgoChoice::parse(algorithm),
-        protocol,
+        algorithm: AlgoChoice::parse(algorithm).into(),
+        protocol: protocol.into(),
         ..Default::default()
     }
 }
