@@ -129,6 +129,17 @@ fn train_sweep_reports_the_step_and_its_exposed_communication() {
     }
     // Crossing from one node to two adds network time.
     assert!(f(&rows[2], "comm_ms") > f(&rows[1], "comm_ms"));
+    // NCCL_ALGO=^NVLS,NVLSTree for the buckets: other all_reduce times,
+    // and the restriction recorded.
+    let args = "train --topology dgx-h100 --model resnet50 --sweep-nodes 1,2,4";
+    let args: Vec<&str> = args.split(' ').collect();
+    let no_nvls = sim_json(&[&args[..], &["--algorithm", "^nvls,nvls_tree"]].concat());
+    assert_eq!(no_nvls["algorithm"], "^nvls,nvls_tree");
+    let other = no_nvls["results"].as_array().unwrap();
+    assert!(
+        (1..4).any(|i| f(&other[i], "comm_ms") != f(&rows[i], "comm_ms")),
+        "{no_nvls}"
+    );
 }
 
 #[test]

@@ -226,6 +226,61 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
     out
 }
 
+/// The all_reduce times a sweep of training steps shares, by (nodes,
+/// bytes), and the collective options they are simulated with: the tuner
+/// and the algorithms and protocols it may pick (`NCCL_ALGO` /
+/// `NCCL_PROTO`-style, [`crate::collective::Select`]).
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::{simulate, AlgoChoice, CollOptions, Select};
+/// use gpucomm_sim::train::{step, AllReduceTimes, ModelSpec};
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let m = Machine::preset("dgx-h100").unwrap();
+/// let model = ModelSpec::preset("bert-large").unwrap();
+/// let nccl = step(&m, 1, &model, 25 << 20, &mut AllReduceTimes::default()).unwrap();
+/// // NCCL_ALGO=Ring: every bucket's all_reduce is the ring's.
+/// let ring = CollOptions {
+///     algorithm: Select::parse("ring", AlgoChoice::parse).unwrap(),
+///     ..Default::default()
+/// };
+/// let r = step(&m, 1, &model, 25 << 20, &mut AllReduceTimes::new(ring.clone())).unwrap();
+/// let f = m.fabric(Engine::Nccl, 1).unwrap();
+/// let each: f64 = r
+///     .buckets
+///     .iter()
+///     .map(|b| simulate(&f, Collective::AllReduce, b.bytes, &ring).unwrap().time.as_us())
+///     .sum();
+/// assert!((r.comm.as_us() - each).abs() < 1e-6 * each);
+/// assert_ne!(r.comm, nccl.comm); // NCCL runs NVLS for the larger buckets
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct AllReduceTimes {
+    options: CollOptions,
+    times: BTreeMap<(usize, u64), SimTime>,
+}
+
+impl AllReduceTimes {
+    /// No times yet; the all_reduces will be simulated with `options`.
+    pub fn new(options: CollOptions) -> Self {
+        AllReduceTimes {
+            options,
+            times: BTreeMap::new(),
+        }
+    }
+
+    /// How many (nodes, bytes) times are known.
+    pub fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    /// Whether no time is known yet.
+    pub fn is_empty(&self) -> bool {
+        self.times.is_empty()
+    }
+}
+
 /// Simulates, side by side on the machine's cores, every bucket all_reduce
 /// that the steps of `model` on each of `node_counts` nodes need and that
 /// `cache` lacks, into `cache` (what [`step`] reads): a sweep's node counts
@@ -234,13 +289,12 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
 /// [`step`] would compute.
 ///
 /// ```
-/// use std::collections::BTreeMap;
-/// use gpucomm_sim::train::{prefill, step, ModelSpec};
+/// use gpucomm_sim::train::{prefill, step, AllReduceTimes, ModelSpec};
 /// use gpucomm_sim::Machine;
 ///
 /// let m = Machine::preset("dgx-a100").unwrap();
 /// let model = ModelSpec::preset("resnet50").unwrap();
-/// let mut cache = BTreeMap::new();
+/// let mut cache = AllReduceTimes::default();
 /// prefill(&m, &[1, 2], &model, 25 << 20, &mut cache).unwrap();
 /// let filled = cache.len();
 /// let r = step(&m, 2, &model, 25 << 20, &mut cache).unwrap();
@@ -252,7 +306,7 @@ pub fn prefill(
     node_counts: &[usize],
     model: &ModelSpec,
     bucket_bytes: u64,
-    cache: &mut BTreeMap<(usize, u64), SimTime>,
+    cache: &mut AllReduceTimes,
 ) -> Result<(), SimError> {
     let sizes: Vec<u64> = buckets(model, bucket_bytes.max(1))
         .into_iter()
@@ -263,7 +317,7 @@ pub fn prefill(
     let missing: BTreeSet<(usize, u64)> = node_counts
         .iter()
         .flat_map(|&n| sizes.iter().map(move |&b| (n, b)))
-        .filter(|k| !cache.contains_key(k))
+        .filter(|k| !cache.times.contains_key(k))
         .collect();
     let jobs: Vec<(usize, u64)> = missing.into_iter().rev().collect();
     let mut fabrics: BTreeMap<usize, ClusterFabric> = BTreeMap::new();
@@ -277,12 +331,12 @@ pub fn prefill(
         if crate::fabric::Fabric::ranks(f) == 1 {
             return Ok(None);
         }
-        let r = simulate(f, Collective::AllReduce, b, &CollOptions::default())?;
+        let r = simulate(f, Collective::AllReduce, b, &cache.options)?;
         Ok(Some(r.time))
     });
     for (&key, t) in jobs.iter().zip(times) {
         if let Some(t) = t? {
-            cache.insert(key, t);
+            cache.times.insert(key, t);
         }
     }
     Ok(())
@@ -294,7 +348,7 @@ pub fn step(
     nodes: usize,
     model: &ModelSpec,
     bucket_bytes: u64,
-    cache: &mut BTreeMap<(usize, u64), SimTime>,
+    cache: &mut AllReduceTimes,
 ) -> Result<StepResult, SimError> {
     if nodes == 0 {
         return Err(SimError::Model(
@@ -315,7 +369,7 @@ pub fn step(
         let dur = if gpus == 1 {
             SimTime::ZERO
         } else {
-            *cache.get(&(nodes, bytes)).ok_or_else(|| {
+            *cache.times.get(&(nodes, bytes)).ok_or_else(|| {
                 SimError::Model(format!("no all_reduce time for {bytes} B on {nodes} nodes"))
             })?
         };
@@ -364,7 +418,7 @@ mod tests {
         let m = ModelSpec::preset("resnet50").unwrap();
         let mut mach = Machine::preset("dgx-a100").unwrap();
         mach.gpus_used = Some(1);
-        let mut cache = BTreeMap::new();
+        let mut cache = AllReduceTimes::default();
         let one = step(&mach, 1, &m, 25 << 20, &mut cache).unwrap();
         assert_eq!(one.exposed, SimTime::ZERO);
         assert!((one.efficiency - 1.0).abs() < 1e-12);
@@ -372,7 +426,7 @@ mod tests {
         assert!(step(&mach, 0, &m, 25 << 20, &mut cache).is_err());
         let mut none = mach.clone();
         none.gpus_used = Some(0);
-        assert!(step(&none, 2, &m, 25 << 20, &mut BTreeMap::new()).is_err());
+        assert!(step(&none, 2, &m, 25 << 20, &mut AllReduceTimes::default()).is_err());
         let a = step(&mach, 1, &m, 25 << 20, &mut cache).unwrap();
         let b = step(&mach, 4, &m, 25 << 20, &mut cache).unwrap();
         assert!(b.comm > a.comm);

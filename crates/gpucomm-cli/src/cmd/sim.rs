@@ -1,7 +1,6 @@
 //! `gpucomm sim`: predict collectives, transfers and training steps on
 //! modeled fabrics (see `docs/sim.md`).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +13,7 @@ use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, Select, Tuner
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::train::{ModelSpec, prefill, step};
+use gpucomm_sim::train::{AllReduceTimes, ModelSpec, prefill, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
@@ -104,22 +103,8 @@ struct CollArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     factor: u64,
-    /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, nvls_tree, collnet), or those the tuner picks
-    /// from in NCCL_ALGO's syntax: `ring,tree` (those only), `^nvls,nvls_tree`
-    /// (all but those); default: the tuner picks among NCCL's.
-    #[arg(long, short = 'a')]
-    algorithm: Option<String>,
-    /// NCCL protocol (LL, LL128, Simple), or a list in NCCL_PROTO's
-    /// syntax (`^LL128`: all but LL128); default: the tuner picks among
-    /// those NCCL enables on the machine.
-    #[arg(long, short = 'p')]
-    protocol: Option<String>,
-    /// How the tuner picks: `nccl` (what NCCL's cost model picks, then
-    /// simulated: what NCCL would run) or `fastest` (the fastest simulated
-    /// candidate: what NCCL_ALGO/NCCL_PROTO could get).
-    #[arg(long, default_value = "nccl")]
-    tuner: String,
+    #[command(flatten)]
+    tuner: TunerArgs,
     /// Channels (default: one per NIC across nodes, one inside a node).
     #[arg(long)]
     channels: Option<u16>,
@@ -197,6 +182,70 @@ struct RdmaArgs {
     size: String,
 }
 
+/// What the tuner picks from, and how (`sim` collectives and `sim train`).
+#[derive(clap::Args, Debug)]
+struct TunerArgs {
+    /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
+    /// hierarchical, nvls, nvls_tree, collnet), or those the tuner picks
+    /// from in NCCL_ALGO's syntax: `ring,tree` (those only), `^nvls,nvls_tree`
+    /// (all but those); default: the tuner picks among NCCL's.
+    #[arg(long, short = 'a')]
+    algorithm: Option<String>,
+    /// NCCL protocol (LL, LL128, Simple), or a list in NCCL_PROTO's
+    /// syntax (`^LL128`: all but LL128); default: the tuner picks among
+    /// those NCCL enables on the machine.
+    #[arg(long, short = 'p')]
+    protocol: Option<String>,
+    /// How the tuner picks: `nccl` (what NCCL's cost model picks, then
+    /// simulated: what NCCL would run) or `fastest` (the fastest simulated
+    /// candidate: what NCCL_ALGO/NCCL_PROTO could get).
+    #[arg(long, default_value = "nccl")]
+    tuner: String,
+}
+
+impl TunerArgs {
+    /// What the options restrict, as given (None: NCCL's tuner, unrestricted).
+    fn restriction(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(x) = &self.algorithm {
+            parts.push(format!("--algorithm {x}"));
+        }
+        if let Some(x) = &self.protocol {
+            parts.push(format!("--protocol {x}"));
+        }
+        if !self.tuner.eq_ignore_ascii_case("nccl") {
+            parts.push(format!("--tuner {}", self.tuner));
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+
+    /// The collective options these set (the rest default).
+    fn options(&self) -> anyhow::Result<CollOptions> {
+        let algorithm = match &self.algorithm {
+            None => Select::Any,
+            Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
+                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet; a list, or ^ and a list to exclude)")
+            })?,
+        };
+        let protocol = match &self.protocol {
+            None => Select::Any,
+            Some(s) => Select::parse(s, Protocol::parse).map_err(|e| {
+                anyhow::anyhow!(
+                    "--protocol: {e} (LL, LL128, Simple; a list, or ^ and a list to exclude)"
+                )
+            })?,
+        };
+        let tuner = Tuner::parse(&self.tuner)
+            .with_context(|| format!("unknown tuner {:?} (nccl, fastest)", self.tuner))?;
+        Ok(CollOptions {
+            algorithm,
+            protocol,
+            tuner,
+            ..Default::default()
+        })
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct TrainArgs {
     #[command(flatten)]
@@ -213,6 +262,8 @@ struct TrainArgs {
     /// DDP bucket cap in MiB.
     #[arg(long, default_value_t = 25.0)]
     bucket_mb: f64,
+    #[command(flatten)]
+    tuner: TunerArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -313,22 +364,7 @@ fn out() -> std::io::StdoutLock<'static> {
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
-    let algorithm = match &a.algorithm {
-        None => Select::Any,
-        Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
-            anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet; a list, or ^ and a list to exclude)")
-        })?,
-    };
-    let protocol = match &a.protocol {
-        None => Select::Any,
-        Some(s) => Select::parse(s, Protocol::parse).map_err(|e| {
-            anyhow::anyhow!(
-                "--protocol: {e} (LL, LL128, Simple; a list, or ^ and a list to exclude)"
-            )
-        })?,
-    };
-    let tuner = Tuner::parse(&a.tuner)
-        .with_context(|| format!("unknown tuner {:?} (nccl, fastest)", a.tuner))?;
+    let base = a.tuner.options()?;
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
     let mut results: Vec<CollResult> = Vec::new();
@@ -338,12 +374,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     for (i, &bytes) in sizes.iter().enumerate() {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
-            algorithm: algorithm.clone(),
-            tuner,
-            protocol: protocol.clone(),
             channels: a.channels,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },
+            ..base.clone()
         };
         let t0 = Instant::now();
         let r = simulate(&fabric, coll, bytes, &opts).with_context(|| {
@@ -733,7 +767,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     if sweep.contains(&0) {
         bail!("--sweep-nodes: node counts must be at least 1");
     }
-    let mut cache = BTreeMap::new();
+    let mut cache = AllReduceTimes::new(a.tuner.options()?);
     prefill(&mach, &sweep, &model, bucket, &mut cache)?;
     let mut one = mach.clone();
     one.gpus_used = Some(1);
@@ -778,7 +812,9 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
-            "bucket_mb": a.bucket_mb, "model_source": model.source, "results": v});
+            "bucket_mb": a.bucket_mb, "model_source": model.source,
+            "algorithm": a.tuner.algorithm, "protocol": a.tuner.protocol, "tuner": a.tuner.tuner,
+            "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
@@ -792,6 +828,9 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         )?;
         if !model.source.is_empty() {
             writeln!(o, "# model figures: {}", model.source)?;
+        }
+        if let Some(line) = a.tuner.restriction() {
+            writeln!(o, "# all_reduce buckets: {line}")?;
         }
         write_network(&mut o, &mach)?;
         writeln!(
