@@ -47,6 +47,12 @@ struct Raw<'a> {
     len: usize,
 }
 
+impl<'a> Raw<'a> {
+    fn new(dev: &'a Device, ptr: u64, len: usize) -> Self {
+        Raw { dev, ptr, len }
+    }
+}
+
 impl DeviceMemory for Raw<'_> {
     fn device_ptr(&self) -> u64 {
         self.ptr
@@ -227,11 +233,7 @@ impl DeviceBackend for CudaBackend {
         // SAFETY: the caller keeps `src` live and unchanged until the stream
         // has run the copy.
         let src = unsafe { std::slice::from_raw_parts(src, bytes) };
-        let d = Raw {
-            dev,
-            ptr: dst,
-            len: bytes,
-        };
+        let d = Raw::new(dev, dst, bytes);
         // SAFETY: as above.
         unsafe { s.copy_from_host_async(&d, 0, src) }
             .map_err(|e| Self::err(dev.ordinal(), "host-to-device copy", e))
@@ -249,11 +251,7 @@ impl DeviceBackend for CudaBackend {
         // SAFETY: the caller keeps `dst` live and untouched until the
         // stream has run the copy.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
-        let sr = Raw {
-            dev,
-            ptr: src,
-            len: bytes,
-        };
+        let sr = Raw::new(dev, src, bytes);
         // SAFETY: as above.
         unsafe { s.copy_to_host_async(dst, &sr, 0) }
             .map_err(|e| Self::err(dev.ordinal(), "device-to-host copy", e))
@@ -268,16 +266,8 @@ impl DeviceBackend for CudaBackend {
     ) -> Result<(), Error> {
         let s = self.stream(stream)?;
         let dev = s.device();
-        let d = Raw {
-            dev,
-            ptr: dst,
-            len: bytes,
-        };
-        let sr = Raw {
-            dev,
-            ptr: src,
-            len: bytes,
-        };
+        let d = Raw::new(dev, dst, bytes);
+        let sr = Raw::new(dev, src, bytes);
         // Peer memory opened through IPC is mapped into our context (UVA),
         // so a plain device-to-device copy reaches it over P2P.
         s.copy_device(&d, 0, &sr, 0, bytes)
@@ -298,7 +288,7 @@ impl DeviceBackend for CudaBackend {
         let dev = s.device();
         let k = self.kernels(dev.ordinal())?;
         let len = count * dtype.size();
-        let r = |ptr| Raw { dev, ptr, len };
+        let r = |ptr| Raw::new(dev, ptr, len);
         k.reduce(&s, op, dtype, &r(dst), &r(a), &r(b), count)
             .map_err(|e| Self::err(dev.ordinal(), "reduction kernel", e))
     }
@@ -314,11 +304,7 @@ impl DeviceBackend for CudaBackend {
         let s = self.stream(stream)?;
         let dev = s.device();
         let k = self.kernels(dev.ordinal())?;
-        let d = Raw {
-            dev,
-            ptr: dst,
-            len: count * dtype.size(),
-        };
+        let d = Raw::new(dev, dst, count * dtype.size());
         k.divide(&s, dtype, &d, count, ranks)
             .map_err(|e| Self::err(dev.ordinal(), "divide kernel", e))
     }
