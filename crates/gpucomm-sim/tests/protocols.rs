@@ -482,14 +482,7 @@ fn nccl_algo_and_proto_lists_restrict_what_the_tuner_picks_from() {
     // NCCL_ALGO=^NVLSTree as well: the tree with Simple, the time it has alone.
     let neither = pick("^nvls_tree", "^LL128");
     assert_eq!((neither.0, neither.1), ("tree", Protocol::Simple));
-    let alone = simulate(
-        &f,
-        Collective::AllReduce,
-        2 << 20,
-        &common::forced("tree", Some(Protocol::Simple)),
-    )
-    .unwrap();
-    assert_eq!(neither.2, alone.time);
+    assert_eq!(neither.2, pick("tree", "Simple").2);
     // Lists of names: among those only.
     assert_eq!(pick("ring,nvls_tree", every).0, "nvls_tree");
     assert_eq!(pick("ring", "LL,LL128").1, Protocol::Ll128);
