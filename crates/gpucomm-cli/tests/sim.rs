@@ -75,6 +75,9 @@ fn collective_json_has_one_row_per_size_with_nccl_tests_fields() {
     let r = &v["results"][0];
     assert_eq!(r["algorithm"], "ring");
     assert_eq!(r["protocol"], "LL128");
+    // The options given are recorded beside the results.
+    assert_eq!(v["tuner"]["algorithm"], "ring");
+    assert_eq!(v["tuner"]["protocol"], "ll128");
 }
 
 #[test]
@@ -134,7 +137,9 @@ fn train_sweep_reports_the_step_and_its_exposed_communication() {
     let args = "train --topology dgx-h100 --model resnet50 --sweep-nodes 1,2,4";
     let args: Vec<&str> = args.split(' ').collect();
     let no_nvls = sim_json(&[&args[..], &["--algorithm", "^nvls,nvls_tree"]].concat());
-    assert_eq!(no_nvls["algorithm"], "^nvls,nvls_tree");
+    assert_eq!(no_nvls["tuner"]["algorithm"], "^nvls,nvls_tree");
+    assert_eq!(v["tuner"]["algorithm"], serde_json::Value::Null);
+    assert_eq!(v["tuner"]["tuner"], "nccl");
     let other = no_nvls["results"].as_array().unwrap();
     assert!(
         (1..4).any(|i| f(&other[i], "comm_ms") != f(&rows[i], "comm_ms")),

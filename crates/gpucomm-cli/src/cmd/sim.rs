@@ -204,6 +204,11 @@ struct TunerArgs {
 }
 
 impl TunerArgs {
+    /// The options as given, for `--json` output (`null` where not given).
+    fn json(&self) -> serde_json::Value {
+        json!({"algorithm": self.algorithm, "protocol": self.protocol, "tuner": self.tuner})
+    }
+
     /// What the options restrict, as given (None: NCCL's tuner, unrestricted).
     fn restriction(&self) -> Option<String> {
         let mut parts = Vec::new();
@@ -420,7 +425,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
-                         "ranks": ranks, "results": rows});
+                         "ranks": ranks, "tuner": a.tuner.json(), "results": rows});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
@@ -438,6 +443,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         )?;
         if mach.nodes > 1 {
             write_network(&mut o, &mach)?;
+        }
+        if let Some(line) = a.tuner.restriction() {
+            writeln!(o, "# tuner: {line}")?;
         }
         writeln!(o, "#")?;
         writeln!(
@@ -813,8 +821,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
             "bucket_mb": a.bucket_mb, "model_source": model.source,
-            "algorithm": a.tuner.algorithm, "protocol": a.tuner.protocol, "tuner": a.tuner.tuner,
-            "results": v});
+            "tuner": a.tuner.json(), "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
