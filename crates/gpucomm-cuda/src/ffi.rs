@@ -75,6 +75,29 @@ pub const NVRTC_NAMES: &[&str] = &[
     "libnvrtc.so.11.0",
 ];
 
+/// Where NVRTC is looked for, in order: [`NVRTC_NAMES`] through the dynamic
+/// loader's search path, then the same names in the library folders of a
+/// CUDA toolkit (`$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`), where a
+/// toolkit installs NVRTC without registering it with `ldconfig`.
+pub fn nvrtc_candidates() -> Vec<String> {
+    let mut roots: Vec<String> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .filter(|r| !r.is_empty())
+        .collect();
+    roots.push("/usr/local/cuda".into());
+    let arch = std::env::consts::ARCH;
+    let mut out: Vec<String> = NVRTC_NAMES.iter().map(|n| n.to_string()).collect();
+    for root in &roots {
+        for dir in ["lib64", "lib", &format!("targets/{arch}-linux/lib")] {
+            for name in NVRTC_NAMES {
+                out.push(format!("{}/{dir}/{name}", root.trim_end_matches('/')));
+            }
+        }
+    }
+    out
+}
+
 /// A library opened with `dlopen` (never closed).
 struct Library {
     handle: *mut c_void,
@@ -104,7 +127,12 @@ impl Library {
             // Loading runs the library's initialisers, which is what we ask for.
             let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             if h.is_null() {
-                tried.push(dlerror_string());
+                let e = dlerror_string();
+                // A path that does not exist is only a place looked in:
+                // naming every one would drown the errors that matter.
+                if !(name.contains('/') && e.contains("No such file")) {
+                    tried.push(e);
+                }
             } else {
                 return Ok(Library {
                     handle: h,
@@ -309,6 +337,26 @@ mod tests {
         // libc is always there and has none of the driver's symbols.
         let e = load_driver(&["libc.so.6"]).err().unwrap();
         assert!(e.contains("cuInit"), "{e}");
+    }
+
+    #[test]
+    fn nvrtc_is_looked_for_by_name_first_then_in_the_toolkit_folders() {
+        let c = nvrtc_candidates();
+        assert_eq!(&c[..NVRTC_NAMES.len()], NVRTC_NAMES);
+        assert!(c.contains(&"/usr/local/cuda/lib64/libnvrtc.so.13".to_string()));
+        let arch = std::env::consts::ARCH;
+        assert!(c.contains(&format!(
+            "/usr/local/cuda/targets/{arch}-linux/lib/libnvrtc.so"
+        )));
+    }
+
+    #[test]
+    fn missing_paths_are_not_listed_in_the_error_but_missing_names_are() {
+        let e = Library::open_any(&["/nonexistent/gpucomm/libx.so", "libgpucomm-nonexistent.so"])
+            .err()
+            .unwrap();
+        assert!(!e.contains("/nonexistent/"), "{e}");
+        assert!(e.contains("libgpucomm-nonexistent.so"), "{e}");
     }
 
     #[test]
