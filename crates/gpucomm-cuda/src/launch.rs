@@ -22,10 +22,14 @@ static NVRTC: OnceLock<Result<Arc<ffi::Nvrtc>, String>> = OnceLock::new();
 
 fn nvrtc() -> Result<Arc<ffi::Nvrtc>, Error> {
     NVRTC
-        .get_or_init(|| ffi::load_nvrtc(ffi::NVRTC_NAMES).map(Arc::new))
+        .get_or_init(|| {
+            let names = ffi::nvrtc_candidates();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            ffi::load_nvrtc(&names).map(Arc::new)
+        })
         .clone()
         .map_err(|e| Error::Nvrtc {
-            message: format!("cannot load NVRTC, needed for the GPU reduction kernels ({e})"),
+            message: format!("cannot load NVRTC, needed for the GPU reduction kernels ({e}; not in the library folders of $CUDA_HOME, $CUDA_PATH or /usr/local/cuda either)"),
             log: String::new(),
         })
 }
@@ -48,6 +52,21 @@ pub fn nvrtc_version() -> Result<(i32, i32), Error> {
         });
     }
     Ok((a, b))
+}
+
+/// An element kernel's operand must start on a multiple of its element size:
+/// a misaligned load is a sticky fault on the GPU that poisons the whole
+/// context (`CUDA_ERROR_MISALIGNED_ADDRESS` at the next call), so it is
+/// refused here with a plain error instead.
+fn aligned(what: &str, ptr: u64, dtype: DType) -> Result<(), Error> {
+    let size = dtype.size() as u64;
+    if ptr % size == 0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{what} at device address {ptr:#x} is not aligned to {size} bytes, as {dtype} elements must be"
+        )))
+    }
 }
 
 /// What NVRTC produces.
@@ -166,26 +185,35 @@ const BLOCK: u32 = 256;
 
 impl Device {
     /// The reduction and copy kernels for this device, compiled with NVRTC
-    /// on first use (a second or so) and cached.
+    /// on first use (a second or so) and cached: a CUBIN for the device
+    /// first (no JIT, so an NVRTC newer than the driver still works); then
+    /// PTX for the device, then PTX for `compute_70` (an older NVRTC may
+    /// not know the device), which the driver JIT-compiles forward.
     pub fn kernels(&self) -> Result<Arc<Kernels>, Error> {
         let mut slot = self.kernel_slot().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
         }
-        let src = kernels::module_source();
         let cc = self.info().compute_capability;
-        // CUBIN for the device first (no JIT, so an NVRTC newer than the
-        // driver still works); then PTX for the device, then PTX for an old
-        // architecture (an older NVRTC may not know the device's), which the
-        // driver JIT-compiles forward.
-        let mut first_error = None;
-        let mut module: CuHandle = std::ptr::null_mut();
-        let mut loaded = None;
-        for (arch, kind) in [
+        let k = Arc::new(self.load_kernels(&[
             (cc, CodeKind::Cubin),
             (cc, CodeKind::Ptx),
             ((7, 0), CodeKind::Ptx),
-        ] {
+        ])?);
+        *slot = Some(k.clone());
+        Ok(k)
+    }
+
+    /// Compiles and loads the kernels from the first of `attempts`
+    /// (architecture, code kind) that NVRTC compiles and the driver loads;
+    /// not cached (see [`Device::kernels`]). The error is the first
+    /// attempt's.
+    pub fn load_kernels(&self, attempts: &[((u32, u32), CodeKind)]) -> Result<Kernels, Error> {
+        let src = kernels::module_source();
+        let mut first_error = None;
+        let mut module: CuHandle = std::ptr::null_mut();
+        let mut loaded = None;
+        for &(arch, kind) in attempts {
             let image = match compile(&src, arch, kind) {
                 Ok(i) => i,
                 Err(e) => {
@@ -210,7 +238,9 @@ impl Device {
             }
         }
         let Some((code, image_len)) = loaded else {
-            return Err(first_error.expect("at least one attempt"));
+            return Err(first_error.unwrap_or_else(|| {
+                Error::InvalidArgument("no architecture to compile the kernels for".into())
+            }));
         };
         let mut k = Kernels {
             dev: self.downgrade(),
@@ -227,8 +257,6 @@ impl Device {
             self.check("cuModuleGetFunction", r)?;
             k.funcs.insert(name, f);
         }
-        let k = Arc::new(k);
-        *slot = Some(k.clone());
         Ok(k)
     }
 }
@@ -300,6 +328,9 @@ impl Kernels {
         range("reduce destination", 0, bytes, dst.len())?;
         range("reduce left operand", 0, bytes, a.len())?;
         range("reduce right operand", 0, bytes, b.len())?;
+        aligned("reduce destination", dst.device_ptr(), dtype)?;
+        aligned("reduce left operand", a.device_ptr(), dtype)?;
+        aligned("reduce right operand", b.device_ptr(), dtype)?;
         let (mut d, mut x, mut y, mut n) = (
             dst.device_ptr(),
             a.device_ptr(),
@@ -334,6 +365,7 @@ impl Kernels {
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::InvalidArgument(format!("{count} elements overflow")))?;
         range("divide destination", 0, bytes, dst.len())?;
+        aligned("divide destination", dst.device_ptr(), dtype)?;
         let (mut d, mut n, mut r) = (dst.device_ptr(), count as u64, ranks);
         let mut args = [
             &mut d as *mut u64 as *mut c_void,
@@ -380,5 +412,21 @@ impl Kernels {
             &mut n as *mut u64 as *mut c_void,
         ];
         self.launch(stream, name, count, &mut args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operands_must_start_on_their_element_size() {
+        assert!(aligned("x", 0x1000, DType::I32).is_ok());
+        assert!(aligned("x", 0x1002, DType::Bf16).is_ok());
+        assert!(aligned("x", 0x1001, DType::U8).is_ok());
+        let e = aligned("reduce left operand", 0x1002, DType::I32).unwrap_err();
+        assert!(e.to_string().contains("reduce left operand"), "{e}");
+        assert!(e.to_string().contains("not aligned to 4 bytes"), "{e}");
+        assert!(aligned("x", 0x1004, DType::F64).is_err());
     }
 }

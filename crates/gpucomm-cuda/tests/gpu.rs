@@ -8,8 +8,8 @@
 
 use gpucomm_algo::ReduceOp;
 use gpucomm_cuda::{
-    DType, Device, DeviceMemory, Error, Gpu, IpcBufferDesc, REQUIRE_GPU_ENV, StagedCopier,
-    reference,
+    CodeKind, DType, Device, DeviceMemory, Error, Gpu, IpcBufferDesc, Kernels, REQUIRE_GPU_ENV,
+    StagedCopier, reference,
 };
 
 /// The first device, or `None` (skip) when there is none and a GPU is not required.
@@ -191,6 +191,28 @@ fn kernel_copy_any_alignment() {
 }
 
 #[test]
+fn misaligned_reduce_operands_are_refused_and_the_context_survives() {
+    let Some(dev) = device() else { return };
+    let k = dev.kernels().unwrap();
+    let s = dev.stream().unwrap();
+    let buf = dev.alloc(64).unwrap();
+    let odd = buf.slice(2..34).unwrap();
+    let e = k
+        .reduce(&s, ReduceOp::Sum, DType::I32, &odd, &odd, &odd, 8)
+        .unwrap_err();
+    assert!(e.to_string().contains("not aligned"), "{e}");
+    assert!(k.divide(&s, DType::F32, &odd, 8, 2).is_err());
+    // Nothing reached the GPU, so the context still works.
+    let ok = buf.slice(0..32).unwrap();
+    s.copy_from_host(&ok, 0, &[1u8; 32]).unwrap();
+    k.reduce(&s, ReduceOp::Sum, DType::I32, &ok, &ok, &ok, 8)
+        .unwrap();
+    let mut back = vec![0u8; 32];
+    s.copy_to_host(&mut back, &ok, 0).unwrap();
+    assert_eq!(back, [2u8; 32], "0x01010101 + 0x01010101 in every i32");
+}
+
+#[test]
 fn reduction_kernels_equal_the_cpu_reference_for_every_op_and_type() {
     let Some(dev) = device() else { return };
     let k = dev.kernels().unwrap();
@@ -201,6 +223,54 @@ fn reduction_kernels_equal_the_cpu_reference_for_every_op_and_type() {
         k.code,
         k.image_len
     );
+    kernels_equal_the_reference(&dev, &k);
+}
+
+#[test]
+fn ptx_fallbacks_load_and_compute_what_the_cpu_reference_does() {
+    // Device::kernels loads a CUBIN where it can; the PTX attempts behind
+    // it (for the device, then for compute_70, JIT-compiled by the driver)
+    // must work too.
+    let Some(dev) = device() else { return };
+    let cc = dev.info().compute_capability;
+    for arch in [cc, (7, 0)] {
+        let k = dev.load_kernels(&[(arch, CodeKind::Ptx)]).unwrap();
+        assert_eq!(k.code, CodeKind::Ptx);
+        eprintln!(
+            "PTX for compute_{}{}: {} bytes",
+            arch.0, arch.1, k.image_len
+        );
+        kernels_equal_the_reference(&dev, &k);
+    }
+    assert!(dev.load_kernels(&[]).is_err());
+}
+
+#[test]
+fn freeing_a_buffer_waits_for_copies_in_flight() {
+    // DeviceComm drops buffers right after a call's last copy is queued;
+    // cuMemFree must not let the memory be reused before that copy ran.
+    let Some(dev) = device() else { return };
+    let n = 256 << 20;
+    let s = dev.stream().unwrap();
+    let src = dev.alloc(n).unwrap();
+    let dst = dev.alloc(n).unwrap();
+    s.copy_from_host(&src, 0, &pattern(n, 9)).unwrap();
+    s.synchronize().unwrap();
+    for _ in 0..4 {
+        s.copy_device(&dst, 0, &src, 0, n).unwrap();
+    }
+    drop(src);
+    // Likely the freed memory: overwritten at once on another stream.
+    let other = dev.stream().unwrap();
+    let reuse = dev.alloc(n).unwrap();
+    other.memset(&reuse, 0xee).unwrap();
+    other.synchronize().unwrap();
+    let mut back = vec![0u8; n];
+    s.copy_to_host(&mut back, &dst, 0).unwrap();
+    assert!(back == pattern(n, 9), "the copy read freed memory");
+}
+
+fn kernels_equal_the_reference(dev: &Device, k: &Kernels) {
     let s = dev.stream().unwrap();
     for count in [0usize, 1, 1000, 100_003] {
         for dtype in DType::ALL {
@@ -438,20 +508,26 @@ fn ipc_rank_role() {
     let dev = Gpu::probe().unwrap().device(0).unwrap();
     let k = dev.kernels().unwrap();
     let s = dev.stream().unwrap();
-    let inputs = |r: usize| -> Vec<u8> {
-        RANK_TYPES
-            .iter()
-            .flat_map(|&t| reference::test_data(t, RANK_COUNT, 100 + r as u64))
-            .collect()
-    };
+    // Each type's block starts 16-byte aligned, as kernels need (an i32
+    // right after 100,003 bf16 would not be); the gaps stay zero.
     let offsets: Vec<usize> = RANK_TYPES
         .iter()
         .scan(0, |o, t| {
             let here = *o;
-            *o += RANK_COUNT * t.size();
+            *o = (*o + RANK_COUNT * t.size()).next_multiple_of(16);
             Some(here)
         })
         .collect();
+    let total =
+        offsets[RANK_TYPES.len() - 1] + RANK_COUNT * RANK_TYPES[RANK_TYPES.len() - 1].size();
+    let inputs = |r: usize| -> Vec<u8> {
+        let mut v = vec![0u8; total];
+        for (&t, &o) in RANK_TYPES.iter().zip(&offsets) {
+            let d = reference::test_data(t, RANK_COUNT, 100 + r as u64);
+            v[o..o + d.len()].copy_from_slice(&d);
+        }
+        v
+    };
     let mine = inputs(rank);
     let buf = dev.alloc(mine.len()).unwrap();
     s.copy_from_host(&buf, 0, &mine).unwrap();
