@@ -869,6 +869,15 @@ pub fn simulate(
             }
             run_jobs(&batch, &preps, &mut results);
         }
+        // A wave runs candidates that a one-at-a-time search would have
+        // skipped (their better-bounded peers were still running), and how
+        // many depends on the machine's cores. The report keeps what the
+        // one-at-a-time search runs, so it is the same on every machine;
+        // the pick is unchanged (what is dropped cannot win).
+        let times: Vec<Option<SimTime>> = results.iter().map(time_of).collect();
+        for i in one_at_a_time_skips(&order, &bounds, &times) {
+            results[i] = None;
+        }
     }
     let mut best: Option<(SimTime, AlgoChoice, Protocol, Option<ExecResult>, usize)> = None;
     let mut tried = Vec::new();
@@ -1321,4 +1330,47 @@ pub fn nccl_comm(fabric: &ClusterFabric, channels: Option<u16>) -> model::NcclCo
 /// Builds the NCCL-engine fabric of `machine` on `nodes` nodes.
 pub fn nccl_fabric(machine: &Machine, nodes: usize) -> Result<ClusterFabric, SimError> {
     machine.fabric(Engine::Nccl, nodes)
+}
+
+/// The candidates of `order` (sorted by bound) that a branch and bound run
+/// one at a time skips: those whose bound is above the best time of the
+/// candidates before them that it ran (with 1e-9 of relative slack: a
+/// bound is a float, times whole picoseconds). `times[i]` is candidate
+/// i's simulated time, `None` for an error or a run that did not happen.
+/// Running in waves runs a superset of these candidates' complement, so
+/// this turns any wave size's outcome into the one-at-a-time outcome.
+fn one_at_a_time_skips(order: &[usize], bounds: &[f64], times: &[Option<SimTime>]) -> Vec<usize> {
+    let mut best: Option<SimTime> = None;
+    let mut skips = Vec::new();
+    for &i in order {
+        if best.is_some_and(|b| bounds[i] > b.as_secs_f64() * (1.0 + 1e-9)) {
+            skips.push(i);
+        } else if let Some(t) = times[i] {
+            best = Some(best.map_or(t, |b| b.min(t)));
+        }
+    }
+    skips
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    #[test]
+    fn the_report_is_what_a_one_at_a_time_search_runs_whatever_ran_in_waves() {
+        let t = |us: u64| Some(SimTime::from_secs_f64(us as f64 * 1e-6));
+        // Bounds 1, 2, 3, 4 us; candidate 0 takes 2.5 us, 1 takes 5, 2
+        // (bound 3 > 2.5) and 3 are skipped one at a time, though a wave
+        // of four ran them all.
+        let order = [0, 1, 2, 3];
+        let bounds = [1e-6, 2e-6, 3e-6, 4e-6];
+        let times = [Some(SimTime::from_secs_f64(2.5e-6)), t(5), t(3), t(4)];
+        assert_eq!(one_at_a_time_skips(&order, &bounds, &times), vec![2, 3]);
+        // The same when only the one-at-a-time set ran.
+        let ran = [times[0], times[1], None, None];
+        assert_eq!(one_at_a_time_skips(&order, &bounds, &ran), vec![2, 3]);
+        // An error does not set the best: 1 and 2 run, 3 (4 > 3) is skipped.
+        let err = [None, t(5), t(3), t(4)];
+        assert_eq!(one_at_a_time_skips(&order, &bounds, &err), vec![3]);
+    }
 }

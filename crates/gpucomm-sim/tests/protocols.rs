@@ -176,7 +176,13 @@ fn the_fastest_tuner_picks_the_fastest_candidate_and_is_deterministic() {
         let a = simulate(&f, Collective::AllReduce, bytes, &fastest()).unwrap();
         let b = simulate(&f, Collective::AllReduce, bytes, &fastest()).unwrap();
         assert_eq!(a.candidates, b.candidates, "{bytes} B");
-        assert!(a.candidates.len() >= 2, "{bytes} B: {:?}", a.candidates);
+        assert_eq!(a.skipped, b.skipped, "{bytes} B");
+        // Compared: run, or skipped on a bound below a run's time.
+        assert!(
+            a.candidates.len() + a.skipped.len() >= 2,
+            "{bytes} B: {:?}",
+            a.candidates
+        );
         let fastest = a.candidates.iter().map(|c| c.2).min().unwrap();
         assert_eq!(a.time, fastest, "{bytes} B");
         // The pick is the first fastest in the tuner's order, and each
