@@ -187,19 +187,23 @@ impl Device {
     /// The reduction and copy kernels for this device, compiled with NVRTC
     /// on first use (a second or so) and cached: a CUBIN for the device
     /// first (no JIT, so an NVRTC newer than the driver still works); then
-    /// PTX for the device, then PTX for `compute_70` (an older NVRTC may
-    /// not know the device), which the driver JIT-compiles forward.
+    /// PTX for the device, then PTX for an older architecture that the
+    /// device runs (an older NVRTC may not know the device), which the
+    /// driver JIT-compiles forward: `compute_75` (the oldest NVRTC 13
+    /// compiles for), then `compute_70`.
     pub fn kernels(&self) -> Result<Arc<Kernels>, Error> {
         let mut slot = self.kernel_slot().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
         }
         let cc = self.info().compute_capability;
-        let k = Arc::new(self.load_kernels(&[
-            (cc, CodeKind::Cubin),
-            (cc, CodeKind::Ptx),
-            ((7, 0), CodeKind::Ptx),
-        ])?);
+        let mut attempts = vec![(cc, CodeKind::Cubin), (cc, CodeKind::Ptx)];
+        for old in [(7, 5), (7, 0)] {
+            if old < cc {
+                attempts.push((old, CodeKind::Ptx));
+            }
+        }
+        let k = Arc::new(self.load_kernels(&attempts)?);
         *slot = Some(k.clone());
         Ok(k)
     }

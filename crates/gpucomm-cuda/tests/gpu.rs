@@ -229,11 +229,12 @@ fn reduction_kernels_equal_the_cpu_reference_for_every_op_and_type() {
 #[test]
 fn ptx_fallbacks_load_and_compute_what_the_cpu_reference_does() {
     // Device::kernels loads a CUBIN where it can; the PTX attempts behind
-    // it (for the device, then for compute_70, JIT-compiled by the driver)
-    // must work too.
+    // it (for the device, then for compute_75, JIT-compiled by the driver)
+    // must work too. (compute_70 is last: NVRTC 13 refuses it, as CUDA 13
+    // dropped Volta, so it is not checked here.)
     let Some(dev) = device() else { return };
     let cc = dev.info().compute_capability;
-    for arch in [cc, (7, 0)] {
+    for arch in [cc, (7, 5)].into_iter().filter(|&a| a <= cc) {
         let k = dev.load_kernels(&[(arch, CodeKind::Ptx)]).unwrap();
         assert_eq!(k.code, CodeKind::Ptx);
         eprintln!(
