@@ -6,7 +6,7 @@ use std::io::Write;
 
 use gpucomm_algo::{Collective, ReduceOp};
 
-use super::{Args, Plan, Record, check};
+use super::{Args, Memory, Plan, Record, check};
 
 /// One output row, combined over ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -419,9 +419,34 @@ fn header(args: &Args, plan: &Plan, hellos: &BTreeMap<usize, Record>) -> String 
             ));
         }
     }
+    if let Some(note) = sharing_note(args, mps_control_present()) {
+        s.push_str(&note);
+    }
     s.push_str("#\n");
     s.push_str(&column_header());
     s
+}
+
+/// Whether an MPS control daemon's pipe is there (`$CUDA_MPS_PIPE_DIRECTORY`,
+/// by default `/tmp/nvidia-mps`): then the ranks' contexts share the GPU
+/// through MPS.
+fn mps_control_present() -> bool {
+    let dir = std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into());
+    std::path::Path::new(&dir).join("control").exists()
+}
+
+/// Every rank of `bench --memory device` uses the same GPU. Separate
+/// processes have separate contexts, which the GPU time-slices without MPS:
+/// on an H100 that put a floor of ~500 us under every 2-rank call (~33 us
+/// under MPS; BENCHMARKS.md), so the header says so.
+fn sharing_note(args: &Args, mps: bool) -> Option<String> {
+    if args.memory != Memory::Device || args.threads || args.ranks < 2 || mps {
+        return None;
+    }
+    Some(format!(
+        "#  note: {} processes share GPU {} without MPS: the GPU time-slices between their contexts, hundreds of us per call; start MPS (nvidia-cuda-mps-control -d) or use --threads\n",
+        args.ranks, args.device
+    ))
 }
 
 #[cfg(test)]
@@ -429,6 +454,33 @@ mod tests {
     use super::*;
     use crate::cmd::bench::parse_args as parse;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn processes_sharing_a_gpu_without_mps_get_a_note() {
+        let a = parse(&["--memory", "device", "--ranks", "4", "--device", "1"]).unwrap();
+        let note = sharing_note(&a, false).unwrap();
+        assert!(
+            note.contains("4 processes share GPU 1 without MPS"),
+            "{note}"
+        );
+        assert!(note.starts_with('#') && note.ends_with('\n'));
+        assert_eq!(sharing_note(&a, true), None);
+        assert_eq!(
+            sharing_note(&parse(&["--memory", "device", "--threads"]).unwrap(), false),
+            None
+        );
+        assert_eq!(
+            sharing_note(
+                &parse(&["--memory", "device", "--ranks", "1"]).unwrap(),
+                false
+            ),
+            None
+        );
+        assert_eq!(
+            sharing_note(&parse(&["--memory", "pinned"]).unwrap(), false),
+            None
+        );
+    }
 
     #[test]
     fn c_style_numbers() {
