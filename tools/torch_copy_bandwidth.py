@@ -4,7 +4,7 @@
 
 Same sizes and timing method as `gpucomm bandwidth`: per size, a few untimed
 copies, then N back-to-back copies on one stream between two CUDA events
-(N gives about 1 GiB per size, 5 to 200); GB/s = bytes x N / time (1e9).
+(N gives about 1 GiB per size, 5 to 1000); GB/s = bytes x N / time (1e9).
 
     python3 tools/torch_copy_bandwidth.py [--min 64K] [--max 256M] [--factor 4]
 
@@ -25,7 +25,7 @@ def parse_size(s):
 
 
 def iters_for(size):
-    return max(5, min(200, (1 << 30) // max(size, 1)))
+    return max(5, min(1000, (1 << 30) // max(size, 1)))
 
 
 def timed(copy, size, warmup=3):

@@ -39,7 +39,7 @@ pub struct Args {
     /// Multiply the size by this from one row to the next.
     #[arg(short = 'f', long, default_value_t = 4)]
     pub step_factor: u64,
-    /// Timed copies per size (default: about 1 GiB per size, 5 to 200).
+    /// Timed copies per size (default: about 1 GiB per size, 5 to 1000).
     #[arg(short = 'n', long)]
     pub iters: Option<u32>,
     /// Untimed copies before the timed ones.
@@ -86,8 +86,11 @@ fn skippable(e: &Error) -> bool {
     matches!(e, Error::Nvrtc { .. } | Error::InvalidArgument(_))
 }
 
+/// About 1 GiB per size, 5 to 1000 copies: below 1 MiB a copy takes a few
+/// microseconds, and 200 of them (the old cap) made a timing window of
+/// about a millisecond, which swung by 10-20% from run to run on the H100.
 fn default_iters(bytes: u64) -> u32 {
-    ((1u64 << 30) / bytes.max(1)).clamp(5, 200) as u32
+    ((1u64 << 30) / bytes.max(1)).clamp(5, 1000) as u32
 }
 
 /// Runs `gpucomm bandwidth`.
@@ -472,7 +475,9 @@ mod tests {
 
     #[test]
     fn iterations_scale_with_size() {
-        assert_eq!(default_iters(8), 200);
+        assert_eq!(default_iters(8), 1000);
+        assert_eq!(default_iters(1 << 20), 1000);
+        assert_eq!(default_iters(4 << 20), 256);
         assert_eq!(default_iters(256 << 20), 5);
         assert_eq!(default_iters(64 << 20), 16);
     }
