@@ -17,11 +17,7 @@ cuda_h2d_pinned / cuda_d2h_pinned / cuda_d2d: cudaMemcpyAsync itself.
 import argparse
 import torch
 
-
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+from sizes import sweep
 
 
 def iters_for(size):
@@ -50,10 +46,7 @@ def main():
     ap.add_argument("--max", default="256M")
     ap.add_argument("--factor", type=int, default=4)
     a = ap.parse_args()
-    sizes, s = [], parse_size(a.min)
-    while s <= parse_size(a.max):
-        sizes.append(s)
-        s *= a.factor
+    sizes = sweep(a.min, a.max, a.factor)
     try:
         import cupy
         rt = cupy.cuda.runtime

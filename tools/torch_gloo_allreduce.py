@@ -21,11 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+from sizes import sweep
 
 
 def iters_for(size):
@@ -73,10 +69,7 @@ def main():
     ap.add_argument("--max", default="64M")
     ap.add_argument("--factor", type=int, default=8)
     a = ap.parse_args()
-    sizes, s = [], parse_size(a.min)
-    while s <= parse_size(a.max):
-        sizes.append(s)
-        s *= a.factor
+    sizes = sweep(a.min, a.max, a.factor)
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(worker, args=(a.ranks, f"file://{os.path.join(d, 'rdv')}", sizes), nprocs=a.ranks)
 
