@@ -658,6 +658,8 @@ pub fn simulate(
     }
     let m = &fabric.machine;
     let nvlink = !matches!(m.node.nvlink, NvFabric::None);
+    // NCCL trims the NICs of a one-node communicator: no rule on them then.
+    let nic = (fabric.nodes() > 1).then_some(m.node.nic_reach);
     // Candidates are (algorithm, protocol) in a fixed order, which breaks
     // ties; which of them run is decided by their bounds below.
     let protocols = opts
@@ -673,7 +675,7 @@ pub fn simulate(
     let mut jobs = Vec::new();
     for &c in &choices {
         for &p in &protocols {
-            match model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink) {
+            match model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink, nic) {
                 Ok(()) => jobs.push((c, p)),
                 // A refusal is reported only when nothing else failed: an
                 // error of a candidate that ran says more.

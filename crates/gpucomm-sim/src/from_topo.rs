@@ -30,7 +30,7 @@ use gpucomm_topo::{LinkKind, NodeIx, NodeKind, Topology};
 
 use crate::SimError;
 use crate::machine::{Machine, NetLayout, Network, NodeModel, NvFabric};
-use crate::model;
+use crate::model::{self, NicReach};
 
 fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
     let _ = t;
@@ -212,6 +212,7 @@ impl Machine {
             })
             .sum();
         let gpus_per_switch = per_switch.values().copied().max().unwrap_or(0);
+        let nic_reach = nic_reach(topo, &gpus, &nics);
         let node = NodeModel {
             arch,
             gpu_name: label,
@@ -233,6 +234,7 @@ impl Machine {
             nic_gbps,
             storage_gbps: storage,
             amd_cpu,
+            nic_reach,
         };
         // How many nodes like the first one the topology holds.
         let hosts_per_node = hosts.len().max(1);
@@ -266,6 +268,36 @@ impl Machine {
 }
 
 /// The network switch a NIC's port reaches, if any.
+/// How `gpus` reach `nics` (their node's), as NCCL's `typeInter` would
+/// class it: [`NicReach::Near`] when every GPU has a NIC it reaches with
+/// GPUDirect RDMA, [`NicReach::Pxn`] when each GPU without one has an
+/// NVLink-only path to a GPU with one, [`NicReach::Far`] otherwise. No NIC:
+/// `Near` (nothing crosses nodes through them).
+fn nic_reach(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx]) -> NicReach {
+    if nics.is_empty() {
+        return NicReach::Near;
+    }
+    let near: Vec<bool> = gpus
+        .iter()
+        .map(|&g| nics.iter().any(|&n| topo.path(g, n).is_ok_and(|p| p.rdma)))
+        .collect();
+    if near.iter().all(|&x| x) {
+        return NicReach::Near;
+    }
+    let through_peer = |g: NodeIx| {
+        gpus.iter().zip(&near).any(|(&h, &n)| {
+            n && topo
+                .path(g, h)
+                .is_ok_and(|p| matches!(p.class, gpucomm_topo::PathClass::NvLink(_)))
+        })
+    };
+    if gpus.iter().zip(&near).all(|(&g, &n)| n || through_peer(g)) {
+        NicReach::Pxn
+    } else {
+        NicReach::Far
+    }
+}
+
 fn switch_of_nic(t: &Topology, nic: NodeIx) -> Option<(NodeIx, f64)> {
     t.links_of(nic).iter().find_map(|&(l, _)| {
         let link = t.link(l);
@@ -462,5 +494,104 @@ mod tests {
         );
         let m = Machine::from_topology(&b.build().unwrap()).unwrap();
         assert_eq!((m.node.arch, m.node.hbm_gbps), (GpuArch::Ampere, 1000.0));
+    }
+}
+
+#[cfg(test)]
+mod nic_tests {
+    use super::*;
+
+    /// `preset` with the PCIe links of the NICs under switches whose name
+    /// starts with `switch` moved to CPU 0.
+    fn nics_on_the_cpu(preset: &str, switch: &str) -> Topology {
+        let t = gpucomm_topo::preset(preset).unwrap();
+        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        let mut out = String::new();
+        let mut in_nic_link = false;
+        for line in text.lines() {
+            if line.starts_with("a = \"nic") {
+                in_nic_link = true;
+            } else if line.starts_with('[') {
+                in_nic_link = false;
+            }
+            if in_nic_link && line.starts_with(&format!("b = \"{switch}")) {
+                out.push_str("b = \"cpu0\"\n");
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        let moved =
+            gpucomm_topo::format::parse(&out, gpucomm_topo::format::Format::Toml, preset).unwrap();
+        assert_ne!(out, text, "no NIC link was moved");
+        moved
+    }
+
+    #[test]
+    fn presets_reach_their_nics_as_nccl_classes_them() {
+        for name in gpucomm_topo::preset_names().split(", ") {
+            let m = Machine::from_topology(&gpucomm_topo::preset(name).unwrap()).unwrap();
+            eprintln!("{name}: {:?} ({} NICs)", m.node.nic_reach, m.node.nics);
+            // Every preset puts a NIC under each GPU's PCIe switch, or
+            // behind its Grace CPU (GB200: NCCL's P2C).
+            assert_eq!(m.node.nic_reach, NicReach::Near, "{name}");
+        }
+    }
+
+    #[test]
+    fn nics_on_the_cpu_are_far_and_a_peer_s_nic_over_nvlink_is_pxn() {
+        let m = Machine::from_topology(&nics_on_the_cpu("dgx-h100", "pcisw")).unwrap();
+        assert_eq!(m.node.nic_reach, NicReach::Far);
+        assert_eq!(m.node.nics, 8);
+        // GPUs 0 and 1 lose their NICs; GPU 2's is one NVSwitch hop away.
+        for preset in ["dgx-h100", "dgx-a100"] {
+            let m = Machine::from_topology(&nics_on_the_cpu(preset, "pcisw0\"")).unwrap();
+            assert_eq!(m.node.nic_reach, NicReach::Pxn, "{preset}");
+        }
+    }
+
+    #[test]
+    fn ll128_crosses_nodes_only_where_nccl_enables_it() {
+        use crate::Engine;
+        use crate::collective::{AlgoChoice, CollOptions, simulate};
+        use crate::model::Protocol;
+        use gpucomm_algo::{Algorithm, Collective};
+        let tree_ll128 = CollOptions {
+            algorithm: Some(AlgoChoice::Schedule(Algorithm::Tree)).into(),
+            protocol: Some(Protocol::Ll128).into(),
+            ..Default::default()
+        };
+        let run = |t: &Topology, nodes: usize, opts: &CollOptions| {
+            let f = Machine::from_topology(t)
+                .unwrap()
+                .fabric(Engine::Nccl, nodes)
+                .unwrap();
+            simulate(&f, Collective::AllReduce, 2 << 20, opts)
+        };
+        let far = nics_on_the_cpu("dgx-h100", "pcisw");
+        let e = run(&far, 4, &tree_ll128).unwrap_err().to_string();
+        assert!(e.contains("only through the CPU"), "{e}");
+        // The tuner then picks something else (4 DGX H100 nodes: tree LL128
+        // at 2 MiB with their NICs in place, tests/protocols.rs).
+        let tuned = run(&far, 4, &CollOptions::default()).unwrap();
+        assert_ne!(tuned.protocol, Protocol::Ll128, "{:?}", tuned.candidates);
+        // One node: no NIC in the communicator, no rule.
+        assert!(
+            run(
+                &far,
+                1,
+                &CollOptions {
+                    algorithm: Some(AlgoChoice::Schedule(Algorithm::Ring)).into(),
+                    ..tree_ll128.clone()
+                }
+            )
+            .is_ok()
+        );
+        // A peer's NIC over NVLink (PXN): Hopper yes, Ampere no.
+        assert!(run(&nics_on_the_cpu("dgx-h100", "pcisw0\""), 4, &tree_ll128).is_ok());
+        let e = run(&nics_on_the_cpu("dgx-a100", "pcisw0\""), 4, &tree_ll128)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("before Hopper"), "{e}");
     }
 }

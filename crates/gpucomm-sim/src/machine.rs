@@ -74,6 +74,9 @@ pub struct NodeModel {
     /// The host CPUs are AMD's (NCCL's LL bandwidth cap across nodes
     /// depends on the CPU vendor).
     pub amd_cpu: bool,
+    /// How the GPUs reach their NICs (NCCL's rule for LL128 across nodes).
+    /// The modeled network traffic still leaves each GPU's PCIe switch.
+    pub nic_reach: crate::model::NicReach,
 }
 
 /// How the nodes' NICs reach each other (gpucomm-topo's

@@ -385,6 +385,7 @@ pub fn nccl_protocol_check(
     protocol: Protocol,
     arch: Arch,
     nvlink: bool,
+    nic: Option<NicReach>,
 ) -> Result<(), &'static str> {
     match protocol {
         Protocol::Simple => Ok(()),
@@ -392,9 +393,39 @@ pub fn nccl_protocol_check(
             Err("NVLS, NVLSTree and CollNet run the Simple protocol only")
         }
         Protocol::Ll => Ok(()),
-        Protocol::Ll128 if nvlink && arch >= Arch::Volta => Ok(()),
-        Protocol::Ll128 => Err("LL128 needs Volta or later and GPUs joined by NVLink"),
+        Protocol::Ll128 if !(nvlink && arch >= Arch::Volta) => {
+            Err("LL128 needs Volta or later and GPUs joined by NVLink")
+        }
+        Protocol::Ll128 => match nic {
+            None | Some(NicReach::Near) => Ok(()),
+            Some(NicReach::Pxn) if arch >= Arch::Hopper => Ok(()),
+            Some(NicReach::Pxn) => Err(
+                "LL128 across nodes needs each GPU's NIC within its PCIe switches before Hopper (a GPU here reaches one only through an NVLink peer, PXN)",
+            ),
+            Some(NicReach::Far) => Err(
+                "LL128 across nodes needs each GPU's NIC within its PCIe switches, or an NVLink peer's on Hopper and later (a GPU here reaches its NIC only through the CPU)",
+            ),
+        },
     }
+}
+
+/// How the GPUs of a node reach their NICs, in the terms of NCCL's
+/// `typeInter` (the path class of a graph's GPU-to-NIC hops), which decides
+/// whether LL128 runs across nodes (NVIDIA/nccl `src/graph/tuning.cc`: LL128
+/// is enabled up to `PATH_PXB`, and up to `PATH_PXN` from compute
+/// capability 9.0 with `NCCL_LL128_C2C`, its default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NicReach {
+    /// Every GPU has a NIC it reaches with GPUDirect RDMA: under common
+    /// PCIe switches (`PIX`, `PXB`) or through a Grace CPU's NVLink-C2C
+    /// (`P2C`).
+    #[default]
+    Near,
+    /// Some GPU reaches one only through an NVLink peer that has one
+    /// (`PXN`).
+    Pxn,
+    /// Some GPU reaches a NIC only through the CPU (`PHB`, `SYS`).
+    Far,
 }
 
 /// Time a copy engine needs to start one copy, us: CUDA's asynchronous
