@@ -657,7 +657,7 @@ pub fn simulate(
         )));
     }
     let m = &fabric.machine;
-    let nvlink = !matches!(m.node.nvlink, NvFabric::None);
+    let nvlink = m.node.has_nvlink();
     // NCCL trims the NICs of a one-node communicator: no rule on them then.
     let nic = (fabric.nodes() > 1).then_some(m.node.nic_reach);
     // Candidates are (algorithm, protocol) in a fixed order, which breaks
@@ -1322,7 +1322,7 @@ pub fn nccl_comm(fabric: &ClusterFabric, channels: Option<u16>) -> model::NcclCo
     model::NcclComm {
         ranks: fabric.ranks(),
         nodes: fabric.nodes(),
-        nvlink: !matches!(node.nvlink, NvFabric::None),
+        nvlink: node.has_nvlink(),
         arch: node.arch,
         amd_cpu: node.amd_cpu,
         channels: channels.map_or(node.nics.max(1), usize::from),

@@ -79,6 +79,14 @@ pub struct NodeModel {
     pub nic_reach: crate::model::NicReach,
 }
 
+impl NodeModel {
+    /// The GPUs are joined by NVLink (NCCL's `typeIntra` NVLink rows: the
+    /// NVLink latencies, LL128).
+    pub fn has_nvlink(&self) -> bool {
+        !matches!(self.nvlink, NvFabric::None)
+    }
+}
+
 /// How the nodes' NICs reach each other (gpucomm-topo's
 /// [`gpucomm_topo::Fabric`], as [`gpucomm_topo::ClusterOptions`] builds it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
