@@ -29,7 +29,9 @@ fn nvrtc() -> Result<Arc<ffi::Nvrtc>, Error> {
         })
         .clone()
         .map_err(|e| Error::Nvrtc {
-            message: format!("cannot load NVRTC, needed for the GPU reduction kernels ({e}; not in the library folders of $CUDA_HOME, $CUDA_PATH or /usr/local/cuda either)"),
+            message: format!(
+                "cannot load NVRTC, needed for the GPU reduction kernels (looked for by name, then in the library folders of $CUDA_HOME, $CUDA_PATH and /usr/local/cuda: {e})"
+            ),
             log: String::new(),
         })
 }
