@@ -379,7 +379,15 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
 /// GPUs are (`nvlink`) or are not joined by NVLink (NVIDIA/nccl
 /// `src/graph/tuning.cc`), and if not, why: NVLS and CollNet run Simple
 /// only; LL128 needs Volta or later and GPUs joined by NVLink
-/// (`typeIntra <= PATH_NVB`).
+/// (`typeIntra <= PATH_NVB`) and, across nodes (`nic` is `Some` then), NICs
+/// the GPUs reach closely enough ([`NicReach`]).
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_protocol_check, Arch, NicReach, Protocol};
+/// assert!(nccl_protocol_check("tree", Protocol::Ll128, Arch::Hopper, true, Some(NicReach::Pxn)).is_ok());
+/// assert!(nccl_protocol_check("tree", Protocol::Ll128, Arch::Ampere, true, Some(NicReach::Pxn)).is_err());
+/// assert!(nccl_protocol_check("ring", Protocol::Ll128, Arch::Ampere, true, None).is_ok());
+/// ```
 pub fn nccl_protocol_check(
     algo: &str,
     protocol: Protocol,
