@@ -386,9 +386,9 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "NVIDIA/nccl src/graph/tuning.cc nvlsEfficiency",
         ),
         (
-            "NVLS channels",
-            model::NVLS_CHANNELS,
-            "NCCL_NVLS_NCHANNELS default",
+            "NVLS channels, Hopper",
+            model::nvls_channels(model::Arch::Hopper, 1),
+            "NVIDIA/nccl src/transport/nvls.cc NVLS_NCHANNELS_SM90 (Blackwell: 24 in a domain, 32 across nodes)",
         ),
     ]
 }

@@ -1230,8 +1230,8 @@ fn run_one(
 /// of each GPU link carries S(n+1)/n, at NCCL's per-link figure times
 /// `nvlsEfficiency` and `(nChannels-1)/nChannels` (NCCL tuning.cc).
 ///
-/// Pipeline: each of the [`model::NVLS_CHANNELS`] channels takes 1/16 of
-/// the buffer and runs it in loops of `n` chunks ([`model::nvls_chunk`]:
+/// Pipeline: each of NCCL's [`model::nvls_channels`] channels (16 on
+/// Hopper) takes its share of the buffer and runs it in loops of `n` chunks ([`model::nvls_chunk`]:
 /// 16 KiB to 128 KiB by size); every loop its warps scatter the input,
 /// the heads reduce and multicast, the others gather, each stage handing
 /// the loop on with one Simple-protocol step over NVLink (NCCL's `hwLat`,
@@ -1246,7 +1246,7 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
     }
     let nv = NvlsNode::of(fabric)?;
     let n = nv.ranks as f64;
-    let ch = model::NVLS_CHANNELS;
+    let ch = model::nvls_channels(fabric.machine.node.arch, 1);
     let step = model::nccl_overheads("ring", Protocol::Simple)
         .step_nvlink
         .as_us();
@@ -1303,7 +1303,7 @@ impl NvlsNode {
             return Err(SimError::Model("nvls needs an NVSwitch".into()));
         };
         let n = fabric.ranks();
-        let ch = model::NVLS_CHANNELS;
+        let ch = model::nvls_channels(m.node.arch, 1);
         let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
         Ok(NvlsNode {
             ranks: n,

@@ -330,7 +330,8 @@ pub fn nvls_sharp_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTi
 /// nChannels, as for NVLS inside a node).
 fn nvls_links(fabric: &ClusterFabric, caps: &mut [f64]) -> Result<Vec<(LinkId, LinkId)>, SimError> {
     let arch = fabric.machine.node.arch;
-    let nvls = model::nvls_efficiency(arch) * (model::NVLS_CHANNELS - 1.0) / model::NVLS_CHANNELS;
+    let ch = model::nvls_channels(arch, fabric.nodes());
+    let nvls = model::nvls_efficiency(arch) * (ch - 1.0) / ch;
     (0..fabric.ranks_per_node())
         .map(|g| {
             let (up, down) = fabric
@@ -535,11 +536,8 @@ mod tests {
         let arch = m.node.arch;
         // Each GPU's NVSwitch link at NCCL's NVLS rate carries S + S/8 (a
         // head: every GPU is one on a DGX H100).
-        let nvls = model::nccl_nvlink_gbps(arch)
-            * 18.0
-            * model::nvls_efficiency(arch)
-            * (model::NVLS_CHANNELS - 1.0)
-            / model::NVLS_CHANNELS;
+        let nvls =
+            model::nccl_nvlink_gbps(arch) * 18.0 * model::nvls_efficiency(arch) * 15.0 / 16.0; // NVLS channels on Hopper: 16
         let nvls_us = s * 9.0 / 8.0 / (nvls * 1e9) * 1e6;
         for (nodes, per_nic) in [(2, s / 8.0), (4, s / 4.0), (16, s / 4.0)] {
             let f = m.fabric(Engine::Nccl, nodes).unwrap();

@@ -144,10 +144,26 @@ pub fn nvls_efficiency(arch: Arch) -> f64 {
     }
 }
 
-/// NCCL's default number of NVLS channels (`NCCL_NVLS_NCHANNELS`, NCCL
-/// environment-variable documentation: 16); NCCL's model scales NVLS
-/// bandwidth by `(nChannels - 1) / nChannels` (tuning.cc).
-pub const NVLS_CHANNELS: f64 = 16.0;
+/// NCCL's default number of NVLS channels (`NCCL_NVLS_NCHANNELS` unset;
+/// NVIDIA/nccl `src/transport/nvls.cc`, `ncclNvlsTuning`): 16 on Hopper;
+/// on Blackwell (compute capability 10.0) 24 inside one NVLink domain and
+/// 32 across nodes (NCCL 2.27 on; 2.25 and 2.26 took 32 for both). NCCL's
+/// model scales NVLS bandwidth by `(nChannels - 1) / nChannels`
+/// (tuning.cc), and each channel takes its share of the buffer.
+///
+/// ```
+/// use gpucomm_sim::model::{nvls_channels, Arch};
+/// assert_eq!(nvls_channels(Arch::Hopper, 4), 16.0);
+/// assert_eq!(nvls_channels(Arch::Blackwell, 1), 24.0);
+/// assert_eq!(nvls_channels(Arch::Blackwell, 2), 32.0);
+/// ```
+pub fn nvls_channels(arch: Arch, nodes: usize) -> f64 {
+    match (arch >= Arch::Blackwell, nodes > 1) {
+        (false, _) => 16.0,
+        (true, false) => 24.0,
+        (true, true) => 32.0,
+    }
+}
 
 /// NCCL's largest NVLS chunk, bytes per head and channel
 /// (`NCCL_NVLS_CHUNKSIZE` default, NVIDIA/nccl `src/transport/nvls.cc`).
