@@ -332,6 +332,11 @@ pub fn launch(cfg: &LaunchConfig) -> Result<LaunchReport, LaunchError> {
 
 /// A fresh 128-bit token from the OS's random source, as 32 hex digits.
 pub fn random_token() -> String {
+    random_bytes().iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// 16 bytes from the OS's random source (time and pid mixed without one).
+fn random_bytes() -> [u8; 16] {
     let mut b = [0u8; 16];
     let ok = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
@@ -345,11 +350,47 @@ pub fn random_token() -> String {
         let mix = t ^ (u128::from(std::process::id()) << 64);
         b = mix.to_le_bytes();
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    b
 }
 
-/// A TCP port that was free a moment ago on `host`.
+/// The kernel's range of ephemeral ports (what it gives outgoing
+/// connections and `bind` to port 0), `/proc/sys/net/ipv4/ip_local_port_range`.
+fn ephemeral_ports() -> Option<(u16, u16)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// A TCP port that was free a moment ago on `host`, for the store rank 0
+/// will bind. Picked at random outside the kernel's ephemeral range: a port
+/// from that range (`bind` to port 0) can be handed to any outgoing
+/// connection between this call and rank 0's `bind` (seen as "Address
+/// already in use" with many tests connecting in parallel). Falls back to
+/// an ephemeral port when no other is free.
 pub fn free_port(host: &str) -> io::Result<u16> {
+    let (lo, hi) = ephemeral_ports().unwrap_or((32768, 60999));
+    // Unprivileged ports outside [lo, hi]: 10000..lo, then hi+1..=65535.
+    let below = lo.saturating_sub(10000) as u32;
+    let above = 65535u32.saturating_sub(hi as u32);
+    let span = below + above;
+    if span > 0 {
+        let r = random_bytes();
+        let mut x = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+        for _ in 0..32 {
+            let k = (x % u64::from(span)) as u32;
+            x = x.rotate_left(17).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let port = if k < below {
+                10000 + k
+            } else {
+                hi as u32 + 1 + (k - below)
+            };
+            if let Ok(port) = u16::try_from(port)
+                && TcpListener::bind((host, port)).is_ok()
+            {
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind((host, 0))?;
     Ok(l.local_addr()?.port())
 }
@@ -912,6 +953,16 @@ mod tests {
         assert!(err.to_string().contains("/nonexistent/prog"), "{err}");
         let err = launch_with(&LaunchConfig::new(0, "/bin/true"), sink).unwrap_err();
         assert!(matches!(err, LaunchError::Config(_)), "{err:?}");
+    }
+
+    #[test]
+    fn store_ports_stay_out_of_the_ephemeral_range() {
+        let (lo, hi) = ephemeral_ports().unwrap_or((32768, 60999));
+        for _ in 0..50 {
+            let p = free_port("127.0.0.1").unwrap();
+            assert!(p >= 10000 && !(lo..=hi).contains(&p), "{p} in {lo}..={hi}");
+            assert!(TcpListener::bind(("127.0.0.1", p)).is_ok(), "{p} not free");
+        }
     }
 
     #[test]

@@ -541,14 +541,6 @@ fn no_gpu_is_a_clear_error() {
 // ---------------------------------------------------------------------------
 // Real processes: the test binary re-executes itself, one process per rank.
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Spawns `n` ranks running `scenario`; returns (exit code, output) per rank.
 fn job(
     scenario: &str,
@@ -571,7 +563,7 @@ fn job_groups(
     path: GpuPath,
     limit: Duration,
 ) -> Vec<(i32, String)> {
-    let port = free_port();
+    let port = common::free_port();
     let exe = std::env::current_exe().unwrap();
     let token = format!("dev-{}-{port}", std::process::id());
     let mut children: Vec<Child> = groups

@@ -14,14 +14,6 @@ use gpucomm::{BootstrapConfig, Communicator, Failure, ReduceOp, TransportChoice,
 
 const ROLE: &str = "GPUCOMM_TEST_ROLE";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Job {
     children: Vec<Child>,
     port: u16,
@@ -29,7 +21,7 @@ struct Job {
 
 impl Job {
     fn spawn(scenario: &str, n: usize, transport: &str, timeout_ms: u64) -> Job {
-        let port = free_port();
+        let port = common::free_port();
         let exe = std::env::current_exe().unwrap();
         let token = format!("tok-{}-{port}", std::process::id());
         let children = (0..n)

@@ -301,3 +301,10 @@ pub fn all_ok(res: &[(i32, String)]) {
         assert!(out.contains("WORKER-OK"), "rank {r} did not finish:\n{out}");
     }
 }
+
+/// A port for a job's store: outside the ephemeral range, so that no
+/// outgoing connection of a test running beside this one takes it before
+/// rank 0 binds it (`gpucomm::launch::free_port`).
+pub fn free_port() -> u16 {
+    gpucomm::launch::free_port("127.0.0.1").unwrap()
+}
