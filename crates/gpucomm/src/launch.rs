@@ -362,23 +362,26 @@ fn ephemeral_ports() -> Option<(u16, u16)> {
 }
 
 /// A TCP port that was free a moment ago on `host`, for the store rank 0
-/// will bind. Picked at random outside the kernel's ephemeral range: a port
-/// from that range (`bind` to port 0) can be handed to any outgoing
-/// connection between this call and rank 0's `bind` (seen as "Address
-/// already in use" with many tests connecting in parallel). Falls back to
-/// an ephemeral port when no other is free.
+/// will bind. Picked outside the kernel's ephemeral range: a port from that
+/// range (`bind` to port 0) can be handed to any outgoing connection
+/// between this call and rank 0's `bind` (seen as "Address already in use"
+/// with many tests connecting in parallel). A process walks that space from
+/// a random start, so two calls of one process never return the same port
+/// (jobs launched side by side do not collide); other processes start
+/// elsewhere. Falls back to an ephemeral port when no other is free.
 pub fn free_port(host: &str) -> io::Result<u16> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(u64::MAX);
     let (lo, hi) = ephemeral_ports().unwrap_or((32768, 60999));
     // Unprivileged ports outside [lo, hi]: 10000..lo, then hi+1..=65535.
     let below = lo.saturating_sub(10000) as u32;
     let above = 65535u32.saturating_sub(hi as u32);
     let span = below + above;
     if span > 0 {
-        let r = random_bytes();
-        let mut x = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+        let start = u64::from_le_bytes(random_bytes()[..8].try_into().expect("8 bytes")) >> 1;
+        let _ = NEXT.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
         for _ in 0..32 {
-            let k = (x % u64::from(span)) as u32;
-            x = x.rotate_left(17).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let k = (NEXT.fetch_add(1, Ordering::Relaxed) % u64::from(span)) as u32;
             let port = if k < below {
                 10000 + k
             } else {
@@ -956,12 +959,13 @@ mod tests {
     }
 
     #[test]
-    fn store_ports_stay_out_of_the_ephemeral_range() {
+    fn store_ports_stay_out_of_the_ephemeral_range_and_do_not_repeat() {
         let (lo, hi) = ephemeral_ports().unwrap_or((32768, 60999));
+        let mut seen = std::collections::HashSet::new();
         for _ in 0..50 {
             let p = free_port("127.0.0.1").unwrap();
             assert!(p >= 10000 && !(lo..=hi).contains(&p), "{p} in {lo}..={hi}");
-            assert!(TcpListener::bind(("127.0.0.1", p)).is_ok(), "{p} not free");
+            assert!(seen.insert(p), "{p} twice");
         }
     }
 
