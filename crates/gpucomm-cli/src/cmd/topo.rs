@@ -42,6 +42,11 @@ pub struct Args {
     /// Also print the matrix of bottleneck bandwidths (GB/s per direction).
     #[arg(long)]
     pub bandwidth: bool,
+    /// Also print which GPU pairs can use GPUDirect P2P, as `nvidia-smi topo
+    /// -p2p r` does (from the topology: NVLink, or PCIe without crossing
+    /// the SMP link between sockets).
+    #[arg(long)]
+    pub p2p: bool,
     /// Print the route and figures between two node ids.
     #[arg(long, num_args = 2, value_names = ["SRC", "DST"])]
     pub path: Option<Vec<String>>,
@@ -128,6 +133,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.bandwidth {
         writeln!(out)?;
         print_bandwidth(&mut out, &t, args.all)?;
+    }
+    if args.p2p {
+        writeln!(out)?;
+        print_p2p(&mut out, &t, args.all)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -580,13 +589,56 @@ fn print_matrix(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result
     Ok(())
 }
 
-fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
+/// The GPUs of the device matrix, and whether they are the first host's only.
+fn matrix_gpus(t: &Topology, all: bool) -> (Vec<(String, NodeIx)>, bool) {
     let (devs, limited) = matrix_devices(t, all);
-    let gpus: Vec<_> = devs
-        .iter()
+    let gpus = devs
+        .into_iter()
         .filter(|d| t.node(d.1).kind == NodeKind::Gpu)
-        .cloned()
         .collect();
+    (gpus, limited)
+}
+
+/// Which GPU pairs can use GPUDirect P2P, in `nvidia-smi topo -p2p r`'s
+/// words (`OK`; `TNS`, topology not supported).
+fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
+    let (gpus, limited) = matrix_gpus(t, all);
+    if gpus.is_empty() {
+        writeln!(out, "No GPUs, so no P2P matrix.")?;
+        return Ok(());
+    }
+    writeln!(out, "GPUDirect P2P between GPUs (from the topology):")?;
+    let mut header = vec![String::new()];
+    header.extend(gpus.iter().map(|d| d.0.clone()));
+    let mut rows = Vec::new();
+    for (name, a) in &gpus {
+        let mut row = vec![name.clone()];
+        for (_, b) in &gpus {
+            row.push(if a == b {
+                "X".into()
+            } else {
+                match t.path(*a, *b) {
+                    Ok(p) if p.p2p => "OK".into(),
+                    Ok(_) => "TNS".into(),
+                    Err(_) => "U".into(),
+                }
+            });
+        }
+        rows.push(row);
+    }
+    print_grid(out, &header, &rows)?;
+    writeln!(
+        out,
+        "\nLegend:\n\n  X    = Self\n  OK   = Status Ok (NVLink, or PCIe through at most a host bridge)\n  TNS  = Topology not supported (PCIe across the SMP link between sockets, or another host)\n  U    = Unknown (no route)"
+    )?;
+    if limited {
+        writeln!(out, "(first host only; --all for every GPU)")?;
+    }
+    Ok(())
+}
+
+fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
+    let (gpus, limited) = matrix_gpus(t, all);
     if gpus.is_empty() {
         writeln!(out, "No GPUs, so no bandwidth matrix.")?;
         return Ok(());
@@ -683,6 +735,13 @@ mod tests {
             ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
         );
         assert!(out.contains("NV#  = Connection traversing a bonded set of # NVLinks"));
+        let p2p = render(|b| print_p2p(b, &t, false));
+        let row0 = p2p.lines().find(|l| l.starts_with("GPU0 ")).unwrap();
+        assert_eq!(
+            row0.split_whitespace().collect::<Vec<_>>(),
+            ["GPU0", "X", "OK", "OK", "OK", "OK", "TNS", "TNS", "TNS"]
+        );
+        assert!(p2p.contains("TNS  = Topology not supported"));
         let bw = render(|b| print_bandwidth(b, &t, false));
         let row3 = bw.lines().find(|l| l.starts_with("GPU3 ")).unwrap();
         assert_eq!(
