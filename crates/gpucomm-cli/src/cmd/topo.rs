@@ -599,6 +599,28 @@ fn matrix_gpus(t: &Topology, all: bool) -> (Vec<(String, NodeIx)>, bool) {
     (gpus, limited)
 }
 
+/// A GPU-by-GPU grid: the header (an empty corner, then the names) and a
+/// row per GPU, `X` on the diagonal and `cell(a, b)` elsewhere.
+fn gpu_grid(
+    gpus: &[(String, NodeIx)],
+    cell: impl Fn(NodeIx, NodeIx) -> String,
+) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut header = vec![String::new()];
+    header.extend(gpus.iter().map(|d| d.0.clone()));
+    let rows = gpus
+        .iter()
+        .map(|(name, a)| {
+            let mut row = vec![name.clone()];
+            row.extend(
+                gpus.iter()
+                    .map(|(_, b)| if a == b { "X".into() } else { cell(*a, *b) }),
+            );
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
 /// Which GPU pairs can use GPUDirect P2P, in `nvidia-smi topo -p2p r`'s
 /// words (`OK`; `TNS`, topology not supported).
 fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
@@ -608,24 +630,11 @@ fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()
         return Ok(());
     }
     writeln!(out, "GPUDirect P2P between GPUs (from the topology):")?;
-    let mut header = vec![String::new()];
-    header.extend(gpus.iter().map(|d| d.0.clone()));
-    let mut rows = Vec::new();
-    for (name, a) in &gpus {
-        let mut row = vec![name.clone()];
-        for (_, b) in &gpus {
-            row.push(if a == b {
-                "X".into()
-            } else {
-                match t.path(*a, *b) {
-                    Ok(p) if p.p2p => "OK".into(),
-                    Ok(_) => "TNS".into(),
-                    Err(_) => "U".into(),
-                }
-            });
-        }
-        rows.push(row);
-    }
+    let (header, rows) = gpu_grid(&gpus, |a, b| match t.path(a, b) {
+        Ok(p) if p.p2p => "OK".into(),
+        Ok(_) => "TNS".into(),
+        Err(_) => "U".into(),
+    });
     print_grid(out, &header, &rows)?;
     writeln!(
         out,
@@ -647,25 +656,16 @@ fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Res
         out,
         "Bottleneck bandwidth, GB/s per direction (bidirectional is twice); Host = the GPU's local CPU memory:"
     )?;
-    let mut header = vec![String::new()];
-    header.extend(gpus.iter().map(|d| d.0.clone()));
+    let (mut header, mut rows) = gpu_grid(&gpus, |a, b| {
+        t.path(a, b).map_or("-".into(), |p| bw(p.bandwidth))
+    });
     header.push("Host".into());
-    let mut rows = Vec::new();
-    for (name, a) in &gpus {
-        let mut row = vec![name.clone()];
-        for (_, b) in &gpus {
-            row.push(if a == b {
-                "X".into()
-            } else {
-                t.path(*a, *b).map_or("-".into(), |p| bw(p.bandwidth))
-            });
-        }
+    for (row, (_, a)) in rows.iter_mut().zip(&gpus) {
         row.push(
             t.local_cpu(*a)
                 .and_then(|c| t.path(c, *a).ok())
                 .map_or("-".into(), |p| bw(p.bandwidth)),
         );
-        rows.push(row);
     }
     print_grid(out, &header, &rows)?;
     if limited {
