@@ -559,10 +559,12 @@ pub fn schedule_for(
     };
     // The whole collective is checked (its size) even where only its
     // first chunks run.
-    let mut s = problem(count)?;
-    if run_count < count {
-        s = problem(run_count)?;
-    }
+    let whole = problem(count)?;
+    let s = if run_count < count {
+        problem(run_count)?
+    } else {
+        whole
+    };
     let mut s = s.with_channels(ch).with_chunk_elems(chunk_elems);
     if !orders.is_empty() {
         s = s

@@ -378,8 +378,11 @@ pub fn free_port(host: &str) -> io::Result<u16> {
     let above = 65535u32.saturating_sub(hi as u32);
     let span = below + above;
     if span > 0 {
-        let start = u64::from_le_bytes(random_bytes()[..8].try_into().expect("8 bytes")) >> 1;
-        let _ = NEXT.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+        if NEXT.load(Ordering::Relaxed) == u64::MAX {
+            // The first call of the process picks where it starts.
+            let start = u64::from_le_bytes(random_bytes()[..8].try_into().expect("8 bytes")) >> 1;
+            let _ = NEXT.compare_exchange(u64::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+        }
         for _ in 0..32 {
             let k = (NEXT.fetch_add(1, Ordering::Relaxed) % u64::from(span)) as u32;
             let port = if k < below {

@@ -541,10 +541,10 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        if let Some(r) = results.last() {
-            if let Some(e) = &r.exec {
-                link_summary(&mut o, e, ranks, r.simulated_bytes)?;
-            }
+        if let Some(r) = results.last()
+            && let Some(e) = &r.exec
+        {
+            link_summary(&mut o, e, ranks, r.simulated_bytes)?;
         }
     }
     if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
