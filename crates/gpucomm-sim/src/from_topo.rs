@@ -267,7 +267,6 @@ impl Machine {
     }
 }
 
-/// The network switch a NIC's port reaches, if any.
 /// How `gpus` reach `nics` (their node's), as NCCL's `typeInter` would
 /// class it: [`NicReach::Near`] when every GPU has a NIC it reaches with
 /// GPUDirect RDMA, [`NicReach::Pxn`] when each GPU without one has an
@@ -298,6 +297,7 @@ fn nic_reach(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx]) -> NicReach {
     }
 }
 
+/// The network switch a NIC's port reaches, if any.
 fn switch_of_nic(t: &Topology, nic: NodeIx) -> Option<(NodeIx, f64)> {
     t.links_of(nic).iter().find_map(|&(l, _)| {
         let link = t.link(l);
@@ -495,11 +495,6 @@ mod tests {
         let m = Machine::from_topology(&b.build().unwrap()).unwrap();
         assert_eq!((m.node.arch, m.node.hbm_gbps), (GpuArch::Ampere, 1000.0));
     }
-}
-
-#[cfg(test)]
-mod nic_tests {
-    use super::*;
 
     /// `preset` with the PCIe links of the NICs under switches whose name
     /// starts with `switch` moved to CPU 0.
@@ -531,7 +526,6 @@ mod nic_tests {
     fn presets_reach_their_nics_as_nccl_classes_them() {
         for name in gpucomm_topo::preset_names().split(", ") {
             let m = Machine::from_topology(&gpucomm_topo::preset(name).unwrap()).unwrap();
-            eprintln!("{name}: {:?} ({} NICs)", m.node.nic_reach, m.node.nics);
             // Every preset puts a NIC under each GPU's PCIe switch, or
             // behind its Grace CPU (GB200: NCCL's P2C).
             assert_eq!(m.node.nic_reach, NicReach::Near, "{name}");
