@@ -535,9 +535,9 @@ mod tests {
         let s = bytes as f64;
         let arch = m.node.arch;
         // Each GPU's NVSwitch link at NCCL's NVLS rate carries S + S/8 (a
-        // head: every GPU is one on a DGX H100).
+        // head: every GPU is one on a DGX H100); 16 NVLS channels on Hopper.
         let nvls =
-            model::nccl_nvlink_gbps(arch) * 18.0 * model::nvls_efficiency(arch) * 15.0 / 16.0; // NVLS channels on Hopper: 16
+            model::nccl_nvlink_gbps(arch) * 18.0 * model::nvls_efficiency(arch) * 15.0 / 16.0;
         let nvls_us = s * 9.0 / 8.0 / (nvls * 1e9) * 1e6;
         for (nodes, per_nic) in [(2, s / 8.0), (4, s / 4.0), (16, s / 4.0)] {
             let f = m.fabric(Engine::Nccl, nodes).unwrap();
