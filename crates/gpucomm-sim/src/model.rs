@@ -457,11 +457,27 @@ pub enum NicReach {
 /// assumption, not a published constant; see docs/sim.md).
 pub const CE_COPY_OVERHEAD_US: f64 = 1.5;
 
-/// Extra cost of a copy the driver stages through host memory: the host
-/// thread waits for the device-to-host half before issuing the
-/// host-to-device half (an event synchronisation plus a second submission).
-/// A modeling assumption (order of magnitude of a CUDA event wait, 5-10 us).
-pub const STAGED_SYNC_US: f64 = 10.0;
+/// Hand-over between the two halves of a GPU-to-GPU copy the driver
+/// stages through host memory (P2P disabled or impossible), us: the
+/// destination's engine learns that a chunk has landed in host memory, or
+/// the source's that a staging buffer is free again. Derived from
+/// published p2pBandwidthLatencyTest runs, not from the calibration cases:
+/// on each of 16 machines (docs/sim.md, "Staged copies"), the staged
+/// 16-byte copy's time less two same-GPU copies' (the two halves' copy
+/// cost); the median is 11.5 us, the range 5.1-18.7.
+pub const STAGED_SYNC_US: f64 = 11.5;
+
+/// Bytes the driver moves per chunk of a staged GPU-to-GPU copy (two
+/// staging buffers per direction, so one chunk's host-to-device half
+/// overlaps the next one's device-to-host half). Derived from the same 16
+/// machines: the chunk that gives each its published staged bandwidth,
+/// given its own hand-over time and its PCIe link; the median is 1.16 MB,
+/// the range 0.5-2.5 MB.
+pub const STAGED_CHUNK_BYTES: f64 = 1.16e6;
+
+/// Staging buffers per direction of a staged GPU-to-GPU copy (double
+/// buffering; a modeling assumption).
+pub const STAGED_BUFFERS: usize = 2;
 
 /// Bandwidth of one large `memcpy` on the host, GB/s: glibc switches to
 /// non-temporal stores above 3/4 of the shared cache

@@ -12,19 +12,12 @@ const FILE: &str = concat!(
 /// docs/sim.md, "Known misses"). They are still checked: within 50%, and the
 /// test fails when one comes within 10% so that it leaves this list. Every
 /// other case, including any added to the file later, must be within 10%.
-const KNOWN_MISSES: &[(&str, &str)] = &[
-    (
-        "v100-pcie3-h2d-pinned",
-        "PCIe Gen3 TLP model predicts 13.6 GB/s; the published 9.6 is below what the link \
+const KNOWN_MISSES: &[(&str, &str)] = &[(
+    "v100-pcie3-h2d-pinned",
+    "PCIe Gen3 TLP model predicts 13.6 GB/s; the published 9.6 is below what the link \
          protocol allows: measured on a cloud VM whose A100 (Gen4) got 12.3, i.e. a host limit \
          (virtualized Gen3 root complex) that no preset describes",
-    ),
-    (
-        "dgx1-v100-p2p-latency-disabled",
-        "the host synchronisation between the two halves of a staged copy is an assumed \
-         10 us; no published figure to derive it from",
-    ),
-];
+)];
 
 #[test]
 fn calibration_cases_within_10_percent_but_the_listed_known_misses() {
