@@ -73,14 +73,6 @@ pub fn run_phases_spans(
     spans
 }
 
-fn named(names: &[&str], spans: &[(SimTime, SimTime)]) -> Vec<(String, SimTime, SimTime)> {
-    names
-        .iter()
-        .zip(spans)
-        .map(|(n, &(a, b))| (n.to_string(), a, b))
-        .collect()
-}
-
 /// What `gpucomm sim p2p` reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct P2pResult {
@@ -164,14 +156,17 @@ pub fn p2p(
         (sp, lat, names)
     };
     let time = spans.iter().map(|x| x.1).max().unwrap_or(SimTime::ZERO);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let total = s * dirs.len() as f64;
     Ok(P2pResult {
         bandwidth_gbps: total / time.as_secs_f64() / 1e9,
         latency_us: latency.as_us(),
         path,
         p2p: p2p_ok,
-        phases: named(&names, &spans),
+        phases: names
+            .into_iter()
+            .zip(&spans)
+            .map(|(n, &(a, b))| (n, a, b))
+            .collect(),
     })
 }
 
@@ -182,6 +177,108 @@ enum StagedOp {
     Down(usize, usize),
     /// Chunk `.1` of direction `.0`, host to device.
     Up(usize, usize),
+}
+
+impl StagedOp {
+    /// The op and an event kind as a [`FlowNet`] tag: (chunk << 4) |
+    /// (direction << 3) | (up << 2) | kind (two directions at most).
+    fn tag(self, kind: u64) -> u64 {
+        let (d, k, up) = match self {
+            StagedOp::Down(d, k) => (d, k, 0),
+            StagedOp::Up(d, k) => (d, k, 4),
+        };
+        debug_assert!(d < 2 && kind < 4);
+        ((k as u64) << 4) | ((d as u64) << 3) | up | kind
+    }
+
+    /// The inverse of [`StagedOp::tag`].
+    fn untag(t: u64) -> (Self, u64) {
+        let (d, k) = (((t >> 3) & 1) as usize, (t >> 4) as usize);
+        let op = if t & 4 == 0 {
+            StagedOp::Down(d, k)
+        } else {
+            StagedOp::Up(d, k)
+        };
+        (op, t & 3)
+    }
+}
+
+/// The copy engines and staging buffers of [`staged_run`].
+struct StagedPipeline<'a> {
+    /// (source, destination) per direction.
+    dirs: &'a [(usize, usize)],
+    /// Chunks per direction.
+    chunks: usize,
+    /// The next chunk each direction copies down.
+    next_down: Vec<usize>,
+    /// Each direction's staging buffers ready for a chunk.
+    free: Vec<usize>,
+    /// Per GPU: whether its engine is busy, and the copies waiting for it.
+    engines: Vec<(usize, bool, std::collections::VecDeque<StagedOp>)>,
+    /// An engine's start of one copy.
+    ce: SimTime,
+}
+
+/// Event kinds of [`staged_run`]: a copy starts on its engine after the
+/// engine's start cost, its flow is delivered, a chunk is known landed in
+/// host memory, a buffer is known drained.
+const STAGED_START: u64 = 0;
+const STAGED_FLOW: u64 = 1;
+const STAGED_LANDED: u64 = 2;
+const STAGED_DRAINED: u64 = 3;
+
+impl StagedPipeline<'_> {
+    fn engine_of(&self, op: StagedOp) -> usize {
+        match op {
+            StagedOp::Down(d, _) => self.dirs[d].0,
+            StagedOp::Up(d, _) => self.dirs[d].1,
+        }
+    }
+
+    /// Queues `op` on its GPU's engine and starts the engine if it is idle.
+    fn enqueue(&mut self, net: &mut FlowNet, op: StagedOp) {
+        let g = self.engine_of(op);
+        let i = match self.engines.iter().position(|e| e.0 == g) {
+            Some(i) => i,
+            None => {
+                self.engines.push((g, false, Default::default()));
+                self.engines.len() - 1
+            }
+        };
+        self.engines[i].2.push_back(op);
+        if !self.engines[i].1 {
+            self.engines[i].1 = true;
+            self.start_next(net, i);
+        }
+    }
+
+    /// Engine `i` takes its next queued copy, or goes idle.
+    fn start_next(&mut self, net: &mut FlowNet, i: usize) {
+        match self.engines[i].2.pop_front() {
+            Some(op) => net.timer(net.now() + self.ce, op.tag(STAGED_START)),
+            None => self.engines[i].1 = false,
+        }
+    }
+
+    /// `op` has been delivered: its engine moves on.
+    fn done(&mut self, net: &mut FlowNet, op: StagedOp) {
+        let g = self.engine_of(op);
+        let i = self
+            .engines
+            .iter()
+            .position(|e| e.0 == g)
+            .expect("a copy ran on its engine");
+        self.start_next(net, i);
+    }
+
+    /// Direction `d` copies its next chunks down into its free buffers.
+    fn refill(&mut self, net: &mut FlowNet, d: usize) {
+        while self.free[d] > 0 && self.next_down[d] < self.chunks {
+            self.free[d] -= 1;
+            self.enqueue(net, StagedOp::Down(d, self.next_down[d]));
+            self.next_down[d] += 1;
+        }
+    }
 }
 
 /// GPU-to-GPU copies of `bytes` each the driver stages through host memory,
@@ -197,7 +294,7 @@ enum StagedOp {
 /// engine [`model::CE_COPY_OVERHEAD_US`] to start, and a GPU's engine runs
 /// one staged copy at a time, first come first served, so in a
 /// bidirectional copy each GPU's engine serves both its outgoing and its
-/// incoming chunks (published bidirectional staged figures are 1.0-1.45
+/// incoming chunks (published bidirectional staged figures are 1.0-1.7
 /// times the unidirectional ones, not twice).
 ///
 /// Beyond [`STAGED_EXACT_CHUNKS`] chunks the pipeline is periodic, so the
@@ -235,11 +332,6 @@ fn staged_run(
     dirs: &[(usize, usize)],
     bytes: f64,
 ) -> Vec<(SimTime, SimTime)> {
-    debug_assert!(dirs.len() <= 2, "one bit of the tag holds the direction");
-    const START: u64 = 0;
-    const FLOW: u64 = 1;
-    const LANDED: u64 = 2;
-    const DRAINED: u64 = 3;
     let chunk = model::STAGED_CHUNK_BYTES;
     let n = ((bytes / chunk).ceil() as usize).max(1);
     let chunk_bytes = |k: usize| {
@@ -249,109 +341,55 @@ fn staged_run(
             bytes - chunk * (n - 1) as f64
         }
     };
-    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
     let sync = SimTime::from_us(model::STAGED_SYNC_US);
     let down: Vec<Route> = dirs.iter().map(|&(x, _)| f.host_route(x, false)).collect();
     let up: Vec<Route> = dirs.iter().map(|&(_, y)| f.host_route(y, true)).collect();
-    // Ops are tagged (chunk << 4) | (direction << 3) | (up << 2) | kind.
-    let tag = |op: StagedOp, kind: u64| match op {
-        StagedOp::Down(d, k) => ((k as u64) << 4) | ((d as u64) << 3) | kind,
-        StagedOp::Up(d, k) => ((k as u64) << 4) | ((d as u64) << 3) | 4 | kind,
+    let mut p = StagedPipeline {
+        dirs,
+        chunks: n,
+        next_down: vec![0; dirs.len()],
+        free: vec![model::STAGED_BUFFERS; dirs.len()],
+        engines: Vec::new(),
+        ce: SimTime::from_us(model::CE_COPY_OVERHEAD_US),
     };
-    let untag = |t: u64| {
-        let (d, k) = (((t >> 3) & 1) as usize, (t >> 4) as usize);
-        let op = if t & 4 == 0 {
-            StagedOp::Down(d, k)
-        } else {
-            StagedOp::Up(d, k)
-        };
-        (op, t & 3)
-    };
-    let engine_of = |op: StagedOp| match op {
-        StagedOp::Down(d, _) => dirs[d].0,
-        StagedOp::Up(d, _) => dirs[d].1,
-    };
-    // Per GPU: whether its engine is busy, and the copies waiting for it.
-    let mut engines: Vec<(usize, bool, std::collections::VecDeque<StagedOp>)> = Vec::new();
-    let mut next_down = vec![0usize; dirs.len()];
-    let mut free = vec![model::STAGED_BUFFERS; dirs.len()];
     let mut ups_done = vec![0usize; dirs.len()];
     let mut ends = vec![SimTime::ZERO; dirs.len()];
     let mut net = FlowNet::new(caps);
-    // Queues `op` on its engine and starts the engine if it is idle.
-    let enqueue = |net: &mut FlowNet,
-                   engines: &mut Vec<(usize, bool, std::collections::VecDeque<StagedOp>)>,
-                   op: StagedOp| {
-        let g = engine_of(op);
-        let i = match engines.iter().position(|e| e.0 == g) {
-            Some(i) => i,
-            None => {
-                engines.push((g, false, Default::default()));
-                engines.len() - 1
-            }
-        };
-        engines[i].2.push_back(op);
-        if !engines[i].1 {
-            let op = engines[i].2.pop_front().expect("just queued");
-            engines[i].1 = true;
-            net.timer(net.now() + ce, tag(op, START));
-        }
-    };
     for d in 0..dirs.len() {
-        while free[d] > 0 && next_down[d] < n {
-            free[d] -= 1;
-            enqueue(&mut net, &mut engines, StagedOp::Down(d, next_down[d]));
-            next_down[d] += 1;
-        }
+        p.refill(&mut net, d);
     }
     let mut out = Vec::new();
     while net.next_batch(&mut out).is_some() {
         for o in std::mem::take(&mut out) {
             let (op, kind) = match o {
-                crate::engine::Output::Delivered(t) => untag(t),
-                crate::engine::Output::Timer(t) => untag(t),
+                crate::engine::Output::Delivered(t) | crate::engine::Output::Timer(t) => {
+                    StagedOp::untag(t)
+                }
             };
             match (kind, op) {
-                (START, StagedOp::Down(d, k)) => {
-                    let r = &down[d];
-                    net.start_flow(&r.links, chunk_bytes(k), r.latency, tag(op, FLOW));
+                (STAGED_START, StagedOp::Down(d, k) | StagedOp::Up(d, k)) => {
+                    let r = match op {
+                        StagedOp::Down(..) => &down[d],
+                        StagedOp::Up(..) => &up[d],
+                    };
+                    net.start_flow(&r.links, chunk_bytes(k), r.latency, op.tag(STAGED_FLOW));
                 }
-                (START, StagedOp::Up(d, k)) => {
-                    let r = &up[d];
-                    net.start_flow(&r.links, chunk_bytes(k), r.latency, tag(op, FLOW));
+                (STAGED_FLOW, StagedOp::Down(..)) => {
+                    p.done(&mut net, op);
+                    net.timer(net.now() + sync, op.tag(STAGED_LANDED));
                 }
-                (FLOW, _) => {
-                    // The engine takes its next copy.
-                    let g = engine_of(op);
-                    let e = engines
-                        .iter_mut()
-                        .find(|e| e.0 == g)
-                        .expect("a copy ran on its engine");
-                    match e.2.pop_front() {
-                        Some(next) => net.timer(net.now() + ce, tag(next, START)),
-                        None => e.1 = false,
+                (STAGED_FLOW, StagedOp::Up(d, _)) => {
+                    p.done(&mut net, op);
+                    ups_done[d] += 1;
+                    if ups_done[d] == n {
+                        ends[d] = net.now();
                     }
-                    match op {
-                        StagedOp::Down(..) => net.timer(net.now() + sync, tag(op, LANDED)),
-                        StagedOp::Up(d, _) => {
-                            ups_done[d] += 1;
-                            if ups_done[d] == n {
-                                ends[d] = net.now();
-                            }
-                            net.timer(net.now() + sync, tag(op, DRAINED));
-                        }
-                    }
+                    net.timer(net.now() + sync, op.tag(STAGED_DRAINED));
                 }
-                (LANDED, StagedOp::Down(d, k)) => {
-                    enqueue(&mut net, &mut engines, StagedOp::Up(d, k));
-                }
-                (DRAINED, StagedOp::Up(d, _)) => {
-                    free[d] += 1;
-                    while free[d] > 0 && next_down[d] < n {
-                        free[d] -= 1;
-                        enqueue(&mut net, &mut engines, StagedOp::Down(d, next_down[d]));
-                        next_down[d] += 1;
-                    }
+                (STAGED_LANDED, StagedOp::Down(d, k)) => p.enqueue(&mut net, StagedOp::Up(d, k)),
+                (STAGED_DRAINED, StagedOp::Up(d, _)) => {
+                    p.free[d] += 1;
+                    p.refill(&mut net, d);
                 }
                 _ => unreachable!("staged pipeline event {kind} for {op:?}"),
             }
