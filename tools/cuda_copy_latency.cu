@@ -116,29 +116,35 @@ int main() {
   // serially (all of it down, then all of it up) and in chunks with the
   // two halves overlapped (down on one stream, up on the other, each chunk
   // waiting for its own down half), as a driver could do it.
-  printf("# staged 256 MiB device -> host -> device, GB/s (bytes / time)\n");
+  printf("# staged 256 MiB device -> host -> device, GB/s (bytes / time); host time to issue one chunk\n");
   cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  // One event per chunk, made before the timing (creating them inside it
+  // would put the host's event creation in the way of small chunks).
+  const int max_chunks = (int)(big / (256u << 10));
+  cudaEvent_t *evs = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (max_chunks + 1));
+  for (int i = 0; i <= max_chunks; i++) CK(cudaEventCreateWithFlags(&evs[i], cudaEventDisableTiming));
   for (int c = 0; c < 6; c++) {
     size_t chunk = c == 0 ? big : (size_t)(256u << 10) << (2 * (c - 1));  // whole, 256 KiB, 1, 4, 16, 64 MiB
     if (chunk > big) break;
-    double best = 1e30;
+    double best = 1e30, issue = 0;
     for (int pass = 0; pass < 3; pass++) {
       CK(cudaDeviceSynchronize());
       CK(cudaEventRecord(a, s));
-      for (size_t off = 0; off < big; off += chunk) {
-        cudaEvent_t e; CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      double t0 = now();
+      int i = 0;
+      for (size_t off = 0; off < big; off += chunk, i++) {
         CK(cudaMemcpyAsync((char *)hp + off, (char *)d0 + off, chunk, cudaMemcpyDeviceToHost, s));
-        CK(cudaEventRecord(e, s)); CK(cudaStreamWaitEvent(s2, e, 0));
+        CK(cudaEventRecord(evs[i], s)); CK(cudaStreamWaitEvent(s2, evs[i], 0));
         CK(cudaMemcpyAsync((char *)d1 + off, (char *)hp + off, chunk, cudaMemcpyHostToDevice, s2));
-        CK(cudaEventDestroy(e));
       }
-      cudaEvent_t e; CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      CK(cudaEventRecord(e, s2)); CK(cudaStreamWaitEvent(s, e, 0)); CK(cudaEventDestroy(e));
+      issue = (now() - t0) * 1e6 / i;
+      CK(cudaEventRecord(evs[max_chunks], s2)); CK(cudaStreamWaitEvent(s, evs[max_chunks], 0));
       CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
       float ms; CK(cudaEventElapsedTime(&ms, a, b));
       if (ms < best) best = ms;
     }
-    printf("chunk %9zu KiB %8.2f GB/s\n", chunk >> 10, big / (best * 1e-3) / 1e9);
+    printf("chunk %9zu KiB %8.2f GB/s  host issue %6.2f us/chunk, GPU %8.2f us/chunk\n", chunk >> 10,
+           big / (best * 1e-3) / 1e9, issue, best * 1e3 / (big / chunk));
   }
   return 0;
 }
