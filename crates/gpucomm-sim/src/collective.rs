@@ -480,7 +480,10 @@ pub fn schedule_for(
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
     let per_nic = if tree_all_reduce { 2 } else { 1 };
-    let mut ch = channels.unwrap_or(if fabric.nodes() > 1 {
+    let read_ring = nccl_read_ring(fabric, collective, algorithm, protocol);
+    let mut ch = channels.unwrap_or(if let Some(c) = read_ring {
+        c
+    } else if fabric.nodes() > 1 {
         (fabric.machine.node.nics.max(1) * per_nic) as u16
     } else {
         1
@@ -517,7 +520,19 @@ pub fn schedule_for(
     // slice while the second arrives, as NCCL does.
     let (chunk_elems, run_count) = if algorithm == Algorithm::Ring && !ring_chain {
         let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
-        (per_channel.div_ceil(RING_SLICES).max(1), count)
+        if read_ring.is_some() {
+            // NCCL's slices: a channel's chunk per rank and loop (4 Simple
+            // buffer steps, 2 MiB; all of it below a loop, aligned up to
+            // 4 KiB), cut in two slices of at least 32 KiB
+            // (`src/device/all_reduce.h`, `prims_simple.h`).
+            let chunk = (per_channel * elem as usize)
+                .next_multiple_of(4096)
+                .min(2 << 20);
+            let slice = (chunk / RING_SLICES).max(32 << 10).min(chunk);
+            (slice.div_ceil(elem as usize).max(1), count)
+        } else {
+            (per_channel.div_ceil(RING_SLICES).max(1), count)
+        }
     } else {
         // NCCL pipelines in chunks of a buffer slot (its Simple protocol
         // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step; the slot
@@ -578,6 +593,39 @@ pub fn schedule_for(
         } else {
             1.0
         },
+    })
+}
+
+/// NCCL's ring channels where its Simple protocol reads over NVLink
+/// ([`model::nccl_p2p_read`]: A100) inside one NVSwitch node
+/// ([`model::nccl_nvswitch_ring_channels`]), `None` elsewhere. There a
+/// ring runs at NCCL's own granularity: NCCL's channels and slices, and
+/// each NVLink connection takes its next slice only once the last is
+/// delivered ([`ExecConfig::hold_nvlink`]), since the receiving thread
+/// block pulls a slice and posts back before the next moves: per slice the
+/// step latency (NCCL's `hwLat`) is not hidden behind data.
+fn nccl_read_ring(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+) -> Option<u16> {
+    let node = &fabric.machine.node;
+    let NvFabric::Switch { links, .. } = node.nvlink else {
+        return None;
+    };
+    let chain = matches!(
+        collective,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
+    (algorithm == Algorithm::Ring
+        && !chain
+        && protocol == Protocol::Simple
+        && fabric.nodes() == 1
+        && fabric.ranks() > 1
+        && model::nccl_p2p_read(node.arch))
+    .then(|| {
+        model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(node.arch) * f64::from(links))
     })
 }
 
@@ -1153,11 +1201,13 @@ fn prepare_config(opts: &CollOptions) -> ExecConfig {
     }
 }
 
-/// How [`simulate`] runs a schedule of `a` under `protocol`: NCCL's
-/// overheads, the protocol's wire factor and rate cap, and `opts`'
-/// symmetry and tracing.
+/// How [`simulate`] runs a schedule of `collective` with `a` under
+/// `protocol`: NCCL's overheads, the protocol's wire factor and rate cap,
+/// NVLink connections held per slice where NCCL reads
+/// ([`ExecConfig::hold_nvlink`]), and `opts`' symmetry and tracing.
 pub fn exec_config(
     fabric: &ClusterFabric,
+    collective: Collective,
     a: Algorithm,
     protocol: Protocol,
     opts: &CollOptions,
@@ -1171,6 +1221,7 @@ pub fn exec_config(
         // The protocol's flags and their cost travel with the data:
         // transfers move NCCL's bandwidth factor times the payload.
         wire_factor: bw.factor,
+        hold_nvlink: nccl_read_ring(fabric, collective, a, protocol).is_some(),
         ..prepare_config(opts)
     }
 }
@@ -1208,7 +1259,7 @@ fn run_one(
         AlgoChoice::Schedule(a) => {
             let (prepared, rest) = prepared
                 .ok_or_else(|| SimError::Model(format!("{} was not prepared", a.name())))?;
-            let r = prepared.run(fabric, &exec_config(fabric, a, protocol, opts))?;
+            let r = prepared.run(fabric, &exec_config(fabric, collective, a, protocol, opts))?;
             (r.time.saturating_add(rest), Some(r))
         }
     };

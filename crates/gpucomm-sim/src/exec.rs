@@ -97,6 +97,13 @@ pub struct ExecConfig {
     /// and line format, [`crate::model::ProtocolBandwidth::factor`]); local
     /// steps are not scaled.
     pub wire_factor: f64,
+    /// An NVLink connection starts its next transfer when the previous one
+    /// is delivered (its step overhead past its last byte), not when its
+    /// last byte leaves: the receiver pulls each slice and posts back
+    /// before the next moves (NCCL's Simple protocol with P2P reads,
+    /// [`crate::model::nccl_p2p_read`]). Meant for schedules cut at
+    /// NCCL's own channels and slices, where a transfer is one slice.
+    pub hold_nvlink: bool,
 }
 
 impl Default for ExecConfig {
@@ -110,6 +117,7 @@ impl Default for ExecConfig {
             trace_ranks: 0,
             send_cap_gbps: None,
             wire_factor: 1.0,
+            hold_nvlink: false,
         }
     }
 }
@@ -931,17 +939,13 @@ impl Exec<'_> {
     }
 
     /// The last byte of transfer `ti` has left at `t`: its connection takes
-    /// the next transfer, and it completes after the step's overhead or the
-    /// route's latency, whichever is longer ([`Overheads::step_nvlink`]).
+    /// the next transfer (or, held, when this one is delivered), and it
+    /// completes after the step's overhead or the route's latency,
+    /// whichever is longer ([`Overheads::step_nvlink`]).
     fn sent(&mut self, ti: u32, t: SimTime) -> Result<(), SimError> {
         let route = self.transfers[ti as usize].route;
-        let conn = &mut self.conns[route as usize];
-        match conn.queue.pop_front() {
-            Some(next) => {
-                self.transfers[next as usize].start = t;
-                self.start_transfer(next);
-            }
-            None => conn.busy = false,
+        if !self.held(route) {
+            self.next_on(route, t);
         }
         let (_, lat, class) = &self.routes[route as usize];
         let delay = (*lat).max(self.cfg.overheads.step(*class));
@@ -953,14 +957,35 @@ impl Exec<'_> {
         Ok(())
     }
 
+    /// Whether `route`'s connection waits for a transfer's delivery before
+    /// it starts the next ([`ExecConfig::hold_nvlink`]).
+    fn held(&self, route: u32) -> bool {
+        self.cfg.hold_nvlink && self.routes[route as usize].2 == PathClass::NvLink
+    }
+
+    /// `route`'s connection is free at `t`: it starts its next transfer.
+    fn next_on(&mut self, route: u32, t: SimTime) {
+        let conn = &mut self.conns[route as usize];
+        match conn.queue.pop_front() {
+            Some(next) => {
+                self.transfers[next as usize].start = t;
+                self.start_transfer(next);
+            }
+            None => conn.busy = false,
+        }
+    }
+
     /// Transfer `ti` is delivered at `t`: both its steps are done.
     fn delivered(&mut self, ti: u32, t: SimTime) -> Result<(), SimError> {
         let tr = &self.transfers[ti as usize];
-        let (src, dst) = (tr.src, tr.dst);
+        let (src, dst, route) = (tr.src, tr.dst, tr.route);
         if self.cfg.trace_ranks > 0 {
             self.trace_transfer(ti, t);
         }
         self.free_transfers.push(ti);
+        if self.held(route) {
+            self.next_on(route, t);
+        }
         self.complete(src.0, src.1, t)?;
         self.complete(dst.0, dst.1, t)
     }
@@ -1125,6 +1150,36 @@ mod tests {
         let r2 = run_schedule(&s, &RingFabric(4), &cfg).unwrap();
         assert_eq!(r.time, r2.time);
         assert_eq!(r.stats, r2.stats);
+    }
+
+    #[test]
+    fn a_held_connection_takes_its_next_slice_once_the_last_is_delivered() {
+        // 4 ranks, blocks of 4000 B cut in two 2000 B slices (2 us at
+        // 1 GB/s), step overhead 1.5 us: 6 rounds x 2 slices per
+        // connection. Streaming, a connection sends its 12 slices back to
+        // back and the last is delivered 1.5 us after it leaves: 25.5 us.
+        // Held, each slice waits for the last one's delivery: 12 x 3.5 us.
+        let p = Problem::new(Collective::AllReduce, 4000, 4, 4);
+        let s = Schedule::new(p, Algorithm::Ring)
+            .unwrap()
+            .with_chunk_elems(500);
+        let cfg = |hold_nvlink| ExecConfig {
+            overheads: Overheads {
+                step_nvlink: SimTime::from_us(1.5),
+                ..Overheads::NONE
+            },
+            hold_nvlink,
+            ..ExecConfig::default()
+        };
+        let streaming = run_schedule(&s, &RingFabric(4), &cfg(false)).unwrap();
+        let held = run_schedule(&s, &RingFabric(4), &cfg(true)).unwrap();
+        assert!(
+            (streaming.time.as_us() - 25.5).abs() < 1e-3,
+            "{}",
+            streaming.time
+        );
+        assert!((held.time.as_us() - 42.0).abs() < 1e-3, "{}", held.time);
+        assert_eq!(held.stats.flows, 4 * 12);
     }
 
     #[test]

@@ -194,6 +194,66 @@ pub fn nvls_chunk(bytes: u64, channels: u64, heads: u64) -> u64 {
     chunk
 }
 
+/// Whether NCCL moves Simple-protocol data over NVLink by reads, the
+/// receiver pulling each slice from the sender's buffer: between GPUs of
+/// compute capability 8.0 only (A100; NVIDIA/nccl `src/graph/paths.cc`,
+/// `ncclTopoCheckP2p`: "Enable P2P Read for Ampere/NVLink only"), and for
+/// the Simple protocol only (the sender keeps the Simple buffer when it
+/// is read, `src/transport/p2p.cc`; LL and LL128 always write).
+pub fn nccl_p2p_read(arch: Arch) -> bool {
+    arch == Arch::Ampere
+}
+
+/// NCCL's speeds per ring channel inside a node before Hopper, GB/s
+/// (NVIDIA/nccl `src/graph/search.cc` `speedArrayIntra`).
+const NCCL_SPEEDS_INTRA: [f64; 13] = [
+    40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+];
+
+/// NCCL's ring channels inside one NVSwitch node of GPUs before Hopper
+/// that each reach the switch at `gpu_gbps` (NCCL's per-link figure times
+/// the links, [`nccl_nvlink_gbps`]), as NCCL 2.18 sets them up
+/// (NVIDIA/nccl `src/graph/search.cc` `ncclTopoCompute`, `connect.cc`
+/// `ncclTopoPostset`): the search takes the fastest speed whose channels
+/// (at most `MAXCHANNELS / 2` = 16, each taking its speed on every GPU's
+/// link) use the whole bandwidth, else the speed that uses the most of
+/// it; at 25 GB/s or more it duplicates the channels at half the speed;
+/// the communicator then doubles them (at most `MAXCHANNELS` = 32).
+///
+/// ```
+/// use gpucomm_sim::model::nccl_nvswitch_ring_channels;
+/// // DGX A100: 12 NVLinks x 20 GB/s: 6 channels at 40, 12, then 24.
+/// assert_eq!(nccl_nvswitch_ring_channels(240.0), 24);
+/// // Four links: 2 channels at 40, 4, then 8.
+/// assert_eq!(nccl_nvswitch_ring_channels(80.0), 8);
+/// ```
+pub fn nccl_nvswitch_ring_channels(gpu_gbps: f64) -> u16 {
+    const MAX: f64 = 16.0;
+    let mut best = (0.0, 0.0); // (channels, speed)
+    for &s in &NCCL_SPEEDS_INTRA {
+        if s > gpu_gbps {
+            continue;
+        }
+        // The search lowers the speed only while the next is above 0.49 of
+        // the best found.
+        if best.0 > 0.0 && s / best.1 <= 0.49 {
+            break;
+        }
+        let n = (gpu_gbps / s).floor().min(MAX);
+        if n * s > best.0 * best.1 {
+            best = (n, s);
+        }
+        if n * s >= gpu_gbps {
+            break;
+        }
+    }
+    let (mut n, s) = if best.0 > 0.0 { best } else { (1.0, 0.0) };
+    if s >= 25.0 {
+        n = (2.0 * n).min(MAX);
+    }
+    (2.0 * n).min(32.0) as u16
+}
+
 /// Efficiency factors of one engine on one architecture.
 #[derive(Clone, Copy, Debug)]
 pub struct Efficiency {

@@ -152,3 +152,79 @@ fn the_ring_search_stays_bounded_on_a_dense_mesh() {
         }
     }
 }
+
+/// On one DGX A100 NCCL's Simple protocol reads over NVLink: the ring runs
+/// at NCCL's channels (24) and slices, each slice waiting for the last
+/// one's delivery, so at mid sizes it is slower than the streaming ring
+/// (the DGX H100 writes and is not held), and the slices are NCCL's.
+#[test]
+fn a100_rings_run_nccls_channels_and_slices_where_nccl_reads() {
+    use gpucomm_algo::Algorithm;
+    use gpucomm_sim::collective::schedule_for;
+    let a100 = common::fabric("dgx-a100", 1);
+    let ring = |f, coll, bytes, p| schedule_for(f, coll, bytes, Algorithm::Ring, None, p).unwrap();
+    let s = ring(&a100, Collective::AllReduce, 32 << 20, Protocol::Simple).schedule;
+    assert_eq!(s.channels, 24);
+    // 32 MiB / (8 ranks x 24 channels) = 170.7 KiB, up to 172 KiB (4 KiB
+    // aligned), two slices of 86 KiB.
+    assert_eq!(s.chunk_elems * 4, 86 << 10);
+    // Past a loop (24 x 8 x 2 MiB), slices of 1 MiB.
+    let s = ring(&a100, Collective::AllReduce, 8 << 30, Protocol::Simple).schedule;
+    assert_eq!(s.chunk_elems * 4, 1 << 20);
+    // Not under LL128, not for the broadcast chain, not across nodes, not
+    // on the H100 (NCCL writes there).
+    assert_eq!(
+        ring(&a100, Collective::AllReduce, 32 << 20, Protocol::Ll128)
+            .schedule
+            .channels,
+        1
+    );
+    assert_eq!(
+        ring(
+            &a100,
+            Collective::Broadcast { root: 0 },
+            32 << 20,
+            Protocol::Simple
+        )
+        .schedule
+        .channels,
+        1
+    );
+    let two = common::fabric("dgx-a100", 2);
+    assert_eq!(
+        ring(&two, Collective::AllReduce, 32 << 20, Protocol::Simple)
+            .schedule
+            .channels,
+        8
+    );
+    let h100 = common::fabric("dgx-h100", 1);
+    assert_eq!(
+        ring(&h100, Collective::AllReduce, 32 << 20, Protocol::Simple)
+            .schedule
+            .channels,
+        1
+    );
+
+    // The hold costs the step latency per slice: at 32 MiB, 14 rounds of
+    // two slices on the critical path pay it; at 8 GiB it is ~3% of a 1 MiB
+    // slice's time on a 24th of the link.
+    let opts = common::forced("ring", Some(Protocol::Simple));
+    let time = |f, bytes| {
+        simulate(f, Collective::AllReduce, bytes, &opts)
+            .unwrap()
+            .time
+            .as_us()
+    };
+    let streaming_32m = 32.0 * 1.048576 * 2.0 * 7.0 / 8.0 / 240.0 * 1e3; // us at the link rate
+    let t = time(&a100, 32 << 20);
+    assert!(t > streaming_32m + 14.0 * 3.4, "{t} us");
+    let t = time(&a100, 8 << 30);
+    let ideal = streaming_32m * 256.0;
+    assert!(
+        t > ideal * 1.02 && t < ideal * 1.06,
+        "{t} us against {ideal}"
+    );
+    let h = time(&h100, 8 << 30);
+    let h_ideal = 8.0 * 1.073741824 * 2.0 * 7.0 / 8.0 / 370.8 * 1e6;
+    assert!(h < h_ideal * 1.01, "{h} us against {h_ideal}");
+}

@@ -79,7 +79,13 @@ fn run_whole(
     use gpucomm_sim::exec::Prepared;
     let mut whole = planned.schedule.clone();
     whole.problem.count = (whole.problem.count as f64 * planned.scale).round() as usize;
-    let cfg = exec_config(f, whole.algorithm, protocol, &Default::default());
+    let cfg = exec_config(
+        f,
+        whole.problem.collective,
+        whole.algorithm,
+        protocol,
+        &Default::default(),
+    );
     let prep = Prepared::new(&whole, f, &cfg).unwrap();
     prep.run(f, &cfg).unwrap().time.as_us()
 }
