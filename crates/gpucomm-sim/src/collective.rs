@@ -480,9 +480,13 @@ pub fn schedule_for(
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
     let per_nic = if tree_all_reduce { 2 } else { 1 };
-    let read_ring = nccl_read_ring(fabric, collective, algorithm, protocol);
-    let mut ch = channels.unwrap_or(if let Some(c) = read_ring {
-        c
+    let reads = nccl_reads(fabric, collective, algorithm, protocol);
+    let peer_bytes = match collective {
+        Collective::AllToAll => bytes / n as u64,
+        _ => bytes,
+    };
+    let mut ch = channels.unwrap_or(if reads {
+        nccl_read_channels(fabric, algorithm, peer_bytes)
     } else if fabric.nodes() > 1 {
         (fabric.machine.node.nics.max(1) * per_nic) as u16
     } else {
@@ -520,7 +524,7 @@ pub fn schedule_for(
     // slice while the second arrives, as NCCL does.
     let (chunk_elems, run_count) = if algorithm == Algorithm::Ring && !ring_chain {
         let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
-        if read_ring.is_some() {
+        if reads {
             // NCCL's slices: a channel's chunk per rank and loop (4 Simple
             // buffer steps, 2 MiB; all of it below a loop, aligned up to
             // 4 KiB), cut in two slices of at least 32 KiB
@@ -558,7 +562,12 @@ pub fn schedule_for(
         };
         let most = cap.min((CHUNK_BUDGET / flows).max(8.0));
         let pipelined = algorithm == Algorithm::Tree || ring_chain;
-        if pipelined && per_channel / wire_factor > most * slot {
+        if reads {
+            // NCCL's point-to-point chunks over NVLink
+            // (`NCCL_P2P_NVL_CHUNKSIZE`, 512 KiB), every one simulated.
+            let chunk = model::NCCL_P2P_NVL_CHUNK.min(peer_bytes.div_ceil(u64::from(ch)));
+            ((chunk.max(elem) / elem) as usize, count)
+        } else if pipelined && per_channel / wire_factor > most * slot {
             // NCCL's chunks, the first `most` per channel.
             let chunk = ((slot as u64).max(elem) / elem) as usize;
             (chunk, count.min(most as usize * usize::from(ch) * chunk))
@@ -596,37 +605,58 @@ pub fn schedule_for(
     })
 }
 
-/// NCCL's ring channels where its Simple protocol reads over NVLink
-/// ([`model::nccl_p2p_read`]: A100) inside one NVSwitch node
-/// ([`model::nccl_nvswitch_ring_channels`]), `None` elsewhere. There a
-/// ring runs at NCCL's own granularity: NCCL's channels and slices, and
-/// each NVLink connection takes its next slice only once the last is
-/// delivered ([`ExecConfig::hold_nvlink`]), since the receiving thread
-/// block pulls a slice and posts back before the next moves: per slice the
-/// step latency (NCCL's `hwLat`) is not hidden behind data.
-fn nccl_read_ring(
+/// Whether `collective` with `algorithm` under `protocol` runs on NVLink
+/// reads on `fabric` and is simulated at NCCL's own granularity: NCCL's
+/// Simple protocol reads over NVLink on the A100 ([`model::nccl_p2p_read`])
+/// and the receiving thread block pulls a slice and posts back before the
+/// next moves, so per slice the step latency (NCCL's `hwLat`) is not
+/// hidden behind data. Inside one NVSwitch node a ring all_reduce,
+/// all_gather and reduce_scatter then runs NCCL's ring channels and slices,
+/// a sendrecv and an all_to_all NCCL's point-to-point channels and chunks
+/// ([`nccl_read_channels`]), and each NVLink connection takes its next
+/// slice only once the last is delivered ([`ExecConfig::hold_nvlink`]).
+fn nccl_reads(
     fabric: &ClusterFabric,
     collective: Collective,
     algorithm: Algorithm,
     protocol: Protocol,
-) -> Option<u16> {
+) -> bool {
     let node = &fabric.machine.node;
-    let NvFabric::Switch { links, .. } = node.nvlink else {
-        return None;
+    let granular = match algorithm {
+        Algorithm::Ring => !matches!(
+            collective,
+            Collective::Broadcast { .. } | Collective::Reduce { .. }
+        ),
+        Algorithm::Direct => matches!(
+            collective,
+            Collective::SendRecv { .. } | Collective::AllToAll
+        ),
+        _ => false,
     };
-    let chain = matches!(
-        collective,
-        Collective::Broadcast { .. } | Collective::Reduce { .. }
-    );
-    (algorithm == Algorithm::Ring
-        && !chain
+    granular
+        && matches!(node.nvlink, NvFabric::Switch { .. })
         && protocol == Protocol::Simple
         && fabric.nodes() == 1
         && fabric.ranks() > 1
-        && model::nccl_p2p_read(node.arch))
-    .then(|| {
-        model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(node.arch) * f64::from(links))
-    })
+        && model::nccl_p2p_read(node.arch)
+}
+
+/// NCCL's channels for a schedule [`nccl_reads`] accepts: its ring
+/// channels ([`model::nccl_nvswitch_ring_channels`]) for a ring, its
+/// point-to-point channels for each peer's `peer_bytes`
+/// ([`model::nccl_p2p_channels`]) for a sendrecv or all_to_all.
+fn nccl_read_channels(fabric: &ClusterFabric, algorithm: Algorithm, peer_bytes: u64) -> u16 {
+    let node = &fabric.machine.node;
+    let links = match node.nvlink {
+        NvFabric::Switch { links, .. } => links,
+        _ => 0,
+    };
+    let ring =
+        model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(node.arch) * f64::from(links));
+    match algorithm {
+        Algorithm::Ring => ring,
+        _ => model::nccl_p2p_channels(peer_bytes, fabric.ranks(), ring),
+    }
 }
 
 /// NCCL's chunk (payload bytes) for a tree all_reduce under LL128
@@ -723,9 +753,33 @@ pub fn simulate(
     let mut refused = None;
     // The enabled candidates in tie-breaking order.
     let mut jobs = Vec::new();
+    // NCCL's point-to-point operations take no protocol from its tuner:
+    // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer where LL is enabled,
+    // else Simple.
+    let p2p_protocol = match collective {
+        Collective::SendRecv { .. } | Collective::AllToAll => {
+            let per_peer = match collective {
+                Collective::AllToAll => bytes / fabric.ranks().max(1) as u64,
+                _ => bytes,
+            };
+            let ll = per_peer <= model::NCCL_P2P_LL_THRESHOLD && opts.protocol.allows(Protocol::Ll);
+            Some(if ll { Protocol::Ll } else { Protocol::Simple })
+        }
+        _ => None,
+    };
     for &c in &choices {
         for &p in &protocols {
-            match model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink, nic) {
+            let check = match p2p_protocol {
+                Some(q) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != q => Err(format!(
+                    "its point-to-point operations move LL up to {} bytes per peer and Simple \
+                     above, NCCL_P2P_LL_THRESHOLD in src/enqueue.cc: {} here",
+                    model::NCCL_P2P_LL_THRESHOLD,
+                    q.name()
+                )),
+                _ => model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink, nic)
+                    .map_err(String::from),
+            };
+            match check {
                 Ok(()) => jobs.push((c, p)),
                 // A refusal is reported only when nothing else failed: an
                 // error of a candidate that ran says more.
@@ -1221,7 +1275,7 @@ pub fn exec_config(
         // The protocol's flags and their cost travel with the data:
         // transfers move NCCL's bandwidth factor times the payload.
         wire_factor: bw.factor,
-        hold_nvlink: nccl_read_ring(fabric, collective, a, protocol).is_some(),
+        hold_nvlink: nccl_reads(fabric, collective, a, protocol),
         ..prepare_config(opts)
     }
 }

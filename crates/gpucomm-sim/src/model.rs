@@ -254,6 +254,56 @@ pub fn nccl_nvswitch_ring_channels(gpu_gbps: f64) -> u16 {
     (2.0 * n).min(32.0) as u16
 }
 
+/// The largest point-to-point operation, bytes per peer, that NCCL moves
+/// with LL (`NCCL_P2P_LL_THRESHOLD` default, NVIDIA/nccl `src/enqueue.cc`);
+/// larger ones move with Simple, whatever its tuner would pick.
+pub const NCCL_P2P_LL_THRESHOLD: u64 = 16384;
+
+/// NCCL's chunk for point-to-point transfers over NVLink, bytes
+/// (`NCCL_P2P_NVL_CHUNKSIZE` default, NVIDIA/nccl `src/init.cc`).
+pub const NCCL_P2P_NVL_CHUNK: u64 = 512 * 1024;
+
+/// NCCL 2.18's channels for one point-to-point operation (a send or a
+/// receive) of `bytes` inside one node of `ranks` ranks whose ring has
+/// `ring_channels` channels. NCCL rounds its channel count up to a power
+/// of two for point-to-point (`src/graph/paths.cc`
+/// `ncclTopoComputeP2pChannels`: 32 from 24 on a DGX A100, per peer and
+/// in all); inside one node an operation takes at least as many as leave
+/// every rank one, halved while `ranks x min` passes that count, and at
+/// most as many as leave four, and it is cut into parts of at least 64
+/// KiB on the fewest channels that keep a part within 16 MiB (`enqueue.cc`
+/// `scheduleP2pTasksToPlan`, `calcP2pChunkSize`: 32 x a 512 KiB step).
+///
+/// ```
+/// use gpucomm_sim::model::nccl_p2p_channels;
+/// // DGX A100 (24 ring channels), 8 ranks: 4 to 16 channels.
+/// assert_eq!(nccl_p2p_channels(1 << 30, 8, 24), 16);
+/// assert_eq!(nccl_p2p_channels(128 << 20, 8, 24), 8);
+/// assert_eq!(nccl_p2p_channels(1 << 20, 8, 24), 4);
+/// assert_eq!(nccl_p2p_channels(100 << 10, 8, 24), 2);
+/// ```
+pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
+    let all = u64::from(ring_channels.max(1)).next_power_of_two();
+    let ranks = ranks.max(1) as u64;
+    let mut min = all;
+    while min * ranks > all && min > 1 {
+        min /= 2;
+    }
+    let mut max = all;
+    while max * ranks > 4 * all && max > 1 {
+        max /= 2;
+    }
+    let (min_size, max_size) = (NCCL_P2P_NVL_CHUNK / 8, 32 * NCCL_P2P_NVL_CHUNK);
+    let mut size = min_size.max(bytes.div_ceil(min));
+    let mut n = min;
+    while size > max_size && n <= max / 2 {
+        n *= 2;
+        size = bytes.div_ceil(n);
+    }
+    let size = size.next_multiple_of(min_size);
+    bytes.div_ceil(size).clamp(1, n) as u16
+}
+
 /// Efficiency factors of one engine on one architecture.
 #[derive(Clone, Copy, Debug)]
 pub struct Efficiency {

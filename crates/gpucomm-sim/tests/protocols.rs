@@ -493,3 +493,36 @@ fn nccl_algo_and_proto_lists_restrict_what_the_tuner_picks_from() {
     assert_eq!(pick("ring,nvls_tree", every).0, "nvls_tree");
     assert_eq!(pick("ring", "LL,LL128").1, Protocol::Ll128);
 }
+
+/// NCCL's point-to-point operations take no protocol from its tuner: LL up
+/// to 16 KiB per peer (`NCCL_P2P_LL_THRESHOLD`), Simple above, Simple when
+/// LL is excluded, and a protocol NCCL would not run is refused.
+#[test]
+fn point_to_point_protocols_follow_nccls_ll_threshold() {
+    let f = common::fabric("dgx-h100", 1);
+    let pick = |coll, bytes, proto: &str| {
+        let opts = CollOptions {
+            protocol: Select::parse(proto, Protocol::parse).unwrap(),
+            ..Default::default()
+        };
+        simulate(&f, coll, bytes, &opts).map(|r| r.protocol)
+    };
+    let shift = Collective::SendRecv { shift: 1 };
+    assert_eq!(pick(shift, 16384, "Simple,LL128,LL").unwrap(), Protocol::Ll);
+    assert_eq!(
+        pick(shift, 16388, "Simple,LL128,LL").unwrap(),
+        Protocol::Simple
+    );
+    // all_to_all: per peer (8 ranks), 128 KiB in all is 16 KiB each.
+    assert_eq!(
+        pick(Collective::AllToAll, 128 << 10, "Simple,LL128,LL").unwrap(),
+        Protocol::Ll
+    );
+    assert_eq!(
+        pick(Collective::AllToAll, 256 << 10, "Simple,LL128,LL").unwrap(),
+        Protocol::Simple
+    );
+    assert_eq!(pick(shift, 8, "^LL").unwrap(), Protocol::Simple);
+    let e = pick(shift, 1 << 20, "LL128").unwrap_err();
+    assert!(e.to_string().contains("NCCL_P2P_LL_THRESHOLD"), "{e}");
+}

@@ -1,7 +1,8 @@
 //! Rings follow the NVLinks on a mesh (DGX-1's hybrid cube mesh), as
 //! NCCL's topology search orders them: rank order would send GPU 3's data to
 //! GPU 4, which it has no link to, through a third GPU, and use one ring's
-//! links only.
+//! links only. On one DGX A100, where NCCL reads over NVLink, rings and
+//! point-to-point run at NCCL's channels and slices (`nccl_reads`).
 
 mod common;
 
@@ -227,4 +228,38 @@ fn a100_rings_run_nccls_channels_and_slices_where_nccl_reads() {
     let h = time(&h100, 8 << 30);
     let h_ideal = 8.0 * 1.073741824 * 2.0 * 7.0 / 8.0 / 370.8 * 1e6;
     assert!(h < h_ideal * 1.01, "{h} us against {h_ideal}");
+}
+
+/// Point-to-point on one DGX A100 reads too: a sendrecv runs NCCL's
+/// point-to-point channels (16 at 1 GiB) in 512 KiB chunks, each waiting
+/// for the last one's delivery, and stays short of the link rate by about
+/// the step latency per chunk; on the DGX H100 (writes) it streams.
+#[test]
+fn a100_sendrecv_runs_nccls_p2p_channels_and_chunks() {
+    use gpucomm_algo::Algorithm;
+    use gpucomm_sim::collective::schedule_for;
+    let shift = Collective::SendRecv { shift: 1 };
+    let a100 = common::fabric("dgx-a100", 1);
+    let s = schedule_for(
+        &a100,
+        shift,
+        1 << 30,
+        Algorithm::Direct,
+        None,
+        Protocol::Simple,
+    )
+    .unwrap()
+    .schedule;
+    assert_eq!((s.channels, s.chunk_elems * 4), (16, 512 << 10));
+    let opts = CollOptions::default();
+    let gbps = |f, bytes: u64| {
+        let r = simulate(f, shift, bytes, &opts).unwrap();
+        bytes as f64 / r.time.as_us() / 1e3
+    };
+    // 240 GB/s of NVLink; a 512 KiB chunk at a 16th of it takes 34.95 us,
+    // plus 3.4 us held: 0.91 of the link.
+    let a = gbps(&a100, 1 << 30);
+    assert!((0.89 * 240.0..0.92 * 240.0).contains(&a), "{a} GB/s");
+    let h = gbps(&common::fabric("dgx-h100", 1), 1 << 30);
+    assert!(h > 0.99 * 370.8, "{h} GB/s");
 }
