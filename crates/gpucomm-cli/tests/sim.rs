@@ -223,6 +223,21 @@ fn bad_input_is_a_clear_error() {
         ),
         (&["all_reduce", "--topology", "nope"], "unknown topology"),
         (&["copy", "--from", "host", "--to", "gpu99"], "gpu99"),
+        // A copy of nothing has no bandwidth (p2p printed 0.00 GB/s).
+        (
+            &["p2p", "--pair", "0,1", "--size", "0"],
+            "--size must be positive",
+        ),
+        (
+            &["copy", "--from", "host", "--to", "gpu0", "--size", "0"],
+            "--size must be positive",
+        ),
+        (&["rdma", "--size", "0"], "--size must be positive"),
+        // NCCL's point-to-point operations run no LL128.
+        (
+            &["sendrecv", "-b", "1M", "-e", "1M", "-p", "LL128"],
+            "NCCL_P2P_LL_THRESHOLD",
+        ),
         (&["train", "--model", "nope"], "unknown model"),
         (&["all_reduce", "--nodes", "0"], "at least 1"),
         (

@@ -268,11 +268,12 @@ pub const NCCL_P2P_NVL_CHUNK: u64 = 512 * 1024;
 /// `ring_channels` channels. NCCL rounds its channel count up to a power
 /// of two for point-to-point (`src/graph/paths.cc`
 /// `ncclTopoComputeP2pChannels`: 32 from 24 on a DGX A100, per peer and
-/// in all); inside one node an operation takes at least as many as leave
-/// every rank one, halved while `ranks x min` passes that count, and at
-/// most as many as leave four, and it is cut into parts of at least 64
-/// KiB on the fewest channels that keep a part within 16 MiB (`enqueue.cc`
-/// `scheduleP2pTasksToPlan`, `calcP2pChunkSize`: 32 x a 512 KiB step).
+/// in all); inside one node an operation takes from the largest power of
+/// two with `ranks x min` within that count up to the largest with `ranks
+/// x max` within four times it, the fewest of those (doubling) that keep
+/// a part within 16 MiB, parts of at least 64 KiB (`enqueue.cc`
+/// `scheduleP2pTasksToPlan`, `calcP2pChunkSize`: 32 and 1/8 of a 512 KiB
+/// step).
 ///
 /// ```
 /// use gpucomm_sim::model::nccl_p2p_channels;

@@ -637,7 +637,7 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
             ))
         })
         .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
-    let size = parse_size(&a.size)?;
+    let size = copy_size(&a.size)?;
     let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
@@ -692,16 +692,22 @@ fn phase_spans(
         .collect()
 }
 
+/// The bytes of one copy (`--size` of p2p, copy and rdma): at least one.
+fn copy_size(s: &str) -> anyhow::Result<u64> {
+    let size = parse_size(s)?;
+    if size == 0 {
+        bail!("--size must be positive");
+    }
+    Ok(size)
+}
+
 fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
     Endpoint::parse(s).with_context(|| format!("unknown endpoint {s:?} (host, gpuN, storage)"))
 }
 
 fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
-    let size = parse_size(&a.size)?;
-    if size == 0 {
-        bail!("--size must be positive");
-    }
+    let size = copy_size(&a.size)?;
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
     let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
@@ -728,10 +734,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
 
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
-    let size = parse_size(&a.size)?;
-    if size == 0 {
-        bail!("--size must be positive");
-    }
+    let size = copy_size(&a.size)?;
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
