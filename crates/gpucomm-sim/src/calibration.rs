@@ -337,7 +337,8 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
     }
 }
 
-/// The efficiency factors in force, for documentation (`gpucomm sim factors`).
+/// The efficiency factors and NCCL constants in force, with their sources
+/// (printed at the end of `gpucomm sim calibrate`).
 pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
     vec![
         (
@@ -389,6 +390,23 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "NVLS channels, Hopper",
             model::nvls_channels(model::Arch::Hopper, 1),
             "NVIDIA/nccl src/transport/nvls.cc NVLS_NCHANNELS_SM90 (Blackwell: 24 in a domain, 32 across nodes)",
+        ),
+        (
+            "NCCL ring channels, DGX A100 (P2P reads)",
+            f64::from(model::nccl_nvswitch_ring_channels(
+                12.0 * model::nccl_nvlink_gbps(model::Arch::Ampere),
+            )),
+            "NVIDIA/nccl 2.18 src/graph/search.cc, connect.cc (6 at 40 GB/s, duplicated, doubled); reads: paths.cc, compute capability 8.0",
+        ),
+        (
+            "NCCL P2P NVLink chunk, bytes",
+            model::NCCL_P2P_NVL_CHUNK as f64,
+            "NVIDIA/nccl src/init.cc NCCL_P2P_NVL_CHUNKSIZE",
+        ),
+        (
+            "NCCL P2P LL threshold, bytes per peer",
+            model::NCCL_P2P_LL_THRESHOLD as f64,
+            "NVIDIA/nccl src/enqueue.cc NCCL_P2P_LL_THRESHOLD (Simple above)",
         ),
     ]
 }

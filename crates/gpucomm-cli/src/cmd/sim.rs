@@ -919,7 +919,11 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(o, "\nfactors:")?;
         for (name, v, src) in calibration::factors() {
-            writeln!(o, "  {name:<40} {v:>8.4}  {src}")?;
+            // To four places, without trailing zeros (counts and sizes
+            // print as integers).
+            let v = format!("{v:.4}");
+            let v = v.trim_end_matches('0').trim_end_matches('.');
+            writeln!(o, "  {name:<41} {v:>8}  {src}")?;
         }
     }
     Ok(if worst <= 0.10 {
