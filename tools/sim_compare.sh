@@ -49,6 +49,9 @@ moved=0
 while read -r args; do
   [ -z "$args" ] && continue
   out=$(paste -d' ' <(rows "$old" "$args") <(rows "$new" "$args") | awk '
+    # A size one build printed and the other did not (an error, a sweep
+    # cut short): say so rather than divide by an empty field.
+    NF != 8 || $1 != $5 { print "  rows differ: " $0; next }
     { d = ($8 / $4 - 1) * 100;
       if (d > 0.05 || d < -0.05)
         printf "  %14s  %s %s %s  ->  %s %s %s  %+.1f%%\n", $1, $2, $3, $4, $6, $7, $8, d }')

@@ -481,12 +481,9 @@ pub fn schedule_for(
     // other).
     let per_nic = if tree_all_reduce { 2 } else { 1 };
     let reads = nccl_reads(fabric, collective, algorithm, protocol);
-    let peer_bytes = match collective {
-        Collective::AllToAll => bytes / n as u64,
-        _ => bytes,
-    };
-    let mut ch = channels.unwrap_or(if reads {
-        nccl_read_channels(fabric, algorithm, peer_bytes)
+    let peer_bytes = peer_bytes(collective, bytes, n);
+    let mut ch = channels.unwrap_or(if let Some(links) = reads {
+        nccl_read_channels(fabric, algorithm, links, peer_bytes)
     } else if fabric.nodes() > 1 {
         (fabric.machine.node.nics.max(1) * per_nic) as u16
     } else {
@@ -524,7 +521,7 @@ pub fn schedule_for(
     // slice while the second arrives, as NCCL does.
     let (chunk_elems, run_count) = if algorithm == Algorithm::Ring && !ring_chain {
         let per_channel = count.div_ceil(n).div_ceil(usize::from(ch));
-        if reads {
+        if reads.is_some() {
             // NCCL's slices: a channel's chunk per rank and loop (4 Simple
             // buffer steps, 2 MiB; all of it below a loop, aligned up to
             // 4 KiB), cut in two slices of at least 32 KiB
@@ -562,7 +559,7 @@ pub fn schedule_for(
         };
         let most = cap.min((CHUNK_BUDGET / flows).max(8.0));
         let pipelined = algorithm == Algorithm::Tree || ring_chain;
-        if reads {
+        if reads.is_some() {
             // NCCL's point-to-point chunks over NVLink
             // (`NCCL_P2P_NVL_CHUNKSIZE`, 512 KiB), every one simulated.
             let chunk = model::NCCL_P2P_NVL_CHUNK.min(peer_bytes.div_ceil(u64::from(ch)));
@@ -605,8 +602,9 @@ pub fn schedule_for(
     })
 }
 
-/// Whether `collective` with `algorithm` under `protocol` runs on NVLink
-/// reads on `fabric` and is simulated at NCCL's own granularity: NCCL's
+/// Where `collective` with `algorithm` under `protocol` runs on NVLink
+/// reads on `fabric`, the NVLinks of each GPU to the NVSwitch (else
+/// `None`); such a schedule is simulated at NCCL's own granularity: NCCL's
 /// Simple protocol reads over NVLink on the A100 ([`model::nccl_p2p_read`])
 /// and the receiving thread block pulls a slice and posts back before the
 /// next moves, so per slice the step latency (NCCL's `hwLat`) is not
@@ -620,8 +618,11 @@ fn nccl_reads(
     collective: Collective,
     algorithm: Algorithm,
     protocol: Protocol,
-) -> bool {
+) -> Option<u32> {
     let node = &fabric.machine.node;
+    let NvFabric::Switch { links, .. } = node.nvlink else {
+        return None;
+    };
     let granular = match algorithm {
         Algorithm::Ring => !matches!(
             collective,
@@ -633,29 +634,40 @@ fn nccl_reads(
         ),
         _ => false,
     };
-    granular
-        && matches!(node.nvlink, NvFabric::Switch { .. })
+    (granular
         && protocol == Protocol::Simple
         && fabric.nodes() == 1
         && fabric.ranks() > 1
-        && model::nccl_p2p_read(node.arch)
+        && model::nccl_p2p_read(node.arch))
+    .then_some(links)
 }
 
-/// NCCL's channels for a schedule [`nccl_reads`] accepts: its ring
-/// channels ([`model::nccl_nvswitch_ring_channels`]) for a ring, its
-/// point-to-point channels for each peer's `peer_bytes`
-/// ([`model::nccl_p2p_channels`]) for a sendrecv or all_to_all.
-fn nccl_read_channels(fabric: &ClusterFabric, algorithm: Algorithm, peer_bytes: u64) -> u16 {
-    let node = &fabric.machine.node;
-    let links = match node.nvlink {
-        NvFabric::Switch { links, .. } => links,
-        _ => 0,
-    };
-    let ring =
-        model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(node.arch) * f64::from(links));
+/// NCCL's channels for a schedule [`nccl_reads`] accepts, whose GPUs have
+/// `links` NVLinks to the switch: its ring channels
+/// ([`model::nccl_nvswitch_ring_channels`]) for a ring, its point-to-point
+/// channels for each peer's `peer_bytes` ([`model::nccl_p2p_channels`]) for
+/// a sendrecv or all_to_all.
+fn nccl_read_channels(
+    fabric: &ClusterFabric,
+    algorithm: Algorithm,
+    links: u32,
+    peer_bytes: u64,
+) -> u16 {
+    let arch = fabric.machine.node.arch;
+    let ring = model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(arch) * f64::from(links));
     match algorithm {
         Algorithm::Ring => ring,
         _ => model::nccl_p2p_channels(peer_bytes, fabric.ranks(), ring),
+    }
+}
+
+/// The bytes each rank sends to one peer in `collective` of `bytes` on
+/// `ranks` ranks, as NCCL's point-to-point operations count them: an
+/// all_to_all's share per peer, else the whole buffer.
+fn peer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
+    match collective {
+        Collective::AllToAll => bytes / ranks.max(1) as u64,
+        _ => bytes,
     }
 }
 
@@ -758,11 +770,8 @@ pub fn simulate(
     // else Simple.
     let p2p_protocol = match collective {
         Collective::SendRecv { .. } | Collective::AllToAll => {
-            let per_peer = match collective {
-                Collective::AllToAll => bytes / fabric.ranks().max(1) as u64,
-                _ => bytes,
-            };
-            let ll = per_peer <= model::NCCL_P2P_LL_THRESHOLD && opts.protocol.allows(Protocol::Ll);
+            let ll = peer_bytes(collective, bytes, fabric.ranks()) <= model::NCCL_P2P_LL_THRESHOLD
+                && opts.protocol.allows(Protocol::Ll);
             Some(if ll { Protocol::Ll } else { Protocol::Simple })
         }
         _ => None,
@@ -1275,7 +1284,7 @@ pub fn exec_config(
         // The protocol's flags and their cost travel with the data:
         // transfers move NCCL's bandwidth factor times the payload.
         wire_factor: bw.factor,
-        hold_nvlink: nccl_reads(fabric, collective, a, protocol),
+        hold_nvlink: nccl_reads(fabric, collective, a, protocol).is_some(),
         ..prepare_config(opts)
     }
 }
