@@ -769,11 +769,10 @@ pub fn simulate(
     // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer where LL is enabled,
     // else Simple.
     let p2p_protocol = match collective {
-        Collective::SendRecv { .. } | Collective::AllToAll => {
-            let ll = peer_bytes(collective, bytes, fabric.ranks()) <= model::NCCL_P2P_LL_THRESHOLD
-                && opts.protocol.allows(Protocol::Ll);
-            Some(if ll { Protocol::Ll } else { Protocol::Simple })
-        }
+        Collective::SendRecv { .. } | Collective::AllToAll => Some(model::nccl_p2p_protocol(
+            peer_bytes(collective, bytes, fabric.ranks()),
+            opts.protocol.allows(Protocol::Ll),
+        )),
         _ => None,
     };
     for &c in &choices {

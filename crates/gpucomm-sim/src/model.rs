@@ -259,6 +259,25 @@ pub fn nccl_nvswitch_ring_channels(gpu_gbps: f64) -> u16 {
 /// larger ones move with Simple, whatever its tuner would pick.
 pub const NCCL_P2P_LL_THRESHOLD: u64 = 16384;
 
+/// The protocol NCCL moves a point-to-point operation of `peer_bytes`
+/// with: LL up to [`NCCL_P2P_LL_THRESHOLD`] where LL is enabled
+/// (`ll_enabled`: NCCL allocates no LL buffers when `NCCL_PROTO` excludes
+/// it), else Simple.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_p2p_protocol, Protocol};
+/// assert_eq!(nccl_p2p_protocol(16384, true), Protocol::Ll);
+/// assert_eq!(nccl_p2p_protocol(16385, true), Protocol::Simple);
+/// assert_eq!(nccl_p2p_protocol(8, false), Protocol::Simple);
+/// ```
+pub fn nccl_p2p_protocol(peer_bytes: u64, ll_enabled: bool) -> Protocol {
+    if ll_enabled && peer_bytes <= NCCL_P2P_LL_THRESHOLD {
+        Protocol::Ll
+    } else {
+        Protocol::Simple
+    }
+}
+
 /// NCCL's chunk for point-to-point transfers over NVLink, bytes
 /// (`NCCL_P2P_NVL_CHUNKSIZE` default, NVIDIA/nccl `src/init.cc`).
 pub const NCCL_P2P_NVL_CHUNK: u64 = 512 * 1024;
