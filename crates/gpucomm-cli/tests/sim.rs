@@ -233,6 +233,7 @@ fn bad_input_is_a_clear_error() {
             "--size must be positive",
         ),
         (&["rdma", "--size", "0"], "--size must be positive"),
+        (&["broadcast", "--average", "median"], "not one of avg, max"),
         // NCCL's point-to-point operations run no LL128.
         (
             &["sendrecv", "-b", "1M", "-e", "1M", "-p", "LL128"],
@@ -316,4 +317,41 @@ fn across_dgx_h100_nodes_the_tuner_runs_large_all_reduces_as_nvls_tree() {
     assert_eq!(t["algorithm"], "nvls_tree", "{t}");
     assert_eq!(t["protocol"], "Simple", "{t}");
     assert!(f(t, "busbw_gbps") > 1.3 * f(r, "busbw_gbps"), "{t} vs {r}");
+}
+
+#[test]
+fn a_chain_reports_nccl_tests_mean_and_its_completion() {
+    // nccl-tests' default (`-a 1`) averages each rank's time; on a chain
+    // the ranks finish one after another, so the mean is below the last.
+    let args = [
+        "broadcast",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "-b",
+        "64M",
+        "-e",
+        "64M",
+    ];
+    let v = sim_json(&args);
+    assert_eq!(v["average"], "avg", "{v}");
+    let row = &v["results"][0];
+    assert!(f(row, "time_us") < f(row, "completion_us"), "{row}");
+    let mut last = args.to_vec();
+    last.extend(["--average", "max"]);
+    let v = sim_json(&last);
+    let row = &v["results"][0];
+    assert_eq!(f(row, "time_us"), f(row, "completion_us"), "{row}");
+    // A symmetric collective reports its completion by default.
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+    ]);
+    assert_eq!(v["average"], "max", "{v}");
 }

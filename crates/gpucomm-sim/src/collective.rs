@@ -1,5 +1,7 @@
 //! Collectives as nccl-tests measures them: one operation of `bytes` on
-//! every rank, timed from launch to the last rank's completion.
+//! every rank, each rank timed from launch to its own completion, and the
+//! ranks' times combined as nccl-tests' `-a` does ([`Average`]; the last
+//! rank's, the completion, is kept beside it).
 //!
 //! Point-to-point algorithms run the schedules of gpucomm-algo through
 //! [`crate::exec`]; NVLS (in-switch reduction on NVSwitch gen 3+) is a
@@ -241,6 +243,9 @@ pub struct CollOptions {
     pub symmetry: bool,
     /// Trace this many ranks (0: no trace).
     pub trace_ranks: usize,
+    /// Which rank's time is reported (nccl-tests' `-a`); `None`: the
+    /// default of [`Average::default_for`].
+    pub average: Option<Average>,
 }
 
 impl Default for CollOptions {
@@ -252,6 +257,102 @@ impl Default for CollOptions {
             channels: None,
             symmetry: true,
             trace_ranks: 0,
+            average: None,
+        }
+    }
+}
+
+/// Which rank's time a collective's reported time is, as nccl-tests'
+/// `-a/--average` option chooses it (NVIDIA/nccl-tests `src/common.cu`:
+/// every process times its own iterations, from launch to its stream's
+/// completion, and the times are combined across processes; default
+/// [`Average::Avg`]).
+///
+/// On a symmetric collective every rank finishes at about the same time and
+/// the choice hardly matters; on a chain (ring broadcast and reduce) the
+/// ranks finish one after another along it, the first of them a pipeline
+/// fill before the last, and nccl-tests' default reports their mean
+/// ([`Average::default_for`]: what the simulator reports unless told).
+/// nccl-tests run with several GPUs per process (`-g 8`) times each process
+/// until its slowest GPU is done: [`Average::Max`] for one process.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::{simulate, Average, CollOptions};
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 2).unwrap();
+/// let last = CollOptions { average: Some(Average::Max), ..Default::default() };
+/// let mean = simulate(&f, Collective::Broadcast { root: 0 }, 64 << 20, &CollOptions::default()).unwrap();
+/// let max = simulate(&f, Collective::Broadcast { root: 0 }, 64 << 20, &last).unwrap();
+/// // The chain's ranks finish one after another: their mean is earlier.
+/// assert!(mean.time < max.time);
+/// assert_eq!(max.time, max.completion);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Average {
+    /// Rank 0's time (nccl-tests `-a 0`).
+    Rank0,
+    /// The mean over ranks (`-a 1`, nccl-tests' default).
+    #[default]
+    Avg,
+    /// The first rank to finish (`-a 2`).
+    Min,
+    /// The last rank to finish (`-a 3`): the collective's completion.
+    Max,
+}
+
+impl Average {
+    /// `rank0`, `avg`, `min` or `max`, or nccl-tests' number for one (0-3).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "rank0" | "0" => Some(Average::Rank0),
+            "avg" | "mean" | "1" => Some(Average::Avg),
+            "min" | "2" => Some(Average::Min),
+            "max" | "3" => Some(Average::Max),
+            _ => None,
+        }
+    }
+
+    /// What nccl-tests' default (the mean over ranks) comes to for
+    /// `collective`, as the simulator reports it by default. On the rooted
+    /// chains (broadcast, reduce) the ranks finish one after another along
+    /// the chain, by the pipeline's fill: [`Average::Avg`]. In NCCL's
+    /// symmetric collectives every rank receives its last chunk in the
+    /// same step of the last loop, so the mean is the completion to within
+    /// a chunk; the simulator runs a ring's steps whole (a step carries a
+    /// rank's share of the channel's data, not NCCL's chunk), which would
+    /// spread the ranks by whole steps that NCCL does not have:
+    /// [`Average::Max`].
+    pub fn default_for(collective: Collective) -> Self {
+        match collective {
+            Collective::Broadcast { .. } | Collective::Reduce { .. } => Average::Avg,
+            _ => Average::Max,
+        }
+    }
+
+    /// The name [`Average::parse`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Average::Rank0 => "rank0",
+            Average::Avg => "avg",
+            Average::Min => "min",
+            Average::Max => "max",
+        }
+    }
+
+    /// This statistic of the ranks' finishing times (`None` when empty).
+    pub fn of(self, times: &[SimTime]) -> Option<SimTime> {
+        match self {
+            Average::Rank0 => times.first().copied(),
+            Average::Avg if times.is_empty() => None,
+            Average::Avg => {
+                let sum: u128 = times.iter().map(|t| u128::from(t.as_ps())).sum();
+                let mean = sum / times.len() as u128;
+                Some(SimTime::from_ps(u64::try_from(mean).unwrap_or(u64::MAX)))
+            }
+            Average::Min => times.iter().min().copied(),
+            Average::Max => times.iter().max().copied(),
         }
     }
 }
@@ -263,8 +364,13 @@ pub struct CollResult {
     pub bytes: u64,
     /// Ranks.
     pub ranks: usize,
-    /// Simulated time of the operation.
+    /// Simulated time of the operation as nccl-tests reports it: the
+    /// ranks' finishing times combined as [`CollOptions::average`] says
+    /// (by default their mean).
     pub time: SimTime,
+    /// When the last rank finished: the collective's completion. The tuner
+    /// compares candidates by it.
+    pub completion: SimTime,
     /// bytes / time, GB/s.
     pub algbw_gbps: f64,
     /// algbw times nccl-tests' bus factor, GB/s.
@@ -1035,12 +1141,26 @@ pub fn simulate(
         }
         _ => None,
     };
-    let secs = time.as_secs_f64().max(1e-15);
+    // Each rank's time: its finish in the run, plus what the run left
+    // out (a pipelined schedule's remaining chunks, which every rank
+    // moves). A hardware model's ranks all finish together.
+    let reported = match &exec {
+        Some(e) => {
+            let rest = time - e.time;
+            opts.average
+                .unwrap_or(Average::default_for(collective))
+                .of(&e.rank_finish)
+                .map_or(time, |t| t.saturating_add(rest))
+        }
+        None => time,
+    };
+    let secs = reported.as_secs_f64().max(1e-15);
     let algbw = bytes as f64 / secs / 1e9;
     Ok(CollResult {
         bytes,
         ranks: n,
-        time,
+        time: reported,
+        completion: time,
         algbw_gbps: algbw,
         busbw_gbps: algbw * collective.busbw_factor(n),
         algorithm,

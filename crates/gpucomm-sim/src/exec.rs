@@ -170,6 +170,10 @@ pub struct LinkLoad {
 pub struct ExecResult {
     /// When the last rank finished.
     pub time: SimTime,
+    /// When each simulated rank finished its last step (ranks without
+    /// steps: zero). Under the symmetry reduction, node 0's ranks, which
+    /// stand for every node's.
+    pub rank_finish: Vec<SimTime>,
     /// Engine counters.
     pub stats: EngineStats,
     /// Ranks actually simulated (fewer than the schedule's with symmetry).
@@ -298,6 +302,9 @@ struct Exec<'a> {
     pending: Vec<Pending>,
     free_pending: Vec<u32>,
     remaining: u64,
+    /// Steps left per simulated rank, and when each rank finished.
+    rank_left: Vec<u64>,
+    rank_finish: Vec<SimTime>,
     fabric: &'a dyn Fabric,
     orbit: Option<&'a [Option<LinkId>]>,
     elem: u64,
@@ -595,6 +602,7 @@ impl Prepared {
             .collect();
         Ok(ExecResult {
             time: finish,
+            rank_finish: std::mem::take(&mut ex.rank_finish),
             stats: ex.net.stats(),
             simulated_ranks: g,
             steps: total_steps,
@@ -777,6 +785,9 @@ impl<'a> Exec<'a> {
             pending: Vec::new(),
             free_pending: Vec::new(),
             remaining: live.iter().map(|l| l.len() as u64).sum(),
+            rank_left: live.iter().map(|l| l.len() as u64).collect(),
+            // A rank without steps is done when the operation is launched.
+            rank_finish: vec![cfg.overheads.launch; live.len()],
             live,
             fabric,
             orbit,
@@ -1025,6 +1036,10 @@ impl Exec<'_> {
         self.work.push((r, s));
         while let Some((r, s)) = self.work.pop() {
             self.remaining -= 1;
+            self.rank_left[r as usize] -= 1;
+            if self.rank_left[r as usize] == 0 {
+                self.rank_finish[r as usize] = t;
+            }
             let (a, b) = {
                 let rs = &self.ranks[r as usize];
                 (rs.dep_off[s as usize], rs.dep_off[s as usize + 1])

@@ -332,7 +332,7 @@ pub fn prefill(
             return Ok(None);
         }
         let r = simulate(f, Collective::AllReduce, b, &cache.options)?;
-        Ok(Some(r.time))
+        Ok(Some(r.completion))
     });
     for (&key, t) in jobs.iter().zip(times) {
         if let Some(t) = t? {

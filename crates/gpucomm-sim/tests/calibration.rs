@@ -143,6 +143,50 @@ value = 323.53
 source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_allgather_20260224_225706.txt (NCCL 2.24.3)"
 
 [[case]]
+id = "h100-4node-broadcast-16M"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "time_us"
+collective = "broadcast"
+gpus = 32
+nodes = 4
+bytes = 16777216
+value = 264.07
+source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_broadcast_20260224_225706.txt (NCCL 2.24.3, one process per GPU: nccl-tests' time is the mean over ranks)"
+
+[[case]]
+id = "h100-4node-broadcast-128M"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "time_us"
+collective = "broadcast"
+gpus = 32
+nodes = 4
+bytes = 134217728
+value = 687.98
+source = "same run"
+
+[[case]]
+id = "h100-4node-reduce-16M"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "time_us"
+collective = "reduce"
+gpus = 32
+nodes = 4
+bytes = 16777216
+value = 236.27
+source = "ZiyanIshani/vpbenchmarking results/nccl/nccl_multinode/nccl_reduce_20260225_221049.txt (NCCL 2.24.3)"
+
+[[case]]
+id = "h100-4node-reduce-128M"
+system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "time_us"
+collective = "reduce"
+gpus = 32
+nodes = 4
+bytes = 134217728
+value = 641.84
+source = "same run"
+
+[[case]]
 id = "h100-4node-allreduce-8B"
 system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
 metric = "time_us"

@@ -9,7 +9,9 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use gpucomm_algo::Collective;
-use gpucomm_sim::collective::{AlgoChoice, CollOptions, CollResult, Select, Tuner, simulate};
+use gpucomm_sim::collective::{
+    AlgoChoice, Average, CollOptions, CollResult, Select, Tuner, simulate,
+};
 use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
@@ -117,6 +119,15 @@ struct CollArgs {
     /// Disable the node-symmetry reduction (simulate every rank).
     #[arg(long)]
     no_symmetry: bool,
+    /// Which rank's time the table reports, as nccl-tests' `-a`: `avg`
+    /// (the mean over ranks), `max` (the last rank's: the collective's
+    /// completion; what a `-g 8` run in one process times), `min` or
+    /// `rank0`. Default: nccl-tests' default as it comes out, `avg` for
+    /// broadcast and reduce (whose ranks finish one after another along
+    /// the chain), `max` for the others (whose ranks finish together in
+    /// NCCL; the simulator's whole ring steps would spread them).
+    #[arg(long)]
+    average: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -370,6 +381,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let base = a.tuner.options()?;
+    let average = match &a.average {
+        None => None,
+        Some(s) => Some(Average::parse(s).with_context(|| {
+            format!("--average {s:?}: not one of avg, max, min, rank0 (or nccl-tests' 0-3)")
+        })?),
+    };
+    let shown = average.unwrap_or(Average::default_for(coll));
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
     let mut results: Vec<CollResult> = Vec::new();
@@ -380,6 +398,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let tracing = a.trace.is_some() && i == last;
         let opts = CollOptions {
             channels: a.channels,
+            average,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },
             ..base.clone()
@@ -406,7 +425,8 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             .zip(&walls)
             .map(|(r, w)| {
                 let mut v = json!({
-                    "bytes": r.bytes, "time_us": r.time.as_us(), "algbw_gbps": r.algbw_gbps,
+                    "bytes": r.bytes, "time_us": r.time.as_us(),
+                    "completion_us": r.completion.as_us(), "algbw_gbps": r.algbw_gbps,
                     "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
                     "protocol": r.protocol.name(),
                 });
@@ -425,7 +445,8 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
-                         "ranks": ranks, "tuner": a.tuner.json(), "results": rows});
+                         "ranks": ranks, "tuner": a.tuner.json(), "average": shown.name(),
+                         "results": rows});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
@@ -440,6 +461,17 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             o,
             "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
+        )?;
+        writeln!(
+            o,
+            "# time: {} (--average {})",
+            match shown {
+                Average::Avg => "each rank's, averaged over ranks as nccl-tests reports it",
+                Average::Max => "the last rank's (the collective's completion)",
+                Average::Min => "the first rank's to finish",
+                Average::Rank0 => "rank 0's",
+            },
+            shown.name()
         )?;
         if mach.nodes > 1 {
             write_network(&mut o, &mach)?;
