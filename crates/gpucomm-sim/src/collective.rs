@@ -366,7 +366,7 @@ pub struct CollResult {
     pub ranks: usize,
     /// Simulated time of the operation as nccl-tests reports it: the
     /// ranks' finishing times combined as [`CollOptions::average`] says
-    /// (by default their mean).
+    /// (by default as [`Average::default_for`] the collective).
     pub time: SimTime,
     /// When the last rank finished: the collective's completion. The tuner
     /// compares candidates by it.

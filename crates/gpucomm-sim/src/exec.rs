@@ -170,9 +170,9 @@ pub struct LinkLoad {
 pub struct ExecResult {
     /// When the last rank finished.
     pub time: SimTime,
-    /// When each simulated rank finished its last step (ranks without
-    /// steps: zero). Under the symmetry reduction, node 0's ranks, which
-    /// stand for every node's.
+    /// When each simulated rank finished its last step (a rank without
+    /// steps: at the launch). Under the symmetry reduction, node 0's
+    /// ranks, which stand for every node's.
     pub rank_finish: Vec<SimTime>,
     /// Engine counters.
     pub stats: EngineStats,
