@@ -348,8 +348,8 @@ impl Average {
             Average::Avg if times.is_empty() => None,
             Average::Avg => {
                 let sum: u128 = times.iter().map(|t| u128::from(t.as_ps())).sum();
-                let mean = sum / times.len() as u128;
-                Some(SimTime::from_ps(u64::try_from(mean).unwrap_or(u64::MAX)))
+                // A mean of u64 values is no larger than their largest.
+                Some(SimTime::from_ps((sum / times.len() as u128) as u64))
             }
             Average::Min => times.iter().min().copied(),
             Average::Max => times.iter().max().copied(),

@@ -1195,6 +1195,10 @@ mod tests {
         );
         assert!((held.time.as_us() - 42.0).abs() < 1e-3, "{}", held.time);
         assert_eq!(held.stats.flows, 4 * 12);
+        // Every rank's finish is recorded, the last one's is the run's.
+        assert_eq!(held.rank_finish.len(), 4);
+        assert_eq!(held.rank_finish.iter().max(), Some(&held.time));
+        assert!(held.rank_finish.iter().all(|&t| t > SimTime::ZERO));
     }
 
     #[test]

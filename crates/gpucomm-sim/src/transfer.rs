@@ -360,7 +360,7 @@ fn staged_run(
     }
     let mut out = Vec::new();
     while net.next_batch(&mut out).is_some() {
-        for o in std::mem::take(&mut out) {
+        for o in out.drain(..) {
             let (op, kind) = match o {
                 crate::engine::Output::Delivered(t) | crate::engine::Output::Timer(t) => {
                     StagedOp::untag(t)
