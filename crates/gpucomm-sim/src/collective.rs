@@ -246,6 +246,16 @@ pub struct CollOptions {
     /// Which rank's time is reported (nccl-tests' `-a`); `None`: the
     /// default of [`Average::default_for`].
     pub average: Option<Average>,
+    /// Back-to-back iterations each rank's time is taken over, as a
+    /// benchmark loop runs them (nccl-tests' `-n`, whose default is
+    /// [`NCCL_TESTS_ITERATIONS`]): every rank starts its next operation
+    /// when it has finished its own previous one, so on a chain the ranks
+    /// done early overlap the next iteration with the late ones
+    /// ([`loop_times`], [`Prepared::repeated`]). Default 1: one operation,
+    /// each rank timed to its own end. Measured chains overlap less than
+    /// this model lets them at mid sizes (docs/sim.md, "Back-to-back
+    /// iterations"), so it is not the default.
+    pub iterations: u32,
 }
 
 impl Default for CollOptions {
@@ -258,6 +268,7 @@ impl Default for CollOptions {
             symmetry: true,
             trace_ranks: 0,
             average: None,
+            iterations: 1,
         }
     }
 }
@@ -355,6 +366,58 @@ impl Average {
             Average::Max => times.iter().max().copied(),
         }
     }
+}
+
+/// nccl-tests' default iterations per size (`-n`, NVIDIA/nccl-tests
+/// `src/common.cu`: `iters = 20`), for [`CollOptions::iterations`].
+pub const NCCL_TESTS_ITERATIONS: u32 = 20;
+
+/// Iterations of a benchmark loop that are simulated; longer loops are
+/// extrapolated from the last of them ([`loop_times`]). Three: the first
+/// starts with every rank together, the second with the ranks as the
+/// first left them, the third shows the loop's steady period.
+pub const SIMULATED_ITERATIONS: usize = 3;
+
+/// Each rank's time per iteration in a loop of `n` back-to-back
+/// iterations, as nccl-tests times it (from the loop's launch to the end
+/// of the rank's stream, over `n`), from `finish`: each rank's ends of the
+/// simulated iterations ([`ExecResult::iteration_finish`]). Past the
+/// simulated ones every iteration is taken to last as long as the last
+/// simulated one did on that rank (the loop's steady period); `rest` (the
+/// part of a pipelined schedule left out of the run, [`schedule_for`]) is
+/// added to every iteration.
+///
+/// ```
+/// use gpucomm_sim::collective::loop_times;
+/// use gpucomm_sim::SimTime;
+///
+/// let us = SimTime::from_us;
+/// // A rank that ends its iterations at 30, 40 and 50 us runs 20 in
+/// // 30 + 19 x 10 us.
+/// let t = loop_times(&[vec![us(30.0), us(40.0), us(50.0)]], 20, SimTime::ZERO);
+/// assert_eq!(t, vec![us(11.0)]);
+/// // One iteration: its own end.
+/// assert_eq!(loop_times(&[vec![us(30.0)]], 1, us(2.0)), vec![us(32.0)]);
+/// ```
+pub fn loop_times(finish: &[Vec<SimTime>], n: u32, rest: SimTime) -> Vec<SimTime> {
+    let n = n.max(1);
+    finish
+        .iter()
+        .map(|f| {
+            let k = f.len().min(n as usize);
+            let Some(&last) = f.get(k.wrapping_sub(1)) else {
+                return rest;
+            };
+            let period = match k {
+                0 | 1 => last,
+                _ => last - f[k - 2],
+            };
+            let total =
+                u128::from(last.as_ps()) + u128::from(n - k as u32) * u128::from(period.as_ps());
+            let each = (total + u128::from(n) / 2) / u128::from(n);
+            SimTime::from_ps(u64::try_from(each).unwrap_or(u64::MAX)).saturating_add(rest)
+        })
+        .collect()
 }
 
 /// The result for one size.
@@ -1141,18 +1204,36 @@ pub fn simulate(
         }
         _ => None,
     };
-    // Each rank's time: its finish in the run, plus what the run left
-    // out (a pipelined schedule's remaining chunks, which every rank
-    // moves). A hardware model's ranks all finish together.
-    let reported = match &exec {
-        Some(e) => {
+    // Each rank's time: its loop's per iteration, the run's iterations
+    // back to back, plus what the run left out (a pipelined schedule's
+    // remaining chunks, which every rank moves). A hardware model's ranks
+    // all finish together, one operation after another.
+    let reported = match (&exec, preps.job_prep[i].map(|k| &preps.prepared[k].1)) {
+        (Some(e), Some(Ok(prep))) => {
             let rest = time - e.time;
+            let looped;
+            let finish = match opts.iterations {
+                0 | 1 => e.iteration_finish.as_slice(),
+                n => {
+                    let AlgoChoice::Schedule(a) = algorithm else {
+                        return Err(SimError::Model("a schedule without an algorithm".into()));
+                    };
+                    let k = (n as usize).min(SIMULATED_ITERATIONS);
+                    let cfg = ExecConfig {
+                        trace_ranks: 0,
+                        ..exec_config(fabric, collective, a, protocol, opts)
+                    };
+                    looped = prep.repeated(k).run(fabric, &cfg)?;
+                    looped.iteration_finish.as_slice()
+                }
+            };
+            let times = loop_times(finish, opts.iterations, rest);
             opts.average
                 .unwrap_or(Average::default_for(collective))
-                .of(&e.rank_finish)
-                .map_or(time, |t| t.saturating_add(rest))
+                .of(&times)
+                .unwrap_or(time)
         }
-        None => time,
+        _ => time,
     };
     let secs = reported.as_secs_f64().max(1e-15);
     let algbw = bytes as f64 / secs / 1e9;

@@ -174,6 +174,10 @@ pub struct ExecResult {
     /// steps: at the launch). Under the symmetry reduction, node 0's
     /// ranks, which stand for every node's.
     pub rank_finish: Vec<SimTime>,
+    /// When each simulated rank finished each iteration of a
+    /// [`Prepared::repeated`] schedule, in order (one per iteration; the
+    /// last is its `rank_finish`).
+    pub iteration_finish: Vec<Vec<SimTime>>,
     /// Engine counters.
     pub stats: EngineStats,
     /// Ranks actually simulated (fewer than the schedule's with symmetry).
@@ -218,6 +222,10 @@ type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 const K_SEND: u8 = 0;
 const K_RECV: u8 = 1;
 const K_LOCAL: u8 = 2;
+/// The gap between a rank's consecutive iterations ([`Prepared::repeated`]):
+/// it starts when the rank's iteration is done and lasts the launch
+/// overhead, the next iteration's start.
+const K_GAP: u8 = 3;
 
 /// No partner step.
 const NO_PARTNER: u32 = u32::MAX;
@@ -252,6 +260,7 @@ struct Live {
 /// FIFO the matching rule pairs with the partner's opposite group.
 type Groups = FxMap<(u32, u16, u8), Vec<u32>>;
 
+#[derive(Clone)]
 struct RankState {
     steps: Vec<CStep>,
     dep_off: Vec<u32>,
@@ -271,6 +280,8 @@ struct Transfer {
 enum Pending {
     Launch,
     Local(u32, u32),
+    /// A rank's gap between iterations ([`K_GAP`]) is over.
+    Gap(u32, u32),
     /// A transfer's last byte has left; it completes after its route
     /// latency and step overhead.
     Deliver(u32),
@@ -305,6 +316,8 @@ struct Exec<'a> {
     /// Steps left per simulated rank, and when each rank finished.
     rank_left: Vec<u64>,
     rank_finish: Vec<SimTime>,
+    /// When each rank finished each iteration but its last.
+    iteration_finish: Vec<Vec<SimTime>>,
     fabric: &'a dyn Fabric,
     orbit: Option<&'a [Option<LinkId>]>,
     elem: u64,
@@ -367,6 +380,8 @@ pub struct Prepared {
     orbit: Option<Vec<Option<LinkId>>>,
     n: usize,
     elem: u64,
+    /// Back-to-back iterations of the schedule ([`Prepared::repeated`]).
+    iterations: usize,
 }
 
 impl Prepared {
@@ -442,7 +457,65 @@ impl Prepared {
             orbit,
             n,
             elem,
+            iterations: 1,
         })
+    }
+
+    /// The schedule run `k` times back to back, as a benchmark loop runs a
+    /// collective (nccl-tests' `-n` iterations on one stream): every rank
+    /// starts its next iteration when it has finished its own previous one
+    /// (its stream's order), one launch overhead later
+    /// ([`Overheads::launch`]), whatever the other ranks are doing; the
+    /// iterations' transfers pair up in order. A rank that is done early
+    /// (the root of a broadcast) thus starts the next iteration while the
+    /// others are still in this one. [`ExecResult::iteration_finish`] has
+    /// each rank's iterations' ends. `k` is at least 1.
+    ///
+    /// ```
+    /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+    /// use gpucomm_sim::exec::{ExecConfig, Overheads, Prepared};
+    /// use gpucomm_sim::{Engine, Machine, SimTime};
+    ///
+    /// let fabric = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
+    /// let p = Problem::new(Collective::Broadcast { root: 0 }, 1024, 8, 8);
+    /// let s = Schedule::new(p, Algorithm::Ring).unwrap();
+    /// let cfg = ExecConfig {
+    ///     overheads: Overheads { launch: SimTime::from_us(5.0), ..Overheads::NONE },
+    ///     ..ExecConfig::default()
+    /// };
+    /// let once = Prepared::new(&s, &fabric, &cfg).unwrap();
+    /// let one = once.run(&fabric, &cfg).unwrap();
+    /// let three = once.repeated(3).run(&fabric, &cfg).unwrap();
+    /// // Each rank's first iteration ends as in a single run ...
+    /// for (f, once) in three.iteration_finish.iter().zip(&one.rank_finish) {
+    ///     assert_eq!(f.len(), 3);
+    ///     assert_eq!(f[0], *once);
+    /// }
+    /// // ... and the root, done first, starts its next one before the
+    /// // chain's last rank has its data: three take less than three runs.
+    /// assert!(three.time < one.time + one.time + one.time);
+    /// ```
+    pub fn repeated(&self, k: usize) -> Prepared {
+        let k = k.max(1);
+        let lens: Vec<u32> = self.ranks.iter().map(|r| r.steps.len() as u32).collect();
+        let ranks = self
+            .ranks
+            .iter()
+            .map(|rs| repeat_rank(rs, k, &lens))
+            .collect();
+        Prepared {
+            ranks,
+            orbit: self.orbit.clone(),
+            n: self.n,
+            elem: self.elem,
+            iterations: self.iterations * k,
+        }
+    }
+
+    /// Back-to-back iterations of the schedule this runs (1 unless
+    /// [`Prepared::repeated`]).
+    pub fn iterations(&self) -> usize {
+        self.iterations
     }
 
     /// What every run of this schedule must carry, known before running
@@ -600,9 +673,18 @@ impl Prepared {
                 capacity_gbps: caps[l],
             })
             .collect();
+        let rank_finish = std::mem::take(&mut ex.rank_finish);
+        let mut iteration_finish = std::mem::take(&mut ex.iteration_finish);
+        for (f, &last) in iteration_finish.iter_mut().zip(&rank_finish) {
+            // A rank without steps has no gaps: it is done with every
+            // iteration at the launch.
+            f.resize(self.iterations - 1, last);
+            f.push(last);
+        }
         Ok(ExecResult {
             time: finish,
-            rank_finish: std::mem::take(&mut ex.rank_finish),
+            rank_finish,
+            iteration_finish,
             stats: ex.net.stats(),
             simulated_ranks: g,
             steps: total_steps,
@@ -681,6 +763,69 @@ fn pair_partners(ranks: &mut [RankState], n: usize) {
     }
     for rs in ranks.iter_mut() {
         rs.groups = Groups::default();
+    }
+}
+
+/// `rs`'s steps `k` times, paired as they are (`lens`: every simulated
+/// rank's step count, to move partners into their iteration), with a
+/// [`K_GAP`] step between iterations that waits for the iteration's last
+/// steps (those nothing depends on) and that the next iteration's first
+/// steps (those depending on nothing) wait for. A rank without steps stays
+/// without.
+fn repeat_rank(rs: &RankState, k: usize, lens: &[u32]) -> RankState {
+    let n = rs.steps.len();
+    if n == 0 || k == 1 {
+        return rs.clone();
+    }
+    let block = n as u32 + 1;
+    let sinks: Vec<u32> = (0..n as u32)
+        .filter(|&i| rs.dep_off[i as usize] == rs.dep_off[i as usize + 1])
+        .collect();
+    let sources: Vec<u32> = (0..n as u32)
+        .filter(|&i| rs.steps[i as usize].deps == 0)
+        .collect();
+    let total = k * n + (k - 1);
+    let mut steps = Vec::with_capacity(total);
+    let mut dep_off = Vec::with_capacity(total + 1);
+    let mut dependents = Vec::with_capacity(k * rs.dependents.len() + 2 * (k - 1) * n);
+    dep_off.push(0u32);
+    let g = lens.len() as u32;
+    for j in 0..k as u32 {
+        let base = j * block;
+        for i in 0..n {
+            let mut st = rs.steps[i];
+            if st.partner != NO_PARTNER {
+                st.partner += j * (lens[(st.peer % g) as usize] + 1);
+            }
+            if j > 0 && st.deps == 0 {
+                st.deps = 1;
+            }
+            steps.push(st);
+            let (a, b) = (rs.dep_off[i] as usize, rs.dep_off[i + 1] as usize);
+            dependents.extend(rs.dependents[a..b].iter().map(|&d| base + d));
+            if a == b && (j as usize) < k - 1 {
+                dependents.push(base + n as u32);
+            }
+            dep_off.push(dependents.len() as u32);
+        }
+        if (j as usize) < k - 1 {
+            steps.push(CStep {
+                peer: 0,
+                bytes: 0,
+                partner: NO_PARTNER,
+                deps: sinks.len() as u32,
+                channel: 0,
+                kind: K_GAP,
+            });
+            dependents.extend(sources.iter().map(|&i| base + block + i));
+            dep_off.push(dependents.len() as u32);
+        }
+    }
+    RankState {
+        steps,
+        dep_off,
+        dependents,
+        groups: Groups::default(),
     }
 }
 
@@ -788,6 +933,7 @@ impl<'a> Exec<'a> {
             rank_left: live.iter().map(|l| l.len() as u64).collect(),
             // A rank without steps is done when the operation is launched.
             rank_finish: vec![cfg.overheads.launch; live.len()],
+            iteration_finish: vec![Vec::new(); live.len()],
             live,
             fabric,
             orbit,
@@ -834,6 +980,7 @@ impl Exec<'_> {
                 }
             }
             Pending::Deliver(ti) => self.delivered(ti, t)?,
+            Pending::Gap(r, s) => self.complete(r, s, t)?,
             Pending::Local(r, s) => {
                 if self.cfg.trace_ranks > r as usize {
                     let st = self.ranks[r as usize].steps[s as usize];
@@ -867,6 +1014,11 @@ impl Exec<'_> {
                     + SimTime::from_secs_f64(st.bytes as f64 / (self.local_gbps[r as usize] * 1e9));
                 let p = self.alloc_pending(Pending::Local(r, s));
                 self.net.timer(t + dur, u64::from(p));
+            }
+            K_GAP => {
+                self.iteration_finish[r as usize].push(t);
+                let p = self.alloc_pending(Pending::Gap(r, s));
+                self.net.timer(t + self.cfg.overheads.launch, u64::from(p));
             }
             _ => {
                 let (r2, s2) = (st.peer % g, st.partner);

@@ -128,6 +128,14 @@ struct CollArgs {
     /// NCCL; the simulator's whole ring steps would spread them).
     #[arg(long)]
     average: Option<String>,
+    /// Back-to-back iterations each size's time is taken over, as
+    /// nccl-tests' `-n` (its default is 20): every rank starts its next
+    /// operation when it has finished its own previous one, so a chain's
+    /// early ranks overlap the next iteration. Default 1: one operation
+    /// (measured chains overlap less than the loop model at mid sizes;
+    /// docs/sim.md, "Back-to-back iterations").
+    #[arg(short = 'n', long, default_value_t = 1)]
+    iters: u32,
 }
 
 #[derive(clap::Args, Debug)]
@@ -388,6 +396,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         })?),
     };
     let shown = average.unwrap_or(Average::default_for(coll));
+    if a.iters == 0 {
+        bail!("--iters 0: a loop runs at least one iteration");
+    }
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
     let mut results: Vec<CollResult> = Vec::new();
@@ -399,6 +410,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let opts = CollOptions {
             channels: a.channels,
             average,
+            iterations: a.iters,
             symmetry: !a.no_symmetry,
             trace_ranks: if tracing { ranks.min(64) } else { 0 },
             ..base.clone()
@@ -446,7 +458,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
                          "ranks": ranks, "tuner": a.tuner.json(), "average": shown.name(),
-                         "results": rows});
+                         "iterations": a.iters, "results": rows});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
@@ -464,14 +476,21 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         )?;
         writeln!(
             o,
-            "# time: {} (--average {})",
+            "# time: {} (--average {}){}",
             match shown {
                 Average::Avg => "each rank's, averaged over ranks as nccl-tests reports it",
                 Average::Max => "the last rank's (the collective's completion)",
                 Average::Min => "the first rank's to finish",
                 Average::Rank0 => "rank 0's",
             },
-            shown.name()
+            shown.name(),
+            match a.iters {
+                1 => String::new(),
+                n => format!(
+                    "; per iteration of {n} back to back, each rank's from the loop's start \
+                     (--iters {n})"
+                ),
+            }
         )?;
         if mach.nodes > 1 {
             write_network(&mut o, &mach)?;
