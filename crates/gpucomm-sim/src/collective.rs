@@ -254,7 +254,7 @@ pub struct CollOptions {
     /// ([`loop_times`], [`Prepared::repeated`]). Default 1: one operation,
     /// each rank timed to its own end. Measured chains overlap less than
     /// this model lets them at mid sizes (docs/sim.md, "Back-to-back
-    /// iterations"), so it is not the default.
+    /// iterations"), so it is not the default. 0 is taken as 1.
     pub iterations: u32,
 }
 
@@ -428,8 +428,10 @@ pub struct CollResult {
     /// Ranks.
     pub ranks: usize,
     /// Simulated time of the operation as nccl-tests reports it: the
-    /// ranks' finishing times combined as [`CollOptions::average`] says
-    /// (by default as [`Average::default_for`] the collective).
+    /// ranks' times (each rank's finish, or its loop's time per iteration
+    /// over [`CollOptions::iterations`]) combined as
+    /// [`CollOptions::average`] says (by default as
+    /// [`Average::default_for`] the collective).
     pub time: SimTime,
     /// When the last rank finished: the collective's completion. The tuner
     /// compares candidates by it.
