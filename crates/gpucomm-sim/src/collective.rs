@@ -1210,16 +1210,14 @@ pub fn simulate(
     // back to back, plus what the run left out (a pipelined schedule's
     // remaining chunks, which every rank moves). A hardware model's ranks
     // all finish together, one operation after another.
-    let reported = match (&exec, preps.job_prep[i].map(|k| &preps.prepared[k].1)) {
-        (Some(e), Some(Ok(prep))) => {
+    let prepared = preps.job_prep[i].map(|k| &preps.prepared[k].1);
+    let reported = match (algorithm, &exec, prepared) {
+        (AlgoChoice::Schedule(a), Some(e), Some(Ok(prep))) => {
             let rest = time - e.time;
             let looped;
             let finish = match opts.iterations {
                 0 | 1 => e.iteration_finish.as_slice(),
                 n => {
-                    let AlgoChoice::Schedule(a) = algorithm else {
-                        return Err(SimError::Model("a schedule without an algorithm".into()));
-                    };
                     let k = (n as usize).min(SIMULATED_ITERATIONS);
                     let cfg = ExecConfig {
                         trace_ranks: 0,
