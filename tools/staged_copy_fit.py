@@ -4,17 +4,17 @@ STAGED_SYNC_US and STAGED_CHUNK_BYTES) from published p2pBandwidthLatencyTest
 runs: docs/sim.md, "Staged copies (P2P disabled)".
 
 For each machine: the hand-over is the staged (P2P disabled) 16-byte copy's
-latency less two same-GPU 16-byte copies; the chunk is the one that gives
-the published staged bandwidth one way when a chunk costs a copy start
-(model.rs CE_COPY_OVERHEAD_US), the chunk on the link (the model's pinned
-copy rate of the PCIe generation) and the hand-over. Prints the table and
-the medians.
+latency less two same-GPU 16-byte copies. The model's host copy start
+(model.rs HOST_COPY_START_US) is the median same-GPU copy, the figure the
+hand-over takes for each half. The chunk is the one that gives the
+published staged bandwidth one way when a chunk costs that copy start, the
+chunk on the link (the model's pinned copy rate of the PCIe generation)
+and the hand-over. Prints the table and the medians.
 
     python3 tools/staged_copy_fit.py
 """
 import statistics
 
-CE_US = 1.5  # model.rs CE_COPY_OVERHEAD_US
 LINK_GBPS = {3: 13.6, 4: 27.2, 5: 54.5}  # x16, 128 B TLPs (model.rs PCIE_TLP_EFFICIENCY)
 
 # (machine, source, PCIe generation, staged GB/s one way, staged latency us,
@@ -45,15 +45,19 @@ def mid(r):
 
 def main():
     syncs, chunks = [], []
+    # model.rs HOST_COPY_START_US: the median same-GPU 16-byte copy.
+    copy_us = statistics.median(mid(m[5]) for m in MACHINES)
     print("| machine | PCIe | staged GB/s | staged us | same-GPU us | hand-over us | chunk MB |")
     for name, source, gen, bw, lat, same in MACHINES:
         sync = mid(lat) - 2 * mid(same)
-        chunk = (sync + CE_US) * 1e-6 / (1 / (mid(bw) * 1e9) - 1 / (LINK_GBPS[gen] * 1e9))
+        chunk = (sync + copy_us) * 1e-6 / (1 / (mid(bw) * 1e9) - 1 / (LINK_GBPS[gen] * 1e9))
         syncs.append(sync)
         chunks.append(chunk)
         print(f"| {name} ({source}) | Gen{gen} | {bw[0]}-{bw[1]} | {lat[0]}-{lat[1]} | "
               f"{same[0]}-{same[1]} | {sync:.1f} | {chunk / 1e6:.2f} |")
-    print(f"median hand-over {statistics.median(syncs):.2f} us (range {min(syncs):.1f}-{max(syncs):.1f}); "
+    print(f"median same-GPU copy {copy_us:.2f} us (range "
+          f"{min(mid(m[5]) for m in MACHINES):.2f}-{max(mid(m[5]) for m in MACHINES):.2f}); "
+          f"median hand-over {statistics.median(syncs):.2f} us (range {min(syncs):.1f}-{max(syncs):.1f}); "
           f"median chunk {statistics.median(chunks) / 1e6:.3f} MB (range {min(chunks) / 1e6:.2f}-{max(chunks) / 1e6:.2f})")
 
 

@@ -40,7 +40,8 @@ pub struct Case {
     /// Nodes in the run.
     #[serde(default)]
     pub nodes: Option<usize>,
-    /// Message size in bytes.
+    /// Message size in bytes (for a host copy, the copy's size; without
+    /// it, bandwidthTest's default).
     #[serde(default)]
     pub bytes: Option<u64>,
     /// The measured value (GB/s or us).
@@ -313,11 +314,14 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
             } else {
                 (Endpoint::Gpu(0), Endpoint::Host)
             };
-            let r = copy(&m, from, to, pageable, false, BANDWIDTH_TEST_BYTES)?;
+            // bandwidthTest's size: its default unless the case names one
+            // (`--mode=shmoo`, `--start`).
+            let bytes = case.bytes.unwrap_or(BANDWIDTH_TEST_BYTES);
+            let r = copy(&m, from, to, pageable, false, bytes)?;
             Ok(Prediction {
                 value: r.bandwidth_gbps,
                 scenario: format!(
-                    "gpucomm sim copy --topology {} --from {} --to {}{} (PCIe Gen{})",
+                    "gpucomm sim copy --topology {} --from {} --to {}{}{} (PCIe Gen{})",
                     m.name,
                     if from == Endpoint::Host {
                         "host"
@@ -326,6 +330,9 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
                     },
                     if to == Endpoint::Host { "host" } else { "gpu0" },
                     if pageable { " --pageable" } else { "" },
+                    case.bytes
+                        .map(|b| format!(" --size {b}"))
+                        .unwrap_or_default(),
                     m.node.pcie_gen
                 ),
             })
@@ -355,6 +362,21 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "PCIe TLP efficiency (copy engine)",
             model::PCIE_TLP_EFFICIENCY,
             "128 B payload + 20 B framing/header/LCRC (PCIe Base Spec)",
+        ),
+        (
+            "Host copy start, us",
+            model::HOST_COPY_START_US,
+            "median same-GPU 16-byte copy of 16 published p2pBandwidthLatencyTest runs (docs/sim.md, Staged copies)",
+        ),
+        (
+            "Staged copy hand-over, us",
+            model::STAGED_SYNC_US,
+            "median over the same 16 runs: staged 16-byte copy less two same-GPU copies",
+        ),
+        (
+            "Staged copy chunk, bytes",
+            model::STAGED_CHUNK_BYTES,
+            "median over the same 16 runs: the chunk giving each its staged bandwidth",
         ),
         (
             "InfiniBand payload efficiency",

@@ -291,7 +291,7 @@ impl StagedPipeline<'_> {
 /// source GPU's copy engine, then, [`model::STAGED_SYNC_US`] after it
 /// lands, a host-to-device copy on the destination's; its buffer takes the
 /// next chunk another hand-over after it is drained. Each copy costs the
-/// engine [`model::CE_COPY_OVERHEAD_US`] to start, and a GPU's engine runs
+/// engine [`model::HOST_COPY_START_US`] to start, and a GPU's engine runs
 /// one staged copy at a time, first come first served, so in a
 /// bidirectional copy each GPU's engine serves both its outgoing and its
 /// incoming chunks (published bidirectional staged figures are 1.0-1.7
@@ -350,7 +350,7 @@ fn staged_run(
         next_down: vec![0; dirs.len()],
         free: vec![model::STAGED_BUFFERS; dirs.len()],
         engines: Vec::new(),
-        ce: SimTime::from_us(model::CE_COPY_OVERHEAD_US),
+        ce: SimTime::from_us(model::HOST_COPY_START_US),
     };
     let mut ups_done = vec![0usize; dirs.len()];
     let mut ends = vec![SimTime::ZERO; dirs.len()];
@@ -456,7 +456,7 @@ pub fn copy(
 ) -> Result<CopyResult, SimError> {
     let f = machine.fabric(Engine::CopyEngine, 1)?;
     let caps = f.capacities();
-    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
+    let ce = SimTime::from_us(model::HOST_COPY_START_US);
     let s = bytes as f64;
     let check = |g: usize| -> Result<usize, SimError> {
         if g < machine.node.gpus {
@@ -491,8 +491,10 @@ pub fn copy(
         (Endpoint::Storage, Endpoint::Gpu(g)) => {
             let g = check(g)?;
             if gds {
+                // A storage DMA, not a host copy: the engine's start only.
+                let start = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
                 (
-                    vec![(ce, vec![PhaseFlow::new(&f.storage_route(g, false)?, s)])],
+                    vec![(start, vec![PhaseFlow::new(&f.storage_route(g, false)?, s)])],
                     "GPUDirect Storage: NVMe DMA straight into GPU memory".into(),
                 )
             } else {
@@ -516,6 +518,14 @@ pub fn copy(
             "NVMe into host memory".into(),
         ),
         (Endpoint::Gpu(a), Endpoint::Gpu(b)) => {
+            if a == b {
+                // bandwidthTest's device-to-device figure rides on the GPU's
+                // caches (an H100's 50 MB L2 holds a 32 MB copy), which the
+                // model does not have.
+                return Err(SimError::Model(format!(
+                    "--from and --to are both gpu{a}: a copy within one GPU is not modeled"
+                )));
+            }
             let r = p2p(machine, check(a)?, check(b)?, false, true, bytes)?;
             let t = s / (r.bandwidth_gbps * 1e9);
             return Ok(CopyResult {
@@ -574,7 +584,7 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
     let caps = f.capacities();
     let s = bytes as f64;
     let net = f.route(gpu, rpn + gpu, 0)?;
-    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
+    let ce = SimTime::from_us(model::HOST_COPY_START_US);
     if gdr {
         let t = run_phases(&caps, &[(SimTime::ZERO, vec![PhaseFlow::new(&net, s)])]);
         return Ok(RdmaResult {
@@ -642,7 +652,7 @@ mod tests {
         let caps = f.capacities();
         let r = staged_link_gbps(&f, 0, 5) * 1e9;
         let c = model::STAGED_CHUNK_BYTES;
-        let ce = model::CE_COPY_OVERHEAD_US * 1e-6;
+        let ce = model::HOST_COPY_START_US * 1e-6;
         let sync = model::STAGED_SYNC_US * 1e-6;
         let bytes = 200.0 * c;
         // One way: with two buffers a buffer cycles through both halves and
@@ -693,7 +703,7 @@ mod tests {
         let m = Machine::preset("dgx1-v100").unwrap();
         let f = m.fabric(Engine::CopyEngine, 1).unwrap();
         let r = p2p(&m, 0, 1, false, false, 1 << 20).unwrap();
-        let want = 2.0 * model::CE_COPY_OVERHEAD_US
+        let want = 2.0 * model::HOST_COPY_START_US
             + model::STAGED_SYNC_US
             + f.host_route(0, false).latency.as_us()
             + f.host_route(1, true).latency.as_us();
@@ -721,6 +731,22 @@ mod tests {
         assert!(p.p2p && !s.p2p);
         assert!(p.bandwidth_gbps > 2.0 * s.bandwidth_gbps);
         assert!(s.latency_us > 5.0 * p.latency_us);
+    }
+
+    #[test]
+    fn a_host_copy_costs_the_host_copy_start_besides_its_bytes() {
+        // A 16-byte pinned copy is the start and the route's latency; the
+        // peer copy start (CE_COPY_OVERHEAD_US) is not used for host copies.
+        let m = Machine::preset("dgx-h100").unwrap();
+        let f = m.fabric(Engine::CopyEngine, 1).unwrap();
+        for (from, to, h2d) in [
+            (Endpoint::Host, Endpoint::Gpu(2), true),
+            (Endpoint::Gpu(2), Endpoint::Host, false),
+        ] {
+            let r = copy(&m, from, to, false, false, 16).unwrap();
+            let want = model::HOST_COPY_START_US + f.host_route(2, h2d).latency.as_us();
+            assert!((r.time_us - want).abs() < 0.01, "{} vs {want}", r.time_us);
+        }
     }
 
     #[test]
@@ -773,6 +799,8 @@ mod tests {
         assert!(p2p(&m, 0, 0, false, true, 1024).is_err());
         assert!(p2p(&m, 0, 99, false, true, 1024).is_err());
         assert!(copy(&m, Endpoint::Host, Endpoint::Gpu(42), false, false, 1024).is_err());
+        let same = copy(&m, Endpoint::Gpu(1), Endpoint::Gpu(1), false, false, 1024).unwrap_err();
+        assert!(same.to_string().contains("within one GPU"), "{same}");
         assert!(Endpoint::parse("gpu3") == Some(Endpoint::Gpu(3)));
         assert!(Endpoint::parse("banana").is_none());
     }

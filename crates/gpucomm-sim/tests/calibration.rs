@@ -102,6 +102,29 @@ value = 518.0
 source = "NVIDIA/nccl-tests issue 100 (GPUs 4-7: 517.3-520.8)"
 
 [[case]]
+id = "h100-h2d-pinned-100KB"
+system = "H100 SXM, PCIe Gen5 x16, pinned host memory"
+metric = "h2d_bandwidth"
+bytes = 100000
+value = 21.6
+source = "ZiyanIshani/vpbenchmarking results/stream_nvbench/bandwidth_h2d_d2h_20260225_183119.txt (bandwidthTest shmoo; the calibration case's source)"
+
+[[case]]
+id = "h100-h2d-pinned-1MB"
+system = "H100 SXM, PCIe Gen5 x16, pinned host memory"
+metric = "h2d_bandwidth"
+bytes = 1000000
+value = 47.5
+source = "same shmoo"
+
+[[case]]
+id = "dgx1-v100-p2p-latency-no-path"
+system = "DGX-1 V100; GPU pair with no NVLink between them, P2P enabled but not possible (staged)"
+metric = "p2p_latency_us"
+value = 18.44
+source = "openhackathons-org/gpubootcamp DGX-1 notebook (the calibration cases' source): GPU0-GPU5, P2P=Enabled latency matrix"
+
+[[case]]
 id = "h100-d2h-pinned"
 system = "H100 SXM, PCIe Gen5 x16, pinned host memory"
 metric = "d2h_bandwidth"
