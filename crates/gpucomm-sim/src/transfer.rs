@@ -520,8 +520,9 @@ pub fn copy(
         (Endpoint::Gpu(a), Endpoint::Gpu(b)) => {
             if a == b {
                 // bandwidthTest's device-to-device figure rides on the GPU's
-                // caches (an H100's 50 MB L2 holds a 32 MB copy), which the
-                // model does not have.
+                // L2 cache (an H100's: 2.9 TB/s at 13-15 MB, 2.0-2.4 from 24
+                // to 68 MB; ZiyanIshani/vpbenchmarking), which the model does
+                // not have.
                 return Err(SimError::Model(format!(
                     "--from and --to are both gpu{a}: a copy within one GPU is not modeled"
                 )));
