@@ -46,7 +46,8 @@ def mid(r):
 def main():
     syncs, chunks = [], []
     # model.rs HOST_COPY_START_US: the median same-GPU 16-byte copy.
-    copy_us = statistics.median(mid(m[5]) for m in MACHINES)
+    sames = [mid(m[5]) for m in MACHINES]
+    copy_us = statistics.median(sames)
     print("| machine | PCIe | staged GB/s | staged us | same-GPU us | hand-over us | chunk MB |")
     for name, source, gen, bw, lat, same in MACHINES:
         sync = mid(lat) - 2 * mid(same)
@@ -55,8 +56,7 @@ def main():
         chunks.append(chunk)
         print(f"| {name} ({source}) | Gen{gen} | {bw[0]}-{bw[1]} | {lat[0]}-{lat[1]} | "
               f"{same[0]}-{same[1]} | {sync:.1f} | {chunk / 1e6:.2f} |")
-    print(f"median same-GPU copy {copy_us:.2f} us (range "
-          f"{min(mid(m[5]) for m in MACHINES):.2f}-{max(mid(m[5]) for m in MACHINES):.2f}); "
+    print(f"median same-GPU copy {copy_us:.2f} us (range {min(sames):.2f}-{max(sames):.2f}); "
           f"median hand-over {statistics.median(syncs):.2f} us (range {min(syncs):.1f}-{max(syncs):.1f}); "
           f"median chunk {statistics.median(chunks) / 1e6:.3f} MB (range {min(chunks) / 1e6:.2f}-{max(chunks) / 1e6:.2f})")
 

@@ -56,10 +56,26 @@ struct File {
     case: Vec<Case>,
 }
 
-/// Parses the calibration file.
+/// Parses the calibration file. A case must measure something: a size of
+/// 0 bytes or a value that is not a positive number is refused (its
+/// prediction would be 0, or its error not a number).
 pub fn parse(text: &str) -> Result<Vec<Case>, SimError> {
     let f: File =
         toml::from_str(text).map_err(|e| SimError::Model(format!("calibration file: {e}")))?;
+    for c in &f.case {
+        if c.bytes == Some(0) {
+            return Err(SimError::Model(format!(
+                "case {}: bytes must be positive",
+                c.id
+            )));
+        }
+        if !(c.value.is_finite() && c.value > 0.0) {
+            return Err(SimError::Model(format!(
+                "case {}: value must be a positive number (got {})",
+                c.id, c.value
+            )));
+        }
+    }
     Ok(f.case)
 }
 
@@ -436,6 +452,25 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cases_without_a_measurement_are_refused() {
+        let case = |extra: &str| {
+            format!(
+                "[[case]]\nid = \"x\"\nsystem = \"H100 SXM, PCIe Gen5 x16\"\nmetric = \"h2d_bandwidth\"\n{extra}"
+            )
+        };
+        assert!(parse(&case("value = 21.6\nbytes = 100000")).is_ok());
+        let zero = parse(&case("value = 21.6\nbytes = 0")).unwrap_err();
+        assert!(
+            zero.to_string().contains("bytes must be positive"),
+            "{zero}"
+        );
+        for v in ["0.0", "-3.0", "nan", "inf"] {
+            let e = parse(&case(&format!("value = {v}"))).unwrap_err();
+            assert!(e.to_string().contains("positive number"), "{v}: {e}");
+        }
+    }
 
     #[test]
     fn reads_nics_from_text() {
