@@ -114,30 +114,87 @@ pub fn copy_machine_for(system: &str) -> Result<Machine, SimError> {
     machine_named(system, true)
 }
 
+/// The words of a system text, lower case, split at spaces and
+/// punctuation ("A100-PCIE-40GB" is `a100 pcie 40gb`).
+fn words(system: &str) -> Vec<String> {
+    system
+        .to_ascii_lowercase()
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// GPU model words, as products and `nvidia-smi` name them.
+const GPU_WORDS: &[&str] = &[
+    "p100", "v100", "a100", "a800", "h100", "h800", "h200", "b200", "gb200", "gh200", "t4", "l4",
+    "l40", "l40s", "a10", "a30", "a40", "a6000", "4090", "3090",
+];
+
+/// The text names a PCIe card of its GPU: the GPU word followed (past
+/// memory sizes such as "80GB") by "PCIe", or an "NVL" card (H100 NVL,
+/// H200 NVL: PCIe cards joined by NVLink bridges). "H100 SXM, PCIe Gen5
+/// x16" names an SXM module and its PCIe link, not a card.
+fn names_pcie_card(w: &[String]) -> bool {
+    w.iter().enumerate().any(|(i, x)| {
+        GPU_WORDS.contains(&x.as_str())
+            && w[i + 1..]
+                .iter()
+                .find(|n| !(n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok()))
+                .is_some_and(|n| n == "pcie" || n == "nvl")
+    })
+}
+
+/// "V100 PCIe" for the words of "Tesla V100-PCIE-32GB".
+fn card_name(w: &[String]) -> String {
+    let gpu = w
+        .iter()
+        .find(|x| GPU_WORDS.contains(&x.as_str()))
+        .map_or("GPU".to_string(), |x| x.to_ascii_uppercase());
+    format!("{gpu} PCIe")
+}
+
 fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
+    let w = words(system);
+    let word = |x: &str| w.iter().any(|y| y == x);
+    // Grace-based superchips reach host memory over NVLink-C2C, which no
+    // host-copy model here covers; the NVL72 rack is a preset.
+    if !has(system, "NVL72") && (has(system, "GH200") || has(system, "Grace") || has(system, "C2C"))
+    {
+        return Err(SimError::Model(format!(
+            "system {system:?}: a Grace superchip (NVLink-C2C to the CPU) has no preset \
+             but the GB200 NVL72 rack (gb200-nvl72)"
+        )));
+    }
+    let card =
+        names_pcie_card(&w) && !(has(system, "SXM") || has(system, "DGX") || has(system, "HGX"));
     let base = if has(system, "NVL72") {
         "gb200-nvl72"
+    } else if has(system, "RTX 4090") || has(system, "RTX4090") || word("4090") {
+        "workstation-rtx4090"
+    } else if card {
+        "pcie-8gpu"
     } else if has(system, "GB200") || has(system, "B200") {
         "dgx-b200"
     } else if has(system, "H200") {
         "hgx-h200"
-    } else if has(system, "H100") || has(system, "H800") {
+    } else if has(system, "H800") {
+        "hgx-h800"
+    } else if has(system, "H100") {
         "dgx-h100"
-    } else if has(system, "A100") || has(system, "A800") {
-        if has(system, "A100 PCIe") {
-            "pcie-8gpu"
-        } else {
-            "dgx-a100"
-        }
+    } else if has(system, "A800") {
+        "hgx-a800"
+    } else if has(system, "A100") {
+        "dgx-a100"
     } else if has(system, "DGX-2")
         || has(system, "DGX2")
         || has(system, "V100") && has(system, "NVSwitch")
     {
         "dgx2"
+    } else if has(system, "P100") {
+        "dgx1-p100"
     } else if has(system, "V100") || has(system, "DGX-1") {
         "dgx1-v100"
-    } else if has(system, "RTX 4090") || has(system, "RTX4090") {
-        "workstation-rtx4090"
     } else if pcie_fallback && has(system, "PCIe Gen") {
         "pcie-8gpu"
     } else {
@@ -146,55 +203,175 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         )));
     };
     let mut m = Machine::preset(base)?;
-    // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP").
-    if has(system, "SHARP") && !has(system, "without SHARP") && !has(system, "no SHARP") {
+    if base == "pcie-8gpu" && card {
+        // The generic PCIe server with this card: its architecture and
+        // memory where the GPU is known and not the preset's A100 (refused
+        // for anything but a host copy where it is not known), its PCIe
+        // generation unless the text states one.
+        match gpucomm_topo::hardware::gpu_from_label(system) {
+            Some((arch, _)) if arch == m.node.arch => {}
+            Some((arch, hbm)) => {
+                m.node.arch = arch;
+                m.node.hbm_gbps = hbm;
+                m.node.pcie_gen = match arch {
+                    model::Arch::Pascal | model::Arch::Volta => 3,
+                    model::Arch::Ampere | model::Arch::Ada => 4,
+                    _ => 5,
+                };
+                m.node.gpu_name = card_name(&w);
+            }
+            None if pcie_fallback => {}
+            None => {
+                return Err(SimError::Model(format!(
+                    "cannot tell the architecture of the GPU of system {system:?}"
+                )));
+            }
+        }
+    }
+    // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP", nor
+    // "NVLink SHARP", which is NVLS inside the node).
+    let ib_sharp = system
+        .to_ascii_lowercase()
+        .replace("nvlink sharp", "")
+        .contains("sharp");
+    if ib_sharp && !has(system, "without SHARP") && !has(system, "no SHARP") {
         m = m.with_cluster_options(&gpucomm_topo::ClusterOptions {
             sharp: true,
             ..Default::default()
         })?;
     }
-    // "PCIe Gen4 x16"
-    let lower = system.to_ascii_lowercase();
-    if let Some(i) = lower.find("gen") {
-        if let Some(d) = lower[i + 3..].chars().next().and_then(|c| c.to_digit(10)) {
-            m.node.pcie_gen = d as u8;
-        }
+    if let Some(g) = pcie_generation(&w) {
+        m.node.pcie_gen = g;
     }
-    // "8x HDR 200 Gb/s" or "8x 400G"
-    if let Some((count, gbit)) = parse_nics(&lower) {
+    // "8x HDR 200 Gb/s", "8x 400G", "8 x ConnectX-7 400Gbps"
+    if let Some((count, gbit)) = parse_nics(system) {
         m.node.nics = count;
         m.node.nic_gbps = gbit / 8.0;
     }
     Ok(m)
 }
 
+/// The PCIe generation a system text states: "PCIe Gen4", "PCIe Gen 4",
+/// "PCIe 4.0", "PCIe4" (a generation not after "PCIe", such as "3rd-gen
+/// NVSwitch", is not one).
+fn pcie_generation(w: &[String]) -> Option<u8> {
+    let digit = |x: &str| {
+        x.chars()
+            .next()
+            .and_then(|c| c.to_digit(10))
+            .filter(|d| (1..=6).contains(d))
+            .map(|d| d as u8)
+    };
+    w.iter().enumerate().find_map(|(i, x)| {
+        if let Some(rest) = x.strip_prefix("pcie").filter(|r| !r.is_empty()) {
+            return digit(rest.trim_start_matches("gen"));
+        }
+        if x != "pcie" {
+            return None;
+        }
+        let next = w.get(i + 1)?;
+        match next.strip_prefix("gen") {
+            Some("") => w.get(i + 2).and_then(|n| digit(n)),
+            Some(r) => digit(r),
+            // "PCIe 4.0" or "PCIe 4", not "PCIe 16 lanes".
+            None if next.len() == 1 || next.ends_with(".0") => digit(next),
+            None => None,
+        }
+    })
+}
+
+/// NIC count and per-port speed (Gb/s) a system text states: a count ("8x",
+/// "8 x", "8×") followed within a few words by a speed in Gb/s ("200
+/// Gb/s", "400G", "400Gbps", "100 GbE") where those words also name a
+/// network ("InfiniBand", "IB", "NIC", "HCA", "RoCE", "Ethernet",
+/// "ConnectX", "NDR", "HDR", "EDR", "EFA", a "Gb/s" unit). A speed in
+/// bytes ("50 GB/s") is not read as bits.
 fn parse_nics(s: &str) -> Option<(usize, f64)> {
+    let s = s.replace('×', " x ");
     let words: Vec<&str> = s
-        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')' | ';'))
+        .filter(|w| !w.is_empty())
         .collect();
-    for (i, w) in words.iter().enumerate() {
-        let Some(n) = w.strip_suffix('x').and_then(|n| n.parse::<usize>().ok()) else {
+    const NET: &[&str] = &[
+        "infiniband",
+        "ib",
+        "nic",
+        "nics",
+        "hca",
+        "hcas",
+        "roce",
+        "ethernet",
+        "connectx",
+        "ndr",
+        "hdr",
+        "edr",
+        "xdr",
+        "efa",
+        "gb/s",
+        "gbps",
+        "gbe",
+        "gbit/s",
+    ];
+    // A speed token in bits per second: "400g", "400gb/s", "400gbps",
+    // "100gbe"; or a bare number followed by such a unit.
+    fn bits(tok: &str, next: Option<&&str>) -> Option<f64> {
+        let l = tok.to_ascii_lowercase();
+        for unit in ["gbit/s", "gbps", "gbe", "gb/s", "g"] {
+            if let Some(n) = l.strip_suffix(unit) {
+                // "GB/s" in capitals is bytes.
+                if unit == "gb/s" && tok.contains("GB") {
+                    return None;
+                }
+                return n.parse::<f64>().ok();
+            }
+        }
+        let n = l.parse::<f64>().ok()?;
+        let u = next?;
+        let ul = u.to_ascii_lowercase();
+        let is_bits = ["gb/s", "gbps", "gbe", "gbit/s", "g"]
+            .iter()
+            .any(|x| ul == *x || ul.starts_with(&format!("{x}-")))
+            && !u.contains("GB");
+        is_bits.then_some(n)
+    }
+    for i in 0..words.len() {
+        let w = words[i].to_ascii_lowercase();
+        let (count, from) = if let Some(n) = w.strip_suffix('x').and_then(|n| n.parse().ok()) {
+            (n, i + 1)
+        } else if let (Ok(n), Some(&"x")) = (w.parse::<usize>(), words.get(i + 1)) {
+            (n, i + 2)
+        } else {
             continue;
         };
-        // Look ahead a few words for a speed and a NIC word.
-        let rest = &words[i + 1..(i + 6).min(words.len())];
-        let joined = rest.join(" ");
-        if !(joined.contains("infiniband")
-            || joined.contains("nic")
-            || joined.contains("gb/s")
-            || joined.contains("roce"))
+        // The words up to the next count ("2x DGX A100, 8x HDR ...": the
+        // NICs are the second count's).
+        let is_count = |x: &&str| {
+            let l = x.to_ascii_lowercase();
+            *x == "x"
+                || l.strip_suffix('x')
+                    .is_some_and(|n| n.parse::<usize>().is_ok())
+        };
+        let from = from.min(words.len());
+        let end = words[from..(from + 6).min(words.len())]
+            .iter()
+            .position(is_count)
+            .map_or((from + 6).min(words.len()), |k| from + k);
+        let rest = &words[from..end];
+        let lower: Vec<String> = rest
+            .iter()
+            .flat_map(|r| r.split(['-', '/']).map(str::to_ascii_lowercase))
+            .chain(rest.iter().map(|r| r.to_ascii_lowercase()))
+            .collect();
+        if !lower
+            .iter()
+            .any(|r| NET.iter().any(|n| r == n || r.starts_with("connectx")))
         {
             continue;
         }
         for (j, r) in rest.iter().enumerate() {
-            let num = r.trim_end_matches("gb/s").trim_end_matches('g');
-            if let Ok(v) = num.parse::<f64>() {
-                if v >= 10.0
-                    && (r.ends_with('g')
-                        || rest.get(j + 1).is_some_and(|x| x.starts_with("gb"))
-                        || r.ends_with("gb/s"))
-                {
-                    return Some((n, v));
+            if let Some(v) = bits(r, rest.get(j + 1)) {
+                if v >= 10.0 && count > 0 {
+                    return Some((count, v));
                 }
             }
         }
@@ -213,6 +390,41 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
         "h2d_bandwidth" | "d2h_bandwidth" => copy_machine_for(&case.system)?,
         _ => machine_for(&case.system)?,
     };
+    let note = changes_from_preset(&m)?;
+    let mut p = predict_on(case, m)?;
+    p.scenario.push_str(&note);
+    Ok(p)
+}
+
+/// What the system text changed in its preset (GPU, PCIe generation,
+/// NICs), for the scenario: `gpucomm sim` runs the preset as it is.
+fn changes_from_preset(m: &Machine) -> Result<String, SimError> {
+    let base = Machine::preset(&m.name)?;
+    let mut changes = Vec::new();
+    if m.node.gpu_name != base.node.gpu_name {
+        changes.push(format!("GPU {}", m.node.gpu_name));
+    }
+    if m.node.pcie_gen != base.node.pcie_gen {
+        changes.push(format!("PCIe Gen{}", m.node.pcie_gen));
+    }
+    if (m.node.nics, m.node.nic_gbps) != (base.node.nics, base.node.nic_gbps) {
+        changes.push(format!(
+            "{} NICs of {} Gb/s",
+            m.node.nics,
+            m.node.nic_gbps * 8.0
+        ));
+    }
+    if m.network.sharp && !base.network.sharp {
+        changes.push("--sharp".into());
+    }
+    Ok(if changes.is_empty() {
+        String::new()
+    } else {
+        format!(" [preset with {}]", changes.join(", "))
+    })
+}
+
+fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
     match case.metric.as_str() {
         "busbw" | "algbw" | "time_us" => {
             let coll = match case.collective.as_deref().unwrap_or("all_reduce") {
@@ -287,14 +499,51 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
             };
             let disabled = has(&case.system, "P2P disabled");
             let g = m.node.gpus;
+            // Where the pair sits in the PCIe tree, as `nvidia-smi topo -m`
+            // names it: behind one switch (PIX/PXB), on one socket (NODE),
+            // across sockets (SYS).
+            let place = |a: usize, b: usize| {
+                let per = m.node.gpus_per_switch.max(1);
+                let switches = g.div_ceil(per).max(1);
+                let socket = |x: usize| (x / per) * m.node.sockets.max(1) / switches;
+                if a / per == b / per && m.node.gpus_per_switch > 0 {
+                    "switch"
+                } else if socket(a) == socket(b) {
+                    "socket"
+                } else {
+                    "sys"
+                }
+            };
+            // nvidia-smi's labels in capitals ("NODE", not "one node").
+            let label = |x: &str| {
+                case.system
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .any(|w| w == x)
+            };
+            let want_place =
+                if has(&case.system, "same PCIe switch") || label("PIX") || label("PXB") {
+                    Some("switch")
+                } else if has(&case.system, "across sockets")
+                    || has(&case.system, "different sockets")
+                    || has(&case.system, "cross-socket")
+                    || label("SYS")
+                {
+                    Some("sys")
+                } else if has(&case.system, "same socket") || label("NODE") {
+                    Some("socket")
+                } else {
+                    None
+                };
             let pair = (0..g)
                 .flat_map(|a| (a + 1..g).map(move |b| (a, b)))
-                .find(|&(a, b)| match want_links {
-                    Some(k) => {
-                        f.nvlink_count(a, b) == k
-                            && (k > 0 || !matches!(m.node.nvlink, NvFabric::Switch { .. }))
-                    }
-                    None => true,
+                .find(|&(a, b)| {
+                    (match want_links {
+                        Some(k) => {
+                            f.nvlink_count(a, b) == k
+                                && (k > 0 || !matches!(m.node.nvlink, NvFabric::Switch { .. }))
+                        }
+                        None => true,
+                    }) && want_place.is_none_or(|p| place(a, b) == p)
                 })
                 .ok_or_else(|| {
                     SimError::Model(format!(
@@ -501,7 +750,10 @@ mod tests {
         assert_eq!((t4.name.as_str(), t4.node.pcie_gen), ("pcie-8gpu", 3));
         // Not for collectives: an unknown GPU's NVLink and NCCL figures are
         // unknown, so the case is refused rather than run on another GPU.
-        assert!(machine_for("8x L40S, PCIe Gen4").is_err());
+        assert!(machine_for("8x Tesla T4, PCIe Gen3").is_err());
+        assert!(machine_for("8x MI300X").is_err());
+        // A known architecture on PCIe cards is the PCIe server's.
+        assert_eq!(machine_for("8x L40S, PCIe Gen4").unwrap().name, "pcie-8gpu");
         assert_eq!(
             machine_for("V100 SXM2, PCIe Gen3 x16")
                 .unwrap()
@@ -509,5 +761,128 @@ mod tests {
                 .pcie_gen,
             3
         );
+    }
+
+    #[test]
+    fn reads_nic_phrasings() {
+        for (text, want) in [
+            ("8 x ConnectX-7 400Gbps per node", Some((8, 400.0))),
+            ("nodes with 8×400G NDR InfiniBand", Some((8, 400.0))),
+            ("A100 nodes, 2x 100 GbE RoCE", Some((2, 100.0))),
+            ("4x 200 Gb/s HDR HCAs per node", Some((4, 200.0))),
+            (
+                "2x DGX A100, 8x HDR 200 Gb/s InfiniBand NICs",
+                Some((8, 200.0)),
+            ),
+            // Bytes per second are not bits.
+            ("8x 50 GB/s NICs", None),
+            ("8x H100 SXM, NVLink 4", None),
+        ] {
+            assert_eq!(parse_nics(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn reads_pcie_generations() {
+        for (text, want) in [
+            ("PCIe Gen4 x16", Some(4)),
+            ("PCIe Gen 3", Some(3)),
+            ("PCIe 5.0 x16", Some(5)),
+            ("a PCIe4 slot", Some(4)),
+            ("3rd-gen NVSwitch, NVLink 4", None),
+            ("PCIe 16 lanes", None),
+        ] {
+            assert_eq!(pcie_generation(&words(text)), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn export_variants_p100_and_pcie_cards() {
+        let links = |m: &Machine| match &m.node.nvlink {
+            NvFabric::Switch { links, .. } => *links,
+            other => panic!("{other:?}"),
+        };
+        // The A800 and H800 keep 8 of the A100's 12 and the H100's 18 links.
+        let h800 = machine_for("8x NVIDIA H800, one node").unwrap();
+        assert_eq!((h800.name.as_str(), links(&h800)), ("hgx-h800", 8));
+        let a800 = machine_for("NVIDIA A800-SXM4-80GB x8").unwrap();
+        assert_eq!((a800.name.as_str(), links(&a800)), ("hgx-a800", 8));
+        assert_eq!(links(&machine_for("8x H100 SXM").unwrap()), 18);
+        // DGX-1 with P100: NVLink 1, one link per neighbour.
+        let p100 = machine_for("DGX-1 P100").unwrap();
+        assert_eq!(p100.node.arch, model::Arch::Pascal);
+        match &p100.node.nvlink {
+            NvFabric::Mesh { generation, pairs } => {
+                assert_eq!(*generation, 1);
+                assert_eq!(pairs.len(), 16);
+                assert!(pairs.iter().all(|p| p.2 == 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        // PCIe cards: the PCIe server with the card's architecture and
+        // PCIe generation; an SXM module's PCIe link is not a card.
+        let v100 = machine_for("Tesla V100-PCIE-32GB").unwrap();
+        assert_eq!(
+            (v100.name.as_str(), v100.node.arch, v100.node.pcie_gen),
+            ("pcie-8gpu", model::Arch::Volta, 3)
+        );
+        let h100 = machine_for("NVIDIA H100 PCIe").unwrap();
+        assert_eq!(
+            (h100.node.arch, h100.node.pcie_gen),
+            (model::Arch::Hopper, 5)
+        );
+        assert_eq!(machine_for("A100 80GB PCIe").unwrap().name, "pcie-8gpu");
+        assert_eq!(
+            machine_for("H100 SXM, PCIe Gen5 x16").unwrap().name,
+            "dgx-h100"
+        );
+        assert_eq!(
+            copy_machine_for("RTX 4090, PCIe Gen4 x16").unwrap().name,
+            "workstation-rtx4090"
+        );
+        // Grace superchips reach the CPU over NVLink-C2C: refused, not run
+        // on a PCIe machine.
+        for text in ["GH200 Grace Hopper, pinned", "GH200, PCIe Gen5"] {
+            let e = copy_machine_for(text).unwrap_err().to_string();
+            assert!(e.contains("C2C"), "{e}");
+        }
+        // NVLink SHARP is NVLS inside the node, not SHARP in the network.
+        assert!(
+            !machine_for("8x H100, NVSwitch with NVLink SHARP (NVLS)")
+                .unwrap()
+                .network
+                .sharp
+        );
+    }
+
+    #[test]
+    fn pcie_pairs_follow_the_text_and_changes_are_shown() {
+        let case = |system: &str| Case {
+            id: "x".into(),
+            system: system.into(),
+            metric: "p2p_unidirectional_bandwidth".into(),
+            collective: None,
+            algorithm: None,
+            gpus: Some(2),
+            nodes: Some(1),
+            bytes: None,
+            value: 10.0,
+            source: String::new(),
+        };
+        for (text, pair) in [
+            ("2x V100 PCIe, same PCIe switch", "--pair 0,1"),
+            ("V100 PCIe pair across sockets (SYS)", "--pair 0,4"),
+            ("V100 PCIe, NODE", "--pair 0,2"),
+            ("V100 PCIe, one node", "--pair 0,1"),
+        ] {
+            let p = predict(&case(text)).unwrap();
+            assert!(p.scenario.contains(pair), "{text}: {}", p.scenario);
+            assert!(
+                p.scenario
+                    .contains("[preset with GPU V100 PCIe, PCIe Gen3]"),
+                "{}",
+                p.scenario
+            );
+        }
     }
 }

@@ -155,6 +155,28 @@ value = 466.35
 source = "Azure guide, NCCL 2.18.5"
 
 [[case]]
+id = "h800-broadcast-2g"
+system = "8x NVIDIA H800 (NVLink 400 GB/s), one node"
+metric = "busbw"
+collective = "broadcast"
+gpus = 8
+nodes = 1
+bytes = 2147483648
+value = 164.97
+source = "public nccl-tests log (broadcast_perf -g 8 on an Inspur NF5688M7, NCCL 2.18.3, 16 channels; repository not named by the search index); fails on the H100's 18 links (+124%)"
+
+[[case]]
+id = "h800-broadcast-64M"
+system = "8x NVIDIA H800 (NVLink 400 GB/s), one node"
+metric = "time_us"
+collective = "broadcast"
+gpus = 8
+nodes = 1
+bytes = 67108864
+value = 430.6
+source = "same log"
+
+[[case]]
 id = "h100-4node-allgather"
 system = "4x H100 SXM nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
 metric = "busbw"

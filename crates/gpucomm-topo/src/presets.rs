@@ -46,6 +46,18 @@ pub const PRESETS: &[(&str, &str)] = &[
         "workstation-rtx4090",
         "Workstation: 1x GeForce RTX 4090 on PCIe Gen4 x16 of a Core i9-13900K, no NIC",
     ),
+    (
+        "dgx1-p100",
+        "NVIDIA DGX-1 with 8x Tesla P100: NVLink 1 hybrid cube mesh (one link per pair), 2x Xeon E5-2698 v4, 4x EDR",
+    ),
+    (
+        "hgx-a800",
+        "HGX A800 8-GPU: 8x A800 SXM4 on 6 NVSwitch gen2 (NVLink 3 x8, 400 GB/s), host as the DGX A100's",
+    ),
+    (
+        "hgx-h800",
+        "HGX H800 8-GPU: 8x H800 SXM5 on 4 NVSwitch gen3 with NVLS (NVLink 4 x8, 400 GB/s), host as the DGX H100's",
+    ),
 ];
 
 /// Other names accepted by [`preset`], with the preset each stands for.
@@ -78,15 +90,18 @@ pub fn preset(name: &str) -> Result<Topology, TopoError> {
         .find(|a| a.0 == name)
         .map_or(name, |a| a.1);
     let b = match name {
-        "dgx1-v100" => dgx1_v100(),
+        "dgx1-v100" => dgx1(&DGX1_V100),
         "dgx2" => dgx2(),
-        "dgx-a100" => dgx_a100(),
+        "dgx-a100" => dgx_a100(&DGX_A100),
         "dgx-h100" => nvswitch_box(&DGX_H100),
         "hgx-h200" => nvswitch_box(&HGX_H200),
         "dgx-b200" => nvswitch_box(&DGX_B200),
         "gb200-nvl72" => gb200_nvl72(),
         "pcie-8gpu" => pcie_8gpu(),
         "workstation-rtx4090" => workstation_rtx4090(),
+        "dgx1-p100" => dgx1(&DGX1_P100),
+        "hgx-a800" => dgx_a100(&HGX_A800),
+        "hgx-h800" => nvswitch_box(&HGX_H800),
         _ => {
             return Err(TopoError::UnknownTopology {
                 name: name.to_string(),
@@ -147,6 +162,11 @@ struct Gpu {
     memory_gbps: f64,
 }
 
+const P100_SXM2: Gpu = Gpu {
+    label: "Tesla P100 SXM2 16GB",
+    arch: GpuArch::Pascal,
+    memory_gbps: gpu_memory::P100,
+};
 const V100_SXM2: Gpu = Gpu {
     label: "Tesla V100 SXM2 16GB",
     arch: GpuArch::Volta,
@@ -162,6 +182,11 @@ const A100_SXM4_80GB: Gpu = Gpu {
     arch: GpuArch::Ampere,
     memory_gbps: gpu_memory::A100_80GB_SXM,
 };
+const A800_SXM4_80GB: Gpu = Gpu {
+    label: "A800 SXM4 80GB",
+    arch: GpuArch::Ampere,
+    memory_gbps: gpu_memory::A100_80GB_SXM,
+};
 const A100_PCIE_80GB: Gpu = Gpu {
     label: "A100 PCIe 80GB",
     arch: GpuArch::Ampere,
@@ -169,6 +194,11 @@ const A100_PCIE_80GB: Gpu = Gpu {
 };
 const H100_SXM5: Gpu = Gpu {
     label: "H100 SXM5 80GB",
+    arch: GpuArch::Hopper,
+    memory_gbps: gpu_memory::H100_SXM,
+};
+const H800_SXM5: Gpu = Gpu {
+    label: "H800 SXM5 80GB",
     arch: GpuArch::Hopper,
     memory_gbps: gpu_memory::H100_SXM,
 };
@@ -229,10 +259,45 @@ pub const DGX1_V100_NVLINKS: [(u32, u32, u8); 16] = [
     (6, 7, 2),
 ];
 
-fn dgx1_v100() -> TopologyBuilder {
-    let mut b = TopologyBuilder::new("dgx1-v100");
-    b.description(PRESETS[0].1);
-    let mut h = Host::new(&mut b, "host0", "DGX-1 (Tesla V100)");
+/// A DGX-1: 8 GPUs in the hybrid cube mesh on 4 PLX PCIe Gen3 switches
+/// (2 GPUs and one EDR HCA each) of two Xeon E5-2698 v4.
+struct Dgx1 {
+    name: &'static str,
+    description: &'static str,
+    host: &'static str,
+    gpu: Gpu,
+    nvlink: NvLinkGen,
+    /// Links between two neighbours: the V100's pairs as
+    /// [`DGX1_V100_NVLINKS`]; the P100's four links, one per neighbour.
+    single_links: bool,
+}
+
+const DGX1_V100: Dgx1 = Dgx1 {
+    name: "dgx1-v100",
+    description: PRESETS[0].1,
+    host: "DGX-1 (Tesla V100)",
+    gpu: V100_SXM2,
+    nvlink: NvLinkGen::V2,
+    single_links: false,
+};
+
+/// DGX-1 with Tesla P100 (NVIDIA DGX-1 System Architecture whitepaper,
+/// 2017: each P100 has four NVLink 1 links, one to each of the four
+/// neighbours the V100 model later joins with one or two links; same
+/// host, PCIe switches and HCAs).
+const DGX1_P100: Dgx1 = Dgx1 {
+    name: "dgx1-p100",
+    description: PRESETS[9].1,
+    host: "DGX-1 (Tesla P100)",
+    gpu: P100_SXM2,
+    nvlink: NvLinkGen::V1,
+    single_links: true,
+};
+
+fn dgx1(spec: &Dgx1) -> TopologyBuilder {
+    let mut b = TopologyBuilder::new(spec.name);
+    b.description(spec.description);
+    let mut h = Host::new(&mut b, "host0", spec.host);
     // Xeon E5-2698 v4: 4 channels of DDR4-2400 per socket (Intel ARK).
     let mem = ddr_gbps(4, 2400);
     let cpus = [
@@ -259,7 +324,7 @@ fn dgx1_v100() -> TopologyBuilder {
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen3, 16));
         for g in 0..2 {
-            let gpu = h.gpu(format!("gpu{}", s * 2 + g), V100_SXM2, socket);
+            let gpu = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
             h.b.link(gpu, sw, pcie(PcieGen::Gen3, 16));
             gpus.push(gpu);
         }
@@ -267,7 +332,8 @@ fn dgx1_v100() -> TopologyBuilder {
         h.b.link(nic, sw, pcie(PcieGen::Gen3, 16));
     }
     for (x, y, n) in DGX1_V100_NVLINKS {
-        h.b.link(gpus[x as usize], gpus[y as usize], nvlink(NvLinkGen::V2, n));
+        let n = if spec.single_links { 1 } else { n };
+        h.b.link(gpus[x as usize], gpus[y as usize], nvlink(spec.nvlink, n));
     }
     b
 }
@@ -342,10 +408,40 @@ fn dgx2() -> TopologyBuilder {
     b
 }
 
-fn dgx_a100() -> TopologyBuilder {
-    let mut b = TopologyBuilder::new("dgx-a100");
-    b.description(PRESETS[2].1);
-    let mut h = Host::new(&mut b, "host0", "DGX A100");
+/// An 8-GPU NVSwitch gen2 system with the DGX A100's host (2x EPYC 7742,
+/// 4 PCIe Gen4 switches, each 2 GPUs, 2 HDR HCAs and an NVMe drive).
+struct A100Box {
+    name: &'static str,
+    description: &'static str,
+    host: &'static str,
+    gpu: Gpu,
+    /// NVLink 3 links per GPU.
+    nvlinks: u8,
+}
+
+const DGX_A100: A100Box = A100Box {
+    name: "dgx-a100",
+    description: PRESETS[2].1,
+    host: "DGX A100",
+    gpu: A100_SXM4_80GB,
+    nvlinks: 12,
+};
+
+/// HGX A800: the A100's export variant with 400 GB/s of NVLink (NVIDIA
+/// A800 40GB/80GB datasheets: "NVLink 400GB/s", 8 links of 50 GB/s both
+/// ways); everything else as the DGX A100.
+const HGX_A800: A100Box = A100Box {
+    name: "hgx-a800",
+    description: PRESETS[10].1,
+    host: "HGX A800",
+    gpu: A800_SXM4_80GB,
+    nvlinks: 8,
+};
+
+fn dgx_a100(spec: &A100Box) -> TopologyBuilder {
+    let mut b = TopologyBuilder::new(spec.name);
+    b.description(spec.description);
+    let mut h = Host::new(&mut b, "host0", spec.host);
     // EPYC 7742: 8 channels of DDR4-3200 per socket (AMD: 204.8 GB/s).
     let mem = ddr_gbps(8, 3200);
     let cpus = [
@@ -379,9 +475,9 @@ fn dgx_a100() -> TopologyBuilder {
         );
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen4, 16));
         for g in 0..2 {
-            let gpu = h.gpu(format!("gpu{}", s * 2 + g), A100_SXM4_80GB, socket);
+            let gpu = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
             h.b.link(gpu, sw, pcie(PcieGen::Gen4, 16));
-            h.b.link(gpu, nvs, nvlink(NvLinkGen::V3, 12));
+            h.b.link(gpu, nvs, nvlink(NvLinkGen::V3, spec.nvlinks));
         }
         for n in 0..2 {
             let nic = h.nic("", s * 2 + n, "ConnectX-6 HDR", socket, ib(IbSpeed::Hdr));
@@ -405,6 +501,8 @@ struct NvSwitchBox {
     host: &'static str,
     gpu: Gpu,
     nvlink: NvLinkGen,
+    /// NVLinks per GPU.
+    nvlinks: u8,
     nvswitch: &'static str,
     nvswitch_chips: u32,
     cpu: &'static str,
@@ -421,6 +519,7 @@ const DGX_H100: NvSwitchBox = NvSwitchBox {
     host: "DGX H100",
     gpu: H100_SXM5,
     nvlink: NvLinkGen::V4,
+    nvlinks: 18,
     nvswitch: "NVSwitch gen3 x4 (NVLS)",
     nvswitch_chips: 4,
     cpu: "Xeon Platinum 8480C",
@@ -438,6 +537,19 @@ const HGX_H200: NvSwitchBox = NvSwitchBox {
     ..DGX_H100
 };
 
+/// HGX H800 8-GPU: the H100's export variant with 400 GB/s of NVLink
+/// (NVIDIA H800 datasheet: "NVLink 400GB/s", 8 links of 50 GB/s both
+/// ways; NCCL's topology dump on such a machine shows `NVL[164.8]`, 8 x
+/// 20.6) and NVLink SHARP; host side taken as the DGX H100's.
+const HGX_H800: NvSwitchBox = NvSwitchBox {
+    name: "hgx-h800",
+    description: PRESETS[11].1,
+    host: "HGX H800",
+    gpu: H800_SXM5,
+    nvlinks: 8,
+    ..DGX_H100
+};
+
 /// DGX B200 (NVIDIA DGX B200 datasheet and user guide): 8x B200 (1,440 GB
 /// HBM3e, 64 TB/s in all), 2 fifth-generation NVLink switch chips (NVSwitch
 /// gen4, NVLink SHARP), NVLink 5 x18 per GPU (1.8 TB/s), 2x Xeon Platinum
@@ -449,6 +561,7 @@ const DGX_B200: NvSwitchBox = NvSwitchBox {
     host: "DGX B200",
     gpu: B200,
     nvlink: NvLinkGen::V5,
+    nvlinks: 18,
     nvswitch: "NVSwitch gen4 x2 (NVLS)",
     nvswitch_chips: 2,
     cpu: "Xeon Platinum 8570",
@@ -494,7 +607,7 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
         for g in 0..2 {
             let gx = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
             h.b.link(gx, sw, pcie(PcieGen::Gen5, 16));
-            h.b.link(gx, nvs, nvlink(spec.nvlink, 18));
+            h.b.link(gx, nvs, nvlink(spec.nvlink, spec.nvlinks));
         }
         for n in 0..2 {
             let nic = h.nic("", s * 2 + n, "ConnectX-7 NDR", socket, ib(IbSpeed::Ndr));
