@@ -646,7 +646,7 @@ pub fn schedule_for(
             collective,
             Collective::Broadcast { .. } | Collective::Reduce { .. }
         );
-    // One channel per NIC across nodes; a tree all_reduce two, as NCCL
+    // One channel per NIC across nodes (at most 64); a tree all_reduce two, as NCCL
     // duplicates its tree channels (one copy per tree, so that every NIC
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
@@ -656,7 +656,8 @@ pub fn schedule_for(
     let mut ch = channels.unwrap_or(if let Some(links) = reads {
         nccl_read_channels(fabric, algorithm, links, peer_bytes)
     } else if fabric.nodes() > 1 {
-        (fabric.machine.node.nics.max(1) * per_nic) as u16
+        // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
+        (fabric.machine.node.nics.max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
     } else {
         1
     });

@@ -100,6 +100,7 @@ impl Machine {
         let mut pairs = Vec::new();
         let mut nvgen = 0u8;
         let mut pcie: Option<(u8, u32)> = None;
+        let mut c2c: Option<f64> = None;
         let mut per_switch: BTreeMap<NodeIx, usize> = BTreeMap::new();
         for &g in &gpus {
             for &(lix, _) in topo.links_of(g) {
@@ -126,6 +127,9 @@ impl Machine {
                             _ => {}
                         }
                     }
+                    LinkKind::NvLinkC2c if topo.node(o).kind == NodeKind::Cpu => {
+                        c2c.get_or_insert(l.bandwidth);
+                    }
                     LinkKind::Pcie {
                         generation: pg,
                         width,
@@ -151,7 +155,21 @@ impl Machine {
             },
             None => NvFabric::None,
         };
-        let (pcie_gen, pcie_width) = pcie.unwrap_or((4, 16));
+        // GPUs on NVLink-C2C: the PCIe generation is the NICs' (GB200:
+        // ConnectX-7 on Grace's Gen5 lanes).
+        let nic_pcie = || {
+            topo.nodes_of_kind(NodeKind::Nic).find_map(|n| {
+                topo.links_of(n)
+                    .iter()
+                    .find_map(|&(l, _)| match topo.link(l).kind {
+                        LinkKind::Pcie { generation, width } => {
+                            Some((generation.number(), u32::from(width)))
+                        }
+                        _ => None,
+                    })
+            })
+        };
+        let (pcie_gen, pcie_width) = pcie.or_else(nic_pcie).unwrap_or((4, 16));
         let in_host = |k: NodeKind| -> Vec<NodeIx> {
             topo.nodes_of_kind(k)
                 .filter(|&n| host.is_none() || topo.node(n).host == host)
@@ -221,6 +239,7 @@ impl Machine {
             nvlink,
             pcie_gen,
             pcie_width,
+            c2c_gbps: c2c,
             gpus_per_switch,
             sockets,
             inter_socket_gbps: if inter_socket > 0.0 {
@@ -422,6 +441,45 @@ mod tests {
         assert_eq!(one.nodes, 1);
         let nvl = Machine::from_topology(&gpucomm_topo::preset("gb200-nvl72").unwrap()).unwrap();
         assert_eq!((nvl.nodes, nvl.node.gpus), (1, 72));
+    }
+
+    #[test]
+    fn superchip_gpus_reach_the_host_over_c2c() {
+        let nvl = Machine::from_topology(&gpucomm_topo::preset("gb200-nvl72").unwrap()).unwrap();
+        // 450 GB/s per direction (gpucomm-topo's NVLink-C2C); the NICs'
+        // PCIe (Gen5 on Grace) sets the generation.
+        assert_eq!((nvl.node.c2c_gbps, nvl.node.pcie_gen), (Some(450.0), 5));
+        let h = Machine::from_topology(&gpucomm_topo::preset("dgx-h100").unwrap()).unwrap();
+        assert_eq!(h.node.c2c_gbps, None);
+        // A pinned host copy runs at the C2C link's copy-engine rate (less
+        // the copy's start), not at a PCIe link's 54 GB/s.
+        let r = crate::transfer::copy(
+            &nvl,
+            crate::transfer::Endpoint::Host,
+            crate::transfer::Endpoint::Gpu(0),
+            false,
+            false,
+            1 << 30,
+        )
+        .unwrap();
+        let link = 450.0 * model::NVLINK3_CE_EFFICIENCY;
+        assert!(
+            r.bandwidth_gbps < link && r.bandwidth_gbps > 0.99 * link,
+            "{} GB/s",
+            r.bandwidth_gbps
+        );
+        assert!(r.path.contains("NVLink-C2C"), "{}", r.path);
+        // Across two racks NCCL runs at most MAXCHANNELS (64) of the 72
+        // NICs' channels: a ring all_gather runs.
+        let f = nvl.fabric(crate::Engine::Nccl, 2).unwrap();
+        let g = crate::collective::simulate(
+            &f,
+            gpucomm_algo::Collective::AllGather,
+            1 << 20,
+            &crate::collective::CollOptions::default(),
+        )
+        .unwrap();
+        assert!(g.busbw_gbps > 0.0);
     }
 
     #[test]

@@ -55,6 +55,11 @@ pub struct NodeModel {
     pub pcie_gen: u8,
     /// PCIe lanes of each GPU link.
     pub pcie_width: u32,
+    /// Per-direction GB/s of the NVLink-C2C link by which each GPU reaches
+    /// its CPU and host memory (Grace superchips: GB200, GH200) in place of
+    /// a PCIe link; `None`: the GPUs sit on PCIe (NICs stay on PCIe of
+    /// generation `pcie_gen` either way).
+    pub c2c_gbps: Option<f64>,
     /// GPUs per PCIe switch (0 = GPUs attach to the CPU directly).
     pub gpus_per_switch: usize,
     /// CPU sockets (PCIe switches are spread evenly over them).
@@ -439,9 +444,14 @@ impl ClusterFabric {
                 }
             }
         }
+        // A GPU's link to its CPU: PCIe, or NVLink-C2C on a superchip.
+        let (host_link, host_hop) = match nm.c2c_gbps {
+            Some(c2c) => (c2c * eff.c2c(), model::NVLINK_HOP_US),
+            None => (pcie, model::PCIE_HOP_US),
+        };
         for g in 0..nm.gpus {
-            let u = add(&mut f, Role::PcieUp(g), pcie, model::PCIE_HOP_US);
-            let d = add(&mut f, Role::PcieDown(g), pcie, model::PCIE_HOP_US);
+            let u = add(&mut f, Role::PcieUp(g), host_link, host_hop);
+            let d = add(&mut f, Role::PcieDown(g), host_link, host_hop);
             f.pcie_up.push(u);
             f.pcie_down.push(d);
         }
@@ -980,6 +990,8 @@ impl ClusterFabric {
             Role::GpuUp(g) => format!("gpu{g}->nvswitch"),
             Role::GpuDown(g) => format!("nvswitch->gpu{g}"),
             Role::Mesh(a, b) => format!("gpu{a}->gpu{b} nvlink"),
+            Role::PcieUp(g) if self.machine.node.c2c_gbps.is_some() => format!("gpu{g}->c2c"),
+            Role::PcieDown(g) if self.machine.node.c2c_gbps.is_some() => format!("c2c->gpu{g}"),
             Role::PcieUp(g) => format!("gpu{g}->pcie"),
             Role::PcieDown(g) => format!("pcie->gpu{g}"),
             Role::SwUp(s) => format!("pcie-switch{s}->cpu"),

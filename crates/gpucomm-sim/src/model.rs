@@ -357,6 +357,18 @@ impl Efficiency {
         }
     }
 
+    /// Fraction of an NVLink-C2C link's rate usable. NCCL takes the link at
+    /// the rate NVML reports (`src/graph/topo.cc` `ncclTopoAddC2c`: bw x
+    /// count); copy engines: NVLink 3+'s packet efficiency
+    /// ([`NVLINK3_CE_EFFICIENCY`]), an **assumption** (C2C carries NVLink
+    /// packets; no published figure of its own).
+    pub fn c2c(&self) -> f64 {
+        match self.engine {
+            Engine::Nccl => 1.0,
+            Engine::CopyEngine => NVLINK3_CE_EFFICIENCY,
+        }
+    }
+
     /// Fraction of a NIC's data rate usable (RDMA writes, 4 KiB MTU).
     pub fn net(&self) -> f64 {
         IB_EFFICIENCY

@@ -440,7 +440,7 @@ pub struct CopyResult {
 /// A copy of `bytes` between endpoints of node 0, as bandwidthTest (host
 /// and device) or a storage read (GPUDirect Storage or bounce buffer) does it.
 ///
-/// * host -> GPU pinned: one DMA over PCIe.
+/// * host -> GPU pinned: one DMA over PCIe (NVLink-C2C on a superchip).
 /// * host -> GPU pageable: the driver first copies into a pinned staging
 ///   buffer with the CPU, then DMAs (NVIDIA, "How to Optimize Data
 ///   Transfers in CUDA C/C++"); the two run one after the other.
@@ -473,6 +473,11 @@ pub fn copy(
             let g = check(g)?;
             let h2d = from == Endpoint::Host;
             let dma = PhaseFlow::new(&f.host_route(g, h2d), s);
+            let over = if machine.node.c2c_gbps.is_some() {
+                "NVLink-C2C"
+            } else {
+                "PCIe"
+            };
             if pageable {
                 let cpu = PhaseFlow::new(&f.memcpy_route(g), s);
                 let phases = if h2d {
@@ -482,10 +487,10 @@ pub fn copy(
                 };
                 (
                     phases,
-                    "pageable: CPU memcpy to a pinned staging buffer + DMA over PCIe".into(),
+                    format!("pageable: CPU memcpy to a pinned staging buffer + DMA over {over}"),
                 )
             } else {
-                (vec![(ce, vec![dma])], "pinned: DMA over PCIe".into())
+                (vec![(ce, vec![dma])], format!("pinned: DMA over {over}"))
             }
         }
         (Endpoint::Storage, Endpoint::Gpu(g)) => {
