@@ -211,6 +211,35 @@ fn calibrate_finds_the_shared_file_beside_the_checkout() {
 }
 
 #[test]
+fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
+    let dir = std::env::temp_dir().join(format!("gpucomm-cal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cases.toml");
+    std::fs::write(
+        &file,
+        "[[case]]\nid = \"grace\"\nsystem = \"GH200, NVLink-C2C\"\nmetric = \"h2d_bandwidth\"\nvalue = 400.0\n\n\
+         [[case]]\nid = \"h100\"\nsystem = \"H100 SXM, PCIe Gen5 x16\"\nmetric = \"h2d_bandwidth\"\nvalue = 53.0\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["sim", "calibrate", "--file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("| grace |") && stdout.contains("cannot predict"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| h100 |") && stdout.contains("+2.4%"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     for (args, says) in [
         (

@@ -934,19 +934,23 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     let cases = calibration::parse(&text)?;
     let mut o = out();
+    // A case that cannot be predicted is reported in its row and makes the
+    // exit status 2, like a miss; the other cases are still predicted.
     let mut worst: f64 = 0.0;
     let mut rows = Vec::new();
     for c in &cases {
-        let p = calibration::predict(c).with_context(|| format!("case {}", c.id))?;
-        worst = worst.max(p.error(c.value).abs());
+        let p = calibration::predict(c);
+        worst = worst.max(p.as_ref().map_or(f64::INFINITY, |p| p.error(c.value).abs()));
         rows.push((c, p));
     }
     if a.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(c, p)| {
-                json!({"id": c.id, "metric": c.metric, "measured": c.value, "predicted": p.value,
-                "error": p.error(c.value), "scenario": p.scenario})
+            .map(|(c, p)| match p {
+                Ok(p) => json!({"id": c.id, "metric": c.metric, "measured": c.value,
+                    "predicted": p.value, "error": p.error(c.value), "scenario": p.scenario}),
+                Err(e) => json!({"id": c.id, "metric": c.metric, "measured": c.value,
+                    "predicted": null, "error": null, "failure": e.to_string()}),
             })
             .collect();
         writeln!(o, "{}", serde_json::to_string_pretty(&json!({"cases": v}))?)?;
@@ -957,16 +961,23 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         )?;
         writeln!(o, "|---|---|---:|---:|---:|---|")?;
         for (c, p) in &rows {
-            writeln!(
-                o,
-                "| {} | {} | {:.1} | {:.1} | {:+.1}% | `{}` |",
-                c.id,
-                c.metric,
-                c.value,
-                p.value,
-                100.0 * p.error(c.value),
-                p.scenario
-            )?;
+            match p {
+                Ok(p) => writeln!(
+                    o,
+                    "| {} | {} | {:.1} | {:.1} | {:+.1}% | `{}` |",
+                    c.id,
+                    c.metric,
+                    c.value,
+                    p.value,
+                    100.0 * p.error(c.value),
+                    p.scenario
+                )?,
+                Err(e) => writeln!(
+                    o,
+                    "| {} | {} | {:.1} | - | - | cannot predict: {e} |",
+                    c.id, c.metric, c.value
+                )?,
+            }
         }
         writeln!(o, "\nfactors:")?;
         for (name, v, src) in calibration::factors() {
