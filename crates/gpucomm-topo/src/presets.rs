@@ -92,7 +92,7 @@ pub fn preset(name: &str) -> Result<Topology, TopoError> {
     let b = match name {
         "dgx1-v100" => dgx1(&DGX1_V100),
         "dgx2" => dgx2(),
-        "dgx-a100" => dgx_a100(&DGX_A100),
+        "dgx-a100" => nvswitch_box(&DGX_A100),
         "dgx-h100" => nvswitch_box(&DGX_H100),
         "hgx-h200" => nvswitch_box(&HGX_H200),
         "dgx-b200" => nvswitch_box(&DGX_B200),
@@ -100,7 +100,7 @@ pub fn preset(name: &str) -> Result<Topology, TopoError> {
         "pcie-8gpu" => pcie_8gpu(),
         "workstation-rtx4090" => workstation_rtx4090(),
         "dgx1-p100" => dgx1(&DGX1_P100),
-        "hgx-a800" => dgx_a100(&HGX_A800),
+        "hgx-a800" => nvswitch_box(&HGX_A800),
         "hgx-h800" => nvswitch_box(&HGX_H800),
         _ => {
             return Err(TopoError::UnknownTopology {
@@ -408,93 +408,9 @@ fn dgx2() -> TopologyBuilder {
     b
 }
 
-/// An 8-GPU NVSwitch gen2 system with the DGX A100's host (2x EPYC 7742,
-/// 4 PCIe Gen4 switches, each 2 GPUs, 2 HDR HCAs and an NVMe drive).
-struct A100Box {
-    name: &'static str,
-    description: &'static str,
-    host: &'static str,
-    gpu: Gpu,
-    /// NVLink 3 links per GPU.
-    nvlinks: u8,
-}
-
-const DGX_A100: A100Box = A100Box {
-    name: "dgx-a100",
-    description: PRESETS[2].1,
-    host: "DGX A100",
-    gpu: A100_SXM4_80GB,
-    nvlinks: 12,
-};
-
-/// HGX A800: the A100's export variant with 400 GB/s of NVLink (NVIDIA
-/// A800 40GB/80GB datasheets: "NVLink 400GB/s", 8 links of 50 GB/s both
-/// ways); everything else as the DGX A100.
-const HGX_A800: A100Box = A100Box {
-    name: "hgx-a800",
-    description: PRESETS[10].1,
-    host: "HGX A800",
-    gpu: A800_SXM4_80GB,
-    nvlinks: 8,
-};
-
-fn dgx_a100(spec: &A100Box) -> TopologyBuilder {
-    let mut b = TopologyBuilder::new(spec.name);
-    b.description(spec.description);
-    let mut h = Host::new(&mut b, "host0", spec.host);
-    // EPYC 7742: 8 channels of DDR4-3200 per socket (AMD: 204.8 GB/s).
-    let mem = ddr_gbps(8, 3200);
-    let cpus = [
-        h.cpu("", 0, "EPYC 7742", mem),
-        h.cpu("", 1, "EPYC 7742", mem),
-    ];
-    h.b.link(
-        cpus[0],
-        cpus[1],
-        LinkKind::InfinityFabric {
-            mts: 18000,
-            count: 4,
-        },
-    );
-    let nvs = h.node(
-        "nvswitch0".into(),
-        NodeKind::NvSwitch,
-        "NVSwitch gen2 x6",
-        0,
-    );
-    h.b.node_mut(nvs).chips = Some(6);
-    h.b.node_mut(nvs).numa = None;
-    h.b.node_mut(nvs).socket = None;
-    for s in 0..4u32 {
-        let socket = s / 2;
-        let sw = h.node(
-            format!("pcisw{s}"),
-            NodeKind::PcieSwitch,
-            "PCIe Gen4 switch",
-            socket,
-        );
-        h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen4, 16));
-        for g in 0..2 {
-            let gpu = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
-            h.b.link(gpu, sw, pcie(PcieGen::Gen4, 16));
-            h.b.link(gpu, nvs, nvlink(NvLinkGen::V3, spec.nvlinks));
-        }
-        for n in 0..2 {
-            let nic = h.nic("", s * 2 + n, "ConnectX-6 HDR", socket, ib(IbSpeed::Hdr));
-            h.b.link(nic, sw, pcie(PcieGen::Gen4, 16));
-        }
-        let nvme = h.node(
-            format!("nvme{s}"),
-            NodeKind::Storage,
-            "NVMe U.2 3.84TB",
-            socket,
-        );
-        h.b.link(nvme, sw, pcie(PcieGen::Gen4, 4));
-    }
-    b
-}
-
-/// An 8-GPU NVSwitch baseboard system (DGX H100, HGX H200, DGX B200).
+/// An 8-GPU NVSwitch baseboard system (DGX A100, HGX A800, DGX H100, HGX
+/// H200, HGX H800, DGX B200): two sockets, 4 PCIe switches each with 2
+/// GPUs, 2 NICs and an NVMe drive.
 struct NvSwitchBox {
     name: &'static str,
     description: &'static str,
@@ -505,10 +421,53 @@ struct NvSwitchBox {
     nvlinks: u8,
     nvswitch: &'static str,
     nvswitch_chips: u32,
+    /// The switches reduce (NVLink SHARP, NVSwitch gen3 on).
+    nvls: bool,
     cpu: &'static str,
     cpu_memory_gbps: f64,
-    upi_mts: u16,
+    /// The link between the two sockets.
+    sockets_link: LinkKind,
+    /// PCIe generation of the switches, GPUs and NICs.
+    pcie: PcieGen,
+    nic: &'static str,
+    nic_speed: IbSpeed,
 }
+
+/// DGX A100 (NVIDIA DGX A100 user guide): 2x EPYC 7742 (8 x DDR4-3200,
+/// AMD: 204.8 GB/s; 4 xGMI links assumed), 6 NVSwitch gen2 chips, NVLink
+/// 3 x12 per GPU, PCIe Gen4, 8x ConnectX-6 HDR.
+const DGX_A100: NvSwitchBox = NvSwitchBox {
+    name: "dgx-a100",
+    description: PRESETS[2].1,
+    host: "DGX A100",
+    gpu: A100_SXM4_80GB,
+    nvlink: NvLinkGen::V3,
+    nvlinks: 12,
+    nvswitch: "NVSwitch gen2 x6",
+    nvswitch_chips: 6,
+    nvls: false,
+    cpu: "EPYC 7742",
+    cpu_memory_gbps: ddr_gbps(8, 3200),
+    sockets_link: LinkKind::InfinityFabric {
+        mts: 18000,
+        count: 4,
+    },
+    pcie: PcieGen::Gen4,
+    nic: "ConnectX-6 HDR",
+    nic_speed: IbSpeed::Hdr,
+};
+
+/// HGX A800: the A100's export variant with 400 GB/s of NVLink (NVIDIA
+/// A800 40GB/80GB datasheets: "NVLink 400GB/s", 8 links of 50 GB/s both
+/// ways); everything else as the DGX A100.
+const HGX_A800: NvSwitchBox = NvSwitchBox {
+    name: "hgx-a800",
+    description: PRESETS[10].1,
+    host: "HGX A800",
+    gpu: A800_SXM4_80GB,
+    nvlinks: 8,
+    ..DGX_A100
+};
 
 /// DGX H100 (NVIDIA DGX H100 user guide / datasheet): 2x Xeon Platinum
 /// 8480C (Sapphire Rapids: 8 x DDR5-4800, 4 UPI at 16 GT/s), 4 NVSwitch
@@ -522,9 +481,16 @@ const DGX_H100: NvSwitchBox = NvSwitchBox {
     nvlinks: 18,
     nvswitch: "NVSwitch gen3 x4 (NVLS)",
     nvswitch_chips: 4,
+    nvls: true,
     cpu: "Xeon Platinum 8480C",
     cpu_memory_gbps: ddr_gbps(8, 4800),
-    upi_mts: 16000,
+    sockets_link: LinkKind::Upi {
+        mts: 16000,
+        count: 4,
+    },
+    pcie: PcieGen::Gen5,
+    nic: "ConnectX-7 NDR",
+    nic_speed: IbSpeed::Ndr,
 };
 
 /// HGX H200 8-GPU: the DGX H100 baseboard with H200 141GB (NVIDIA H200
@@ -566,7 +532,11 @@ const DGX_B200: NvSwitchBox = NvSwitchBox {
     nvswitch_chips: 2,
     cpu: "Xeon Platinum 8570",
     cpu_memory_gbps: ddr_gbps(8, 5600),
-    upi_mts: 20000,
+    sockets_link: LinkKind::Upi {
+        mts: 20000,
+        count: 4,
+    },
+    ..DGX_H100
 };
 
 /// 8 GPUs on one NVSwitch fabric (NVLink SHARP), 4 PCIe Gen5 switches each
@@ -579,39 +549,28 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
         h.cpu("", 0, spec.cpu, spec.cpu_memory_gbps),
         h.cpu("", 1, spec.cpu, spec.cpu_memory_gbps),
     ];
-    h.b.link(
-        cpus[0],
-        cpus[1],
-        LinkKind::Upi {
-            mts: spec.upi_mts,
-            count: 4,
-        },
-    );
+    h.b.link(cpus[0], cpus[1], spec.sockets_link);
     let nvs = h.node("nvswitch0".into(), NodeKind::NvSwitch, spec.nvswitch, 0);
     {
         let n = h.b.node_mut(nvs);
         n.chips = Some(spec.nvswitch_chips);
-        n.reduction = true;
+        n.reduction = spec.nvls;
         n.numa = None;
         n.socket = None;
     }
+    let switch = format!("PCIe Gen{} switch", spec.pcie.number());
     for s in 0..4u32 {
         let socket = s / 2;
-        let sw = h.node(
-            format!("pcisw{s}"),
-            NodeKind::PcieSwitch,
-            "PCIe Gen5 switch",
-            socket,
-        );
-        h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen5, 16));
+        let sw = h.node(format!("pcisw{s}"), NodeKind::PcieSwitch, &switch, socket);
+        h.b.link(sw, cpus[socket as usize], pcie(spec.pcie, 16));
         for g in 0..2 {
             let gx = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
-            h.b.link(gx, sw, pcie(PcieGen::Gen5, 16));
+            h.b.link(gx, sw, pcie(spec.pcie, 16));
             h.b.link(gx, nvs, nvlink(spec.nvlink, spec.nvlinks));
         }
         for n in 0..2 {
-            let nic = h.nic("", s * 2 + n, "ConnectX-7 NDR", socket, ib(IbSpeed::Ndr));
-            h.b.link(nic, sw, pcie(PcieGen::Gen5, 16));
+            let nic = h.nic("", s * 2 + n, spec.nic, socket, ib(spec.nic_speed));
+            h.b.link(nic, sw, pcie(spec.pcie, 16));
         }
         let nvme = h.node(
             format!("nvme{s}"),
