@@ -125,23 +125,35 @@ fn words(system: &str) -> Vec<String> {
         .collect()
 }
 
-/// GPU model words, as products and `nvidia-smi` name them.
-const GPU_WORDS: &[&str] = &[
-    "p100", "v100", "a100", "a800", "h100", "h800", "h200", "b200", "gb200", "gh200", "t4", "l4",
-    "l40", "l40s", "a10", "a30", "a40", "a6000", "4090", "3090",
+/// GPU model words, as products and `nvidia-smi` name them: those made
+/// as modules (SXM, superchips) as well as cards, then those made as PCIe
+/// cards only.
+const MODULE_GPU_WORDS: &[&str] = &[
+    "p100", "v100", "a100", "a800", "h100", "h800", "h200", "b200", "gb200", "gh200",
+];
+const CARD_GPU_WORDS: &[&str] = &[
+    "t4", "l4", "l40", "l40s", "a10", "a30", "a40", "a6000", "4090", "3090",
 ];
 
-/// The text names a PCIe card of its GPU: the GPU word followed (past
-/// memory sizes such as "80GB") by "PCIe", or an "NVL" card (H100 NVL,
-/// H200 NVL: PCIe cards joined by NVLink bridges). "H100 SXM, PCIe Gen5
-/// x16" names an SXM module and its PCIe link, not a card.
+/// The text names a PCIe card: a GPU made only as one (L40S, T4), or a
+/// module GPU's word followed (past memory sizes such as "80GB") by "PCIe"
+/// that does not start a link ("PCIe Gen5", "PCIe 4.0"), or by "NVL"
+/// (H100 NVL, H200 NVL: PCIe cards joined by NVLink bridges). "H100 SXM,
+/// PCIe Gen5 x16" and "B200, PCIe Gen6 x16" name a module and its PCIe
+/// link, not a card.
 fn names_pcie_card(w: &[String]) -> bool {
+    let memory = |n: &String| n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok();
     w.iter().enumerate().any(|(i, x)| {
-        GPU_WORDS.contains(&x.as_str())
-            && w[i + 1..]
-                .iter()
-                .find(|n| !(n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok()))
-                .is_some_and(|n| n == "pcie" || n == "nvl")
+        if CARD_GPU_WORDS.contains(&x.as_str()) {
+            return true;
+        }
+        if !MODULE_GPU_WORDS.contains(&x.as_str()) {
+            return false;
+        }
+        let Some(k) = (i + 1..w.len()).find(|&k| !memory(&w[k])) else {
+            return false;
+        };
+        w[k] == "nvl" || w[k] == "pcie" && generation_at(w, k).is_none()
     })
 }
 
@@ -149,7 +161,7 @@ fn names_pcie_card(w: &[String]) -> bool {
 fn card_name(w: &[String]) -> String {
     let gpu = w
         .iter()
-        .find(|x| GPU_WORDS.contains(&x.as_str()))
+        .find(|x| MODULE_GPU_WORDS.contains(&x.as_str()) || CARD_GPU_WORDS.contains(&x.as_str()))
         .map_or("GPU".to_string(), |x| x.to_ascii_uppercase());
     format!("{gpu} PCIe")
 }
@@ -255,6 +267,11 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
 /// "PCIe 4.0", "PCIe4" (a generation not after "PCIe", such as "3rd-gen
 /// NVSwitch", is not one).
 fn pcie_generation(w: &[String]) -> Option<u8> {
+    (0..w.len()).find_map(|i| generation_at(w, i))
+}
+
+/// The PCIe generation stated at word `i` ([`pcie_generation`]'s forms).
+fn generation_at(w: &[String], i: usize) -> Option<u8> {
     let digit = |x: &str| {
         x.chars()
             .next()
@@ -262,22 +279,21 @@ fn pcie_generation(w: &[String]) -> Option<u8> {
             .filter(|d| (1..=6).contains(d))
             .map(|d| d as u8)
     };
-    w.iter().enumerate().find_map(|(i, x)| {
-        if let Some(rest) = x.strip_prefix("pcie").filter(|r| !r.is_empty()) {
-            return digit(rest.trim_start_matches("gen"));
-        }
-        if x != "pcie" {
-            return None;
-        }
-        let next = w.get(i + 1)?;
-        match next.strip_prefix("gen") {
-            Some("") => w.get(i + 2).and_then(|n| digit(n)),
-            Some(r) => digit(r),
-            // "PCIe 4.0" or "PCIe 4", not "PCIe 16 lanes".
-            None if next.len() == 1 || next.ends_with(".0") => digit(next),
-            None => None,
-        }
-    })
+    let x = &w[i];
+    if let Some(rest) = x.strip_prefix("pcie").filter(|r| !r.is_empty()) {
+        return digit(rest.trim_start_matches("gen"));
+    }
+    if x != "pcie" {
+        return None;
+    }
+    let next = w.get(i + 1)?;
+    match next.strip_prefix("gen") {
+        Some("") => w.get(i + 2).and_then(|n| digit(n)),
+        Some(r) => digit(r),
+        // "PCIe 4.0" or "PCIe 4", not "PCIe 16 lanes".
+        None if next.len() == 1 || next.ends_with(".0") => digit(next),
+        None => None,
+    }
 }
 
 /// NIC count and per-port speed (Gb/s) a system text states: a count ("8x",
@@ -835,6 +851,15 @@ mod tests {
         assert_eq!(
             machine_for("H100 SXM, PCIe Gen5 x16").unwrap().name,
             "dgx-h100"
+        );
+        assert_eq!(
+            machine_for("8x B200, PCIe Gen6 x16").unwrap().name,
+            "dgx-b200"
+        );
+        assert_eq!(machine_for("8x H100, PCIe Gen5").unwrap().name, "dgx-h100");
+        assert_eq!(
+            machine_for("A100 PCIe, PCIe Gen4 x16").unwrap().name,
+            "pcie-8gpu"
         );
         assert_eq!(
             copy_machine_for("RTX 4090, PCIe Gen4 x16").unwrap().name,
