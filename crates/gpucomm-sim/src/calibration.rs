@@ -301,7 +301,7 @@ fn generation_at(w: &[String], i: usize) -> Option<u8> {
 /// Gb/s", "400G", "400Gbps", "100 GbE") where those words also name a
 /// network ("InfiniBand", "IB", "NIC", "HCA", "RoCE", "Ethernet",
 /// "ConnectX", "NDR", "HDR", "EDR", "EFA", a "Gb/s" unit). A speed in
-/// bytes ("50 GB/s") is not read as bits.
+/// bytes ("50 GB/s", "50GBps") is read as bytes: 400 Gb/s.
 fn parse_nics(s: &str) -> Option<(usize, f64)> {
     let s = s.replace('×', " x ");
     let words: Vec<&str> = s
@@ -328,27 +328,22 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         "gbe",
         "gbit/s",
     ];
-    // A speed token in bits per second: "400g", "400gb/s", "400gbps",
-    // "100gbe"; or a bare number followed by such a unit.
-    fn bits(tok: &str, next: Option<&&str>) -> Option<f64> {
-        let l = tok.to_ascii_lowercase();
-        for unit in ["gbit/s", "gbps", "gbe", "gb/s", "g"] {
-            if let Some(n) = l.strip_suffix(unit) {
-                // "GB/s" in capitals is bytes.
-                if unit == "gb/s" && tok.contains("GB") {
-                    return None;
-                }
-                return n.parse::<f64>().ok();
-            }
-        }
-        let n = l.parse::<f64>().ok()?;
-        let u = next?;
-        let ul = u.to_ascii_lowercase();
-        let is_bits = ["gb/s", "gbps", "gbe", "gbit/s", "g"]
-            .iter()
-            .any(|x| ul == *x || ul.starts_with(&format!("{x}-")))
-            && !u.contains("GB");
-        is_bits.then_some(n)
+    // A speed in Gb/s: "400g", "400gb/s", "400gbps", "100gbe", or a
+    // number followed by such a unit; "GB/s" or "GBps" in capitals is
+    // bytes per second, eight times as many bits.
+    fn gbits(tok: &str, next: Option<&&str>) -> Option<f64> {
+        let per_gbit = |unit: &str| {
+            ["gbit/s", "gbps", "gbe", "gb/s", "g"]
+                .contains(&unit.to_ascii_lowercase().as_str())
+                .then(|| if unit.contains("GB") { 8.0 } else { 1.0 })
+        };
+        // The number and its unit in one token, else the unit in the next.
+        let (n, factor) = match tok.find(|c: char| c.is_ascii_alphabetic()) {
+            Some(k) if k > 0 => (&tok[..k], per_gbit(&tok[k..])?),
+            Some(_) => return None,
+            None => (tok, per_gbit(next?)?),
+        };
+        Some(n.parse::<f64>().ok()? * factor)
     }
     for i in 0..words.len() {
         let w = words[i].to_ascii_lowercase();
@@ -385,7 +380,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             continue;
         }
         for (j, r) in rest.iter().enumerate() {
-            if let Some(v) = bits(r, rest.get(j + 1)) {
+            if let Some(v) = gbits(r, rest.get(j + 1)) {
                 if v >= 10.0 && count > 0 {
                     return Some((count, v));
                 }
@@ -790,8 +785,10 @@ mod tests {
                 "2x DGX A100, 8x HDR 200 Gb/s InfiniBand NICs",
                 Some((8, 200.0)),
             ),
-            // Bytes per second are not bits.
-            ("8x 50 GB/s NICs", None),
+            // Bytes per second are eight times as many bits (they were
+            // skipped, and the preset's NICs kept).
+            ("8x 50 GB/s NICs", Some((8, 400.0))),
+            ("4x 25GBps NICs", Some((4, 200.0))),
             ("8x H100 SXM, NVLink 4", None),
         ] {
             assert_eq!(parse_nics(text), want, "{text}");
