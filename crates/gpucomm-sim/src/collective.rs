@@ -646,7 +646,7 @@ pub fn schedule_for(
             collective,
             Collective::Broadcast { .. } | Collective::Reduce { .. }
         );
-    // One channel per NIC across nodes (at most 64); a tree all_reduce two, as NCCL
+    // One channel per NIC across nodes; a tree all_reduce two, as NCCL
     // duplicates its tree channels (one copy per tree, so that every NIC
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
