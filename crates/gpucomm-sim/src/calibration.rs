@@ -844,20 +844,15 @@ mod tests {
             (h100.node.arch, h100.node.pcie_gen),
             (model::Arch::Hopper, 5)
         );
-        assert_eq!(machine_for("A100 80GB PCIe").unwrap().name, "pcie-8gpu");
-        assert_eq!(
-            machine_for("H100 SXM, PCIe Gen5 x16").unwrap().name,
-            "dgx-h100"
-        );
-        assert_eq!(
-            machine_for("8x B200, PCIe Gen6 x16").unwrap().name,
-            "dgx-b200"
-        );
-        assert_eq!(machine_for("8x H100, PCIe Gen5").unwrap().name, "dgx-h100");
-        assert_eq!(
-            machine_for("A100 PCIe, PCIe Gen4 x16").unwrap().name,
-            "pcie-8gpu"
-        );
+        for (text, preset) in [
+            ("A100 80GB PCIe", "pcie-8gpu"),
+            ("A100 PCIe, PCIe Gen4 x16", "pcie-8gpu"),
+            ("H100 SXM, PCIe Gen5 x16", "dgx-h100"),
+            ("8x H100, PCIe Gen5", "dgx-h100"),
+            ("8x B200, PCIe Gen6 x16", "dgx-b200"),
+        ] {
+            assert_eq!(machine_for(text).unwrap().name, preset, "{text}");
+        }
         assert_eq!(
             copy_machine_for("RTX 4090, PCIe Gen4 x16").unwrap().name,
             "workstation-rtx4090"
