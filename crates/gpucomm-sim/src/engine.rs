@@ -64,6 +64,19 @@ const BPS_PER_GBPS: f64 = 1e-3;
 /// No link / no heap position.
 const NONE: u32 = u32::MAX;
 
+/// A flow whose data phase ended in the current batch ([`FlowNet`]'s
+/// `ended` list).
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    slot: u32,
+    /// When it ended.
+    t: u64,
+    /// The previous entry whose route starts on the same link, or `NONE`.
+    next: u32,
+    /// A flow started on its route took the slot over.
+    taken: bool,
+}
+
 /// Relative tolerance of the optimality check (saturation, fastest flow).
 const EPS: f64 = 1e-9;
 
@@ -340,7 +353,13 @@ pub struct FlowNet {
     /// still on their links until the next recomputation, so that a flow
     /// started at the same instant on the same route takes the slot over
     /// (see [`FlowNet::start_flow`]).
-    ended: Vec<(u32, u64)>,
+    ended: Vec<Ended>,
+    /// Per link, the latest entry of `ended` whose route starts there
+    /// (`NONE` if none); entries of the same first link are chained by
+    /// [`Ended::next`], so a starting flow looks only at the flows that
+    /// ended on routes starting where its own does (a scan of all of them
+    /// was quadratic when thousands end at once).
+    ended_head: Vec<u32>,
     /// Always fill whole components (the textbook algorithm; tests compare).
     full: bool,
     // Scratch for recomputation. Flow marks: `in_set` (member of the set
@@ -410,6 +429,7 @@ impl FlowNet {
             now: 0,
             dirty: Vec::new(),
             ended: Vec::new(),
+            ended_head: vec![NONE; n],
             full: false,
             set_epoch: 0,
             round_epoch: 0,
@@ -597,23 +617,49 @@ impl FlowNet {
         self.stride = stride;
     }
 
-    /// A flow that ended now on exactly `links`, removed from the ended list.
+    /// A flow that ended now on exactly `links`, marked taken in the ended
+    /// list.
     fn take_over(&mut self, links: &[LinkId]) -> Option<u32> {
         let now = self.now;
-        let i = self.ended.iter().position(|&(slot, t)| {
-            let base = slot as usize * self.stride;
-            t == now
-                && self.flows[slot as usize].hops as usize == links.len()
+        let mut i = self.ended_head[links[0] as usize];
+        while i != NONE {
+            let e = &self.ended[i as usize];
+            let base = e.slot as usize * self.stride;
+            if !e.taken
+                && e.t == now
+                && self.flows[e.slot as usize].hops as usize == links.len()
                 && self.route[base..base + links.len()] == *links
-        })?;
-        Some(self.ended.swap_remove(i).0)
+            {
+                self.ended[i as usize].taken = true;
+                return Some(self.ended[i as usize].slot);
+            }
+            i = e.next;
+        }
+        None
+    }
+
+    /// Lists `slot`, whose data phase ended now, as ended.
+    fn push_ended(&mut self, slot: u32) {
+        let first = self.route[slot as usize * self.stride] as usize;
+        let next = std::mem::replace(&mut self.ended_head[first], self.ended.len() as u32);
+        self.ended.push(Ended {
+            slot,
+            t: self.now,
+            next,
+            taken: false,
+        });
     }
 
     /// Takes the flows that ended and were not taken over off their links.
     fn flush_ended(&mut self) {
         for k in 0..self.ended.len() {
-            let (slot, t) = self.ended[k];
-            let (base, hops) = (slot as usize * self.stride, self.flows[slot as usize].hops);
+            let Ended { slot, t, taken, .. } = self.ended[k];
+            let base = slot as usize * self.stride;
+            self.ended_head[self.route[base] as usize] = NONE;
+            if taken {
+                continue;
+            }
+            let hops = self.flows[slot as usize].hops;
             for h in base..base + hops as usize {
                 let l = self.route[h];
                 let lf = &mut self.link_flows[l as usize];
@@ -704,7 +750,7 @@ impl FlowNet {
         }
         // Off its links at the next recomputation, unless a flow on the
         // same route takes its place first.
-        self.ended.push((slot, now));
+        self.push_ended(slot);
         self.active -= 1;
         if latency == 0 {
             out.push(Output::Delivered(tag));
