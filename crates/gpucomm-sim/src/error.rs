@@ -61,4 +61,20 @@ pub enum SimError {
     /// The hardware description is unusable (unknown model, zero bandwidth, ...).
     #[error("invalid model: {0}")]
     Model(String),
+    /// The run would not fit in this machine's memory: every rank is
+    /// simulated (the schedule or the fabric is not node-symmetric) and
+    /// the ranks' steps alone would take more than is available.
+    #[error(
+        "too large to simulate here: {ranks} ranks simulated one by one ({steps} steps each) would need about {need_gib:.1} GiB of memory, {available_gib:.1} GiB available; simulate fewer nodes, or an algorithm whose nodes are alike (ring)"
+    )]
+    TooLarge {
+        /// Ranks that would be simulated.
+        ranks: usize,
+        /// Steps of the largest rank generated.
+        steps: usize,
+        /// Estimated memory, GiB.
+        need_gib: f64,
+        /// Memory available, GiB.
+        available_gib: f64,
+    },
 }
