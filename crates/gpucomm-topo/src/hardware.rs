@@ -94,6 +94,11 @@ pub mod gpu_memory {
     pub const H100_NVL: f64 = 3900.0;
     /// H200 SXM 141GB (HBM3e): 4.8 TB/s.
     pub const H200: f64 = 4800.0;
+    /// The Hopper GPU of a GH200 480GB (96 GB HBM3): 4 TB/s (NVIDIA GH200
+    /// datasheet).
+    pub const GH200_96GB: f64 = 4000.0;
+    /// The Hopper GPU of a GH200 with 144 GB HBM3e: 4.9 TB/s.
+    pub const GH200_144GB: f64 = 4900.0;
     /// B200 (HBM3e): 8 TB/s per GPU (DGX B200 datasheet: 64 TB/s for 8).
     pub const B200: f64 = 8000.0;
     /// GeForce RTX 4090 (24 GB GDDR6X, 384-bit at 21 Gb/s): 1,008 GB/s.
@@ -125,6 +130,12 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
     Some(
         if l.contains("B200") || l.contains("GB200") || l.contains("B100") {
             (GpuArch::Blackwell, m::B200)
+        } else if l.contains("GH200") {
+            let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
+            (
+                GpuArch::Hopper,
+                if hbm3e { m::GH200_144GB } else { m::GH200_96GB },
+            )
         } else if l.contains("H200") {
             (GpuArch::Hopper, m::H200)
         } else if l.contains("H100") || l.contains("H800") {

@@ -58,6 +58,10 @@ pub const PRESETS: &[(&str, &str)] = &[
         "hgx-h800",
         "HGX H800 8-GPU: 8x H800 SXM5 on 4 NVSwitch gen3 with NVLS (NVLink 4 x8, 400 GB/s), host as the DGX H100's",
     ),
+    (
+        "gh200",
+        "One GH200 480GB superchip per node: Grace and H100 96GB on NVLink-C2C, 1x NDR on the Grace's PCIe Gen5",
+    ),
 ];
 
 /// Other names accepted by [`preset`], with the preset each stands for.
@@ -102,6 +106,7 @@ pub fn preset(name: &str) -> Result<Topology, TopoError> {
         "dgx1-p100" => dgx1(&DGX1_P100),
         "hgx-a800" => nvswitch_box(&HGX_A800),
         "hgx-h800" => nvswitch_box(&HGX_H800),
+        "gh200" => gh200(),
         _ => {
             return Err(TopoError::UnknownTopology {
                 name: name.to_string(),
@@ -206,6 +211,11 @@ const H200_SXM: Gpu = Gpu {
     label: "H200 SXM 141GB",
     arch: GpuArch::Hopper,
     memory_gbps: gpu_memory::H200,
+};
+const GH200_480GB: Gpu = Gpu {
+    label: "GH200 480GB (H100 96GB HBM3)",
+    arch: GpuArch::Hopper,
+    memory_gbps: gpu_memory::GH200_96GB,
 };
 const B200: Gpu = Gpu {
     label: "B200 180GB",
@@ -609,6 +619,25 @@ fn gb200_nvl72() -> TopologyBuilder {
             h.b.link(nic, cpus[socket as usize], pcie(PcieGen::Gen5, 16));
         }
     }
+    b
+}
+
+/// One GH200 480GB superchip (NVIDIA GH200 datasheet: a 72-core Grace
+/// with up to 480 GB of LPDDR5X at up to 500 GB/s, an H100 with 96 GB of
+/// HBM3 at 4 TB/s, joined by NVLink-C2C at 900 GB/s, 450 each way), as
+/// in the single-superchip MGX servers (Supermicro ARS-111GL-NHR, HPE
+/// ProLiant DL384 Gen12 with one superchip): one ConnectX-7 NDR NIC on the
+/// Grace's PCIe Gen5 x16 lanes. No NVLink to other GPUs: nodes of it meet
+/// over the network (`--nodes`).
+fn gh200() -> TopologyBuilder {
+    let mut b = TopologyBuilder::new("gh200");
+    b.description(PRESETS[12].1);
+    let mut h = Host::new(&mut b, "host0", "GH200 superchip server");
+    let cpu = h.cpu("", 0, "Grace", 500.0);
+    let gpu = h.gpu("gpu0".into(), GH200_480GB, 0);
+    h.b.link(gpu, cpu, LinkKind::NvLinkC2c);
+    let nic = h.nic("", 0, "ConnectX-7 NDR", 0, ib(IbSpeed::Ndr));
+    h.b.link(nic, cpu, pcie(PcieGen::Gen5, 16));
     b
 }
 
