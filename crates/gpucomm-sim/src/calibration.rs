@@ -169,19 +169,27 @@ fn card_name(w: &[String]) -> String {
 fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
     let w = words(system);
     let word = |x: &str| w.iter().any(|y| y == x);
-    // Grace-based superchips reach host memory over NVLink-C2C, which no
-    // host-copy model here covers; the NVL72 rack is a preset.
-    if !has(system, "NVL72") && (has(system, "GH200") || has(system, "Grace") || has(system, "C2C"))
+    // Grace-based superchips reach host memory over NVLink-C2C: the NVL72
+    // rack and the GH200 (one superchip per node) are presets; any other
+    // (a quad-GH200 node, GB200 NVL4, a Grace CPU Superchip) is refused
+    // rather than run on a PCIe host.
+    let gh200 = has(system, "GH200");
+    let quad = has(system, "Quad") || has(system, "4x GH200") || has(system, "NVL32");
+    if !has(system, "NVL72")
+        && (gh200 || has(system, "Grace") || has(system, "C2C"))
+        && (!gh200 || quad)
     {
         return Err(SimError::Model(format!(
             "system {system:?}: a Grace superchip (NVLink-C2C to the CPU) has no preset \
-             but the GB200 NVL72 rack (gb200-nvl72)"
+             but the GB200 NVL72 rack (gb200-nvl72) and one GH200 per node (gh200)"
         )));
     }
     let card =
         names_pcie_card(&w) && !(has(system, "SXM") || has(system, "DGX") || has(system, "HGX"));
     let base = if has(system, "NVL72") {
         "gb200-nvl72"
+    } else if gh200 {
+        "gh200"
     } else if has(system, "RTX 4090") || has(system, "RTX4090") || word("4090") {
         "workstation-rtx4090"
     } else if card {
@@ -635,6 +643,16 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "256 B payload + 32 B per packet (NVIDIA/nccl-tests issue 149: 25 GB/s -> ~20 with 128 B payloads; CEs use 256 B)",
         ),
         (
+            "NVLink-C2C to the GPU (copy engine)",
+            model::C2C_CE_TO_GPU_EFFICIENCY,
+            "median of three published GH200 host-to-device runs' link rates, 337.55 of 450 GB/s (docs/sim.md)",
+        ),
+        (
+            "NVLink-C2C from the GPU (copy engine)",
+            model::C2C_CE_FROM_GPU_EFFICIENCY,
+            "median of the same runs' device-to-host rates, 295.23 of 450 GB/s (docs/sim.md)",
+        ),
+        (
             "PCIe TLP efficiency (copy engine)",
             model::PCIE_TLP_EFFICIENCY,
             "128 B payload + 20 B framing/header/LCRC (PCIe Base Spec)",
@@ -857,11 +875,24 @@ mod tests {
             copy_machine_for("RTX 4090, PCIe Gen4 x16").unwrap().name,
             "workstation-rtx4090"
         );
-        // Grace superchips reach the CPU over NVLink-C2C: refused, not run
-        // on a PCIe machine.
-        for text in ["GH200 Grace Hopper, pinned", "GH200, PCIe Gen5"] {
+        // Grace superchips reach the CPU over NVLink-C2C: a GH200 is the
+        // gh200 preset (not an H200, not a PCIe host); other Grace systems
+        // are refused, not run on a PCIe machine.
+        for text in [
+            "GH200 Grace Hopper, pinned",
+            "NVIDIA GH200 480GB, PCIe Gen5",
+            "GH200 (NVLink-C2C 900 GB/s)",
+        ] {
+            let m = copy_machine_for(text).unwrap();
+            assert_eq!((m.name.as_str(), m.node.c2c_gbps), ("gh200", Some(450.0)));
+        }
+        for text in [
+            "Quad GH200 node (Alps), pinned",
+            "Grace CPU Superchip",
+            "GB200 NVL4, NVLink-C2C",
+        ] {
             let e = copy_machine_for(text).unwrap_err().to_string();
-            assert!(e.contains("C2C"), "{e}");
+            assert!(e.contains("C2C") && e.contains("gh200"), "{e}");
         }
         // NVLink SHARP is NVLS inside the node, not SHARP in the network.
         assert!(

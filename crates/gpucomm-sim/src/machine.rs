@@ -444,14 +444,19 @@ impl ClusterFabric {
                 }
             }
         }
-        // A GPU's link to its CPU: PCIe, or NVLink-C2C on a superchip.
-        let (host_link, host_hop) = match nm.c2c_gbps {
-            Some(c2c) => (c2c * eff.c2c(), model::NVLINK_HOP_US),
-            None => (pcie, model::PCIE_HOP_US),
+        // A GPU's link to its CPU: PCIe, or NVLink-C2C on a superchip (up:
+        // from the GPU, down: to it).
+        let (up, down, host_hop) = match nm.c2c_gbps {
+            Some(c2c) => (
+                c2c * eff.c2c(false),
+                c2c * eff.c2c(true),
+                model::NVLINK_HOP_US,
+            ),
+            None => (pcie, pcie, model::PCIE_HOP_US),
         };
         for g in 0..nm.gpus {
-            let u = add(&mut f, Role::PcieUp(g), host_link, host_hop);
-            let d = add(&mut f, Role::PcieDown(g), host_link, host_hop);
+            let u = add(&mut f, Role::PcieUp(g), up, host_hop);
+            let d = add(&mut f, Role::PcieDown(g), down, host_hop);
             f.pcie_up.push(u);
             f.pcie_down.push(d);
         }

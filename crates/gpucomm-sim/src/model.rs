@@ -84,6 +84,25 @@ pub const NVLINK_FLIT_EFFICIENCY: f64 = 256.0 / (256.0 + 16.0);
 /// 25 GB/s, SM100 40.1 of 50).
 pub const NVLINK3_CE_EFFICIENCY: f64 = 256.0 / (256.0 + 32.0);
 
+/// Fraction of NVLink-C2C's 450 GB/s a copy engine moves from host memory
+/// to its GPU (the GPU reading the Grace's memory): 337.55 GB/s, the
+/// median of the link rates of three published GH200 480GB runs (host to
+/// device, pinned): bandwidthTest 335.3 GB/s for 32 MB (slitvinov/grace
+/// `grace/README.md`), 343.7 once the host copy start is taken off;
+/// nvbandwidth `host_to_device_memcpy_ce` 337.55 (microsoft/superbenchmark
+/// `tests/benchmarks/micro_benchmarks/test_nvbandwidth.py`, output of
+/// v0.6) and 299.51 (a third host, v0.5 under `perf stat`; repository not
+/// named by the search index). A measurement, not a protocol figure: the
+/// copy runs at 0.84 of NVLink's packet efficiency ([`NVLINK3_CE_EFFICIENCY`]).
+pub const C2C_CE_TO_GPU_EFFICIENCY: f64 = 337.55 / 450.0;
+
+/// Fraction of NVLink-C2C's 450 GB/s a copy engine moves from its GPU to
+/// host memory (writes to the Grace's memory): 295.23 GB/s, the median of
+/// the same three runs' device-to-host link rates (bandwidthTest 291.6 for
+/// 32 MB, 297.9 without the copy start; nvbandwidth 295.23 and 272.94).
+/// Writes are the slower direction here, where on PCIe hosts reads are.
+pub const C2C_CE_FROM_GPU_EFFICIENCY: f64 = 295.23 / 450.0;
+
 /// Copy-engine payload efficiency of an NVLink of generation `generation`:
 /// [`NVLINK_FLIT_EFFICIENCY`] for NVLink 1 and 2, [`NVLINK3_CE_EFFICIENCY`]
 /// from NVLink 3 (A100) on.
@@ -357,15 +376,17 @@ impl Efficiency {
         }
     }
 
-    /// Fraction of an NVLink-C2C link's rate usable. NCCL takes the link at
-    /// the rate NVML reports (`src/graph/topo.cc` `ncclTopoAddC2c`: bw x
-    /// count); copy engines: NVLink 3+'s packet efficiency
-    /// ([`NVLINK3_CE_EFFICIENCY`]), an **assumption** (C2C carries NVLink
-    /// packets; no published figure of its own).
-    pub fn c2c(&self) -> f64 {
-        match self.engine {
-            Engine::Nccl => 1.0,
-            Engine::CopyEngine => NVLINK3_CE_EFFICIENCY,
+    /// Fraction of an NVLink-C2C link's rate usable toward the GPU
+    /// (`to_gpu`) or toward the host. NCCL takes the link at the rate NVML
+    /// reports (`src/graph/topo.cc` `ncclTopoAddC2c`: bw x count), both
+    /// ways; copy engines at the rates published GH200 runs measured
+    /// ([`C2C_CE_TO_GPU_EFFICIENCY`], [`C2C_CE_FROM_GPU_EFFICIENCY`]; on
+    /// Blackwell superchips an **assumption**, no published figure found).
+    pub fn c2c(&self, to_gpu: bool) -> f64 {
+        match (self.engine, to_gpu) {
+            (Engine::Nccl, _) => 1.0,
+            (Engine::CopyEngine, true) => C2C_CE_TO_GPU_EFFICIENCY,
+            (Engine::CopyEngine, false) => C2C_CE_FROM_GPU_EFFICIENCY,
         }
     }
 

@@ -132,6 +132,22 @@ value = 52.0
 source = "nvbandwidth on Azure H100"
 
 [[case]]
+id = "gh200-h2d-pinned"
+system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
+metric = "h2d_bandwidth"
+bytes = 32000000
+value = 335.3
+source = "slitvinov/grace grace/README.md (bandwidthTest, CUDA 12.4); one of the three runs whose median sets the C2C copy factors, so a guard of the factors, not an independent check"
+
+[[case]]
+id = "gh200-d2h-pinned"
+system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
+metric = "d2h_bandwidth"
+bytes = 32000000
+value = 291.6
+source = "same run"
+
+[[case]]
 id = "a100-allreduce-1g"
 system = "A100 SXM, 8 GPUs"
 metric = "busbw"
