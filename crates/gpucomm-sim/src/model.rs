@@ -622,6 +622,34 @@ pub enum NicReach {
 /// take [`HOST_COPY_START_US`].
 pub const CE_COPY_OVERHEAD_US: f64 = 1.5;
 
+/// Time a copy engine needs to start one peer copy to a GPU it reaches
+/// through an NVSwitch, us: the median 16-byte peer copy of published
+/// p2pBandwidthLatencyTest runs on NVSwitch machines of the architecture
+/// (the midpoint of each run's GPU pairs, P2P enabled), less the route's
+/// modeled latency (two NVLink hops, 0.3 us). Volta: DGX-2 2.26-2.76
+/// (wohlbier/gpu-micro `README.md`); Ampere: HGX A100 2.94-3.49
+/// (LLMServe/DistServe issue 3), 2.77-3.55 (B5paper/documents, host a147),
+/// 2.72-3.33 (a third host; repository not named by the search index),
+/// median 3.16; Hopper: HGX H100 2.26-3.35 (a server-validation sheet;
+/// repository not named), one run; Blackwell: no published run found,
+/// Hopper's taken (an **assumption**). Through a switch a peer copy takes
+/// 0.4-0.9 us longer than over a direct link on the same generation (DGX-1
+/// V100 pairs: 1.61-2.02, [`CE_COPY_OVERHEAD_US`] stays there) and longer
+/// than the same GPU's own copies (A100 2.5-2.9, H100 2.1), which no
+/// modeled hop latency accounts for: hence a figure per architecture. The
+/// DGX A100 notebook (gpubootcamp, P2P enabled 3.36-3.47) is not among
+/// them: it checks the figure (3.16 predicted).
+pub fn nvswitch_peer_copy_start_us(arch: Arch) -> f64 {
+    let route = 2.0 * NVLINK_HOP_US;
+    match arch {
+        // No NVSwitch machine of these (Pascal, Ada).
+        Arch::Pascal | Arch::Ada => CE_COPY_OVERHEAD_US,
+        Arch::Volta => 2.51 - route,
+        Arch::Ampere => 3.16 - route,
+        Arch::Hopper | Arch::Blackwell => 2.805 - route,
+    }
+}
+
 /// Time one copy to or from host memory costs besides its bytes, us:
 /// bandwidthTest's host copies, the two halves of a staged GPU-to-GPU copy,
 /// the host-staged halves of a transfer across nodes. Derived, as

@@ -9,7 +9,7 @@
 
 use crate::engine::{FlowNet, LinkId};
 use crate::fabric::{Fabric, Route};
-use crate::machine::{ClusterFabric, Engine, Machine};
+use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
 use crate::model;
 use crate::{SimError, SimTime};
 
@@ -113,7 +113,6 @@ pub fn p2p(
         return Err(SimError::Model("--pair needs two different GPUs".into()));
     }
     let caps = f.capacities();
-    let ce = SimTime::from_us(model::CE_COPY_OVERHEAD_US);
     let s = bytes as f64;
     let dirs: Vec<(usize, usize)> = if bidirectional {
         vec![(a, b), (b, a)]
@@ -129,6 +128,14 @@ pub fn p2p(
     } else {
         ("staged through host memory".to_string(), false)
     };
+    // A peer copy through an NVSwitch starts later than one over a direct
+    // NVLink or PCIe (published runs, model::nvswitch_peer_copy_start_us).
+    let switched = nv > 0 && matches!(machine.node.nvlink, NvFabric::Switch { .. });
+    let ce = SimTime::from_us(if switched {
+        model::nvswitch_peer_copy_start_us(machine.node.arch)
+    } else {
+        model::CE_COPY_OVERHEAD_US
+    });
     let direct_route = |x: usize, y: usize| -> Result<Route, SimError> {
         if nv > 0 {
             f.route(x, y, 0)
