@@ -132,6 +132,13 @@ value = 52.0
 source = "nvbandwidth on Azure H100"
 
 [[case]]
+id = "dgxa100-p2p-latency-nvswitch"
+system = "DGX A100, GPU pair through NVSwitch, P2P enabled"
+metric = "p2p_latency_us"
+value = 3.4
+source = "openhackathons-org/gpubootcamp DGX A100 notebook (3.36-3.47); left out of the runs the NVSwitch peer copy start is the median of, so an independent check"
+
+[[case]]
 id = "gh200-h2d-pinned"
 system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
 metric = "h2d_bandwidth"
