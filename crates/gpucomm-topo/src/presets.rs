@@ -6,7 +6,7 @@
 use crate::catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen};
 use crate::error::TopoError;
 use crate::hardware::{GpuArch, ddr_gbps, gpu_memory};
-use crate::model::{Node, NodeIx, NodeKind, Topology, TopologyBuilder};
+use crate::model::{Link, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
 
 /// The preset names with a one-line description each.
 pub const PRESETS: &[(&str, &str)] = &[
@@ -62,6 +62,10 @@ pub const PRESETS: &[(&str, &str)] = &[
         "gh200",
         "One GH200 480GB superchip per node: Grace and H100 96GB on NVLink-C2C, 1x NDR on the Grace's PCIe Gen5",
     ),
+    (
+        "quad-gh200",
+        "4x GH200 120GB per node (JUPITER, Alps): GPUs all-to-all by 6 NVLink 4 each pair, Graces at 100 GB/s, 4x 200 Gb/s NICs",
+    ),
 ];
 
 /// Other names accepted by [`preset`], with the preset each stands for.
@@ -107,6 +111,7 @@ pub fn preset(name: &str) -> Result<Topology, TopoError> {
         "hgx-a800" => nvswitch_box(&HGX_A800),
         "hgx-h800" => nvswitch_box(&HGX_H800),
         "gh200" => gh200(),
+        "quad-gh200" => quad_gh200(),
         _ => {
             return Err(TopoError::UnknownTopology {
                 name: name.to_string(),
@@ -214,6 +219,11 @@ const H200_SXM: Gpu = Gpu {
 };
 const GH200_480GB: Gpu = Gpu {
     label: "GH200 480GB (H100 96GB HBM3)",
+    arch: GpuArch::Hopper,
+    memory_gbps: gpu_memory::GH200_96GB,
+};
+const GH200_120GB: Gpu = Gpu {
+    label: "GH200 120GB (H100 96GB HBM3)",
     arch: GpuArch::Hopper,
     memory_gbps: gpu_memory::GH200_96GB,
 };
@@ -638,6 +648,40 @@ fn gh200() -> TopologyBuilder {
     h.b.link(gpu, cpu, LinkKind::NvLinkC2c);
     let nic = h.nic("", 0, "ConnectX-7 NDR", 0, ib(IbSpeed::Ndr));
     h.b.link(nic, cpu, pcie(PcieGen::Gen5, 16));
+    b
+}
+
+/// A node of four GH200 120GB superchips (Jülich Supercomputing Centre,
+/// JUPITER Booster configuration: "NVLink 4 GPU-to-GPU links, 300 GB/s
+/// between pairs of GPUs (150 GB/s per direction)", "cNVLink between CPUs
+/// (pairs connected with 100 GB/s per direction)", Grace with 120 GB
+/// LPDDR5X at 512 GB/s, H100 with 96 GB HBM3 at 4 TB/s, NVLink-C2C 900 GB/s,
+/// "4x InfiniBand NDR200 (Connect-X7)"; CSCS Alps, eth-cscs/cscs-docs
+/// `docs/alps/hardware.md` and its node schematic: the same GPU links,
+/// "~75GB/s per direction" between Graces, four Slingshot 200 Gb/s NICs,
+/// each on a Grace's PCIe Gen5 x16; `nvidia-smi topo -m` on an HPE Cray EX
+/// GH200 node shows NV6 for every GPU pair, no NVSwitch). The NICs are
+/// NDR200, as JUPITER's (Slingshot 200 Gb/s runs at the same rate).
+fn quad_gh200() -> TopologyBuilder {
+    let mut b = TopologyBuilder::new("quad-gh200");
+    b.description(PRESETS[13].1);
+    let mut h = Host::new(&mut b, "host0", "4x GH200 node");
+    let cpus: Vec<NodeIx> = (0..4).map(|i| h.cpu("", i, "Grace", 500.0)).collect();
+    let mut gpus = Vec::new();
+    for (i, &cpu) in cpus.iter().enumerate() {
+        let i = i as u32;
+        let gpu = h.gpu(format!("gpu{i}"), GH200_120GB, i);
+        h.b.link(gpu, cpu, LinkKind::NvLinkC2c);
+        let nic = h.nic("", i, "ConnectX-7 NDR200", i, ib(IbSpeed::Ndr200));
+        h.b.link(nic, cpu, pcie(PcieGen::Gen5, 16));
+        gpus.push(gpu);
+    }
+    for a in 0..4 {
+        for c in a + 1..4 {
+            h.b.link(gpus[a], gpus[c], nvlink(NvLinkGen::V4, 6));
+            h.b.push_link(Link::new(cpus[a], cpus[c], LinkKind::Smp).with_bandwidth(100.0));
+        }
+    }
     b
 }
 

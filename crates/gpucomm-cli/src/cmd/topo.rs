@@ -234,7 +234,8 @@ fn bw(g: f64) -> String {
 fn link_text(k: LinkKind, bandwidth: f64) -> String {
     match k {
         LinkKind::Integrated => "integrated".to_string(),
-        LinkKind::Smp => "SMP link (speed unknown)".to_string(),
+        // The catalog's SMP figure is a placeholder; a set one is shown.
+        LinkKind::Smp if bandwidth == k.bandwidth() => "SMP link (speed unknown)".to_string(),
         _ => format!("{k}, {} GB/s/dir", bw(bandwidth)),
     }
 }
