@@ -413,10 +413,13 @@ impl Prepared {
         // Ranks compacted so far, by rank.
         let mut have: Vec<(usize, RankState)> = Vec::new();
         if orbit.is_some() {
-            // The first, middle and last local rank of node 0, and the
-            // same local ranks of node 1 and of the last node.
-            let mut locals = vec![0, rpn / 2, rpn - 1];
-            locals.dedup();
+            // Every local rank of node 0, and the same local ranks of node
+            // 1 and of the last node. Every one: a tree whose chains all
+            // start at one GPU (a quad-GH200 node's NVLink rings) differs
+            // between nodes at that head only, and probing the first,
+            // middle and last local rank alone took such a tree for
+            // node-symmetric (and deadlocked on 2 nodes).
+            let locals: Vec<usize> = (0..rpn).collect();
             let nodes = n / rpn;
             let mut probe_nodes = vec![1];
             if nodes > 2 {
