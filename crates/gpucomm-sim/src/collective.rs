@@ -657,7 +657,7 @@ pub fn schedule_for(
         nccl_read_channels(fabric, algorithm, links, peer_bytes)
     } else if fabric.nodes() > 1 {
         // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
-        (fabric.machine.node.nics.max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
+        (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
     } else {
         1
     });
@@ -1388,11 +1388,12 @@ impl NcclRating<'_> {
     /// link's to rate: `None`).
     fn inter_bus_gbps(&self) -> Option<f64> {
         let node = &self.fabric.machine.node;
-        let searched = self.channels.is_none() && self.comm.nvlink && node.nics > 0;
+        let rails = self.fabric.rails().len();
+        let searched = self.channels.is_none() && self.comm.nvlink && rails > 0;
         (self.comm.nodes > 2 && searched).then(|| {
             model::nccl_inter_bus_gbps(
                 node.arch,
-                node.nics,
+                rails,
                 node.nic_gbps,
                 model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
             )
@@ -1432,7 +1433,12 @@ impl NcclRating<'_> {
     /// head, a head per NIC).
     fn nvls_tree_secs(&self, sim: f64) -> f64 {
         let node = &self.fabric.machine.node;
-        let heads = node.nics.min(self.fabric.ranks_per_node()).max(1) as f64;
+        let heads = self
+            .fabric
+            .rails()
+            .len()
+            .min(self.fabric.ranks_per_node())
+            .max(1) as f64;
         let cap = model::nccl_nvls_tree_channel_gbps(node.arch, self.comm.nodes) * heads;
         let lat = model::nccl_model_latency_us(
             "nvls_tree",
@@ -1642,7 +1648,7 @@ pub fn nccl_comm(fabric: &ClusterFabric, channels: Option<u16>) -> model::NcclCo
         nvlink: node.has_nvlink(),
         arch: node.arch,
         amd_cpu: node.amd_cpu,
-        channels: channels.map_or(node.nics.max(1), usize::from),
+        channels: channels.map_or(fabric.rails().len().max(1), usize::from),
     }
 }
 

@@ -192,15 +192,19 @@ pub fn nvls_sharp_eligible(
     Ok(sw)
 }
 
-/// The heads of a node: `(NIC, GPU)` pairs, one per NIC that has a GPU
-/// in use (the GPU next to the NIC, else GPU `k`).
+/// The heads of a node: `(NIC, GPU)` pairs, one per NIC next to a GPU in
+/// use ([`ClusterFabric::rails`]), at most one per GPU in use (the GPU next
+/// to the NIC, else GPU `k`).
 fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
     let rpn = fabric.ranks_per_node();
-    let nics = fabric.machine.node.nics;
-    (0..nics.min(rpn))
-        .map(|k| {
+    fabric
+        .rails()
+        .into_iter()
+        .take(rpn)
+        .enumerate()
+        .map(|(i, k)| {
             let g = fabric.nic_gpu(k);
-            (k, if g < rpn { g } else { k })
+            (k, if g < rpn { g } else { i })
         })
         .collect()
 }

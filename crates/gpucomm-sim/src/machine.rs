@@ -772,6 +772,7 @@ impl ClusterFabric {
             return rings;
         }
         let n = self.rpn;
+        let rails = self.rails();
         (0..usize::from(channels.max(1)))
             .map(|c| {
                 let ring = &rings[c % rings.len()];
@@ -781,7 +782,7 @@ impl ClusterFabric {
                     let (mut out, mut inn) = (Vec::new(), Vec::new());
                     self.to_nic(a, k, &mut out);
                     self.nic_to_gpu(k, b, &mut inn);
-                    (k != c % nics, out.len() + inn.len())
+                    (k != rails[c % rails.len()], out.len() + inn.len())
                 };
                 let exit = (0..n).min_by_key(|&i| (cost(i), i)).unwrap_or(n - 1);
                 (1..=n).map(|d| ring[(exit + d) % n]).collect()
@@ -935,11 +936,30 @@ impl ClusterFabric {
         })
     }
 
-    /// The NIC (rail) that channel `channel` of local GPU `a` uses: `(a +
-    /// channel) mod nics`, as NCCL spreads channels over NICs; the peer node
-    /// receives on the same rail. Needs a node with NICs.
+    /// The NIC (rail) that channel `channel` of local GPU `a` uses: the
+    /// `(a + channel) mod r`-th of the node's `r` [`ClusterFabric::rails`],
+    /// as NCCL spreads channels over NICs; the peer node receives on the
+    /// same rail. Needs a node with NICs.
     fn rail(&self, a: usize, channel: usize) -> usize {
-        (a + channel) % self.machine.node.nics
+        let rails = self.rails();
+        rails[(a + channel) % rails.len()]
+    }
+
+    /// The NICs the GPUs in use send through: every NIC next to one of them
+    /// (on its PCIe switch, or its Grace), all of them when every GPU is in
+    /// use. NCCL's search takes a GPU's nearest NICs and no farther one
+    /// while a nearer one is found: one H100 of a DGX H100 node reaches
+    /// the network through its own 400 Gb/s NIC, not the node's eight
+    /// (before, `--gpus 1` sent its channels through all eight, 381 GB/s
+    /// of bus bandwidth between two nodes). Empty without NICs.
+    pub fn rails(&self) -> Vec<usize> {
+        let nics = self.machine.node.nics;
+        let near: Vec<usize> = (0..nics).filter(|&k| self.nic_gpu(k) < self.rpn).collect();
+        if near.is_empty() && nics > 0 {
+            vec![0]
+        } else {
+            near
+        }
     }
 
     /// Route from GPU `a` of node `na` to the network through NIC `k` of

@@ -207,7 +207,9 @@ fn a_non_blocking_network_gives_todays_results_exactly() {
 #[test]
 fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
     // One GPU per node and one node per leaf: every transfer crosses a leaf
-    // uplink, shared by the node's eight channels (one per rail).
+    // uplink, shared by the channels of the node's rails in use (one: the
+    // GPU's own NIC). The uplink has the leaf's eight NIC ports' rate over
+    // the oversubscription, so it binds past 8:1.
     let base = |os: f64| {
         let mut m = machine("dgx-h100", leaf_spine(1, os));
         m.gpus_used = Some(1);
@@ -215,7 +217,8 @@ fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
     };
     let f1 = base(1.0);
     let caps = f1.capacities();
-    let nics = f1.machine.node.nics as f64;
+    let nics = f1.rails().len() as f64;
+    assert_eq!(nics, 1.0);
     // The slowest link of each rail's route when non-blocking.
     let r1 = (0..nics as u16)
         .map(|c| {
@@ -227,7 +230,7 @@ fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
         })
         .fold(f64::INFINITY, f64::min);
     let t1 = time_us(&f1, Collective::AllReduce, GIB, ring());
-    for os in [2.0, 4.0, 8.0] {
+    for os in [2.0, 8.0, 16.0, 32.0] {
         let f = base(os);
         assert!(f.has_uplinks());
         let uplink_share = f.uplink_gbps(0).unwrap() / nics;
@@ -244,8 +247,9 @@ fn oversubscribed_uplinks_slow_inter_leaf_transfers_by_the_expected_factor() {
 #[test]
 fn a_ring_crosses_each_uplink_with_one_nodes_traffic() {
     // Two nodes per leaf: the ring's only inter-leaf hops are one node's
-    // worth per leaf, so its uplink binds only past 2:1. (Two GPUs per
-    // node keep the fully simulated runs small.)
+    // worth per leaf, so its uplink binds only past the ratio of the
+    // leaf's ports (16 NICs) to the rails one node uses (its two GPUs'
+    // NICs): 8:1. (Two GPUs per node keep the fully simulated runs small.)
     let t = |os: f64, c: Collective, bytes: u64, algo| {
         let mut m = machine("dgx-h100", leaf_spine(2, os));
         m.gpus_used = Some(2);
@@ -254,14 +258,15 @@ fn a_ring_crosses_each_uplink_with_one_nodes_traffic() {
     };
     let ar = Collective::AllReduce;
     let t1 = t(1.0, ar, GIB, ring());
-    assert_eq!(t(2.0, ar, GIB, ring()), t1);
-    assert!(t(4.0, ar, GIB, ring()) > 1.5 * t1);
+    assert_eq!(t(4.0, ar, GIB, ring()), t1);
+    assert!(t(16.0, ar, GIB, ring()) > 1.5 * t1);
     // All-to-all sends half of every node's data across the spine: a
-    // leaf's uplink carries one node's worth, its NICs 3/4 of it, so 4:1
-    // (uplink at half a node's NIC rate) is about 8/3 slower.
+    // leaf's uplink carries one node's worth, its NICs in use 3/4 of it,
+    // so 16:1 (uplink at half the rate of a node's two NICs) is about 8/3
+    // slower.
     let a1 = t(1.0, Collective::AllToAll, 32 << 20, None);
-    let a4 = t(4.0, Collective::AllToAll, 32 << 20, None);
-    assert!(a4 > 2.0 * a1, "{a4} vs {a1}");
+    let a16 = t(16.0, Collective::AllToAll, 32 << 20, None);
+    assert!(a16 > 2.0 * a1, "{a16} vs {a1}");
 }
 
 #[test]
@@ -363,5 +368,28 @@ fn a_multi_node_topology_describes_its_network() {
             replicated.fabric(Engine::Nccl, opts.nodes).unwrap(),
         );
         assert_eq!(a.capacities(), b.capacities());
+    }
+}
+
+#[test]
+fn gpus_in_use_send_through_their_own_nics_only() {
+    // One H100 per DGX H100 node: its channels leave through its own NIC,
+    // so a ring all_reduce across two nodes runs at one NDR port (bus
+    // bandwidth about rails x NIC rate), not at the node's eight; two GPUs
+    // use two NICs, all eight GPUs all eight (there the rings' NVLink legs
+    // and steps keep the bus bandwidth at 0.83 of the eight ports).
+    for (gpus, rails, low) in [(1, 1, 0.9), (2, 2, 0.9), (8, 8, 0.8)] {
+        let mut m = Machine::preset("dgx-h100").unwrap();
+        m.gpus_used = Some(gpus);
+        let f = m.fabric(Engine::Nccl, 2).unwrap();
+        assert_eq!(f.rails().len(), rails);
+        let t = time_us(&f, Collective::AllReduce, GIB, ring()) * 1e-6;
+        let n = (2 * gpus) as f64;
+        let busbw = GIB as f64 / t / 1e9 * 2.0 * (n - 1.0) / n;
+        let nics = rails as f64 * m.node.nic_gbps * model::IB_EFFICIENCY;
+        assert!(
+            busbw > low * nics && busbw < 1.01 * nics,
+            "{gpus} GPUs: {busbw:.1} GB/s over {rails} NICs ({nics:.1})"
+        );
     }
 }
