@@ -217,7 +217,7 @@ fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
     let file = dir.join("cases.toml");
     std::fs::write(
         &file,
-        "[[case]]\nid = \"grace\"\nsystem = \"Quad GH200 node, NVLink-C2C\"\nmetric = \"h2d_bandwidth\"\nvalue = 400.0\n\n\
+        "[[case]]\nid = \"grace\"\nsystem = \"GH200 NVL32, NVLink-C2C\"\nmetric = \"h2d_bandwidth\"\nvalue = 400.0\n\n\
          [[case]]\nid = \"h100\"\nsystem = \"H100 SXM, PCIe Gen5 x16\"\nmetric = \"h2d_bandwidth\"\nvalue = 53.0\n",
     )
     .unwrap();

@@ -170,24 +170,34 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     let w = words(system);
     let word = |x: &str| w.iter().any(|y| y == x);
     // Grace-based superchips reach host memory over NVLink-C2C: the NVL72
-    // rack and the GH200 (one superchip per node) are presets; any other
-    // (a quad-GH200 node, GB200 NVL4, a Grace CPU Superchip) is refused
-    // rather than run on a PCIe host.
-    let gh200 = has(system, "GH200");
-    let quad = has(system, "Quad") || has(system, "4x GH200") || has(system, "NVL32");
-    if !has(system, "NVL72")
-        && (gh200 || has(system, "Grace") || has(system, "C2C"))
-        && (!gh200 || quad)
-    {
+    // rack, the GH200 (one superchip per node) and the quad-GH200 node
+    // (Alps, JUPITER, Isambard-AI) are presets; any other (GH200 NVL32,
+    // GB200 NVL4, a Grace CPU Superchip) is refused rather than run on a
+    // PCIe host.
+    let quad = [
+        "Quad",
+        "4x GH200",
+        "4 x GH200",
+        "Alps",
+        "JUPITER",
+        "Isambard",
+    ]
+    .iter()
+    .any(|q| has(system, q));
+    let gh200 = (has(system, "GH200") || quad) && !has(system, "NVL32");
+    if !has(system, "NVL72") && !gh200 && ["GH200", "Grace", "C2C"].iter().any(|w| has(system, w)) {
         return Err(SimError::Model(format!(
             "system {system:?}: a Grace superchip (NVLink-C2C to the CPU) has no preset \
-             but the GB200 NVL72 rack (gb200-nvl72) and one GH200 per node (gh200)"
+             but the GB200 NVL72 rack (gb200-nvl72), one GH200 per node (gh200) and four \
+             (quad-gh200)"
         )));
     }
     let card =
         names_pcie_card(&w) && !(has(system, "SXM") || has(system, "DGX") || has(system, "HGX"));
     let base = if has(system, "NVL72") {
         "gb200-nvl72"
+    } else if gh200 && quad {
+        "quad-gh200"
     } else if gh200 {
         "gh200"
     } else if has(system, "RTX 4090") || has(system, "RTX4090") || word("4090") {
@@ -462,6 +472,12 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
             if gpus % nodes != 0 {
                 return Err(SimError::Model(format!(
                     "{gpus} GPUs do not split over {nodes} nodes"
+                )));
+            }
+            if gpus / nodes > m.node.gpus || gpus == 0 {
+                return Err(SimError::Model(format!(
+                    "{gpus} GPUs on {nodes} node(s): {} has {} GPUs per node",
+                    m.name, m.node.gpus
                 )));
             }
             m.gpus_used = Some(gpus / nodes);
@@ -888,6 +904,31 @@ mod tests {
         }
         for text in [
             "Quad GH200 node (Alps), pinned",
+            "4x GH200 120GB per node, Slingshot",
+        ] {
+            assert_eq!(copy_machine_for(text).unwrap().name, "quad-gh200", "{text}");
+        }
+        // More GPUs per node than the machine has: refused, not run on
+        // fewer.
+        let case = |system: &str, gpus, nodes| Case {
+            id: "x".into(),
+            system: system.into(),
+            metric: "busbw".into(),
+            collective: Some("all_reduce".into()),
+            gpus: Some(gpus),
+            nodes: Some(nodes),
+            bytes: Some(1 << 20),
+            value: 1.0,
+            algorithm: None,
+            source: String::new(),
+        };
+        assert!(predict(&case("2x quad GH200 nodes", 8, 2)).is_ok());
+        let e = predict(&case("2x GH200 nodes", 8, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 GPUs per node"), "{e}");
+        for text in [
+            "GH200 NVL32, NVLink-C2C",
             "Grace CPU Superchip",
             "GB200 NVL4, NVLink-C2C",
         ] {
