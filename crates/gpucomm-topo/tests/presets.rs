@@ -265,6 +265,57 @@ fn gb200_nvl72_rack() {
 }
 
 #[test]
+fn gh200_superchips_one_and_four_per_node() {
+    // One GH200: its Grace over NVLink-C2C, its NIC behind the Grace.
+    let t = preset("gh200").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 1);
+    let cpu = t.local_cpu(g[0]).unwrap();
+    assert_eq!(t.path(cpu, g[0]).unwrap().bandwidth, 450.0);
+    assert_eq!(t.node(g[0]).memory_bandwidth, Some(4000.0));
+    assert_eq!(class_matrix(&t)[0].join(" "), "X");
+    // Four: every GPU pair NV6 (150 GB/s per direction), each GPU's own
+    // NIC at PHB through its Grace, the others across the Grace links.
+    let t = preset("quad-gh200").unwrap();
+    let g = t.gpus();
+    assert_eq!(g.len(), 4);
+    for &a in g {
+        for &b in g {
+            if a != b {
+                let p = t.path(a, b).unwrap();
+                assert_eq!((p.class, p.bandwidth), (PathClass::NvLink(6), 150.0));
+            }
+        }
+    }
+    for (r, &gpu) in g.iter().enumerate() {
+        let cpu = t.local_cpu(gpu).unwrap();
+        assert_eq!(t.node(cpu).socket, Some(r as u32));
+        let nic = t.nic_of_rank(r).unwrap();
+        assert_eq!(t.node(nic).id, format!("nic{r}"));
+        assert_eq!(t.path(gpu, nic).unwrap().class, PathClass::Phb);
+    }
+    let cpus: Vec<_> = t
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.kind == NodeKind::Cpu)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(cpus.len(), 4);
+    let smp: Vec<f64> = t
+        .links()
+        .iter()
+        .filter(|l| l.kind == LinkKind::Smp)
+        .map(|l| l.bandwidth)
+        .collect();
+    assert_eq!(
+        smp,
+        vec![100.0; 6],
+        "each Grace pair at 100 GB/s per direction"
+    );
+}
+
+#[test]
 fn pcie_8gpu_classes() {
     let t = preset("pcie-8gpu").unwrap();
     let m = class_matrix(&t);
