@@ -413,36 +413,40 @@ impl Prepared {
         // Ranks compacted so far, by rank.
         let mut have: Vec<(usize, RankState)> = Vec::new();
         if orbit.is_some() {
-            // Every local rank of node 0, and the same local ranks of node
-            // 1 and of the last node. Every one: a tree whose chains all
-            // start at one GPU (a quad-GH200 node's NVLink rings) differs
-            // between nodes at that head only, and probing the first,
-            // middle and last local rank alone took such a tree for
-            // node-symmetric (and deadlocked on 2 nodes).
+            // Node 0's ranks (simulated either way), then every local rank
+            // of node 1 and of the last node against them, a few at a time
+            // and dropped once compared (a ring on 16384 ranks has half a
+            // million steps per rank). Every local rank: a tree whose
+            // chains all start at one GPU (a quad-GH200 node's NVLink
+            // rings) differs between nodes at that head only, and probing
+            // the first, middle and last local rank alone took such a tree
+            // for node-symmetric (and deadlocked on 2 nodes).
             let locals: Vec<usize> = (0..rpn).collect();
+            for (r, st) in locals.iter().zip(par_map(&locals, generate)) {
+                have.push((*r, st?));
+            }
             let nodes = n / rpn;
             let mut probe_nodes = vec![1];
             if nodes > 2 {
                 probe_nodes.push(nodes - 1);
             }
-            let mut jobs = locals.clone();
-            for &node in &probe_nodes {
-                jobs.extend(locals.iter().map(|&r| node * rpn + r));
-            }
-            for (r, st) in jobs.iter().zip(par_map(&jobs, generate)) {
-                have.push((*r, st?));
-            }
-            let symmetric = have[locals.len()..].iter().all(|(r, other)| {
-                let k = locals
-                    .iter()
-                    .position(|&l| l == r % rpn)
-                    .expect("a probe of a local");
-                same_up_to_node_shift(&have[k].1, other, r - r % rpn, n, elem)
-            });
-            if symmetric {
-                have.truncate(locals.len());
-            } else {
-                orbit = None;
+            let probes: Vec<usize> = probe_nodes
+                .iter()
+                .flat_map(|&node| locals.iter().map(move |&l| node * rpn + l))
+                .collect();
+            let mut symmetric = true;
+            for batch in probes.chunks(crate::par::threads().max(1)) {
+                for (r, other) in batch.iter().zip(par_map(batch, generate)) {
+                    let base = r - r % rpn;
+                    if !same_up_to_node_shift(&have[r % rpn].1, &other?, base, n, elem) {
+                        symmetric = false;
+                        break;
+                    }
+                }
+                if !symmetric {
+                    orbit = None;
+                    break;
+                }
             }
         }
         let simulate = if orbit.is_some() { rpn } else { n };

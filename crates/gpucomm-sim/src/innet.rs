@@ -199,7 +199,8 @@ fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
     let rpn = fabric.ranks_per_node();
     fabric
         .rails()
-        .into_iter()
+        .iter()
+        .copied()
         .take(rpn)
         .enumerate()
         .map(|(i, k)| {

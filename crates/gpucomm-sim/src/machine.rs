@@ -352,6 +352,8 @@ pub struct ClusterFabric {
     trunks: Vec<f64>,
     /// The NVLink rings, searched once (see [`ClusterFabric::nvlink_rings`]).
     rings: std::sync::OnceLock<Vec<Vec<u32>>>,
+    /// The NICs the GPUs in use send through (see [`ClusterFabric::rails`]).
+    rails: std::sync::OnceLock<Vec<usize>>,
 }
 
 impl ClusterFabric {
@@ -402,6 +404,7 @@ impl ClusterFabric {
             npl: nodes,
             trunks: Vec::new(),
             rings: std::sync::OnceLock::new(),
+            rails: std::sync::OnceLock::new(),
             machine: machine.clone(),
         };
         let add = |f: &mut ClusterFabric, role: Role, cap: f64, lat_us: f64| -> u32 {
@@ -952,14 +955,16 @@ impl ClusterFabric {
     /// the network through its own 400 Gb/s NIC, not the node's eight
     /// (before, `--gpus 1` sent its channels through all eight, 381 GB/s
     /// of bus bandwidth between two nodes). Empty without NICs.
-    pub fn rails(&self) -> Vec<usize> {
-        let nics = self.machine.node.nics;
-        let near: Vec<usize> = (0..nics).filter(|&k| self.nic_gpu(k) < self.rpn).collect();
-        if near.is_empty() && nics > 0 {
-            vec![0]
-        } else {
-            near
-        }
+    pub fn rails(&self) -> &[usize] {
+        self.rails.get_or_init(|| {
+            let nics = self.machine.node.nics;
+            let near: Vec<usize> = (0..nics).filter(|&k| self.nic_gpu(k) < self.rpn).collect();
+            if near.is_empty() && nics > 0 {
+                vec![0]
+            } else {
+                near
+            }
+        })
     }
 
     /// Route from GPU `a` of node `na` to the network through NIC `k` of
