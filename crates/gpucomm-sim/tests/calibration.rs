@@ -139,6 +139,20 @@ value = 3.4
 source = "openhackathons-org/gpubootcamp DGX A100 notebook (3.36-3.47); left out of the runs the NVSwitch peer copy start is the median of, so an independent check"
 
 [[case]]
+id = "a800-p2p-latency-nvswitch"
+system = "8x A800 SXM4 80GB on NVSwitch (NV8), P2P enabled"
+metric = "p2p_latency_us"
+value = 3.185
+source = "DaydreamAtNight/DaydreamAtNight.github.io 2023/02/01/test-GPU-server-multiGPU/index.html (p2pBandwidthLatencyTest, GPU pairs 3.09-3.28); not among the runs of the NVSwitch peer copy start"
+
+[[case]]
+id = "a800-p2p-unidirectional"
+system = "8x A800 SXM4 80GB on NVSwitch (NV8), P2P enabled"
+metric = "p2p_unidirectional_bandwidth"
+value = 186.4
+source = "same run (GPU pairs 186.23-186.64)"
+
+[[case]]
 id = "gh200-h2d-pinned"
 system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
 metric = "h2d_bandwidth"
