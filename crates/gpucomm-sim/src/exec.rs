@@ -748,12 +748,6 @@ fn same_up_to_node_shift(
         })
 }
 
-/// Pairs every send with its receive before the run: the `k`-th send from
-/// `a` to `b` on channel `c` meets the `k`-th receive of `b` from `a` on
-/// `c`. With `g` simulated ranks of `n` (node symmetry, `g` divides `n`), a
-/// step's partner is simulated rank `peer % g`, and its own peer there is
-/// this rank moved back by the peer's node. Steps left without a partner
-/// wait forever (reported as a deadlock).
 /// Beyond this many simulated ranks [`Prepared::new`] checks, before it
 /// generates them, that their steps fit in memory.
 const MEMORY_CHECK_RANKS: usize = 4096;
@@ -767,6 +761,7 @@ const MEMORY_CHECK_RANKS: usize = 4096;
 /// steps (26.2 kB, Simple, 128 MiB) 325 MB: 1.5-1.8 times the steps, and
 /// 3.6 kB per rank where the steps are few.
 const RUN_BYTES_PER_STEP_BYTE: f64 = 2.0;
+/// See [`RUN_BYTES_PER_STEP_BYTE`]: the per-rank part.
 const RUN_BYTES_PER_RANK: f64 = 4096.0;
 
 impl RankState {
@@ -832,6 +827,12 @@ fn available_memory() -> Option<u64> {
     Some(avail)
 }
 
+/// Pairs every send with its receive before the run: the `k`-th send from
+/// `a` to `b` on channel `c` meets the `k`-th receive of `b` from `a` on
+/// `c`. With `g` simulated ranks of `n` (node symmetry, `g` divides `n`), a
+/// step's partner is simulated rank `peer % g`, and its own peer there is
+/// this rank moved back by the peer's node. Steps left without a partner
+/// wait forever (reported as a deadlock).
 fn pair_partners(ranks: &mut [RankState], n: usize) {
     let g = ranks.len();
     for r in 0..g {
