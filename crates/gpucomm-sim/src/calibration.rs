@@ -679,6 +679,21 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "median same-GPU 16-byte copy of 16 published p2pBandwidthLatencyTest runs (docs/sim.md, Staged copies)",
         ),
         (
+            "Peer copy start, direct link, us",
+            model::CE_COPY_OVERHEAD_US,
+            "assumption (published 16-byte peer copies: 1.3-1.4 P100, 1.6-2.0 DGX-1 V100, 1.67-2.49 A100 over PCIe)",
+        ),
+        (
+            "Peer copy start, NVSwitch, Ampere, us",
+            model::nvswitch_peer_copy_start_us(model::Arch::Ampere),
+            "median published HGX A100 peer copy (3 runs, 3.16 us) less the route's 0.3 us (docs/sim.md)",
+        ),
+        (
+            "Peer copy start, NVSwitch, Hopper, us",
+            model::nvswitch_peer_copy_start_us(model::Arch::Hopper),
+            "one published HGX H100 run (2.805 us) less the route's 0.3 us; Blackwell the same (assumption)",
+        ),
+        (
             "Staged copy hand-over, us",
             model::STAGED_SYNC_US,
             "median over the same 16 runs: staged 16-byte copy less two same-GPU copies",
