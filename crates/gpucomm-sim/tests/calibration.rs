@@ -153,6 +153,28 @@ value = 186.4
 source = "same run (GPU pairs 186.23-186.64)"
 
 [[case]]
+id = "alps-2node-1rank-allreduce-128M"
+system = "Alps quad GH200 nodes, one rank per node"
+metric = "busbw"
+collective = "all_reduce"
+gpus = 2
+nodes = 2
+bytes = 134217728
+value = 22.86
+source = "eth-cscs/cscs-docs docs/software/container-engine/sarus-suite/index.md (nccl-tests 2.18.2); one GPU reaches the network through its own NIC (all four NICs gave 99 GB/s before ClusterFabric::rails)"
+
+[[case]]
+id = "alps-8node-1rank-sendrecv-512M"
+system = "Alps quad GH200 nodes, one rank per node"
+metric = "busbw"
+collective = "sendrecv"
+gpus = 8
+nodes = 8
+bytes = 536870912
+value = 24.24
+source = "NVIDIA/nccl issue 1272 (NCCL 2.19.4)"
+
+[[case]]
 id = "gh200-h2d-pinned"
 system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
 metric = "h2d_bandwidth"
