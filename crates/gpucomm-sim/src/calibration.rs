@@ -474,13 +474,7 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
                     "{gpus} GPUs do not split over {nodes} nodes"
                 )));
             }
-            if gpus / nodes > m.node.gpus || gpus == 0 {
-                return Err(SimError::Model(format!(
-                    "{gpus} GPUs on {nodes} node(s): {} has {} GPUs per node",
-                    m.name, m.node.gpus
-                )));
-            }
-            m.gpus_used = Some(gpus / nodes);
+            m.use_gpus(gpus / nodes)?;
             let bytes = case
                 .bytes
                 .ok_or_else(|| SimError::Model(format!("case {} has no bytes", case.id)))?;

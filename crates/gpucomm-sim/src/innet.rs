@@ -193,20 +193,14 @@ pub fn nvls_sharp_eligible(
 }
 
 /// The heads of a node: `(NIC, GPU)` pairs, one per NIC next to a GPU in
-/// use ([`ClusterFabric::rails`]), at most one per GPU in use (the GPU next
-/// to the NIC, else GPU `k`).
+/// use ([`ClusterFabric::rails`]) and that GPU, as many as there are GPUs
+/// in use at most.
 fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
-    let rpn = fabric.ranks_per_node();
     fabric
         .rails()
         .iter()
-        .copied()
-        .take(rpn)
-        .enumerate()
-        .map(|(i, k)| {
-            let g = fabric.nic_gpu(k);
-            (k, if g < rpn { g } else { i })
-        })
+        .take(fabric.ranks_per_node())
+        .map(|&k| (k, fabric.nic_gpu(k)))
         .collect()
 }
 

@@ -231,6 +231,26 @@ pub enum Engine {
 }
 
 impl Machine {
+    /// Uses only the first `gpus` GPUs of each node (`--gpus`): at least
+    /// one, at most the node's.
+    ///
+    /// ```
+    /// let mut m = gpucomm_sim::Machine::preset("dgx-h100").unwrap();
+    /// m.use_gpus(2).unwrap();
+    /// assert_eq!(m.gpus_per_node(), 2);
+    /// assert!(m.use_gpus(9).is_err());
+    /// ```
+    pub fn use_gpus(&mut self, gpus: usize) -> Result<(), SimError> {
+        if gpus == 0 || gpus > self.node.gpus {
+            return Err(SimError::Model(format!(
+                "{} has {} GPUs per node, {gpus} asked",
+                self.name, self.node.gpus
+            )));
+        }
+        self.gpus_used = Some(gpus);
+        Ok(())
+    }
+
     /// GPUs (ranks) per node actually used.
     pub fn gpus_per_node(&self) -> usize {
         self.gpus_used.unwrap_or(self.node.gpus).min(self.node.gpus)
@@ -954,16 +974,13 @@ impl ClusterFabric {
     /// while a nearer one is found: one H100 of a DGX H100 node reaches
     /// the network through its own 400 Gb/s NIC, not the node's eight
     /// (before, `--gpus 1` sent its channels through all eight, 381 GB/s
-    /// of bus bandwidth between two nodes). Empty without NICs.
+    /// of bus bandwidth between two nodes). Empty without NICs; never
+    /// empty with them (NIC 0 sits next to GPU 0, always in use).
     pub fn rails(&self) -> &[usize] {
         self.rails.get_or_init(|| {
-            let nics = self.machine.node.nics;
-            let near: Vec<usize> = (0..nics).filter(|&k| self.nic_gpu(k) < self.rpn).collect();
-            if near.is_empty() && nics > 0 {
-                vec![0]
-            } else {
-                near
-            }
+            (0..self.machine.node.nics)
+                .filter(|&k| self.nic_gpu(k) < self.rpn)
+                .collect()
         })
     }
 

@@ -333,14 +333,7 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
         _ => {}
     }
     if let Some(g) = m.gpus {
-        if g == 0 || g > mach.node.gpus {
-            bail!(
-                "--gpus {g}: {} has {} GPUs per node",
-                mach.name,
-                mach.node.gpus
-            );
-        }
-        mach.gpus_used = Some(g);
+        mach.use_gpus(g).with_context(|| format!("--gpus {g}"))?;
     }
     let net_flags =
         m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
