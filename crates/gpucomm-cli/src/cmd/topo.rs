@@ -231,11 +231,12 @@ fn bw(g: f64) -> String {
     }
 }
 
-fn link_text(k: LinkKind, bandwidth: f64) -> String {
+/// A link's kind and per-direction rate; an SMP link's catalog rate is a
+/// placeholder, shown only when the topology set one (`overridden`).
+fn link_text(k: LinkKind, bandwidth: f64, overridden: bool) -> String {
     match k {
         LinkKind::Integrated => "integrated".to_string(),
-        // The catalog's SMP figure is a placeholder; a set one is shown.
-        LinkKind::Smp if bandwidth == k.bandwidth() => "SMP link (speed unknown)".to_string(),
+        LinkKind::Smp if !overridden => "SMP link (speed unknown)".to_string(),
         _ => format!("{k}, {} GB/s/dir", bw(bandwidth)),
     }
 }
@@ -264,7 +265,7 @@ fn node_line(t: &Topology, ix: NodeIx) -> String {
         s.push_str(&format!(", memory bandwidth {} GB/s", bw(m)));
     }
     if let Some(p) = n.port {
-        s.push_str(&format!(", port {}", link_text(p, p.bandwidth())));
+        s.push_str(&format!(", port {}", link_text(p, p.bandwidth(), false)));
     }
     if n.reduction {
         s.push_str(", in-switch reduction");
@@ -308,7 +309,13 @@ fn print_host_tree(out: &mut impl Write, t: &Topology, host: NodeIx) -> anyhow::
                 continue; // GPUs are leaves (C2C reaches the GPU, not past it)
             }
             seen[v.index()] = true;
-            parent.insert(v, (u, link_text(link.kind, link.bandwidth)));
+            parent.insert(
+                v,
+                (
+                    u,
+                    link_text(link.kind, link.bandwidth, link.bandwidth_overridden),
+                ),
+            );
             queue.push_back(v);
         }
     }
@@ -439,7 +446,7 @@ fn print_summary(out: &mut impl Write, t: &Topology) -> anyhow::Result<()> {
             "{} <-> {}: {}",
             t.node(l.a).id,
             t.node(l.b).id,
-            link_text(l.kind, l.bandwidth)
+            link_text(l.kind, l.bandwidth, l.bandwidth_overridden)
         ));
     }
     for (g, items) in &groups {
@@ -699,7 +706,7 @@ fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::R
             "  {} -> {}  {}, {} us",
             t.node(at).id,
             t.node(next).id,
-            link_text(l.kind, l.bandwidth),
+            link_text(l.kind, l.bandwidth, l.bandwidth_overridden),
             l.latency_us
         )?;
         at = next;
