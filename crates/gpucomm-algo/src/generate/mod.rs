@@ -260,8 +260,6 @@ pub(crate) struct Builder<'a> {
     extra: Vec<u32>,
     extra_off: Vec<u32>,
     aliased: bool,
-    /// Per step: up to two reads and one write.
-    access: Vec<[Option<Access>; 3]>,
 }
 
 impl<'a> Builder<'a> {
@@ -273,7 +271,6 @@ impl<'a> Builder<'a> {
             extra: Vec::new(),
             extra_off: vec![0],
             aliased,
-            access: Vec::new(),
         }
     }
 
@@ -283,20 +280,12 @@ impl<'a> Builder<'a> {
         Some((b as u8, o, o + sl.len))
     }
 
-    /// Room for `n` more steps (a generator that knows its step count saves
-    /// the copies of growing).
-    pub(crate) fn reserve(&mut self, n: usize) {
-        self.kinds.reserve(n);
-        self.extra_off.reserve(n);
-        self.access.reserve(n);
-    }
-
-    /// Appends a step; its dependencies will be `extra` plus every earlier
-    /// step whose accesses conflict with this one's (added by
-    /// [`Builder::finish`]). Returns the step's index.
-    pub(crate) fn push(&mut self, kind: StepKind, channel: u16, extra: &[u32]) -> u32 {
-        let idx = self.kinds.len() as u32;
-        let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match kind {
+    /// What step `kind` reads (up to two ranges) and writes (one), on the
+    /// layout [`locate`] maps to. Derived again where needed rather than
+    /// stored: kept per step it was 96 bytes, more than the step, and the
+    /// largest allocation of a long rank's generation.
+    fn accesses(&self, kind: &StepKind) -> [Option<Access>; 3] {
+        let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match *kind {
             StepKind::Send { src, .. } => ([Some(src), None], None),
             StepKind::Recv { dst, .. } => ([None, None], Some(dst)),
             StepKind::RecvReduce { src, dst, .. } | StepKind::Copy { src, dst } => {
@@ -304,11 +293,25 @@ impl<'a> Builder<'a> {
             }
             StepKind::Reduce { src, dst } => ([Some(src), Some(dst)], Some(dst)),
         };
-        self.access.push([
+        [
             self.locate(reads[0]),
             self.locate(reads[1]),
             self.locate(write),
-        ]);
+        ]
+    }
+
+    /// Room for `n` more steps (a generator that knows its step count saves
+    /// the copies of growing).
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.kinds.reserve(n);
+        self.extra_off.reserve(n);
+    }
+
+    /// Appends a step; its dependencies will be `extra` plus every earlier
+    /// step whose accesses conflict with this one's (added by
+    /// [`Builder::finish`]). Returns the step's index.
+    pub(crate) fn push(&mut self, kind: StepKind, channel: u16, extra: &[u32]) -> u32 {
+        let idx = self.kinds.len() as u32;
         self.kinds.push((kind, channel));
         self.extra.extend_from_slice(extra);
         self.extra_off.push(self.extra.len() as u32);
@@ -325,18 +328,19 @@ impl<'a> Builder<'a> {
         // their sort, near the number of distinct ends (a value evicted
         // from the table is only listed again; the dedup below drops it).
         let mut bounds: [Vec<usize>; 3] = Default::default();
-        let size = (2 * self.access.len())
-            .next_power_of_two()
-            .clamp(16, 1 << 16);
+        let steps = self.kinds.len();
+        let size = (2 * steps).next_power_of_two().clamp(16, 1 << 16);
         let shift = u64::BITS - size.trailing_zeros();
         let mut listed = vec![(u8::MAX, usize::MAX); size];
-        for a in self.access.iter().flatten().flatten() {
-            for x in [a.1, a.2] {
-                let h = ((x as u64 ^ u64::from(a.0) << 62).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    >> shift) as usize;
-                if listed[h] != (a.0, x) {
-                    listed[h] = (a.0, x);
-                    bounds[a.0 as usize].push(x);
+        for (kind, _) in &self.kinds {
+            for a in self.accesses(kind).iter().flatten() {
+                for x in [a.1, a.2] {
+                    let h = ((x as u64 ^ u64::from(a.0) << 62).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        >> shift) as usize;
+                    if listed[h] != (a.0, x) {
+                        listed[h] = (a.0, x);
+                        bounds[a.0 as usize].push(x);
+                    }
                 }
             }
         }
@@ -349,15 +353,16 @@ impl<'a> Builder<'a> {
         let segs = |i: usize| bounds[i].len().saturating_sub(1);
         let mut writer: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
         let mut readers: [Vec<u32>; 3] = std::array::from_fn(|i| vec![NO_STEP; segs(i)]);
-        let mut arena: Vec<(u32, u32)> = Vec::with_capacity(self.access.len());
+        let mut arena: Vec<(u32, u32)> = Vec::with_capacity(steps);
         let index: [BoundIndex; 3] = std::array::from_fn(|i| BoundIndex::new(&bounds[i]));
         let seg = |b: usize, x: usize| index[b].get(x);
         // Every step's dependencies, one list after another.
-        let mut deps: Vec<u32> = Vec::with_capacity(self.extra.len() + 2 * self.access.len());
-        let mut dep_off: Vec<u32> = Vec::with_capacity(self.access.len() + 1);
+        let mut deps: Vec<u32> = Vec::with_capacity(self.extra.len() + 2 * steps);
+        let mut dep_off: Vec<u32> = Vec::with_capacity(steps + 1);
         dep_off.push(0);
-        for (i, acc) in self.access.iter().enumerate() {
+        for (i, (kind, _)) in self.kinds.iter().enumerate() {
             let idx = i as u32;
+            let acc = self.accesses(kind);
             let start = deps.len();
             let (e0, e1) = (self.extra_off[i] as usize, self.extra_off[i + 1] as usize);
             deps.extend_from_slice(&self.extra[e0..e1]);
@@ -436,48 +441,67 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Position of each of a sorted list of distinct boundaries, by value: an
-/// open-addressing table (multiplicative hash, linear probing) at most half
-/// full, so a lookup is a multiply and a probe or two instead of a binary
-/// search.
-struct BoundIndex {
-    slots: Vec<(usize, u32)>,
+/// Position of each of a sorted list of distinct boundaries, by value: the
+/// range from the first boundary to the last cut into power-of-two buckets,
+/// at most two per boundary, each knowing where its boundaries start in the
+/// list. A lookup is a shift, two reads and a search among the bucket's
+/// boundaries (one or two where they are spread evenly, as a schedule's
+/// blocks are; a binary search where they cluster). Values close together
+/// look up entries close together, so a generator walking its buffers in
+/// order stays in cache (a hash table spread them over the whole table,
+/// and its lookups were most of a 16384-rank ring's generation).
+struct BoundIndex<'a> {
+    bounds: &'a [usize],
+    /// The first boundary; buckets count from it.
+    lo: usize,
+    /// log2 of a bucket's width.
     shift: u32,
+    /// Per bucket, the position of its first boundary (of the first one
+    /// after it where it has none), and the list's length at the end.
+    first: Vec<u32>,
 }
 
-impl BoundIndex {
-    fn new(bounds: &[usize]) -> Self {
-        let size = (2 * bounds.len()).next_power_of_two().max(2);
-        let shift = usize::BITS - size.trailing_zeros();
-        let mut t = BoundIndex {
-            slots: vec![(usize::MAX, u32::MAX); size],
-            shift,
+impl<'a> BoundIndex<'a> {
+    fn new(bounds: &'a [usize]) -> Self {
+        let (lo, hi) = match (bounds.first(), bounds.last()) {
+            (Some(&lo), Some(&hi)) => (lo, hi),
+            _ => (0, 0),
         };
-        for (i, &x) in bounds.iter().enumerate() {
-            let mut h = t.home(x);
-            while t.slots[h].1 != u32::MAX {
-                h = (h + 1) & (size - 1);
-            }
-            t.slots[h] = (x, i as u32);
+        let span = hi - lo;
+        let most = 2 * bounds.len().max(1);
+        let mut shift = 0;
+        while (span >> shift) >= most {
+            shift += 1;
         }
-        t
-    }
-
-    fn home(&self, x: usize) -> usize {
-        (x as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize >> self.shift
+        let buckets = (span >> shift) + 1;
+        let mut first = Vec::with_capacity(buckets + 1);
+        let mut i = 0;
+        for b in 0..=buckets {
+            let start = (b as u128) << shift;
+            while i < bounds.len() && ((bounds[i] - lo) as u128) < start {
+                i += 1;
+            }
+            first.push(i as u32);
+        }
+        BoundIndex {
+            bounds,
+            lo,
+            shift,
+            first,
+        }
     }
 
     /// The position of boundary `x`, which must be in the list.
     fn get(&self, x: usize) -> usize {
-        let mask = self.slots.len() - 1;
-        let mut h = self.home(x);
-        loop {
-            let (k, i) = self.slots[h];
-            assert!(i != u32::MAX, "every access end is a boundary");
-            if k == x {
-                return i as usize;
-            }
-            h = (h + 1) & mask;
+        let b = x.checked_sub(self.lo).map(|o| o >> self.shift);
+        let range = b.and_then(|b| Some((*self.first.get(b)?, *self.first.get(b + 1)?)));
+        let k = range.map(|(a, e)| {
+            let (a, e) = (a as usize, e as usize);
+            a + self.bounds[a..e].partition_point(|&v| v < x)
+        });
+        match k {
+            Some(k) if self.bounds.get(k) == Some(&x) => k,
+            _ => panic!("every access end is a boundary ({x} is not)"),
         }
     }
 }
@@ -505,17 +529,43 @@ mod tests {
 
     #[test]
     fn bound_index_finds_every_boundary_at_its_position() {
-        // Clustered, spread and colliding values (multiples of a power of
-        // two hash close together), and the empty and one-element lists.
+        // Clustered, spread and power-of-two strided values, and the empty
+        // and one-element lists.
         for n in [0usize, 1, 2, 3, 100, 4097] {
             for stride in [1usize, 64, 1 << 20, (1 << 32) + 1] {
-                let bounds: Vec<usize> = (0..n).map(|i| i * stride + (i % 3)).collect();
+                let mut bounds: Vec<usize> = (0..n).map(|i| i * stride + (i % 3)).collect();
+                // Sorted and distinct, as the builder lists them.
+                bounds.sort_unstable();
+                bounds.dedup();
                 let idx = BoundIndex::new(&bounds);
-                assert!(idx.slots.len() >= 2 * n);
+                assert!(idx.first.len() <= 2 * n.max(1) + 1);
                 for (i, &x) in bounds.iter().enumerate() {
                     assert_eq!(idx.get(x), i, "n {n} stride {stride} value {x}");
                 }
             }
         }
+        // A dense cluster and one far value: the cluster shares a bucket
+        // (searched, not scanned) and the table stays two per boundary.
+        let mut bounds: Vec<usize> = (0..5000).collect();
+        bounds.push(1 << 40);
+        let idx = BoundIndex::new(&bounds);
+        assert!(idx.first.len() <= 2 * bounds.len() + 1);
+        for (i, &x) in bounds.iter().enumerate() {
+            assert_eq!(idx.get(x), i);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "every access end is a boundary")]
+    fn bound_index_refuses_a_value_not_listed() {
+        let bounds = [10usize, 20, 30];
+        BoundIndex::new(&bounds).get(25);
+    }
+
+    #[test]
+    #[should_panic(expected = "every access end is a boundary")]
+    fn bound_index_refuses_a_value_below_the_first() {
+        let bounds = [10usize, 20, 30];
+        BoundIndex::new(&bounds).get(5);
     }
 }
