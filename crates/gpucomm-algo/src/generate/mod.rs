@@ -284,6 +284,7 @@ impl<'a> Builder<'a> {
     /// layout [`locate`] maps to. Derived again where needed rather than
     /// stored: kept per step it was 96 bytes, more than the step, and the
     /// largest allocation of a long rank's generation.
+    #[inline]
     fn accesses(&self, kind: &StepKind) -> [Option<Access>; 3] {
         let (reads, write): ([Option<Slice>; 2], Option<Slice>) = match *kind {
             StepKind::Send { src, .. } => ([Some(src), None], None),
@@ -492,15 +493,26 @@ impl<'a> BoundIndex<'a> {
     }
 
     /// The position of boundary `x`, which must be in the list.
+    #[inline]
     fn get(&self, x: usize) -> usize {
-        let b = x.checked_sub(self.lo).map(|o| o >> self.shift);
-        let range = b.and_then(|b| Some((*self.first.get(b)?, *self.first.get(b + 1)?)));
-        let k = range.map(|(a, e)| {
-            let (a, e) = (a as usize, e as usize);
-            a + self.bounds[a..e].partition_point(|&v| v < x)
-        });
-        match k {
-            Some(k) if self.bounds.get(k) == Some(&x) => k,
+        // Below the first boundary the offset wraps past every bucket.
+        let b = x.wrapping_sub(self.lo) >> self.shift;
+        let k = match (self.first.get(b), self.first.get(b.wrapping_add(1))) {
+            (Some(&a), Some(&e)) => {
+                let (mut k, e) = (a as usize, e as usize);
+                if e - k > 8 {
+                    k += self.bounds[k..e].partition_point(|&v| v < x);
+                } else {
+                    while k < e && self.bounds[k] < x {
+                        k += 1;
+                    }
+                }
+                k
+            }
+            _ => usize::MAX,
+        };
+        match self.bounds.get(k) {
+            Some(&v) if v == x => k,
             _ => panic!("every access end is a boundary ({x} is not)"),
         }
     }
