@@ -323,6 +323,11 @@ struct Exec<'a> {
     elem: u64,
     cfg: &'a ExecConfig,
     local_gbps: Vec<f64>,
+    /// When each rank's device memory is free of its local steps: they
+    /// share it, one after another in the order they become ready (the
+    /// chunks of a chain's root would otherwise each copy at the full
+    /// rate at once, a 1 GiB broadcast on one GPU in 9 us).
+    local_free: Vec<SimTime>,
     spans: Vec<RankSpan>,
     work: Vec<(u32, u32)>,
     /// First of the per-rank sending-limit links, if any.
@@ -1037,6 +1042,7 @@ impl<'a> Exec<'a> {
             elem,
             cfg,
             local_gbps: (0..g).map(|r| fabric.local_gbps(r).max(1e-9)).collect(),
+            local_free: vec![SimTime::ZERO; g],
             spans: Vec::new(),
             work: Vec::new(),
             send_links: None,
@@ -1109,8 +1115,10 @@ impl Exec<'_> {
             K_LOCAL => {
                 let dur = self.cfg.overheads.step_local
                     + SimTime::from_secs_f64(st.bytes as f64 / (self.local_gbps[r as usize] * 1e9));
+                let end = t.max(self.local_free[r as usize]) + dur;
+                self.local_free[r as usize] = end;
                 let p = self.alloc_pending(Pending::Local(r, s));
-                self.net.timer(t + dur, u64::from(p));
+                self.net.timer(end, u64::from(p));
             }
             K_GAP => {
                 self.iteration_finish[r as usize].push(t);

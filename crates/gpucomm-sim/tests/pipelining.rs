@@ -101,3 +101,30 @@ fn a_ring_all_reduce_at_scale_is_bound_by_its_busiest_link_at_every_size() {
         spread * 100.0
     );
 }
+
+#[test]
+fn a_gpus_local_copies_share_its_memory() {
+    // A broadcast on one GPU is its root's copy of the input to the
+    // output, which the chain runs as one local copy per chunk: they share
+    // the GPU's memory (a copy reads and writes it, half the HBM rate
+    // each way), one after another. Run at once, each at the full rate,
+    // the 2048 chunks of 1 GiB took one chunk's time (8.7 us, 123 TB/s).
+    let mut m = gpucomm_sim::Machine::preset("dgx-h100").unwrap();
+    m.use_gpus(1).unwrap();
+    let f = m.fabric(gpucomm_sim::Engine::Nccl, 1).unwrap();
+    let bytes = 1u64 << 30;
+    let copy_us = bytes as f64 / (m.node.hbm_gbps / 2.0 * 1e9) * 1e6;
+    let opts = common::forced("ring", Some(Protocol::Simple));
+    for coll in [
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::AllReduce,
+    ] {
+        let t = simulate(&f, coll, bytes, &opts).unwrap().time.as_us();
+        assert!(
+            t >= copy_us && t < copy_us + 20.0,
+            "{}: {t} us for a {copy_us} us copy",
+            coll.name()
+        );
+    }
+}
