@@ -240,6 +240,26 @@ fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
 }
 
 #[test]
+fn train_takes_a_node_count_or_a_sweep_not_both() {
+    // `--nodes 3` beside a sweep was dropped without a word.
+    let out = gpucomm(
+        &[
+            "sim",
+            "train",
+            "--model",
+            "resnet50",
+            "--sweep-nodes",
+            "1,2",
+            "--nodes",
+            "3",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(2), "{}", out.dump());
+    assert!(out.stderr.contains("cannot be used with"), "{}", out.dump());
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     for (args, says) in [
         (

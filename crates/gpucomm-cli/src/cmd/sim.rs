@@ -280,8 +280,9 @@ struct TrainArgs {
     /// Model: a preset (resnet50, bert-large, gpt2-xl) or a TOML file.
     #[arg(long, default_value = "bert-large")]
     model: String,
-    /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes).
-    #[arg(long, value_delimiter = ',')]
+    /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes;
+    /// not both).
+    #[arg(long, value_delimiter = ',', conflicts_with = "nodes")]
     sweep_nodes: Vec<usize>,
     /// DDP bucket cap in MiB.
     #[arg(long, default_value_t = 25.0)]
