@@ -447,7 +447,8 @@ impl<'a> Builder<'a> {
 /// at most two per boundary, each knowing where its boundaries start in the
 /// list. A lookup is a shift, two reads and a search among the bucket's
 /// boundaries (one or two where they are spread evenly, as a schedule's
-/// blocks are; a binary search where they cluster). Values close together
+/// blocks are: a scan; a binary search past eight, where they cluster,
+/// so no bucket costs more than a logarithm). Values close together
 /// look up entries close together, so a generator walking its buffers in
 /// order stays in cache (a hash table spread them over the whole table,
 /// and its lookups were most of a 16384-rank ring's generation).
