@@ -290,6 +290,12 @@ fn bad_input_is_a_clear_error() {
             "NCCL_P2P_LL_THRESHOLD",
         ),
         (&["train", "--model", "nope"], "unknown model"),
+        // Refused before the run, not after it.
+        (
+            &["all_reduce", "--trace", "/nonexistent-gpucomm-dir/t.json"],
+            "no directory /nonexistent-gpucomm-dir",
+        ),
+        (&["p2p", "--pair", "0,1", "--trace", "/"], "is a directory"),
         (&["all_reduce", "--nodes", "0"], "at least 1"),
         (
             &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],

@@ -305,6 +305,23 @@ struct CalibrateArgs {
 
 /// Runs `gpucomm sim`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let trace = match &args.cmd {
+        SimCmd::AllReduce(a)
+        | SimCmd::AllGather(a)
+        | SimCmd::ReduceScatter(a)
+        | SimCmd::Broadcast(a)
+        | SimCmd::Reduce(a)
+        | SimCmd::AllToAll(a)
+        | SimCmd::Sendrecv(a) => a.trace.as_deref(),
+        SimCmd::P2p(a) => a.trace.as_deref(),
+        SimCmd::Copy(a) => a.trace.as_deref(),
+        SimCmd::Rdma(a) => a.trace.as_deref(),
+        SimCmd::Train(a) => a.trace.as_deref(),
+        SimCmd::Calibrate(_) => None,
+    };
+    if let Some(p) = trace {
+        check_trace_path(p)?;
+    }
     match args.cmd {
         SimCmd::AllReduce(a) => collective(Collective::AllReduce, a),
         SimCmd::AllGather(a) => collective(Collective::AllGather, a),
@@ -319,6 +336,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         SimCmd::Train(a) => train_cmd(a),
         SimCmd::Calibrate(a) => calibrate_cmd(a),
     }
+}
+
+/// A `--trace` path the run could not write to (a directory, or in a
+/// directory that does not exist) is refused before the run, which may take
+/// minutes, rather than after it.
+fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
+    if p.is_dir() {
+        bail!("--trace {}: is a directory", p.display());
+    }
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "--trace {}: no directory {} to write it in",
+            p.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn machine(m: &Machine_) -> anyhow::Result<Machine> {
