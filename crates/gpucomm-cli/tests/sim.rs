@@ -240,6 +240,18 @@ fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
 }
 
 #[test]
+fn an_empty_collective_is_discarded_as_nccl_does() {
+    let v = sim_json(&["all_reduce", "-b", "0", "-e", "4", "-f", "4"]);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows[0]["bytes"], 0);
+    assert_eq!(rows[0]["algorithm"], "none");
+    assert!(rows[0]["protocol"].is_null());
+    assert_eq!(f(&rows[0], "time_us"), 0.0);
+    // The next size runs.
+    assert!(f(&rows[1], "time_us") > 0.0 && rows[1]["protocol"].is_string());
+}
+
+#[test]
 fn train_takes_a_node_count_or_a_sweep_not_both() {
     // `--nodes 3` beside a sweep was dropped without a word.
     let out = gpucomm(

@@ -33,6 +33,10 @@ pub enum AlgoChoice {
     /// NCCL's NVLSTree: NVLink SHARP inside each node, a double binary
     /// tree between the nodes (no switch support in the network).
     NvlsTree,
+    /// Nothing runs: NCCL discards a collective of no elements
+    /// (`src/enqueue.cc`, `taskAppend`: "Empty collectives can be
+    /// discarded"); [`simulate`] answers it, it cannot be asked for.
+    Discarded,
 }
 
 impl AlgoChoice {
@@ -43,6 +47,7 @@ impl AlgoChoice {
             AlgoChoice::Nvls => "nvls",
             AlgoChoice::CollNet => "collnet",
             AlgoChoice::NvlsTree => "nvls_tree",
+            AlgoChoice::Discarded => "none",
         }
     }
 
@@ -442,7 +447,8 @@ pub struct CollResult {
     pub busbw_gbps: f64,
     /// The algorithm that ran.
     pub algorithm: AlgoChoice,
-    /// The protocol it ran with.
+    /// The protocol it ran with (Simple, and meaningless, when
+    /// [`AlgoChoice::Discarded`]: nothing ran).
     pub protocol: Protocol,
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
@@ -933,6 +939,30 @@ pub fn simulate(
         return Err(SimError::Model(
             "every protocol is excluded (Simple, LL128, LL)".into(),
         ));
+    }
+    // NCCL launches nothing for a collective of no elements; its
+    // point-to-point operations (sendrecv, all_to_all) still run, empty.
+    if bytes == 0
+        && !matches!(
+            collective,
+            Collective::SendRecv { .. } | Collective::AllToAll
+        )
+    {
+        return Ok(CollResult {
+            bytes,
+            ranks: fabric.ranks(),
+            time: SimTime::ZERO,
+            completion: SimTime::ZERO,
+            algbw_gbps: 0.0,
+            busbw_gbps: 0.0,
+            algorithm: AlgoChoice::Discarded,
+            protocol: Protocol::Simple,
+            candidates: Vec::new(),
+            skipped: Vec::new(),
+            model: Vec::new(),
+            exec: None,
+            simulated_bytes: None,
+        });
     }
     let mut refused = None;
     // The enabled candidates in tie-breaking order.
@@ -1526,6 +1556,7 @@ fn run_one(
             innet::nvls_tree_eligible(fabric, collective)?;
             (innet::nvls_tree_all_reduce(fabric, bytes)?, None)
         }
+        AlgoChoice::Discarded => (SimTime::ZERO, None),
         AlgoChoice::Schedule(a) => {
             let (prepared, rest) = prepared
                 .ok_or_else(|| SimError::Model(format!("{} was not prepared", a.name())))?;

@@ -526,3 +526,34 @@ fn point_to_point_protocols_follow_nccls_ll_threshold() {
     let e = pick(shift, 1 << 20, "LL128").unwrap_err();
     assert!(e.to_string().contains("NCCL_P2P_LL_THRESHOLD"), "{e}");
 }
+
+#[test]
+fn a_collective_of_no_elements_runs_nothing_but_point_to_point_still_runs() {
+    // NCCL discards an empty collective (src/enqueue.cc, taskAppend); it
+    // was simulated as a ring of empty steps (8.4 us on one DGX H100).
+    let f = common::fabric("dgx-h100", 2);
+    for coll in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+    ] {
+        let r = simulate(&f, coll, 0, &CollOptions::default()).unwrap();
+        assert_eq!(r.algorithm, AlgoChoice::Discarded, "{}", coll.name());
+        assert_eq!(r.time, SimTime::ZERO, "{}", coll.name());
+        assert!(r.exec.is_none() && r.candidates.is_empty());
+    }
+    // Bad options are still refused.
+    let none = CollOptions {
+        protocol: Select::parse("^simple,ll128,ll", Protocol::parse).unwrap(),
+        ..Default::default()
+    };
+    assert!(simulate(&f, Collective::AllReduce, 0, &none).is_err());
+    // Empty sends and receives are still matched and delivered.
+    for coll in [Collective::SendRecv { shift: 1 }, Collective::AllToAll] {
+        let r = simulate(&f, coll, 0, &CollOptions::default()).unwrap();
+        assert_ne!(r.algorithm, AlgoChoice::Discarded, "{}", coll.name());
+        assert!(r.time > SimTime::ZERO, "{}", coll.name());
+    }
+}

@@ -472,7 +472,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                     "bytes": r.bytes, "time_us": r.time.as_us(),
                     "completion_us": r.completion.as_us(), "algbw_gbps": r.algbw_gbps,
                     "busbw_gbps": r.busbw_gbps, "algorithm": r.algorithm.name(),
-                    "protocol": r.protocol.name(),
+                    "protocol": protocol_name(r),
                 });
                 if let Some(b) = r.simulated_bytes {
                     v["simulated_bytes"] = json!(b);
@@ -545,7 +545,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 r.bytes / elem,
                 if elem == 4 { "float" } else { "int8" },
                 r.algorithm.name(),
-                r.protocol.name(),
+                protocol_name(r).unwrap_or("-"),
                 r.time.as_us(),
                 r.algbw_gbps,
                 r.busbw_gbps
@@ -648,7 +648,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     } else if a.trace.is_some() && !a.m.json {
         writeln!(
             o,
-            "# trace: nothing to trace (nvls, nvls_tree and collnet run no schedule)"
+            "# trace: nothing to trace (nvls, nvls_tree and collnet run no schedule; NCCL runs nothing for no elements)"
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -656,6 +656,12 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
 
 /// The busiest links of run `e`, over its own time (where only a
 /// pipeline's first chunks ran, `part` bytes of the collective, theirs).
+/// The protocol a row ran with; none where NCCL discarded the collective
+/// (no elements: nothing ran).
+fn protocol_name(r: &CollResult) -> Option<&'static str> {
+    (r.algorithm != AlgoChoice::Discarded).then(|| r.protocol.name())
+}
+
 fn link_summary(
     o: &mut impl Write,
     e: &ExecResult,
