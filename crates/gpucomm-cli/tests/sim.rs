@@ -254,19 +254,10 @@ fn an_empty_collective_is_discarded_as_nccl_does() {
 #[test]
 fn train_takes_a_node_count_or_a_sweep_not_both() {
     // `--nodes 3` beside a sweep was dropped without a word.
-    let out = gpucomm(
-        &[
-            "sim",
-            "train",
-            "--model",
-            "resnet50",
-            "--sweep-nodes",
-            "1,2",
-            "--nodes",
-            "3",
-        ],
-        LIMIT,
-    );
+    let args: Vec<&str> = "sim train --model resnet50 --sweep-nodes 1,2 --nodes 3"
+        .split(' ')
+        .collect();
+    let out = gpucomm(&args, LIMIT);
     assert_eq!(out.code, Some(2), "{}", out.dump());
     assert!(out.stderr.contains("cannot be used with"), "{}", out.dump());
 }
