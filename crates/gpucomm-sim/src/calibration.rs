@@ -532,12 +532,9 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
             // names it: behind one switch (PIX/PXB), on one socket (NODE),
             // across sockets (SYS).
             let place = |a: usize, b: usize| {
-                let per = m.node.gpus_per_switch.max(1);
-                let switches = g.div_ceil(per).max(1);
-                let socket = |x: usize| (x / per) * m.node.sockets.max(1) / switches;
-                if a / per == b / per && m.node.gpus_per_switch > 0 {
+                if f.switch_of_gpu(a).is_some() && f.switch_of_gpu(a) == f.switch_of_gpu(b) {
                     "switch"
-                } else if socket(a) == socket(b) {
+                } else if f.socket_of_gpu(a) == f.socket_of_gpu(b) {
                     "socket"
                 } else {
                     "sys"

@@ -1463,12 +1463,7 @@ impl NcclRating<'_> {
     /// head, a head per NIC).
     fn nvls_tree_secs(&self, sim: f64) -> f64 {
         let node = &self.fabric.machine.node;
-        let heads = self
-            .fabric
-            .rails()
-            .len()
-            .min(self.fabric.ranks_per_node())
-            .max(1) as f64;
+        let heads = innet::heads(self.fabric).len().max(1) as f64;
         let cap = model::nccl_nvls_tree_channel_gbps(node.arch, self.comm.nodes) * heads;
         let lat = model::nccl_model_latency_us(
             "nvls_tree",

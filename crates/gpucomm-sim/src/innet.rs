@@ -195,7 +195,7 @@ pub fn nvls_sharp_eligible(
 /// The heads of a node: `(NIC, GPU)` pairs, one per NIC next to a GPU in
 /// use ([`ClusterFabric::rails`]) and that GPU, as many as there are GPUs
 /// in use at most.
-fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
+pub(crate) fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
     fabric
         .rails()
         .iter()

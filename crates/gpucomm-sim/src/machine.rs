@@ -605,7 +605,7 @@ impl ClusterFabric {
     }
 
     /// PCIe switch of GPU `g` (None: attached to the CPU directly).
-    fn switch_of_gpu(&self, g: usize) -> Option<usize> {
+    pub(crate) fn switch_of_gpu(&self, g: usize) -> Option<usize> {
         let per = self.machine.node.gpus_per_switch;
         (per > 0).then(|| g / per)
     }

@@ -380,7 +380,7 @@ fn gpus_in_use_send_through_their_own_nics_only() {
     // and steps keep the bus bandwidth at 0.83 of the eight ports).
     for (gpus, rails, low) in [(1, 1, 0.9), (2, 2, 0.9), (8, 8, 0.8)] {
         let mut m = Machine::preset("dgx-h100").unwrap();
-        m.gpus_used = Some(gpus);
+        m.use_gpus(gpus).unwrap();
         let f = m.fabric(Engine::Nccl, 2).unwrap();
         assert_eq!(f.rails().len(), rails);
         let t = time_us(&f, Collective::AllReduce, GIB, ring()) * 1e-6;
