@@ -439,18 +439,13 @@ impl Prepared {
                 .iter()
                 .flat_map(|&node| locals.iter().map(move |&l| node * rpn + l))
                 .collect();
-            let mut symmetric = true;
-            for batch in probes.chunks(crate::par::threads().max(1)) {
+            'probe: for batch in probes.chunks(crate::par::threads().max(1)) {
                 for (r, other) in batch.iter().zip(par_map(batch, generate)) {
                     let base = r - r % rpn;
                     if !same_up_to_node_shift(&have[r % rpn].1, &other?, base, n, elem) {
-                        symmetric = false;
-                        break;
+                        orbit = None;
+                        break 'probe;
                     }
-                }
-                if !symmetric {
-                    orbit = None;
-                    break;
                 }
             }
         }
@@ -813,16 +808,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// `MemAvailable`, or less where a cgroup (v2) limit is closer; `None`
 /// where neither can be read (not Linux).
 fn available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    let mut avail = kib * 1024;
+    let mut avail = meminfo_bytes("MemAvailable")?;
     let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok();
     if let (Some(max), Some(cur)) = (read("memory.max"), read("memory.current")) {
         if let (Ok(max), Ok(cur)) = (max.trim().parse::<u64>(), cur.trim().parse::<u64>()) {
@@ -830,6 +816,20 @@ fn available_memory() -> Option<u64> {
         }
     }
     Some(avail)
+}
+
+/// Field `key` of `/proc/meminfo` (given in kB), bytes.
+fn meminfo_bytes(key: &str) -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// Pairs every send with its receive before the run: the `k`-th send from
@@ -1404,32 +1404,29 @@ mod tests {
         let need = (ranks as f64 * per_rank) as u64;
         assert!(fits_in_memory(ranks, &rank, Some(need + 1)).is_ok());
         assert!(fits_in_memory(ranks, &rank, None).is_ok(), "unknown: runs");
-        match fits_in_memory(ranks, &rank, Some(need / 2)) {
-            Err(e @ SimError::TooLarge { .. }) => {
-                let SimError::TooLarge {
-                    ranks: r,
-                    steps,
-                    need_gib,
-                    available_gib,
-                } = e.clone()
-                else {
-                    unreachable!()
-                };
-                assert_eq!((r, steps), (ranks, rank.steps.len()));
-                assert!((need_gib / available_gib - 2.0).abs() < 1e-6);
-                let msg = e.to_string();
-                assert!(
-                    msg.contains("1000000 ranks") && msg.contains("GiB"),
-                    "{msg}"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        let e = fits_in_memory(ranks, &rank, Some(need / 2)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("1000000 ranks") && msg.contains("GiB"),
+            "{msg}"
+        );
+        let SimError::TooLarge {
+            ranks: r,
+            steps,
+            need_gib,
+            available_gib,
+        } = e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!((r, steps), (ranks, rank.steps.len()));
+        assert!((need_gib / available_gib - 2.0).abs() < 1e-6);
         // A rank's steps count in its bytes.
         assert!(rank.bytes() >= rank.steps.len() * std::mem::size_of::<CStep>());
-        // This machine's figure, where it has one, is some memory.
-        if let Some(avail) = available_memory() {
-            assert!(avail > 0);
+        // This machine's figure, where it has one, is read in bytes from
+        // the kernel's kB: some memory, no more than the machine has.
+        if let (Some(avail), Some(total)) = (available_memory(), meminfo_bytes("MemTotal")) {
+            assert!(avail > 0 && avail <= total, "{avail} of {total}");
         }
     }
 
