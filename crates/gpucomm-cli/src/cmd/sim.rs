@@ -654,14 +654,14 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The busiest links of run `e`, over its own time (where only a
-/// pipeline's first chunks ran, `part` bytes of the collective, theirs).
 /// The protocol a row ran with; none where NCCL discarded the collective
 /// (no elements: nothing ran).
 fn protocol_name(r: &CollResult) -> Option<&'static str> {
     (r.algorithm != AlgoChoice::Discarded).then(|| r.protocol.name())
 }
 
+/// The busiest links of run `e`, over its own time (where only a
+/// pipeline's first chunks ran, `part` bytes of the collective, theirs).
 fn link_summary(
     o: &mut impl Write,
     e: &ExecResult,
@@ -870,7 +870,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut cache = AllReduceTimes::new(a.tuner.options()?);
     prefill(&mach, &sweep, &model, bucket, &mut cache)?;
     let mut one = mach.clone();
-    one.gpus_used = Some(1);
+    one.use_gpus(1)?;
     let base = step(&one, 1, &model, bucket, &mut cache)?;
     let mut rows = vec![("1 GPU".to_string(), base.clone())];
     for &n in &sweep {
