@@ -661,7 +661,9 @@ fn gh200() -> TopologyBuilder {
 /// "~75GB/s per direction" between Graces, four Slingshot 200 Gb/s NICs,
 /// each on a Grace's PCIe Gen5 x16; `nvidia-smi topo -m` on an HPE Cray EX
 /// GH200 node shows NV6 for every GPU pair, no NVSwitch). The NICs are
-/// NDR200, as JUPITER's (Slingshot 200 Gb/s runs at the same rate).
+/// NDR200, as JUPITER's (Slingshot 200 Gb/s runs at the same rate). Each
+/// Grace's memory is taken at the GH200 datasheet's 500 GB/s, as in
+/// [`gh200`], not JSC's 512.
 fn quad_gh200() -> TopologyBuilder {
     let mut b = TopologyBuilder::new("quad-gh200");
     b.description(PRESETS[13].1);
