@@ -778,15 +778,19 @@ impl ClusterFabric {
     }
 
     /// The ring order of each of `channels` channels (for
-    /// [`gpucomm_algo::Schedule::with_ring_orders`]): channel `c` follows
-    /// ring `c % len` of [`ClusterFabric::nvlink_rings`]. Across nodes a
-    /// ring leaves a node from its last GPU through the NIC the route
-    /// gives that GPU on the channel, and enters the next node at its first
-    /// GPU. NCCL gives each channel a NIC (channel `c`: NIC `c mod nics`,
-    /// so the NICs share the channels evenly) and makes its ring enter and
-    /// leave next to it: each channel's ring is rotated so that it leaves
-    /// through NIC `c mod nics` where a rotation does, with the shortest
-    /// paths to and from the NIC (the first such rotation).
+    /// [`gpucomm_algo::Schedule::with_ring_orders`]): in one node channel
+    /// `c` follows ring `c % len` of [`ClusterFabric::nvlink_rings`].
+    /// Across nodes a ring leaves a node from its last GPU through the
+    /// channel's NIC and enters the next node at its first GPU. NCCL gives
+    /// each channel a NIC (channel `c`: NIC `c mod nics`, so the NICs
+    /// share the channels evenly) and its search starts and ends the
+    /// channel's path through the node at GPUs next to it: each channel
+    /// takes the ring and rotation with the fewest hops from its last GPU
+    /// to the NIC and from the NIC to its first GPU, the least used ring
+    /// among equals (on a DGX-1, the four channels take four different
+    /// rings, each entering and leaving at the two GPUs beside its NIC;
+    /// `ring c % len`, rotated, made two channels reach their NIC over a
+    /// single NVLink another ring was using).
     /// Empty where [`ClusterFabric::nvlink_rings`] is.
     pub fn ring_orders(&self, channels: u16) -> Vec<Vec<u32>> {
         let rings = self.nvlink_rings();
@@ -795,20 +799,25 @@ impl ClusterFabric {
             return rings;
         }
         let n = self.rpn;
-        let rails = self.rails();
+        let mut used = vec![0u32; rings.len()];
         (0..usize::from(channels.max(1)))
             .map(|c| {
-                let ring = &rings[c % rings.len()];
-                let cost = |i: usize| {
+                let k = self.rail(0, c);
+                // The hops from leaving GPU `ring[i]` through the channel's
+                // NIC to entering GPU `ring[i + 1]`.
+                let cost = |ring: &[u32], i: usize| {
                     let (a, b) = (ring[i] as usize, ring[(i + 1) % n] as usize);
-                    let k = self.rail(a, c);
                     let (mut out, mut inn) = (Vec::new(), Vec::new());
                     self.to_nic(a, k, &mut out);
                     self.nic_to_gpu(k, b, &mut inn);
-                    (k != rails[c % rails.len()], out.len() + inn.len())
+                    out.len() + inn.len()
                 };
-                let exit = (0..n).min_by_key(|&i| (cost(i), i)).unwrap_or(n - 1);
-                (1..=n).map(|d| ring[(exit + d) % n]).collect()
+                let (r, exit) = (0..rings.len())
+                    .flat_map(|r| (0..n).map(move |i| (r, i)))
+                    .min_by_key(|&(r, i)| (cost(&rings[r], i), used[r], r, i))
+                    .unwrap_or((c % rings.len(), n - 1));
+                used[r] += 1;
+                (1..=n).map(|d| rings[r][(exit + d) % n]).collect()
             })
             .collect()
     }
@@ -961,11 +970,19 @@ impl ClusterFabric {
 
     /// The NIC (rail) that channel `channel` of local GPU `a` uses: the
     /// `(a + channel) mod r`-th of the node's `r` [`ClusterFabric::rails`],
-    /// as NCCL spreads channels over NICs; the peer node receives on the
-    /// same rail. Needs a node with NICs.
+    /// as NCCL spreads channels over NICs; on a mesh of direct NVLinks
+    /// (where [`ClusterFabric::nvlink_rings`] finds rings) the channel's
+    /// own NIC, the `channel mod r`-th, whichever GPU sends, since NCCL's
+    /// search gives each channel one NIC and its ring enters and leaves
+    /// the node next to it ([`ClusterFabric::ring_orders`]). The peer node
+    /// receives on the same rail. Needs a node with NICs.
     fn rail(&self, a: usize, channel: usize) -> usize {
         let rails = self.rails();
-        rails[(a + channel) % rails.len()]
+        if self.nvlink_rings().is_empty() {
+            rails[(a + channel) % rails.len()]
+        } else {
+            rails[channel % rails.len()]
+        }
     }
 
     /// The NICs the GPUs in use send through: every NIC next to one of them

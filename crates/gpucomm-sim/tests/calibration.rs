@@ -369,6 +369,30 @@ nodes = 1
 bytes = 8388608
 value = 181.94
 source = "Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md (NCCL 2.20.5)"
+
+[[case]]
+id = "dgx1-2node-allreduce-ring"
+system = "2x DGX-1 V100, 4x EDR 100 Gb/s InfiniBand NICs per node"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "ring"
+gpus = 16
+nodes = 2
+bytes = 1073741824
+value = 47.0
+source = "NVIDIA/nccl issue 307 (maintainer: 'I always get 47 GB/s on DGX-1 nodes' with rings, ~12 per NIC); NVIDIA/nccl-tests issue 29 (maintainer: 'DGX-1 can get 48 GB/s because we have 4 IB adapters'); 40.0 (-15%) while two channels reached their NIC over an NVLink another ring used"
+
+[[case]]
+id = "dgx1-4node-allreduce-ring"
+system = "4x DGX-1 V100, 4x EDR 100 Gb/s InfiniBand NICs per node"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "ring"
+gpus = 32
+nodes = 4
+bytes = 1073741824
+value = 47.0
+source = "same ('always', whatever the node count)"
 "#;
 
 /// The NCCL maintainer's figure for every collective but all_reduce on one

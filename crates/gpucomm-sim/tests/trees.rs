@@ -143,15 +143,25 @@ fn past_the_chunk_budget_the_first_chunks_and_the_busiest_link_stand_for_the_res
 
 #[test]
 fn a_tree_whose_chains_share_one_head_is_simulated_at_every_rank() {
-    // On quad-GH200 nodes (four GPUs joined pairwise by NVLink) every tree
-    // chain starts at the same GPU, so two nodes differ only at that head;
-    // taken for node-symmetric (three local ranks probed) the run paired a
-    // head's receive with the other node's send and deadlocked.
+    // On quad-GH200 nodes (four GPUs joined pairwise by NVLink) every
+    // tree chain used to start at the same GPU, so two nodes differed
+    // only at that head; taken for node-symmetric (three local ranks
+    // probed) the run paired a head's receive with the other node's send
+    // and deadlocked. Since each channel's chain starts next to its own
+    // NIC the heads differ (and the three-rank probe no longer deadlocks
+    // here); the symmetric run must still equal the whole one, with the
+    // channels' chains and with one chain (one channel pair).
     let f = common::fabric("quad-gh200", 2);
     let heads: std::collections::BTreeSet<u32> = f.chain_orders(4).iter().map(|o| o[0]).collect();
-    assert_eq!(heads.len(), 1, "{heads:?}");
-    for p in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
-        let opts = common::forced("tree", Some(p));
+    assert!(heads.len() > 1, "{heads:?}");
+    for (p, channels) in [Protocol::Ll, Protocol::Ll128, Protocol::Simple]
+        .into_iter()
+        .flat_map(|p| [(p, None), (p, Some(2))])
+    {
+        let opts = gpucomm_sim::collective::CollOptions {
+            channels,
+            ..common::forced("tree", Some(p))
+        };
         let r = simulate(&f, Collective::AllReduce, 1 << 20, &opts).unwrap();
         assert_eq!(r.exec.expect("a schedule ran").simulated_ranks, 8);
         let whole = gpucomm_sim::collective::CollOptions {
@@ -159,6 +169,6 @@ fn a_tree_whose_chains_share_one_head_is_simulated_at_every_rank() {
             ..opts
         };
         let w = simulate(&f, Collective::AllReduce, 1 << 20, &whole).unwrap();
-        assert_eq!(r.time, w.time, "{p:?}");
+        assert_eq!(r.time, w.time, "{p:?} {channels:?}");
     }
 }
