@@ -978,7 +978,8 @@ impl ClusterFabric {
     /// receives on the same rail. Needs a node with NICs.
     fn rail(&self, a: usize, channel: usize) -> usize {
         let rails = self.rails();
-        if self.nvlink_rings().is_empty() {
+        let mesh_rings = self.rings.get_or_init(|| self.search_rings());
+        if mesh_rings.is_empty() {
             rails[(a + channel) % rails.len()]
         } else {
             rails[channel % rails.len()]
