@@ -300,6 +300,31 @@ fn bad_input_is_a_clear_error() {
         ),
         (&["p2p", "--pair", "0,1", "--trace", "/"], "is a directory"),
         (&["all_reduce", "--nodes", "0"], "at least 1"),
+        // EDR switches (SHARPv1) do not reduce large messages, and CollNet
+        // runs on NVSwitch nodes only: --sharp was accepted there and
+        // silently ran without in-network reduction.
+        (
+            &[
+                "all_reduce",
+                "--topology",
+                "dgx1-v100",
+                "--nodes",
+                "2",
+                "--sharp",
+            ],
+            "--sharp: invalid model: EDR InfiniBand switches",
+        ),
+        (
+            &[
+                "all_reduce",
+                "--topology",
+                "pcie-8gpu",
+                "--nodes",
+                "2",
+                "--sharp",
+            ],
+            "--sharp: invalid model: collnet (NCCL's CollNet Direct) needs NVSwitch",
+        ),
         (
             &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],
             "Simple protocol only",

@@ -410,6 +410,17 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
             .context("network options")?;
     }
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
+    if m.sharp {
+        // Switches that cannot reduce large messages (EDR's SHARPv1, a
+        // network that is not InfiniBand, no NIC), or nodes CollNet does
+        // not run on here (no NVSwitch), would otherwise be taken silently:
+        // the run fell back to point-to-point algorithms under a header
+        // saying the switches reduce. Checked on two nodes at least, as a
+        // node-count sweep may start at one.
+        let f = mach.fabric(Engine::Nccl, mach.nodes.max(2))?;
+        gpucomm_sim::innet::collnet_eligible(&f, Collective::AllReduce)
+            .map_err(|e| anyhow::anyhow!("--sharp: {e}"))?;
+    }
     Ok(mach)
 }
 
