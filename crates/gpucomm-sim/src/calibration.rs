@@ -315,11 +315,15 @@ fn generation_at(w: &[String], i: usize) -> Option<u8> {
 }
 
 /// NIC count and per-port speed (Gb/s) a system text states: a count ("8x",
-/// "8 x", "8×") followed within a few words by a speed in Gb/s ("200
-/// Gb/s", "400G", "400Gbps", "100 GbE") where those words also name a
-/// network ("InfiniBand", "IB", "NIC", "HCA", "RoCE", "Ethernet",
-/// "ConnectX", "NDR", "HDR", "EDR", "EFA", a "Gb/s" unit). A speed in
-/// bytes ("50 GB/s", "50GBps") is read as bytes: 400 Gb/s.
+/// "8 x", "8×", "eight") followed within a few words by a speed in Gb/s
+/// ("200 Gb/s", "400G", "400Gbps", "100 GbE") or, without one, an
+/// InfiniBand generation ("HDR", "HDR200", "NDR", "EDR": its port speed),
+/// where those words also name a network ("InfiniBand", "IB", "NIC",
+/// "HCA", "RoCE", "Ethernet", "ConnectX", "NDR", "HDR", "EDR", "EFA", a
+/// "Gb/s" unit); or such words followed by a count ("NDR 400 Gb/s x8"). A
+/// count followed by a system or GPU ("2x DGX A100", "2 x H100 nodes") is
+/// the node's, not the NICs'. A speed in bytes ("50 GB/s", "50GBps") is
+/// read as bytes: 400 Gb/s.
 fn parse_nics(s: &str) -> Option<(usize, f64)> {
     let s = s.replace('×', " x ");
     let words: Vec<&str> = s
@@ -346,6 +350,14 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         "gbe",
         "gbit/s",
     ];
+    // What a count names when it is not the NICs': a node or its GPUs.
+    const SYSTEM: &[&str] = &[
+        "dgx", "hgx", "node", "nodes", "server", "servers", "gpu", "gpus", "host", "hosts",
+    ];
+    const NUMBERS: &[&str] = &[
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+    ];
     // A speed in Gb/s: "400g", "400gb/s", "400gbps", "100gbe", or a
     // number followed by such a unit; "GB/s" or "GBps" in capitals is
     // bytes per second, eight times as many bits.
@@ -363,46 +375,104 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         };
         Some(n.parse::<f64>().ok()? * factor)
     }
-    for i in 0..words.len() {
-        let w = words[i].to_ascii_lowercase();
-        let (count, from) = if let Some(n) = w.strip_suffix('x').and_then(|n| n.parse().ok()) {
-            (n, i + 1)
-        } else if let (Ok(n), Some(&"x")) = (w.parse::<usize>(), words.get(i + 1)) {
-            (n, i + 2)
-        } else {
-            continue;
-        };
-        // The words up to the next count ("2x DGX A100, 8x HDR ...": the
-        // NICs are the second count's).
-        let is_count = |x: &&str| {
-            let l = x.to_ascii_lowercase();
-            *x == "x"
-                || l.strip_suffix('x')
-                    .is_some_and(|n| n.parse::<usize>().is_ok())
-        };
-        let from = from.min(words.len());
-        let end = words[from..(from + 6).min(words.len())]
-            .iter()
-            .position(is_count)
-            .map_or((from + 6).min(words.len()), |k| from + k);
-        let rest = &words[from..end];
+    // The port speed an InfiniBand generation names (IBTA: 4x ports).
+    fn generation_gbits(tok: &str) -> Option<f64> {
+        let t = tok.to_ascii_lowercase();
+        let t = t.split(['-', '/']).next().unwrap_or("");
+        Some(match t {
+            "fdr" => 56.0,
+            "edr" | "hdr100" => 100.0,
+            "hdr" | "hdr200" | "ndr200" => 200.0,
+            "ndr" | "ndr400" => 400.0,
+            "xdr" => 800.0,
+            _ => return None,
+        })
+    }
+    // Network words and a speed among `rest`: the first stated speed, else
+    // the first generation's.
+    let speed_of = |rest: &[&str]| -> Option<f64> {
         let lower: Vec<String> = rest
             .iter()
             .flat_map(|r| r.split(['-', '/']).map(str::to_ascii_lowercase))
             .chain(rest.iter().map(|r| r.to_ascii_lowercase()))
             .collect();
-        if !lower
+        let net = lower.iter().any(|r| {
+            NET.iter().any(|n| r == n) || r.starts_with("connectx") || generation_gbits(r).is_some()
+        });
+        if !net {
+            return None;
+        }
+        let stated = rest
             .iter()
-            .any(|r| NET.iter().any(|n| r == n || r.starts_with("connectx")))
-        {
+            .enumerate()
+            .find_map(|(j, r)| gbits(r, rest.get(j + 1)).filter(|&v| v >= 10.0));
+        stated.or_else(|| rest.iter().find_map(|r| generation_gbits(r)))
+    };
+    // A count: "8x", "8 x" (the number then "x"), "eight"; and the index
+    // of the word after it.
+    let count_at = |i: usize| -> Option<(usize, usize)> {
+        let w = words[i].to_ascii_lowercase();
+        if let Some(n) = w.strip_suffix('x').and_then(|n| n.parse().ok()) {
+            Some((n, i + 1))
+        } else if let (Ok(n), Some(&"x")) = (w.parse::<usize>(), words.get(i + 1)) {
+            Some((n, i + 2))
+        } else {
+            NUMBERS.iter().position(|&x| x == w).map(|k| (k + 1, i + 1))
+        }
+    };
+    let is_count = |x: &&str| {
+        let l = x.to_ascii_lowercase();
+        *x == "x"
+            || l.strip_suffix('x')
+                .is_some_and(|n| n.parse::<usize>().is_ok())
+    };
+    for i in 0..words.len() {
+        let Some((count, from)) = count_at(i) else {
+            continue;
+        };
+        let from = from.min(words.len());
+        // "2x DGX A100", "2 x H100 nodes": the nodes' count.
+        if let Some(next) = words.get(from) {
+            let l = next.to_ascii_lowercase();
+            let l = l.split('-').next().unwrap_or("");
+            if SYSTEM.contains(&l) || MODULE_GPU_WORDS.contains(&l) || CARD_GPU_WORDS.contains(&l) {
+                continue;
+            }
+        }
+        // The words up to the next count ("2x DGX A100, 8x HDR ...": the
+        // NICs are the second count's).
+        let end = words[from..(from + 6).min(words.len())]
+            .iter()
+            .position(is_count)
+            .map_or((from + 6).min(words.len()), |k| from + k);
+        if let Some(v) = speed_of(&words[from..end]) {
+            if count > 0 {
+                return Some((count, v));
+            }
+        }
+    }
+    // A count after the NICs' words: "NDR 400 Gb/s x8", "HDR x 4" (not a
+    // PCIe link's width: "PCIe Gen5 x16").
+    for i in 0..words.len() {
+        let l = words[i].to_ascii_lowercase();
+        let count = match l.strip_prefix('x') {
+            Some("") => words.get(i + 1).and_then(|n| n.parse::<usize>().ok()),
+            Some(n) => n.parse::<usize>().ok(),
+            None => None,
+        };
+        let Some(count) = count.filter(|&n| n > 0) else {
+            continue;
+        };
+        let before = &words[i.saturating_sub(4)..i];
+        let pcie = before.iter().rev().take(2).any(|w| {
+            let w = w.to_ascii_lowercase();
+            w.starts_with("pcie") || w.starts_with("gen") || w == "lanes"
+        });
+        if pcie {
             continue;
         }
-        for (j, r) in rest.iter().enumerate() {
-            if let Some(v) = gbits(r, rest.get(j + 1)) {
-                if v >= 10.0 && count > 0 {
-                    return Some((count, v));
-                }
-            }
+        if let Some(v) = speed_of(before) {
+            return Some((count, v));
         }
     }
     None
@@ -830,6 +900,21 @@ mod tests {
             ("8x 50 GB/s NICs", Some((8, 400.0))),
             ("4x 25GBps NICs", Some((4, 200.0))),
             ("8x H100 SXM, NVLink 4", None),
+            // A generation without a stated speed is its port speed (it
+            // was not read, and the preset's eight NICs kept).
+            ("2x DGX A100, 4x HDR200 NICs", Some((4, 200.0))),
+            ("2x DGX A100 with 4x HDR InfiniBand", Some((4, 200.0))),
+            ("2x DGX-1, 4x EDR InfiniBand", Some((4, 100.0))),
+            ("nodes with 2x NDR200 HCAs", Some((2, 200.0))),
+            // A count after the NICs; a count of nodes is not the NICs'
+            // (it was read as 2 NICs of 400 Gb/s).
+            ("2x DGX H100 nodes, NDR 400 Gb/s x8", Some((8, 400.0))),
+            ("2 x H100 nodes, 8x NDR", Some((8, 400.0))),
+            ("two DGX A100, four 200 Gb/s HDR NICs", Some((4, 200.0))),
+            // A PCIe link's width is not a NIC count.
+            ("ConnectX-7 400Gb/s on PCIe Gen5 x16", None),
+            ("V100 SXM2, PCIe Gen3 x16, 1x EDR", Some((1, 100.0))),
+            ("4x DGX H100 with SHARP", None),
         ] {
             assert_eq!(parse_nics(text), want, "{text}");
         }
