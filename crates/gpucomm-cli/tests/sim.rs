@@ -300,6 +300,25 @@ fn bad_input_is_a_clear_error() {
         ),
         (&["p2p", "--pair", "0,1", "--trace", "/"], "is a directory"),
         (&["all_reduce", "--nodes", "0"], "at least 1"),
+        // Buffers no GPU of the machine holds (they were simulated: 100 TiB
+        // on an 80 GB H100), refused before the sweep.
+        (
+            &["all_reduce", "-b", "1G", "-e", "100T"],
+            "needs 219902.3 GB of device memory per GPU, more than the 80 GB of a H100",
+        ),
+        (
+            &["all_reduce", "-b", "40G", "-e", "40G"],
+            "send and receive buffers",
+        ),
+        (
+            &["p2p", "--pair", "0,1", "--size", "50G"],
+            "more than the 80 GB",
+        ),
+        (
+            &["copy", "--from", "host", "--to", "gpu0", "--size", "1T"],
+            "more than the 80 GB",
+        ),
+        (&["rdma", "--size", "1T"], "more than the 80 GB"),
         // EDR switches (SHARPv1) do not reduce large messages, and CollNet
         // runs on NVSwitch nodes only: --sharp was accepted there and
         // silently ran without in-network reduction.

@@ -547,6 +547,26 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
     Ok(())
 }
 
+/// Device memory each GPU holds for `collective` of `bytes` on `ranks`
+/// ranks as nccl-tests allocates it, out of place: the send and the
+/// receive buffer (an all_gather sends its 1/n and receives all, a
+/// reduce_scatter the reverse; nccl-tests' size is the larger of the two).
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::buffer_bytes;
+///
+/// assert_eq!(buffer_bytes(Collective::AllReduce, 1 << 30, 8), 2 << 30);
+/// assert_eq!(buffer_bytes(Collective::AllGather, 8 << 20, 8), 9 << 20);
+/// ```
+pub fn buffer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
+    let part = bytes / ranks.max(1) as u64;
+    match collective {
+        Collective::AllGather | Collective::ReduceScatter => bytes.saturating_add(part),
+        _ => bytes.saturating_mul(2),
+    }
+}
+
 /// The most channels NCCL runs (NVIDIA/nccl `src/include/device.h` `MAXCHANNELS`).
 pub const MAX_CHANNELS: u16 = 64;
 

@@ -49,6 +49,9 @@ pub struct NodeModel {
     pub gpus: usize,
     /// Device memory bandwidth, GB/s.
     pub hbm_gbps: f64,
+    /// Device memory per GPU, GB (1e9 bytes), where the GPU's name tells
+    /// it ([`gpucomm_topo::hardware::gpu_memory_gb_from_label`]).
+    pub gpu_memory_gb: Option<f64>,
     /// NVLink fabric.
     pub nvlink: NvFabric,
     /// PCIe generation of GPU, NIC and switch links (3, 4, 5, 6).
@@ -231,6 +234,31 @@ pub enum Engine {
 }
 
 impl Machine {
+    /// Refuses a run whose buffers need more device memory per GPU than
+    /// the GPU has (where its name tells how much,
+    /// [`NodeModel::gpu_memory_gb`]): `need` bytes per GPU for `what`.
+    ///
+    /// ```
+    /// use gpucomm_sim::Machine;
+    ///
+    /// let m = Machine::preset("dgx-h100").unwrap();
+    /// assert!(m.check_device_memory(64 << 30, "64 GiB").is_ok());
+    /// let e = m.check_device_memory(100 << 30, "all_reduce of 50 GiB").unwrap_err();
+    /// assert!(e.to_string().contains("80 GB"), "{e}");
+    /// ```
+    pub fn check_device_memory(&self, need: u64, what: &str) -> Result<(), SimError> {
+        match self.node.gpu_memory_gb {
+            Some(gb) if need as f64 > gb * 1e9 => Err(SimError::Model(format!(
+                "{what} needs {:.1} GB of device memory per GPU, more than the {gb:.0} GB \
+                 of a {} ({})",
+                need as f64 / 1e9,
+                self.node.gpu_name,
+                self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Uses only the first `gpus` GPUs of each node (`--gpus`): at least
     /// one, at most the node's.
     ///

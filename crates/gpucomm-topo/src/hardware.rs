@@ -173,6 +173,71 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
     )
 }
 
+/// Device memory of a GPU, GB (1e9 bytes), from its product name: the size
+/// the name states ("A100 SXM4 40GB", "NVIDIA H100 80GB HBM3",
+/// "Tesla V100-SXM2-16GB"; a GH200's name states the superchip's memory
+/// with its CPU's, "GH200 480GB", so its GPU's is the HBM: 96 GB HBM3, 144
+/// GB HBM3e), else the largest the product was made with (NVIDIA
+/// datasheets: B200 180, the B200 of a GB200 186, H200 141, H100 NVL 94,
+/// H100 and H800 80, A100 and A800 80, V100 32, P100 16, L40S, L40, A40
+/// and RTX A6000 48, RTX 4090 and 3090 24, L4 24, T4 16), so that a check
+/// against it never refuses what the GPU may hold; `None` for a GPU not in
+/// the table.
+///
+/// ```
+/// use gpucomm_topo::hardware::gpu_memory_gb_from_label;
+/// assert_eq!(gpu_memory_gb_from_label("NVIDIA A100-SXM4-40GB"), Some(40.0));
+/// assert_eq!(gpu_memory_gb_from_label("GH200 480GB (H100 96GB HBM3)"), Some(96.0));
+/// assert_eq!(gpu_memory_gb_from_label("NVIDIA H200"), Some(141.0));
+/// assert_eq!(gpu_memory_gb_from_label("Voodoo 3"), None);
+/// ```
+pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
+    let l = label.to_ascii_uppercase();
+    if l.contains("GH200") {
+        let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
+        return Some(if hbm3e { 144.0 } else { 96.0 });
+    }
+    let words: Vec<&str> = l
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let stated = words.iter().find_map(|w| {
+        w.strip_suffix("GB")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| (4..=1024).contains(n))
+    });
+    if let Some(n) = stated {
+        return Some(f64::from(n));
+    }
+    let word = |x: &str| words.contains(&x);
+    Some(if l.contains("GB200") {
+        186.0
+    } else if l.contains("B200") {
+        180.0
+    } else if l.contains("H200") {
+        141.0
+    } else if l.contains("H100") && l.contains("NVL") {
+        94.0
+    } else if ["H100", "H800", "A100", "A800"]
+        .iter()
+        .any(|g| l.contains(g))
+    {
+        80.0
+    } else if l.contains("V100") {
+        32.0
+    } else if l.contains("P100") {
+        16.0
+    } else if ["L40", "A40", "A6000"].iter().any(|g| l.contains(g)) {
+        48.0
+    } else if l.contains("4090") || l.contains("3090") || word("L4") {
+        24.0
+    } else if word("T4") {
+        16.0
+    } else {
+        return None;
+    })
+}
+
 /// Host memory bandwidth per socket (GB/s) from a CPU model name; `None`
 /// for a CPU not in the table (vendor datasheets: memory channels and
 /// fastest supported DIMM speed).
@@ -226,6 +291,29 @@ mod tests {
         assert_eq!(gpu_from_label("GeForce RTX 4090").unwrap().0, GpuArch::Ada);
         assert_eq!(gpu_from_label("NVIDIA H100 NVL").unwrap().1, 3900.0);
         assert_eq!(gpu_from_label("NVIDIA H100 PCIe").unwrap().1, 2000.0);
+        // Device memory: the size the name states, the product's largest
+        // otherwise, a GH200's GPU's HBM.
+        for (label, gb) in [
+            ("Tesla V100 SXM2 16GB", Some(16.0)),
+            ("Tesla V100-SXM2-32GB", Some(32.0)),
+            ("NVIDIA A100 80GB PCIe", Some(80.0)),
+            ("A100 SXM4 80GB", Some(80.0)),
+            ("H100 SXM5 80GB", Some(80.0)),
+            ("NVIDIA H100 PCIe", Some(80.0)),
+            ("NVIDIA H100 NVL", Some(94.0)),
+            ("H200 SXM 141GB", Some(141.0)),
+            ("B200 180GB", Some(180.0)),
+            ("B200 (GB200)", Some(186.0)),
+            ("GH200 120GB (H100 96GB HBM3)", Some(96.0)),
+            ("NVIDIA GH200 144G HBM3e", Some(144.0)),
+            ("GeForce RTX 4090", Some(24.0)),
+            ("NVIDIA L40S", Some(48.0)),
+            ("NVIDIA L4", Some(24.0)),
+            ("Tesla T4", Some(16.0)),
+            ("Voodoo 3", None),
+        ] {
+            assert_eq!(gpu_memory_gb_from_label(label), gb, "{label}");
+        }
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);

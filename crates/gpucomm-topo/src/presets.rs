@@ -177,8 +177,10 @@ const P100_SXM2: Gpu = Gpu {
     arch: GpuArch::Pascal,
     memory_gbps: gpu_memory::P100,
 };
+/// The DGX-1's V100 as sold from 2018 (32 GB; the first DGX-1 V100 had
+/// 16 GB): 8 GiB collectives fit, as on the DGX-2's SXM3 parts.
 const V100_SXM2: Gpu = Gpu {
-    label: "Tesla V100 SXM2 16GB",
+    label: "Tesla V100 SXM2 32GB",
     arch: GpuArch::Volta,
     memory_gbps: gpu_memory::V100,
 };

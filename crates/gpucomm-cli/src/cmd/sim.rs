@@ -444,6 +444,17 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     }
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
+    // Checked before the sweep (its smaller sizes may take minutes).
+    if let Some(&largest) = sizes.last() {
+        mach.check_device_memory(
+            gpucomm_sim::collective::buffer_bytes(coll, largest, ranks),
+            &format!(
+                "{} of {} (its send and receive buffers, out of place as nccl-tests allocates them)",
+                coll.name(),
+                format_bytes(largest)
+            ),
+        )?;
+    }
     let mut results: Vec<CollResult> = Vec::new();
     let mut walls = Vec::new();
     let last = sizes.len().saturating_sub(1);
@@ -738,6 +749,15 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
     let size = copy_size(&a.size)?;
+    // p2pBandwidthLatencyTest holds a source and a destination buffer on
+    // each GPU.
+    mach.check_device_memory(
+        size.saturating_mul(2),
+        &format!(
+            "a peer copy of {} (a source and a destination buffer on each GPU)",
+            format_bytes(size)
+        ),
+    )?;
     let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
@@ -809,6 +829,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
     let size = copy_size(&a.size)?;
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
+    mach.check_device_memory(size, &format!("a copy of {}", format_bytes(size)))?;
     let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
@@ -835,6 +856,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m)?;
     let size = copy_size(&a.size)?;
+    mach.check_device_memory(size, &format!("a transfer of {}", format_bytes(size)))?;
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
