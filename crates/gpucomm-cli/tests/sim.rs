@@ -485,3 +485,32 @@ fn a_loop_of_iterations_overlaps_a_chain() {
     // The completion of one operation is the same either way.
     assert_eq!(f(a, "completion_us"), f(b, "completion_us"));
 }
+
+#[test]
+fn device_memory_bounds_only_what_a_gpu_holds() {
+    // The largest all_reduce whose two buffers fit in an H100's 80 GB runs,
+    // and a copy from storage into host memory holds no GPU buffer (the
+    // check refused 1 TiB there).
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "-b",
+        "32G",
+        "-e",
+        "32G",
+    ]);
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(1), "{v}");
+    let c = sim_json(&[
+        "copy",
+        "--topology",
+        "dgx-a100",
+        "--from",
+        "storage",
+        "--to",
+        "host",
+        "--size",
+        "1T",
+    ]);
+    assert!(f(&c, "bandwidth_gbps") > 0.0, "{c}");
+}
