@@ -523,19 +523,35 @@ fn changes_from_preset(m: &Machine) -> Result<String, SimError> {
     })
 }
 
+/// The collective a case names, as nccl-tests and NCCL spell it: case,
+/// `_`, `-` and spaces aside, with or without nccl-tests' `_perf`
+/// ("all_reduce", "AllReduce", "allreduce", "all-gather",
+/// "reduce_scatter_perf", "alltoall", "send_recv", "bcast").
+fn collective_named(name: &str) -> Option<Collective> {
+    let key: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let key = key.strip_suffix("perf").unwrap_or(&key);
+    Some(match key {
+        "allreduce" => Collective::AllReduce,
+        "allgather" => Collective::AllGather,
+        "reducescatter" => Collective::ReduceScatter,
+        "broadcast" | "bcast" => Collective::Broadcast { root: 0 },
+        "reduce" => Collective::Reduce { root: 0 },
+        "alltoall" => Collective::AllToAll,
+        "sendrecv" => Collective::SendRecv { shift: 1 },
+        _ => return None,
+    })
+}
+
 fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
     match case.metric.as_str() {
         "busbw" | "algbw" | "time_us" => {
-            let coll = match case.collective.as_deref().unwrap_or("all_reduce") {
-                "all_reduce" => Collective::AllReduce,
-                "all_gather" => Collective::AllGather,
-                "reduce_scatter" => Collective::ReduceScatter,
-                "broadcast" => Collective::Broadcast { root: 0 },
-                "reduce" => Collective::Reduce { root: 0 },
-                "all_to_all" | "alltoall" => Collective::AllToAll,
-                "sendrecv" => Collective::SendRecv { shift: 1 },
-                other => return Err(SimError::Model(format!("unknown collective {other}"))),
-            };
+            let named = case.collective.as_deref().unwrap_or("all_reduce");
+            let coll = collective_named(named)
+                .ok_or_else(|| SimError::Model(format!("unknown collective {named}")))?;
             let nodes = case.nodes.unwrap_or(1).max(1);
             let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
             let mut m = m;
@@ -917,6 +933,25 @@ mod tests {
             ("4x DGX H100 with SHARP", None),
         ] {
             assert_eq!(parse_nics(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn reads_collective_spellings() {
+        for (name, want) in [
+            ("all_reduce", Some(Collective::AllReduce)),
+            ("AllReduce", Some(Collective::AllReduce)),
+            ("allreduce", Some(Collective::AllReduce)),
+            ("all_reduce_perf", Some(Collective::AllReduce)),
+            ("all-gather", Some(Collective::AllGather)),
+            ("ReduceScatter", Some(Collective::ReduceScatter)),
+            ("bcast", Some(Collective::Broadcast { root: 0 })),
+            ("reduce", Some(Collective::Reduce { root: 0 })),
+            ("alltoall", Some(Collective::AllToAll)),
+            ("send_recv", Some(Collective::SendRecv { shift: 1 })),
+            ("scan", None),
+        ] {
+            assert_eq!(collective_named(name), want, "{name}");
         }
     }
 
