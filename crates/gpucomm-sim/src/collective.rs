@@ -1153,9 +1153,6 @@ pub fn simulate(
                 AlgoChoice::Nvls if fabric.nodes() == 1 => {
                     nvls_model_time(fabric, bytes).ok().map(|t| t.as_secs_f64())
                 }
-                AlgoChoice::NvlsTree => {
-                    time_of(&results[i]).map(|t| rating.nvls_tree_secs(t.as_secs_f64()))
-                }
                 _ => time_of(&results[i]).map(|t| t.as_secs_f64()),
             };
         }
@@ -1475,25 +1472,6 @@ impl NcclRating<'_> {
         let lat =
             model::nccl_model_latency_us(a.name(), p, self.collective, self.bytes, &self.comm);
         lat * 1e-6 + self.bytes as f64 / (busbw * self.ratio(a) * 1e9)
-    }
-
-    /// NCCL's rating of NVLSTree given its simulated time `sim` (seconds):
-    /// no faster than NCCL's per-channel cap (`perChMaxNVLSTreeBws`) on
-    /// one channel per head allows (NCCL's NVLS graph has a channel per
-    /// head, a head per NIC).
-    fn nvls_tree_secs(&self, sim: f64) -> f64 {
-        let node = &self.fabric.machine.node;
-        let heads = innet::heads(self.fabric).len().max(1) as f64;
-        let cap = model::nccl_nvls_tree_channel_gbps(node.arch, self.comm.nodes) * heads;
-        let lat = model::nccl_model_latency_us(
-            "nvls_tree",
-            Protocol::Simple,
-            self.collective,
-            self.bytes,
-            &self.comm,
-        );
-        let capped = lat * 1e-6 + self.bytes as f64 / (cap * self.ratio(Algorithm::Ring) * 1e9);
-        sim.max(capped)
     }
 }
 

@@ -412,7 +412,12 @@ pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Res
 
 /// NCCL's NVLSTree all_reduce of `bytes` (see the module documentation):
 /// NVLS inside the node at NCCL's NVLS efficiency, each head's slice
-/// through the double binary tree between the nodes on its NIC.
+/// through the double binary tree between the nodes on its NIC; no faster
+/// than NCCL's per-channel ceiling allows on one channel per head
+/// (`perChMaxNVLSTreeBws`, [`model::nccl_nvls_tree_channel_gbps`]: Hopper
+/// 57.7 GB/s of bus bandwidth per channel on 2 nodes, 45.5 beyond), as
+/// the protocols run no faster than NCCL's caps
+/// ([`model::nccl_protocol_bandwidth`]).
 pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     nvls_tree_eligible(fabric, Collective::AllReduce)?;
     let mut caps = fabric.node_caps().to_vec();
@@ -451,7 +456,16 @@ pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
         flows.start_flow(&out, per_nic, lat_out, tag as u64);
         flows.start_flow(&back, per_nic, lat_in, tag as u64);
     }
-    Ok(run(flows) + nccl_latency(fabric, "nvls_tree", bytes))
+    let lat = nccl_latency(fabric, "nvls_tree", bytes);
+    // The ceiling in time: bus bandwidth over nccl-tests' all_reduce
+    // factor 2(n-1)/n is the algorithm bandwidth.
+    let ranks = fabric.ranks() as f64;
+    let cap = model::nccl_nvls_tree_channel_gbps(fabric.machine.node.arch, nodes)
+        * hs.len().max(1) as f64
+        * ranks
+        / (2.0 * (ranks - 1.0)).max(1.0);
+    let capped = lat + SimTime::from_secs_f64(bytes as f64 / (cap * 1e9));
+    Ok((run(flows) + lat).max(capped))
 }
 
 /// NCCL's latency of the switch algorithm `algo` (all_reduce, Simple) on
@@ -528,7 +542,7 @@ mod tests {
     }
 
     #[test]
-    fn nvls_tree_is_bound_by_nvls_on_two_nodes_and_by_the_tree_on_more() {
+    fn nvls_tree_is_bound_by_nvls_the_tree_and_ncclss_per_channel_ceiling() {
         let m = Machine::preset("dgx-h100").unwrap();
         let bytes = 8u64 << 30;
         let s = bytes as f64;
@@ -538,7 +552,9 @@ mod tests {
         let nvls =
             model::nccl_nvlink_gbps(arch) * 18.0 * model::nvls_efficiency(arch) * 15.0 / 16.0;
         let nvls_us = s * 9.0 / 8.0 / (nvls * 1e9) * 1e6;
-        for (nodes, per_nic) in [(2, s / 8.0), (4, s / 4.0), (16, s / 4.0)] {
+        for (nodes, per_nic, per_channel) in
+            [(2, s / 8.0, 57.7), (4, s / 4.0, 45.5), (16, s / 4.0, 45.5)]
+        {
             let f = m.fabric(Engine::Nccl, nodes).unwrap();
             // The slowest link between a head and its NIC's port (PCIe at
             // NCCL's 48 GB/s on a DGX H100, under the NIC's 49.7).
@@ -548,23 +564,43 @@ mod tests {
                 .map(|&l| f.node_caps()[l as usize])
                 .fold(f64::INFINITY, f64::min);
             let t = nvls_tree_all_reduce(&f, bytes).unwrap().as_us();
-            // The slower of the NVLS links and the NIC's tree traffic, plus
-            // NCCL's latency (25 + 2 log2(nodes) x 20.9 us) and a few hops.
+            // NCCL's latency (25 + 2 log2(nodes) x 20.9 us: hwLat NVLINK
+            // and NET, tuning.cc) over the slower of the NVLS links and
+            // the NIC's tree traffic (and a few hops), and over NCCL's
+            // ceiling: 8 channels (one per head) of `per_channel` GB/s of
+            // bus bandwidth, algorithm bandwidth x 2(n-1)/n.
             let levels = f64::from(nodes.trailing_zeros());
-            // (hwLat NVLINK 25 us, NET 20.9 us: tuning.cc.)
             let lat = 25.0 + 2.0 * levels * 20.9;
-            let bound = nvls_us.max(per_nic / (nic * 1e9) * 1e6) + lat;
+            let flows = nvls_us.max(per_nic / (nic * 1e9) * 1e6) + lat;
+            let n = (8 * nodes) as f64;
+            let ceiling = s / (8.0 * per_channel * 1e9 * n / (2.0 * (n - 1.0))) * 1e6 + lat;
             assert!(
-                t >= bound,
-                "{nodes} nodes: {t} us under the bound {bound} us"
+                t >= flows,
+                "{nodes} nodes: {t} us under the flows' {flows} us"
             );
-            assert!(t < bound + 5.0, "{nodes} nodes: {t} us, bound {bound} us");
+            // The ceiling binds on DGX H100: 460.7 GB/s of bus bandwidth
+            // on 2 nodes where the NVLS links allow 491, 363 on 4 where
+            // the NIC paths allow 371.
+            assert!(
+                ceiling > flows,
+                "{nodes} nodes: ceiling {ceiling}, flows {flows}"
+            );
+            assert!(
+                (t - ceiling).abs() < 0.01,
+                "{nodes} nodes: {t} us, ceiling {ceiling} us"
+            );
         }
-        // Two nodes: NVLS binds (the NICs move S/8 each); four: the NIC
-        // paths (S/4 each way at 48 GB/s is above S x 9/8 at 295 GB/s).
-        let two = nvls_tree_all_reduce(&m.fabric(Engine::Nccl, 2).unwrap(), bytes).unwrap();
-        let four = nvls_tree_all_reduce(&m.fabric(Engine::Nccl, 4).unwrap(), bytes).unwrap();
-        assert!(four.as_us() > 1.3 * two.as_us());
+        // Two DGX B200 nodes: Blackwell's ceiling (96 GB/s a channel, 768
+        // for 8 heads) sits above what the flows allow (718), so the
+        // flows' time stands.
+        let b200 = Machine::preset("dgx-b200")
+            .unwrap()
+            .fabric(Engine::Nccl, 2)
+            .unwrap();
+        let t = nvls_tree_all_reduce(&b200, bytes).unwrap().as_us();
+        let n = 16.0;
+        let ceiling = s / (8.0 * 96.0 * 1e9 * n / (2.0 * (n - 1.0))) * 1e6 + 25.0 + 2.0 * 20.9;
+        assert!(t > ceiling * 1.02, "B200: {t} us, ceiling {ceiling} us");
     }
 
     #[test]

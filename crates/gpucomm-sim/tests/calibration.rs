@@ -393,6 +393,28 @@ nodes = 4
 bytes = 1073741824
 value = 47.0
 source = "same ('always', whatever the node count)"
+
+[[case]]
+id = "h100-2node-allreduce-8G"
+system = "2x HGX H100 nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "busbw"
+collective = "all_reduce"
+gpus = 16
+nodes = 2
+bytes = 8589934592
+value = 440.58
+source = "coreweave/nccl-tests pull request 92 (2026, test plan: 'H100 8-GPU x 2-node ... 440.58 GB/s busbw @ 8G allreduce', NCCL's default); NVLSTree at NCCL's per-channel ceiling: 491.5 (+11.6%) without it"
+
+[[case]]
+id = "b200-2node-allreduce-8G"
+system = "2x B200 nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
+metric = "busbw"
+collective = "all_reduce"
+gpus = 16
+nodes = 2
+bytes = 8589934592
+value = 690.07
+source = "coreweave/nccl-tests pull request 92 (2026, 'B200 8-GPU x 2-node ... 690.07 GB/s busbw @ 8G allreduce'); NVLSTree under Blackwell's ceiling"
 "#;
 
 /// The NCCL maintainer's figure for every collective but all_reduce on one
