@@ -415,6 +415,42 @@ nodes = 2
 bytes = 8589934592
 value = 690.07
 source = "coreweave/nccl-tests pull request 92 (2026, 'B200 8-GPU x 2-node ... 690.07 GB/s busbw @ 8G allreduce'); NVLSTree under Blackwell's ceiling"
+
+[[case]]
+id = "h100-5gpu-allreduce-nvls"
+system = "H100 SXM, NVLS, 5 GPUs of one node"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 5
+nodes = 1
+bytes = 4294967296
+value = 420.0
+source = "NVIDIA/nccl issue 1455 (the calibration file's ring source: NCCL_ALGO=NVLS, -b 2G -e 4G, busbw 420, 440, 460, 480 on 5 to 8 GPUs): the NVLS wire model's S(n+1)/n per GPU link"
+
+[[case]]
+id = "h100-6gpu-allreduce-nvls"
+system = "H100 SXM, NVLS, 6 GPUs of one node"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 6
+nodes = 1
+bytes = 4294967296
+value = 440.0
+source = "same issue"
+
+[[case]]
+id = "h100-7gpu-allreduce-nvls"
+system = "H100 SXM, NVLS, 7 GPUs of one node"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "nvls"
+gpus = 7
+nodes = 1
+bytes = 4294967296
+value = 460.0
+source = "same issue"
 "#;
 
 /// The NCCL maintainer's figure for every collective but all_reduce on one
