@@ -64,6 +64,46 @@ impl Collective {
         }
     }
 
+    /// Every collective, rooted ones at rank 0 and sendrecv shifting by one
+    /// (as nccl-tests runs them).
+    pub const ALL: [Collective; 8] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::AllToAll,
+        Collective::SendRecv { shift: 1 },
+        Collective::Barrier,
+    ];
+
+    /// Parses a name as NCCL, nccl-tests and [`Collective::name`] spell it:
+    /// case, `_`, `-` and spaces aside, with or without nccl-tests'
+    /// `_perf`, and `bcast`; rooted collectives at rank 0, sendrecv
+    /// shifting by one.
+    ///
+    /// ```
+    /// use gpucomm_algo::Collective;
+    /// assert_eq!(Collective::from_name("AllReduce"), Some(Collective::AllReduce));
+    /// assert_eq!(Collective::from_name("all_gather_perf"), Some(Collective::AllGather));
+    /// assert_eq!(Collective::from_name("bcast"), Some(Collective::Broadcast { root: 0 }));
+    /// assert_eq!(Collective::from_name("scan"), None);
+    /// ```
+    pub fn from_name(s: &str) -> Option<Self> {
+        let key: String = s
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let key = key.strip_suffix("perf").unwrap_or(&key);
+        if key == "bcast" {
+            return Some(Collective::Broadcast { root: 0 });
+        }
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name().replace('_', "") == key)
+    }
+
     /// The root of a rooted collective.
     pub const fn root(&self) -> Option<usize> {
         match *self {

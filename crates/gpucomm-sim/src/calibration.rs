@@ -10,6 +10,7 @@
 //! resolver cannot read is an error, not a guess.
 
 use gpucomm_algo::Collective;
+use gpucomm_topo::IbSpeed;
 use serde::Deserialize;
 
 use crate::SimError;
@@ -375,18 +376,17 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         };
         Some(n.parse::<f64>().ok()? * factor)
     }
-    // The port speed an InfiniBand generation names (IBTA: 4x ports).
+    // The port speed an InfiniBand generation names (gpucomm-topo's
+    // `IbSpeed`: "hdr", "hdr100", "ndr200"), also with its own speed
+    // written after it ("HDR200", "NDR400").
     fn generation_gbits(tok: &str) -> Option<f64> {
-        let t = tok.to_ascii_lowercase();
-        let t = t.split(['-', '/']).next().unwrap_or("");
-        Some(match t {
-            "fdr" => 56.0,
-            "edr" | "hdr100" => 100.0,
-            "hdr" | "hdr200" | "ndr200" => 200.0,
-            "ndr" | "ndr400" => 400.0,
-            "xdr" => 800.0,
-            _ => return None,
-        })
+        let t = tok.split(['-', '/']).next().unwrap_or("");
+        if let Some(speed) = IbSpeed::parse(t) {
+            return Some(speed.gbit());
+        }
+        let name = t.trim_end_matches(|c: char| c.is_ascii_digit());
+        let speed = IbSpeed::parse(name)?;
+        (t[name.len()..].parse::<f64>().ok()? == speed.gbit()).then(|| speed.gbit())
     }
     // Network words and a speed among `rest`: the first stated speed, else
     // the first generation's.
@@ -523,34 +523,12 @@ fn changes_from_preset(m: &Machine) -> Result<String, SimError> {
     })
 }
 
-/// The collective a case names, as nccl-tests and NCCL spell it: case,
-/// `_`, `-` and spaces aside, with or without nccl-tests' `_perf`
-/// ("all_reduce", "AllReduce", "allreduce", "all-gather",
-/// "reduce_scatter_perf", "alltoall", "send_recv", "bcast").
-fn collective_named(name: &str) -> Option<Collective> {
-    let key: String = name
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_lowercase();
-    let key = key.strip_suffix("perf").unwrap_or(&key);
-    Some(match key {
-        "allreduce" => Collective::AllReduce,
-        "allgather" => Collective::AllGather,
-        "reducescatter" => Collective::ReduceScatter,
-        "broadcast" | "bcast" => Collective::Broadcast { root: 0 },
-        "reduce" => Collective::Reduce { root: 0 },
-        "alltoall" => Collective::AllToAll,
-        "sendrecv" => Collective::SendRecv { shift: 1 },
-        _ => return None,
-    })
-}
-
 fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
     match case.metric.as_str() {
         "busbw" | "algbw" | "time_us" => {
             let named = case.collective.as_deref().unwrap_or("all_reduce");
-            let coll = collective_named(named)
+            let coll = Collective::from_name(named)
+                .filter(|c| *c != Collective::Barrier)
                 .ok_or_else(|| SimError::Model(format!("unknown collective {named}")))?;
             let nodes = case.nodes.unwrap_or(1).max(1);
             let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
@@ -951,7 +929,7 @@ mod tests {
             ("send_recv", Some(Collective::SendRecv { shift: 1 })),
             ("scan", None),
         ] {
-            assert_eq!(collective_named(name), want, "{name}");
+            assert_eq!(Collective::from_name(name), want, "{name}");
         }
     }
 

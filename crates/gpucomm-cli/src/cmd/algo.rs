@@ -121,17 +121,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
-    let name = a.collective.to_ascii_lowercase().replace('-', "_");
-    Ok(match name.as_str() {
-        "all_reduce" | "allreduce" => Collective::AllReduce,
-        "reduce_scatter" | "reducescatter" => Collective::ReduceScatter,
-        "all_gather" | "allgather" => Collective::AllGather,
-        "broadcast" | "bcast" => Collective::Broadcast { root: a.root },
-        "reduce" => Collective::Reduce { root: a.root },
-        "all_to_all" | "alltoall" => Collective::AllToAll,
-        "sendrecv" | "send_recv" => Collective::SendRecv { shift: a.shift },
-        "barrier" => Collective::Barrier,
-        _ => bail!(
+    Ok(match Collective::from_name(&a.collective) {
+        Some(Collective::Broadcast { .. }) => Collective::Broadcast { root: a.root },
+        Some(Collective::Reduce { .. }) => Collective::Reduce { root: a.root },
+        Some(Collective::SendRecv { .. }) => Collective::SendRecv { shift: a.shift },
+        Some(c) => c,
+        None => bail!(
             "unknown collective {:?} (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier)",
             a.collective
         ),

@@ -235,15 +235,10 @@ impl BenchCollective {
 }
 
 fn parse_collective_name(s: &str) -> Result<BenchCollective, String> {
-    let norm: String = s
-        .to_ascii_lowercase()
-        .chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .collect();
-    let norm = norm.strip_suffix("perf").unwrap_or(&norm);
+    let named = Collective::from_name(s).map(|c| c.name());
     BenchCollective::ALL
         .iter()
-        .find(|(_, n)| n.replace('_', "") == norm)
+        .find(|(_, n)| Some(*n) == named)
         .map(|(c, _)| *c)
         .ok_or_else(|| {
             let names: Vec<_> = BenchCollective::ALL.iter().map(|(_, n)| *n).collect();
