@@ -231,13 +231,11 @@ impl Machine {
             .sum();
         let gpus_per_switch = per_switch.values().copied().max().unwrap_or(0);
         let nic_reach = nic_reach(topo, &gpus, &nics);
-        let gpu_memory_gb = gpucomm_topo::hardware::gpu_memory_gb_from_label(&label);
         let node = NodeModel {
             arch,
             gpu_name: label,
             gpus: gpus.len(),
             hbm_gbps: hbm,
-            gpu_memory_gb,
             nvlink,
             pcie_gen,
             pcie_width,

@@ -49,9 +49,6 @@ pub struct NodeModel {
     pub gpus: usize,
     /// Device memory bandwidth, GB/s.
     pub hbm_gbps: f64,
-    /// Device memory per GPU, GB (1e9 bytes), where the GPU's name tells
-    /// it ([`gpucomm_topo::hardware::gpu_memory_gb_from_label`]).
-    pub gpu_memory_gb: Option<f64>,
     /// NVLink fabric.
     pub nvlink: NvFabric,
     /// PCIe generation of GPU, NIC and switch links (3, 4, 5, 6).
@@ -88,6 +85,12 @@ pub struct NodeModel {
 }
 
 impl NodeModel {
+    /// Device memory per GPU, GB (1e9 bytes), where the GPU's name tells it
+    /// ([`gpucomm_topo::hardware::gpu_memory_gb_from_label`]).
+    pub fn gpu_memory_gb(&self) -> Option<f64> {
+        gpucomm_topo::hardware::gpu_memory_gb_from_label(&self.gpu_name)
+    }
+
     /// The GPUs are joined by NVLink (NCCL's `typeIntra` NVLink rows: the
     /// NVLink latencies, LL128).
     pub fn has_nvlink(&self) -> bool {
@@ -247,7 +250,7 @@ impl Machine {
     /// assert!(e.to_string().contains("80 GB"), "{e}");
     /// ```
     pub fn check_device_memory(&self, need: u64, what: &str) -> Result<(), SimError> {
-        match self.node.gpu_memory_gb {
+        match self.node.gpu_memory_gb() {
             Some(gb) if need as f64 > gb * 1e9 => Err(SimError::Model(format!(
                 "{what} needs {:.1} GB of device memory per GPU, more than the {gb:.0} GB \
                  of a {} ({})",
@@ -767,7 +770,12 @@ impl ClusterFabric {
     /// }
     /// ```
     pub fn nvlink_rings(&self) -> Vec<Vec<u32>> {
-        self.rings.get_or_init(|| self.search_rings()).clone()
+        self.mesh_rings().to_vec()
+    }
+
+    /// [`ClusterFabric::nvlink_rings`], searched once, borrowed.
+    fn mesh_rings(&self) -> &[Vec<u32>] {
+        self.rings.get_or_init(|| self.search_rings())
     }
 
     /// The search behind [`ClusterFabric::nvlink_rings`].
@@ -1006,8 +1014,7 @@ impl ClusterFabric {
     /// receives on the same rail. Needs a node with NICs.
     fn rail(&self, a: usize, channel: usize) -> usize {
         let rails = self.rails();
-        let mesh_rings = self.rings.get_or_init(|| self.search_rings());
-        if mesh_rings.is_empty() {
+        if self.mesh_rings().is_empty() {
             rails[(a + channel) % rails.len()]
         } else {
             rails[channel % rails.len()]
