@@ -420,6 +420,12 @@ pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Res
 /// ([`model::nccl_protocol_bandwidth`]).
 pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     nvls_tree_eligible(fabric, Collective::AllReduce)?;
+    Ok(nvls_tree_flows(fabric, bytes)?.max(nvls_tree_ceiling(fabric, bytes)))
+}
+
+/// [`nvls_tree_all_reduce`]'s flows: the NVLS links and each head's tree
+/// traffic, plus NCCL's latency.
+fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let mut caps = fabric.node_caps().to_vec();
     let nvlinks = nvls_links(fabric, &mut caps)?;
     // Behind leaf uplinks every node of a leaf sends the same: node 0 gets
@@ -456,16 +462,17 @@ pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
         flows.start_flow(&out, per_nic, lat_out, tag as u64);
         flows.start_flow(&back, per_nic, lat_in, tag as u64);
     }
-    let lat = nccl_latency(fabric, "nvls_tree", bytes);
-    // The ceiling in time: bus bandwidth over nccl-tests' all_reduce
-    // factor 2(n-1)/n is the algorithm bandwidth.
-    let ranks = fabric.ranks() as f64;
-    let cap = model::nccl_nvls_tree_channel_gbps(fabric.machine.node.arch, nodes)
-        * hs.len().max(1) as f64
-        * ranks
-        / (2.0 * (ranks - 1.0)).max(1.0);
-    let capped = lat + SimTime::from_secs_f64(bytes as f64 / (cap * 1e9));
-    Ok((run(flows) + lat).max(capped))
+    Ok(run(flows) + nccl_latency(fabric, "nvls_tree", bytes))
+}
+
+/// [`nvls_tree_all_reduce`]'s ceiling: NCCL's per-channel bus bandwidth on
+/// one channel per head, as algorithm bandwidth (over nccl-tests' bus
+/// factor), plus NCCL's latency.
+fn nvls_tree_ceiling(fabric: &ClusterFabric, bytes: u64) -> SimTime {
+    let bus = model::nccl_nvls_tree_channel_gbps(fabric.machine.node.arch, fabric.nodes())
+        * heads(fabric).len().max(1) as f64;
+    let alg = bus / Collective::AllReduce.busbw_factor(fabric.ranks());
+    nccl_latency(fabric, "nvls_tree", bytes) + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9))
 }
 
 /// NCCL's latency of the switch algorithm `algo` (all_reduce, Simple) on
@@ -564,6 +571,7 @@ mod tests {
                 .map(|&l| f.node_caps()[l as usize])
                 .fold(f64::INFINITY, f64::min);
             let t = nvls_tree_all_reduce(&f, bytes).unwrap().as_us();
+            let t_flows = nvls_tree_flows(&f, bytes).unwrap().as_us();
             // NCCL's latency (25 + 2 log2(nodes) x 20.9 us: hwLat NVLINK
             // and NET, tuning.cc) over the slower of the NVLS links and
             // the NIC's tree traffic (and a few hops), and over NCCL's
@@ -575,8 +583,12 @@ mod tests {
             let n = (8 * nodes) as f64;
             let ceiling = s / (8.0 * per_channel * 1e9 * n / (2.0 * (n - 1.0))) * 1e6 + lat;
             assert!(
-                t >= flows,
-                "{nodes} nodes: {t} us under the flows' {flows} us"
+                t_flows >= flows,
+                "{nodes} nodes: {t_flows} us under the flows' {flows} us"
+            );
+            assert!(
+                t_flows < flows + 5.0,
+                "{nodes} nodes: {t_flows} us, flows {flows} us"
             );
             // The ceiling binds on DGX H100: 460.7 GB/s of bus bandwidth
             // on 2 nodes where the NVLS links allow 491, 363 on 4 where
@@ -590,6 +602,12 @@ mod tests {
                 "{nodes} nodes: {t} us, ceiling {ceiling} us"
             );
         }
+        // The flows: two nodes, NVLS binds (the NICs move S/8 each); four,
+        // the NIC paths (S/4 each way at 48 GB/s is above S x 9/8 at 295
+        // GB/s).
+        let flows_of =
+            |nodes| nvls_tree_flows(&m.fabric(Engine::Nccl, nodes).unwrap(), bytes).unwrap();
+        assert!(flows_of(4).as_us() > 1.3 * flows_of(2).as_us());
         // Two DGX B200 nodes: Blackwell's ceiling (96 GB/s a channel, 768
         // for 8 heads) sits above what the flows allow (718), so the
         // flows' time stands.
@@ -601,6 +619,7 @@ mod tests {
         let n = 16.0;
         let ceiling = s / (8.0 * 96.0 * 1e9 * n / (2.0 * (n - 1.0))) * 1e6 + 25.0 + 2.0 * 20.9;
         assert!(t > ceiling * 1.02, "B200: {t} us, ceiling {ceiling} us");
+        assert_eq!(t, nvls_tree_flows(&b200, bytes).unwrap().as_us());
     }
 
     #[test]
