@@ -714,14 +714,14 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "256 B payload + 32 B per packet (NVIDIA/nccl-tests issue 149: 25 GB/s -> ~20 with 128 B payloads; CEs use 256 B)",
         ),
         (
-            "NVLink-C2C to the GPU (copy engine)",
-            model::C2C_CE_TO_GPU_EFFICIENCY,
-            "median of three published GH200 host-to-device runs' link rates, 337.55 of 450 GB/s (docs/sim.md)",
+            "NVLink-C2C copy engines to the GPU, GB/s",
+            model::C2C_CE_TO_GPU_GBPS,
+            "median of three published GH200 host-to-device runs (docs/sim.md); the link binds first below 380 GB/s each way (GB200: 200)",
         ),
         (
-            "NVLink-C2C from the GPU (copy engine)",
-            model::C2C_CE_FROM_GPU_EFFICIENCY,
-            "median of the same runs' device-to-host rates, 295.23 of 450 GB/s (docs/sim.md)",
+            "NVLink-C2C copy engines from the GPU, GB/s",
+            model::C2C_CE_FROM_GPU_GBPS,
+            "median of the same runs' device-to-host rates (docs/sim.md)",
         ),
         (
             "PCIe TLP efficiency (copy engine)",

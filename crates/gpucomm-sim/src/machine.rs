@@ -502,8 +502,8 @@ impl ClusterFabric {
         // from the GPU, down: to it).
         let (up, down, host_hop) = match nm.c2c_gbps {
             Some(c2c) => (
-                c2c * eff.c2c(false),
-                c2c * eff.c2c(true),
+                eff.c2c(c2c, false),
+                eff.c2c(c2c, true),
                 model::NVLINK_HOP_US,
             ),
             None => (pcie, pcie, model::PCIE_HOP_US),

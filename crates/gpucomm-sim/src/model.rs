@@ -84,24 +84,52 @@ pub const NVLINK_FLIT_EFFICIENCY: f64 = 256.0 / (256.0 + 16.0);
 /// 25 GB/s, SM100 40.1 of 50).
 pub const NVLINK3_CE_EFFICIENCY: f64 = 256.0 / (256.0 + 32.0);
 
-/// Fraction of NVLink-C2C's 450 GB/s a copy engine moves from host memory
-/// to its GPU (the GPU reading the Grace's memory): 337.55 GB/s, the
-/// median of the link rates of three published GH200 480GB runs (host to
-/// device, pinned): bandwidthTest 335.3 GB/s for 32 MB (slitvinov/grace
-/// `grace/README.md`), 343.7 once the host copy start is taken off;
-/// nvbandwidth `host_to_device_memcpy_ce` 337.55 (microsoft/superbenchmark
+/// GB/s a copy engine moves from host memory to its GPU over NVLink-C2C
+/// where the link does not bind: 337.55, the median of three published
+/// GH200 480GB runs (host to device, pinned): bandwidthTest 335.3 GB/s for
+/// 32 MB (slitvinov/grace `grace/README.md`), 343.7 once the host copy
+/// start is taken off; nvbandwidth `host_to_device_memcpy_ce` 337.55
+/// (microsoft/superbenchmark
 /// `tests/benchmarks/micro_benchmarks/test_nvbandwidth.py`, output of
 /// v0.6) and 299.51 (a third host, v0.5 under `perf stat`; repository not
-/// named by the search index). A measurement, not a protocol figure: the
-/// copy runs at 0.84 of NVLink's packet efficiency ([`NVLINK3_CE_EFFICIENCY`]).
-pub const C2C_CE_TO_GPU_EFFICIENCY: f64 = 337.55 / 450.0;
+/// named by the search index). A GH200's link (450 GB/s per direction) at
+/// NVLink's packet efficiency ([`NVLINK3_CE_EFFICIENCY`]) would carry 400:
+/// the copy engines bind there, not the link. A measurement, not a
+/// protocol figure; on Blackwell superchips the same (an **assumption**:
+/// a GB200's link binds first, [`c2c_copy_gbps`]).
+pub const C2C_CE_TO_GPU_GBPS: f64 = 337.55;
 
-/// Fraction of NVLink-C2C's 450 GB/s a copy engine moves from its GPU to
-/// host memory (writes to the Grace's memory): 295.23 GB/s, the median of
-/// the same three runs' device-to-host link rates (bandwidthTest 291.6 for
-/// 32 MB, 297.9 without the copy start; nvbandwidth 295.23 and 272.94).
-/// Writes are the slower direction here, where on PCIe hosts reads are.
-pub const C2C_CE_FROM_GPU_EFFICIENCY: f64 = 295.23 / 450.0;
+/// GB/s a copy engine moves from its GPU to host memory over NVLink-C2C
+/// where the link does not bind (writes to the Grace's memory): 295.23,
+/// the median of the same three runs' device-to-host rates (bandwidthTest
+/// 291.6 for 32 MB, 297.9 without the copy start; nvbandwidth 295.23 and
+/// 272.94). Writes are the slower direction here, where on PCIe hosts
+/// reads are.
+pub const C2C_CE_FROM_GPU_GBPS: f64 = 295.23;
+
+/// GB/s copy engines move over an NVLink-C2C link of `link_gbps` per
+/// direction toward the GPU (`to_gpu`) or from it: the link at NVLink's
+/// packet efficiency ([`NVLINK3_CE_EFFICIENCY`]; NVLink-C2C carries the
+/// NVLink protocol), at most the engines' rate ([`C2C_CE_TO_GPU_GBPS`],
+/// [`C2C_CE_FROM_GPU_GBPS`]). A GH200 (450 GB/s each way) is bound by its
+/// engines; a GB200's GPU, on half of its Grace's C2C (225 GB/s each way),
+/// by the link: 200 GB/s both ways, where Azure's ND GB200 v6 measured 201
+/// host to device and 193 device to host with nvbandwidth
+/// (Azure/AI-benchmarking-guide `Azure_Results/ND_GB200_v6_results.md`).
+///
+/// ```
+/// use gpucomm_sim::model::c2c_copy_gbps;
+/// assert_eq!(c2c_copy_gbps(450.0, true), 337.55);
+/// assert!((c2c_copy_gbps(225.0, true) - 200.0).abs() < 1e-9);
+/// ```
+pub fn c2c_copy_gbps(link_gbps: f64, to_gpu: bool) -> f64 {
+    let engines = if to_gpu {
+        C2C_CE_TO_GPU_GBPS
+    } else {
+        C2C_CE_FROM_GPU_GBPS
+    };
+    (link_gbps * NVLINK3_CE_EFFICIENCY).min(engines)
+}
 
 /// Copy-engine payload efficiency of an NVLink of generation `generation`:
 /// [`NVLINK_FLIT_EFFICIENCY`] for NVLink 1 and 2, [`NVLINK3_CE_EFFICIENCY`]
@@ -376,17 +404,14 @@ impl Efficiency {
         }
     }
 
-    /// Fraction of an NVLink-C2C link's rate usable toward the GPU
-    /// (`to_gpu`) or toward the host. NCCL takes the link at the rate NVML
-    /// reports (`src/graph/topo.cc` `ncclTopoAddC2c`: bw x count), both
-    /// ways; copy engines at the rates published GH200 runs measured
-    /// ([`C2C_CE_TO_GPU_EFFICIENCY`], [`C2C_CE_FROM_GPU_EFFICIENCY`]; on
-    /// Blackwell superchips an **assumption**, no published figure found).
-    pub fn c2c(&self, to_gpu: bool) -> f64 {
-        match (self.engine, to_gpu) {
-            (Engine::Nccl, _) => 1.0,
-            (Engine::CopyEngine, true) => C2C_CE_TO_GPU_EFFICIENCY,
-            (Engine::CopyEngine, false) => C2C_CE_FROM_GPU_EFFICIENCY,
+    /// GB/s usable on an NVLink-C2C link of `link_gbps` per direction
+    /// toward the GPU (`to_gpu`) or toward the host. NCCL takes the link at
+    /// the rate NVML reports (`src/graph/topo.cc` `ncclTopoAddC2c`: bw x
+    /// count), both ways; copy engines as [`c2c_copy_gbps`].
+    pub fn c2c(&self, link_gbps: f64, to_gpu: bool) -> f64 {
+        match self.engine {
+            Engine::Nccl => link_gbps,
+            Engine::CopyEngine => c2c_copy_gbps(link_gbps, to_gpu),
         }
     }
 

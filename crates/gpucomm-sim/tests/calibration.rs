@@ -191,6 +191,22 @@ value = 291.6
 source = "same run"
 
 [[case]]
+id = "gb200-h2d-pinned"
+system = "GB200 NVL72 (Grace and two B200s on NVLink-C2C), pinned host memory"
+metric = "h2d_bandwidth"
+bytes = 536870912
+value = 201.0
+source = "Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md (nvbandwidth, CUDA 12.8); the link binds: half of the superchip's 900 GB/s C2C at NVLink's packet efficiency (337.0 before, +68%)"
+
+[[case]]
+id = "gb200-d2h-pinned"
+system = "GB200 NVL72 (Grace and two B200s on NVLink-C2C), pinned host memory"
+metric = "d2h_bandwidth"
+bytes = 536870912
+value = 193.0
+source = "same page (294.8 before, +53%)"
+
+[[case]]
 id = "a100-allreduce-1g"
 system = "A100 SXM, 8 GPUs"
 metric = "busbw"

@@ -625,7 +625,14 @@ fn gb200_nvl72() -> TopologyBuilder {
         for g in 0..4u32 {
             let socket = g / 2;
             let gpu = h.gpu(format!("{p}gpu{g}"), B200_GB200, socket);
-            h.b.link(gpu, cpus[socket as usize], LinkKind::NvLinkC2c);
+            // A GB200 superchip is one Grace and two B200s joined by
+            // NVLink-C2C at 900 GB/s (NVIDIA GB200 datasheet): the Grace's
+            // C2C, GH200's 900 GB/s, shared by its two GPUs, each on half
+            // of it, 225 GB/s per direction.
+            h.b.push_link(
+                Link::new(gpu, cpus[socket as usize], LinkKind::NvLinkC2c)
+                    .with_bandwidth(LinkKind::NvLinkC2c.bandwidth() / 2.0),
+            );
             h.b.link(gpu, nvs, nvlink(NvLinkGen::V5, 18));
             let nic = h.nic(&p, g, "ConnectX-7 NDR", socket, ib(IbSpeed::Ndr));
             h.b.link(nic, cpus[socket as usize], pcie(PcieGen::Gen5, 16));

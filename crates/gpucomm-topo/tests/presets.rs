@@ -259,9 +259,11 @@ fn gb200_nvl72_rack() {
     assert_eq!(p.bandwidth, 900.0); // NVLink 5: 1.8 TB/s bidirectional per GPU
     assert!(p.p2p, "NVLink P2P spans the trays of the rack");
     assert_eq!(t.host_of_rank(5), Some(1));
-    // Grace <-> B200 over NVLink-C2C, 450 GB/s per direction.
+    // Grace <-> B200 over NVLink-C2C: the superchip's 900 GB/s (450 per
+    // direction) shared by its two GPUs, 225 per direction each.
     let cpu = t.local_cpu(g[0]).unwrap();
-    assert_eq!(t.path(cpu, g[0]).unwrap().bandwidth, 450.0);
+    assert_eq!(t.path(cpu, g[0]).unwrap().bandwidth, 225.0);
+    assert_eq!(t.local_cpu(g[1]), Some(cpu), "two B200s per Grace");
 }
 
 #[test]
