@@ -185,6 +185,26 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     ]
     .iter()
     .any(|q| has(system, q));
+    // Machines no preset describes, whose links the nearest preset would
+    // misstate, are refused but for a host copy (which crosses the GPU's
+    // PCIe link and the host, as the nearest preset has them): a DGX
+    // Station (four GPUs joined by NVLink, no NVSwitch), and NICs run over
+    // TCP (GCP's GPUDirect-TCPX/TCPXO, sockets), where the network model is
+    // RDMA's (InfiniBand, RoCE, EFA).
+    if !pcie_fallback {
+        if has(system, "DGX Station") {
+            return Err(SimError::Model(format!(
+                "system {system:?}: a DGX Station (four GPUs joined by NVLink, no NVSwitch) \
+                 has no preset; the DGX's NVSwitch would misstate its links"
+            )));
+        }
+        if ["tcp", "tcpx", "tcpxo"].iter().any(|t| word(t)) {
+            return Err(SimError::Model(format!(
+                "system {system:?}: NICs over TCP (GPUDirect-TCPX, sockets) are not modeled; \
+                 the network model is RDMA's (InfiniBand, RoCE, EFA)"
+            )));
+        }
+    }
     let gh200 = (has(system, "GH200") || quad) && !has(system, "NVL32");
     if !has(system, "NVL72") && !gh200 && ["GH200", "Grace", "C2C"].iter().any(|w| has(system, w)) {
         return Err(SimError::Model(format!(
@@ -1039,6 +1059,22 @@ mod tests {
             let e = copy_machine_for(text).unwrap_err().to_string();
             assert!(e.contains("C2C") && e.contains("gh200"), "{e}");
         }
+        // A DGX Station's mesh and NICs over TCP have no model: refused
+        // for a collective or a peer copy, read for a host copy.
+        for text in [
+            "DGX Station A100, 4x A100 80GB, NVLink",
+            "2 GCP a3-megagpu-8g nodes, 8x H100, 8x 200 Gbps GPUDirect-TCPXO NICs",
+            "2x H100 nodes, 8x 400G NICs over TCP sockets",
+        ] {
+            let e = machine_for(text).unwrap_err().to_string();
+            assert!(e.contains("DGX Station") || e.contains("TCP"), "{e}");
+        }
+        assert_eq!(
+            copy_machine_for("DGX Station A100, PCIe Gen4, pinned")
+                .unwrap()
+                .name,
+            "dgx-a100"
+        );
         // NVLink SHARP is NVLS inside the node, not SHARP in the network.
         assert!(
             !machine_for("8x H100, NVSwitch with NVLink SHARP (NVLS)")
