@@ -1557,14 +1557,7 @@ fn run_one(
             (r.time.saturating_add(rest), Some(r))
         }
     };
-    // Simulated time saturates at SimTime::MAX (about 213 days): a run that
-    // reaches it did not finish in the representable range.
-    if r.0 == SimTime::MAX {
-        return Err(SimError::Limit {
-            what: "the simulator's time range (2^64 ps)".into(),
-            time_us: r.0.as_us(),
-        });
-    }
+    SimError::within_time_range(r.0)?;
     Ok(r)
 }
 

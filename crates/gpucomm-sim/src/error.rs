@@ -1,5 +1,7 @@
 //! Errors of the simulator.
 
+use crate::SimTime;
+
 /// Why a simulation could not run or finish.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -77,4 +79,28 @@ pub enum SimError {
         /// Memory available, GiB.
         available_gib: f64,
     },
+}
+
+impl SimError {
+    /// `t` if it is a time the simulation reached, the [`SimError::Limit`]
+    /// of the simulator's time range if it saturated there ([`SimTime::MAX`],
+    /// about 213 days: a run that reaches it did not finish in the
+    /// representable range, as a copy over a link of a few bytes per second
+    /// would not).
+    ///
+    /// ```
+    /// use gpucomm_sim::{SimError, SimTime};
+    /// assert!(SimError::within_time_range(SimTime::from_us(5.0)).is_ok());
+    /// assert!(SimError::within_time_range(SimTime::MAX).is_err());
+    /// ```
+    pub fn within_time_range(t: SimTime) -> Result<SimTime, SimError> {
+        if t == SimTime::MAX {
+            Err(SimError::Limit {
+                what: "the simulator's time range (2^64 ps)".into(),
+                time_us: t.as_us(),
+            })
+        } else {
+            Ok(t)
+        }
+    }
 }

@@ -162,7 +162,8 @@ pub fn p2p(
             .collect();
         (sp, lat, names)
     };
-    let time = spans.iter().map(|x| x.1).max().unwrap_or(SimTime::ZERO);
+    let time =
+        SimError::within_time_range(spans.iter().map(|x| x.1).max().unwrap_or(SimTime::ZERO))?;
     let total = s * dirs.len() as f64;
     Ok(P2pResult {
         bandwidth_gbps: total / time.as_secs_f64() / 1e9,
@@ -555,7 +556,7 @@ pub fn copy(
         }
     };
     let spans = run_phases_spans(&caps, &phases);
-    let t = spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO);
+    let t = SimError::within_time_range(spans.last().map(|x| x.1).unwrap_or(SimTime::ZERO))?;
     Ok(CopyResult {
         bandwidth_gbps: s / t.as_secs_f64() / 1e9,
         time_us: t.as_us(),
@@ -599,7 +600,10 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
     let net = f.route(gpu, rpn + gpu, 0)?;
     let ce = SimTime::from_us(model::HOST_COPY_START_US);
     if gdr {
-        let t = run_phases(&caps, &[(SimTime::ZERO, vec![PhaseFlow::new(&net, s)])]);
+        let t = SimError::within_time_range(run_phases(
+            &caps,
+            &[(SimTime::ZERO, vec![PhaseFlow::new(&net, s)])],
+        ))?;
         return Ok(RdmaResult {
             bandwidth_gbps: s / t.as_secs_f64() / 1e9,
             latency_us: net.latency.as_us(),
@@ -633,7 +637,7 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
         PhaseFlow::new(&wire, s),
         PhaseFlow::new(&h2d_far, s),
     ];
-    let t = run_phases(&caps, &[(ce, flows)]);
+    let t = SimError::within_time_range(run_phases(&caps, &[(ce, flows)]))?;
     let lat = ce + d2h.latency + net.latency + ce + h2d.latency;
     Ok(RdmaResult {
         bandwidth_gbps: s / t.as_secs_f64() / 1e9,
@@ -646,6 +650,37 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transfer_past_the_time_range_is_an_error_not_a_time() {
+        // A GH200 whose C2C moves a few bytes a second: a host copy, a
+        // host-staged RDMA and a staged peer copy through it would end
+        // past the ~213 days SimTime holds; each says so instead of
+        // reporting the saturated time.
+        let mut m = Machine::preset("gh200").unwrap();
+        m.node.c2c_gbps = Some(1e-9);
+        let e = copy(&m, Endpoint::Host, Endpoint::Gpu(0), false, false, 32 << 20).unwrap_err();
+        assert!(matches!(e, SimError::Limit { .. }), "{e}");
+        let e = rdma(&m, 0, false, 32 << 20).unwrap_err();
+        assert!(matches!(e, SimError::Limit { .. }), "{e}");
+        let mut q = Machine::preset("quad-gh200").unwrap();
+        q.node.c2c_gbps = Some(1e-9);
+        let e = p2p(&q, 0, 1, false, false, 32 << 20).unwrap_err();
+        assert!(matches!(e, SimError::Limit { .. }), "{e}");
+        // The same sizes on the real links finish.
+        let ok = Machine::preset("gh200").unwrap();
+        assert!(
+            copy(
+                &ok,
+                Endpoint::Host,
+                Endpoint::Gpu(0),
+                false,
+                false,
+                32 << 20
+            )
+            .is_ok()
+        );
+    }
 
     /// The slower of a staged copy's two host routes on GPUs `x` -> `y`,
     /// GB/s (their links' least capacity).
