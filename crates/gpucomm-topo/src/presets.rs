@@ -626,9 +626,10 @@ fn gb200_nvl72() -> TopologyBuilder {
             let socket = g / 2;
             let gpu = h.gpu(format!("{p}gpu{g}"), B200_GB200, socket);
             // A GB200 superchip is one Grace and two B200s joined by
-            // NVLink-C2C at 900 GB/s (NVIDIA GB200 datasheet): the Grace's
-            // C2C, GH200's 900 GB/s, shared by its two GPUs, each on half
-            // of it, 225 GB/s per direction.
+            // NVLink-C2C at 900 GB/s (NVIDIA's superchip figure): the
+            // Grace's C2C, the GH200's 900 GB/s, shared by its two GPUs,
+            // each on half of it, 225 GB/s per direction (one GPU copies
+            // at 193-201 GB/s: Azure ND GB200 v6 nvbandwidth).
             h.b.push_link(
                 Link::new(gpu, cpus[socket as usize], LinkKind::NvLinkC2c)
                     .with_bandwidth(LinkKind::NvLinkC2c.bandwidth() / 2.0),
