@@ -254,6 +254,7 @@ impl Machine {
             storage_gbps: storage,
             amd_cpu,
             nic_reach,
+            hosts: hosts.len().max(1),
         };
         // How many nodes like the first one the topology holds.
         let hosts_per_node = hosts.len().max(1);

@@ -82,6 +82,11 @@ pub struct NodeModel {
     /// How the GPUs reach their NICs (NCCL's rule for LL128 across nodes).
     /// The modeled network traffic still leaves each GPU's PCIe switch.
     pub nic_reach: crate::model::NicReach,
+    /// Hosts (operating-system instances) the node's GPUs sit in, their
+    /// GPUs in equal consecutive blocks: 1, but for an NVLink domain wider
+    /// than a host (a GB200 NVL72: 18 trays of 4 GPUs), whose GPUs of
+    /// different hosts share NVLink but no host memory.
+    pub hosts: usize,
 }
 
 impl NodeModel {

@@ -128,6 +128,17 @@ pub fn p2p(
     } else {
         ("staged through host memory".to_string(), false)
     };
+    // GPUs of different hosts in one NVLink domain (a GB200 NVL72's trays)
+    // share no host memory to stage through.
+    let per_host = (g / machine.node.hosts.max(1)).max(1);
+    if !p2p_ok && a / per_host != b / per_host {
+        return Err(SimError::Model(format!(
+            "GPU {a} and GPU {b} are in different hosts of {}'s NVLink domain ({per_host} GPUs \
+             per host): they share no host memory to stage a copy through; NVLink (P2P) is \
+             their path",
+            machine.name
+        )));
+    }
     // A peer copy through an NVSwitch starts later than one over a direct
     // NVLink or PCIe (published runs, model::nvswitch_peer_copy_start_us).
     let switched = nv > 0 && matches!(machine.node.nvlink, NvFabric::Switch { .. });
@@ -650,6 +661,24 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_of_different_hosts_of_an_nvlink_domain_do_not_stage_through_host_memory() {
+        let m = Machine::preset("gb200-nvl72").unwrap();
+        assert_eq!((m.node.gpus, m.node.hosts), (72, 18));
+        // Within a tray (GPUs 0-3): staged through its Graces' memory.
+        assert!(!p2p(&m, 0, 3, false, false, 1 << 20).unwrap().p2p);
+        // Across trays only NVLink joins them.
+        let e = p2p(&m, 0, 4, false, false, 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("different hosts"), "{e}");
+        assert!(p2p(&m, 0, 71, false, true, 1 << 20).unwrap().p2p);
+        // A machine of one host is unaffected.
+        let h = Machine::preset("dgx-h100").unwrap();
+        assert_eq!(h.node.hosts, 1);
+        assert!(!p2p(&h, 0, 7, false, false, 1 << 20).unwrap().p2p);
+    }
 
     #[test]
     fn a_transfer_past_the_time_range_is_an_error_not_a_time() {
