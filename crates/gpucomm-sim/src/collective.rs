@@ -696,7 +696,7 @@ pub fn schedule_for(
     // same NVLink paths).
     let mut orders = Vec::new();
     if algorithm == Algorithm::Ring {
-        let rings = fabric.nvlink_rings().len() as u16;
+        let rings = fabric.mesh_rings().len() as u16;
         if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
             ch = ch.div_ceil(rings).saturating_mul(rings);
         }

@@ -549,7 +549,7 @@ mod tests {
     }
 
     #[test]
-    fn nvls_tree_is_bound_by_nvls_the_tree_and_ncclss_per_channel_ceiling() {
+    fn nvls_tree_is_bound_by_nvls_the_tree_and_nccls_per_channel_ceiling() {
         let m = Machine::preset("dgx-h100").unwrap();
         let bytes = 8u64 << 30;
         let s = bytes as f64;

@@ -779,7 +779,7 @@ impl ClusterFabric {
     }
 
     /// [`ClusterFabric::nvlink_rings`], searched once, borrowed.
-    fn mesh_rings(&self) -> &[Vec<u32>] {
+    pub(crate) fn mesh_rings(&self) -> &[Vec<u32>] {
         self.rings.get_or_init(|| self.search_rings())
     }
 
@@ -834,10 +834,10 @@ impl ClusterFabric {
     /// single NVLink another ring was using).
     /// Empty where [`ClusterFabric::nvlink_rings`] is.
     pub fn ring_orders(&self, channels: u16) -> Vec<Vec<u32>> {
-        let rings = self.nvlink_rings();
+        let rings = self.mesh_rings();
         let nics = self.machine.node.nics;
         if rings.is_empty() || self.nodes == 1 || nics == 0 {
-            return rings;
+            return rings.to_vec();
         }
         let n = self.rpn;
         let mut used = vec![0u32; rings.len()];
@@ -891,7 +891,7 @@ impl ClusterFabric {
     /// ```
     pub fn chain_orders(&self, channels: u16) -> Vec<Vec<u32>> {
         let nics = self.machine.node.nics;
-        if !self.nvlink_rings().is_empty() || self.nodes == 1 || nics == 0 {
+        if !self.mesh_rings().is_empty() || self.nodes == 1 || nics == 0 {
             return self.ring_orders(channels);
         }
         let n = self.rpn;
