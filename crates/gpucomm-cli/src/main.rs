@@ -28,7 +28,7 @@ enum Command {
     /// Start N local ranks of a program with the rendezvous environment set.
     Launch(cmd::launch::Args),
     /// Simulate collectives, transfers and training steps on modeled fabrics.
-    Sim(cmd::sim::Args),
+    Sim(Box<cmd::sim::Args>),
     /// Copy bandwidth and latency of the GPUs (exit status 3: no GPU).
     Bandwidth(cmd::bandwidth::Args),
 }
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
         Command::Algo(a) => cmd::algo::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Launch(a) => cmd::launch::run(a),
-        Command::Sim(a) => cmd::sim::run(a),
+        Command::Sim(a) => cmd::sim::run(*a),
         Command::Bandwidth(a) => cmd::bandwidth::run(a),
     };
     match result {

@@ -300,6 +300,25 @@ fn bad_input_is_a_clear_error() {
         ),
         (&["p2p", "--pair", "0,1", "--trace", "/"], "is a directory"),
         (&["all_reduce", "--nodes", "0"], "at least 1"),
+        (
+            &["all_reduce", "--nic-speed", "fast"],
+            "--nic-speed \"fast\"",
+        ),
+        // Two nodes joined by no network.
+        (
+            &[
+                "all_reduce",
+                "--nodes",
+                "2",
+                "--nics",
+                "0",
+                "-b",
+                "1M",
+                "-e",
+                "1M",
+            ],
+            "the nodes have no NIC",
+        ),
         // Buffers no GPU of the machine holds (they were simulated: 100 TiB
         // on an 80 GB H100), refused before the sweep.
         (
@@ -406,6 +425,84 @@ fn bad_input_is_a_clear_error() {
         assert!(out.stderr.contains(says), "{args:?}: {}", out.dump());
         assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
     }
+}
+
+/// `--nics N --nic-speed S` builds the node `gpucomm topo --nics N
+/// --nic-speed S` builds (the same time as its exported file), and the ring
+/// across two nodes follows the NICs: 4 HDR ports per node carry 100 GB/s,
+/// 8 NDR ports 400.
+#[test]
+fn nic_options_replace_the_nodes_nics_as_topo_does() {
+    let ring = ["-b", "1G", "-e", "1G", "--algorithm", "ring"];
+    let with = |extra: &[&str]| {
+        let mut args = vec!["all_reduce", "--topology"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&ring);
+        sim_json(&args)
+    };
+    let four = with(&[
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--nics",
+        "4",
+        "--nic-speed",
+        "hdr",
+    ]);
+    assert_eq!(four["network"]["nics_per_node"], 4, "{four}");
+    assert_eq!(f(&four["network"], "nic_gbps"), 25.0, "{four}");
+    let eight = with(&["dgx-h100", "--nodes", "2"]);
+    assert_eq!(eight["network"]["nics_per_node"], 8, "{eight}");
+    let (b4, b8) = (
+        f(&four["results"][0], "busbw_gbps"),
+        f(&eight["results"][0], "busbw_gbps"),
+    );
+    assert!(b4 > 80.0 && b4 <= 100.0, "4 HDR NICs: busbw {b4}");
+    assert!(b8 > 300.0 && b8 <= 400.0, "8 NDR NICs: busbw {b8}");
+
+    let dir = std::env::temp_dir().join(format!("gpucomm-sim-nics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("h100-4hdr.toml");
+    let file = file.to_str().unwrap();
+    let exported = gpucomm(
+        &[
+            "topo",
+            "--preset",
+            "dgx-h100",
+            "--nics",
+            "4",
+            "--nic-speed",
+            "hdr",
+            "--export",
+            file,
+        ],
+        LIMIT,
+    );
+    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    let from_file = with(&[file, "--nodes", "2"]);
+    assert_eq!(from_file["results"], four["results"]);
+
+    // A file of two nodes says what its NICs are.
+    let two = dir.join("two.toml");
+    let two = two.to_str().unwrap();
+    let exported = gpucomm(
+        &[
+            "topo", "--preset", "dgx-h100", "--nodes", "2", "--export", two,
+        ],
+        LIMIT,
+    );
+    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    let out = gpucomm(
+        &["sim", "all_reduce", "--topology", two, "--nics", "4"],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(
+        out.stderr.contains("describes 2 nodes and their network"),
+        "{}",
+        out.dump()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -328,15 +328,52 @@ impl Machine {
     /// preset name, `local`, or a topology file), read with
     /// [`Machine::from_topology`].
     pub fn select(spec: &str) -> Result<Machine, SimError> {
+        Machine::select_with_nics(spec, None, None)
+    }
+
+    /// [`Machine::select`] with the node's NICs replaced by `nics` new ones
+    /// and/or their ports set to `nic_speed`, as `gpucomm topo --nics N
+    /// --nic-speed SPEED` builds them ([`gpucomm_topo::cluster`]: NIC `j`
+    /// on the PCIe attachment of GPU `j * gpus / nics`). A topology that
+    /// already describes several nodes and their network is refused: its
+    /// NICs are the file's to say.
+    ///
+    /// ```
+    /// use gpucomm_sim::Machine;
+    /// let hdr = gpucomm_topo::catalog::parse_port("hdr");
+    /// let m = Machine::select_with_nics("dgx-h100", Some(4), hdr).unwrap();
+    /// assert_eq!((m.node.nics, m.node.nic_gbps), (4, 25.0));
+    /// ```
+    pub fn select_with_nics(
+        spec: &str,
+        nics: Option<usize>,
+        nic_speed: Option<gpucomm_topo::LinkKind>,
+    ) -> Result<Machine, SimError> {
         let lower = spec.to_ascii_lowercase();
         let spec = if gpucomm_topo::is_preset(&lower) {
             lower.as_str()
         } else {
             spec
         };
-        let t = gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default())
-            .map_err(|e| SimError::Model(e.to_string()))?;
-        Machine::from_topology(&t)
+        let topo = |opts: &gpucomm_topo::ClusterOptions| {
+            gpucomm_topo::select(spec, opts).map_err(|e| SimError::Model(e.to_string()))
+        };
+        let plain = Machine::from_topology(&topo(&gpucomm_topo::ClusterOptions::default())?)?;
+        if nics.is_none() && nic_speed.is_none() {
+            return Ok(plain);
+        }
+        if plain.nodes > 1 {
+            return Err(SimError::Model(format!(
+                "{spec} describes {} nodes and their network; --nics and --nic-speed \
+                 apply to a one-node topology",
+                plain.nodes
+            )));
+        }
+        Machine::from_topology(&topo(&gpucomm_topo::ClusterOptions {
+            nics,
+            nic_speed,
+            ..Default::default()
+        })?)
     }
 }
 

@@ -74,6 +74,14 @@ struct Machine_ {
     /// Use only the first N GPUs of each node.
     #[arg(long)]
     gpus: Option<usize>,
+    /// NICs per node: replaces the node's NICs with this many, spread over
+    /// the GPUs' PCIe attachment points (as `gpucomm topo --nics`).
+    #[arg(long)]
+    nics: Option<usize>,
+    /// NIC port speed: edr, hdr, hdr100, ndr, ndr200, xdr, roce400, eth100...
+    /// (as `gpucomm topo --nic-speed`).
+    #[arg(long)]
+    nic_speed: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -360,8 +368,13 @@ fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn machine(m: &Machine_) -> anyhow::Result<Machine> {
-    let mut mach =
-        Machine::select(&m.topology).with_context(|| format!("--topology {}", m.topology))?;
+    let nic_speed = m
+        .nic_speed
+        .as_deref()
+        .map(super::topo::nic_speed)
+        .transpose()?;
+    let mut mach = Machine::select_with_nics(&m.topology, m.nics, nic_speed)
+        .with_context(|| format!("--topology {}", m.topology))?;
     match m.nodes {
         Some(0) => bail!("--nodes must be at least 1"),
         Some(n) if mach.nodes > 1 && n != mach.nodes => bail!(
@@ -511,7 +524,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
-                         "ranks": ranks, "tuner": a.tuner.json(), "average": shown.name(),
+                         "ranks": ranks, "network": network_json(&mach), "tuner": a.tuner.json(), "average": shown.name(),
                          "iterations": a.iters, "results": rows});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -864,7 +877,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
-        let doc = json!({"topology": mach.name, "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path,
+        let doc = json!({"topology": mach.name, "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path, "network": network_json(&mach),
             "bandwidth_gbps": r.bandwidth_gbps, "latency_us": r.latency_us, "bytes": size});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -948,7 +961,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
-            "bucket_mb": a.bucket_mb, "model_source": model.source,
+            "bucket_mb": a.bucket_mb, "model_source": model.source, "network": network_json(&mach),
             "tuner": a.tuner.json(), "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -1069,6 +1082,14 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The network of a collective, RDMA or training run, for `--json`: what
+/// the `# network:` line says (NICs per node, each one's GB/s per
+/// direction, the fabric).
+fn network_json(mach: &Machine) -> serde_json::Value {
+    json!({"nics_per_node": mach.node.nics, "nic_gbps": mach.node.nic_gbps,
+           "fabric": mach.network.describe()})
+}
+
 /// The `# network:` header line of a collective or training table.
 fn write_network(o: &mut impl Write, mach: &Machine) -> std::io::Result<()> {
     writeln!(
@@ -1090,6 +1111,8 @@ mod tests {
             topology: topology.into(),
             nodes,
             gpus: None,
+            nics: None,
+            nic_speed: None,
             json: false,
             fabric: None,
             oversubscription: None,

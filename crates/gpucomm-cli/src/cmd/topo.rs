@@ -68,7 +68,8 @@ pub struct Args {
     pub all: bool,
 }
 
-/// Options that turn a node into a cluster (shared by `topo` and `sim`).
+/// Options that turn a node into a cluster (`gpucomm topo`; `gpucomm sim`
+/// has its own, which leave a topology file's network alone).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
     /// Build a cluster of this many nodes.
@@ -142,6 +143,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Reads `--nic-speed` (`gpucomm topo` and `gpucomm sim`).
+pub fn nic_speed(s: &str) -> anyhow::Result<LinkKind> {
+    parse_port(s).with_context(|| {
+        format!("--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or eth<Gb/s>")
+    })
+}
+
 /// Converts the cluster arguments to [`ClusterOptions`].
 pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
     let fabric = Fabric::parse(&args.fabric).with_context(|| {
@@ -150,12 +158,7 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
             args.fabric
         )
     })?;
-    let nic_speed = match &args.nic_speed {
-        Some(s) => Some(parse_port(s).with_context(|| {
-            format!("--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or eth<Gb/s>")
-        })?),
-        None => None,
-    };
+    let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
     Ok(ClusterOptions {
         nodes: args.nodes,
         gpus: args.gpus,
