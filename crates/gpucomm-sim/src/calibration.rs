@@ -10,7 +10,7 @@
 //! resolver cannot read is an error, not a guess.
 
 use gpucomm_algo::Collective;
-use gpucomm_topo::IbSpeed;
+use gpucomm_topo::{IbSpeed, LinkKind};
 use serde::Deserialize;
 
 use crate::SimError;
@@ -253,7 +253,10 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
             "cannot tell the GPU of system {system:?}"
         )));
     };
-    let mut m = Machine::preset(base)?;
+    // "8x HDR 200 Gb/s", "8x 400G", "8 x ConnectX-7 400Gbps": the node's
+    // NICs replaced as `gpucomm sim --nics N --nic-speed S` replaces them.
+    let nics = nic_port(system)?;
+    let mut m = Machine::select_with_nics(base, nics.map(|n| n.0), nics.map(|n| n.1))?;
     if base == "pcie-8gpu" && card {
         // The generic PCIe server with this card: its architecture and
         // memory where the GPU is known and not the preset's A100 (refused
@@ -294,12 +297,64 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     if let Some(g) = pcie_generation(&w) {
         m.node.pcie_gen = g;
     }
-    // "8x HDR 200 Gb/s", "8x 400G", "8 x ConnectX-7 400Gbps"
-    if let Some((count, gbit)) = parse_nics(system) {
-        m.node.nics = count;
-        m.node.nic_gbps = gbit / 8.0;
+    // SHARP the network cannot do (not InfiniBand, or EDR's switches) is
+    // refused with the reason, as `gpucomm sim --sharp` refuses it, rather
+    // than run without it under a text that says it reduced.
+    if m.network.sharp && !pcie_fallback {
+        crate::innet::sharp_switch(&m.fabric(Engine::Nccl, 2)?).map_err(|e| {
+            let why = match e {
+                SimError::Model(why) => why,
+                other => other.to_string(),
+            };
+            SimError::Model(format!("system {system:?} states SHARP: {why}"))
+        })?;
     }
     Ok(m)
+}
+
+/// The NICs a system text states ([`parse_nics`]) as the count and port
+/// `gpucomm sim --nics N --nic-speed S` takes: the InfiniBand generation
+/// the text names at that rate ("HDR", "NDR200"); else RoCE at the rate
+/// where it names Ethernet ("RoCE", "Ethernet", "GbE", "EFA"); else the
+/// InfiniBand port of that rate (EDR 100, HDR 200, NDR 400, XDR 800 Gb/s),
+/// or RoCE where none has it.
+fn nic_port(system: &str) -> Result<Option<(usize, LinkKind)>, SimError> {
+    let Some((count, gbit)) = parse_nics(system) else {
+        return Ok(None);
+    };
+    let w = words(system);
+    let ib = |speed| LinkKind::Infiniband { speed, count: 1 };
+    let named = IbSpeed::ALL.into_iter().find(|s| {
+        s.gbit() == gbit
+            && w.iter().any(|x| {
+                x == s.name()
+                    || x.strip_prefix(s.name())
+                        .is_some_and(|r| r.parse::<f64>() == Ok(gbit))
+            })
+    });
+    if let Some(s) = named {
+        return Ok(Some((count, ib(s))));
+    }
+    let ethernet = w
+        .iter()
+        .any(|x| x.starts_with("roce") || x.ends_with("gbe") || x == "ethernet" || x == "efa");
+    let any_ib = IbSpeed::ALL.into_iter().find(|s| s.gbit() == gbit);
+    let port = match any_ib {
+        Some(s) if !ethernet => ib(s),
+        _ if gbit.fract() == 0.0 && (1.0..=f64::from(u16::MAX)).contains(&gbit) => {
+            LinkKind::Ethernet {
+                gbit: gbit as u16,
+                count: 1,
+                roce: true,
+            }
+        }
+        _ => {
+            return Err(SimError::Model(format!(
+                "system {system:?}: NICs of {gbit} Gb/s name no port (a whole number of Gb/s)"
+            )));
+        }
+    };
+    Ok(Some((count, port)))
 }
 
 /// The PCIe generation a system text states: "PCIe Gen4", "PCIe Gen 4",
@@ -509,16 +564,30 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
         "h2d_bandwidth" | "d2h_bandwidth" => copy_machine_for(&case.system)?,
         _ => machine_for(&case.system)?,
     };
-    let note = changes_from_preset(&m)?;
-    let mut p = predict_on(case, m)?;
+    let (flags, note) = changes_from_preset(&m, &case.system)?;
+    let mut p = predict_on(case, m, &flags)?;
     p.scenario.push_str(&note);
     Ok(p)
 }
 
-/// What the system text changed in its preset (GPU, PCIe generation,
-/// NICs), for the scenario: `gpucomm sim` runs the preset as it is.
-fn changes_from_preset(m: &Machine) -> Result<String, SimError> {
+/// What the system text changed in its preset, for the scenario: as
+/// `gpucomm sim` options where it has them (the NICs, `--nics N
+/// --nic-speed S`, which build the machine the text does; `--sharp`), and
+/// as a note where it has none (GPU, PCIe generation).
+fn changes_from_preset(m: &Machine, system: &str) -> Result<(String, String), SimError> {
     let base = Machine::preset(&m.name)?;
+    let mut flags = String::new();
+    if let Some((n, port)) = nic_port(system)? {
+        if (m.node.nics, m.node.nic_gbps, m.network.ib)
+            != (base.node.nics, base.node.nic_gbps, base.network.ib)
+        {
+            let name = gpucomm_topo::catalog::port_name(port).unwrap_or_default();
+            flags.push_str(&format!(" --nics {n} --nic-speed {name}"));
+        }
+    }
+    if m.network.sharp && !base.network.sharp {
+        flags.push_str(" --sharp");
+    }
     let mut changes = Vec::new();
     if m.node.gpu_name != base.node.gpu_name {
         changes.push(format!("GPU {}", m.node.gpu_name));
@@ -526,24 +595,15 @@ fn changes_from_preset(m: &Machine) -> Result<String, SimError> {
     if m.node.pcie_gen != base.node.pcie_gen {
         changes.push(format!("PCIe Gen{}", m.node.pcie_gen));
     }
-    if (m.node.nics, m.node.nic_gbps) != (base.node.nics, base.node.nic_gbps) {
-        changes.push(format!(
-            "{} NICs of {} Gb/s",
-            m.node.nics,
-            m.node.nic_gbps * 8.0
-        ));
-    }
-    if m.network.sharp && !base.network.sharp {
-        changes.push("--sharp".into());
-    }
-    Ok(if changes.is_empty() {
+    let note = if changes.is_empty() {
         String::new()
     } else {
         format!(" [preset with {}]", changes.join(", "))
-    })
+    };
+    Ok((flags, note))
 }
 
-fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
+fn predict_on(case: &Case, m: Machine, flags: &str) -> Result<Prediction, SimError> {
     match case.metric.as_str() {
         "busbw" | "algbw" | "time_us" => {
             let named = case.collective.as_deref().unwrap_or("all_reduce");
@@ -587,7 +647,7 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
             Ok(Prediction {
                 value,
                 scenario: format!(
-                    "gpucomm sim {} --topology {} --nodes {nodes} --gpus {} -b {bytes} -e {bytes} ({})",
+                    "gpucomm sim {} --topology {}{flags} --nodes {nodes} --gpus {} -b {bytes} -e {bytes} ({})",
                     coll.name(),
                     m.name,
                     gpus / nodes,
@@ -671,7 +731,7 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
             Ok(Prediction {
                 value,
                 scenario: format!(
-                    "gpucomm sim p2p --topology {} --pair {},{}{}{} ({})",
+                    "gpucomm sim p2p --topology {}{flags} --pair {},{}{}{} ({})",
                     m.name,
                     pair.0,
                     pair.1,
@@ -696,7 +756,7 @@ fn predict_on(case: &Case, m: Machine) -> Result<Prediction, SimError> {
             Ok(Prediction {
                 value: r.bandwidth_gbps,
                 scenario: format!(
-                    "gpucomm sim copy --topology {} --from {} --to {}{}{} (PCIe Gen{})",
+                    "gpucomm sim copy --topology {}{flags} --from {} --to {}{}{} (PCIe Gen{})",
                     m.name,
                     if from == Endpoint::Host {
                         "host"
@@ -895,6 +955,96 @@ mod tests {
                 .node
                 .pcie_gen,
             3
+        );
+    }
+
+    /// The NICs a text states become the port `gpucomm sim --nic-speed`
+    /// takes: the InfiniBand generation it names, RoCE where it names
+    /// Ethernet, else InfiniBand at that rate.
+    #[test]
+    fn stated_nics_are_a_port_gpucomm_sim_takes() {
+        let port = |text: &str| {
+            nic_port(text)
+                .unwrap()
+                .map(|(n, p)| (n, gpucomm_topo::catalog::port_name(p).unwrap()))
+        };
+        let cases = [
+            (
+                "2x DGX A100, 8x HDR 200 Gb/s InfiniBand NICs per node",
+                (8, "hdr"),
+            ),
+            ("2x DGX H100, 8x NDR200 InfiniBand", (8, "ndr200")),
+            ("2x DGX A100, 8x HDR100 InfiniBand", (8, "hdr100")),
+            ("2x HGX H100, 2x 100 GbE RoCE", (2, "roce100")),
+            ("2x H100 SXM nodes, 4x EFA 100 Gb/s", (4, "roce100")),
+            ("2x DGX H100, 8x 400G NICs", (8, "ndr")),
+            ("2x DGX H100, 16x 300 Gb/s NICs", (16, "roce300")),
+        ];
+        for (text, (n, name)) in cases {
+            assert_eq!(port(text), Some((n, name.to_string())), "{text}");
+        }
+        assert_eq!(port("2x DGX H100"), None);
+    }
+
+    /// A case's scenario is a command that gives its prediction: NICs
+    /// other than the preset's and SHARP are `gpucomm sim` options, built
+    /// by the same code (`Machine::select_with_nics`).
+    #[test]
+    fn a_scenario_names_the_nics_and_sharp_as_options() {
+        let case = |system: &str| Case {
+            id: "x".into(),
+            system: system.into(),
+            metric: "busbw".into(),
+            collective: Some("all_reduce".into()),
+            algorithm: Some("ring".into()),
+            gpus: Some(16),
+            nodes: Some(2),
+            bytes: Some(1 << 30),
+            value: 100.0,
+            source: String::new(),
+        };
+        let p = predict(&case(
+            "2x DGX A100, 4x HDR 200 Gb/s InfiniBand NICs per node",
+        ))
+        .unwrap();
+        assert!(
+            p.scenario
+                .contains("--topology dgx-a100 --nics 4 --nic-speed hdr --nodes 2"),
+            "{}",
+            p.scenario
+        );
+        let hdr = gpucomm_topo::catalog::parse_port("hdr");
+        let m = Machine::select_with_nics("dgx-a100", Some(4), hdr).unwrap();
+        let r = simulate(
+            &m.fabric(Engine::Nccl, 2).unwrap(),
+            Collective::AllReduce,
+            1 << 30,
+            &CollOptions {
+                algorithm: AlgoChoice::parse("ring").into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(p.value, r.busbw_gbps);
+        // The preset's own NICs change nothing.
+        let p = predict(&case(
+            "2x DGX A100, 8x HDR 200 Gb/s InfiniBand NICs per node",
+        ))
+        .unwrap();
+        assert!(!p.scenario.contains("--nics"), "{}", p.scenario);
+        let p = predict(&case("2x DGX A100, 8x HDR 200 Gb/s InfiniBand with SHARP")).unwrap();
+        assert!(
+            p.scenario.contains("--topology dgx-a100 --sharp --nodes 2"),
+            "{}",
+            p.scenario
+        );
+        // SHARP is InfiniBand's: on RoCE the text contradicts itself.
+        let e = machine_for("2x DGX H100, 8x 400G RoCE with SHARP")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("states SHARP") && e.contains("not InfiniBand"),
+            "{e}"
         );
     }
 
