@@ -297,11 +297,13 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     if let Some(g) = pcie_generation(&w) {
         m.node.pcie_gen = g;
     }
-    // SHARP the network cannot do (not InfiniBand, or EDR's switches) is
-    // refused with the reason, as `gpucomm sim --sharp` refuses it, rather
-    // than run without it under a text that says it reduced.
+    // SHARP the network cannot do (not InfiniBand, EDR's switches) or
+    // CollNet cannot use here (no NVSwitch) is refused with the reason, by
+    // the check `gpucomm sim --sharp` makes, rather than run without it
+    // under a text that says it reduced.
     if m.network.sharp && !pcie_fallback {
-        crate::innet::sharp_switch(&m.fabric(Engine::Nccl, 2)?).map_err(|e| {
+        let f = m.fabric(Engine::Nccl, 2)?;
+        crate::innet::collnet_eligible(&f, Collective::AllReduce).map_err(|e| {
             let why = match e {
                 SimError::Model(why) => why,
                 other => other.to_string(),
@@ -1046,6 +1048,11 @@ mod tests {
             e.contains("states SHARP") && e.contains("not InfiniBand"),
             "{e}"
         );
+        // Nor does CollNet run without an NVSwitch (`--sharp`'s check).
+        let e = machine_for("2x 8x A100 PCIe, 8x HDR 200 Gb/s InfiniBand with SHARP")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("states SHARP") && e.contains("NVSwitch"), "{e}");
     }
 
     #[test]
