@@ -482,6 +482,54 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
     let from_file = with(&[file, "--nodes", "2"]);
     assert_eq!(from_file["results"], four["results"]);
 
+    // `--nics` gives the whole node its NICs (next to GPUs 0, 2, 4, 6);
+    // four GPUs in use send through the two next to them, as a node of
+    // those four GPUs and two NICs does, and the header says so.
+    let half = with(&["dgx-h100", "--nodes", "2", "--gpus", "4", "--nics", "4"]);
+    assert_eq!(half["network"]["nics_per_node"], 4, "{half}");
+    assert_eq!(half["network"]["nics_in_use"], 2, "{half}");
+    assert_eq!(four["network"]["nics_in_use"], 4, "{four}");
+    let two_nics = dir.join("h100-4gpus-2nics.toml");
+    let two_nics = two_nics.to_str().unwrap();
+    let exported = gpucomm(
+        &[
+            "topo", "--preset", "dgx-h100", "--gpus", "4", "--nics", "2", "--export", two_nics,
+        ],
+        LIMIT,
+    );
+    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    assert_eq!(
+        with(&[two_nics, "--nodes", "2"])["results"],
+        half["results"]
+    );
+    let text = gpucomm(
+        &[
+            "sim",
+            "all_reduce",
+            "--topology",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--gpus",
+            "4",
+            "--nics",
+            "4",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+        ],
+        LIMIT,
+    );
+    assert!(
+        text.stdout.contains(
+            "# network: 4 NIC(s) of 50.0 GB/s per node \
+             (the 2 next to the 4 GPU(s) in use carry the traffic);"
+        ),
+        "{}",
+        text.dump()
+    );
+
     // A file of two nodes says what its NICs are.
     let two = dir.join("two.toml");
     let two = two.to_str().unwrap();

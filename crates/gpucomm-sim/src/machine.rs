@@ -292,6 +292,38 @@ impl Machine {
         self.gpus_used.unwrap_or(self.node.gpus).min(self.node.gpus)
     }
 
+    /// The GPU whose PCIe switch holds NIC `k`: NIC `k` of `nics` sits
+    /// next to GPU `k * gpus / nics`, the node's NICs spread evenly over
+    /// all its GPUs (as `gpucomm topo --nics` places them).
+    pub fn nic_gpu(&self, k: usize) -> usize {
+        let nm = &self.node;
+        (k * nm.gpus / nm.nics.max(1)).min(nm.gpus.max(1) - 1)
+    }
+
+    /// The NICs the GPUs in use send through: every NIC next to one of them
+    /// (on its PCIe switch, or its Grace), all of them when every GPU is in
+    /// use. NCCL's search takes a GPU's nearest NICs and no farther one
+    /// while a nearer one is found: one H100 of a DGX H100 node reaches
+    /// the network through its own 400 Gb/s NIC, not the node's eight, and
+    /// four GPUs of a node with four NICs (next to GPUs 0, 2, 4, 6) through
+    /// two. Empty without NICs; never empty with them (NIC 0 sits next to
+    /// GPU 0, always in use).
+    ///
+    /// ```
+    /// use gpucomm_sim::Machine;
+    /// let hdr = gpucomm_topo::catalog::parse_port("hdr");
+    /// let mut m = Machine::select_with_nics("dgx-h100", Some(4), hdr).unwrap();
+    /// assert_eq!(m.nics_in_use(), [0, 1, 2, 3]);
+    /// m.use_gpus(4).unwrap();
+    /// assert_eq!(m.nics_in_use(), [0, 1]);
+    /// ```
+    pub fn nics_in_use(&self) -> Vec<usize> {
+        let rpn = self.gpus_per_node();
+        (0..self.node.nics)
+            .filter(|&k| self.nic_gpu(k) < rpn)
+            .collect()
+    }
+
     /// Total ranks.
     pub fn ranks(&self) -> usize {
         self.gpus_per_node() * self.nodes
@@ -683,10 +715,9 @@ impl ClusterFabric {
         (per > 0).then(|| g / per)
     }
 
-    /// The GPU whose PCIe switch holds NIC `k`.
+    /// The GPU whose PCIe switch holds NIC `k` ([`Machine::nic_gpu`]).
     pub fn nic_gpu(&self, k: usize) -> usize {
-        let nm = &self.machine.node;
-        (k * nm.gpus / nm.nics.max(1)).min(nm.gpus - 1)
+        self.machine.nic_gpu(k)
     }
 
     /// Socket of GPU `g`.
@@ -1063,20 +1094,10 @@ impl ClusterFabric {
         }
     }
 
-    /// The NICs the GPUs in use send through: every NIC next to one of them
-    /// (on its PCIe switch, or its Grace), all of them when every GPU is in
-    /// use. NCCL's search takes a GPU's nearest NICs and no farther one
-    /// while a nearer one is found: one H100 of a DGX H100 node reaches
-    /// the network through its own 400 Gb/s NIC, not the node's eight
-    /// (before, `--gpus 1` sent its channels through all eight, 381 GB/s
-    /// of bus bandwidth between two nodes). Empty without NICs; never
-    /// empty with them (NIC 0 sits next to GPU 0, always in use).
+    /// The NICs the GPUs in use send through ([`Machine::nics_in_use`]),
+    /// computed once.
     pub fn rails(&self) -> &[usize] {
-        self.rails.get_or_init(|| {
-            (0..self.machine.node.nics)
-                .filter(|&k| self.nic_gpu(k) < self.rpn)
-                .collect()
-        })
+        self.rails.get_or_init(|| self.machine.nics_in_use())
     }
 
     /// Route from GPU `a` of node `na` to the network through NIC `k` of

@@ -1086,15 +1086,26 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
 /// the `# network:` line says (NICs per node, each one's GB/s per
 /// direction, the fabric).
 fn network_json(mach: &Machine) -> serde_json::Value {
-    json!({"nics_per_node": mach.node.nics, "nic_gbps": mach.node.nic_gbps,
-           "fabric": mach.network.describe()})
+    json!({"nics_per_node": mach.node.nics, "nics_in_use": mach.nics_in_use().len(),
+           "nic_gbps": mach.node.nic_gbps, "fabric": mach.network.describe()})
 }
 
-/// The `# network:` header line of a collective or training table.
+/// The `# network:` header line of a collective or training table; when
+/// `--gpus` leaves some NICs with no GPU in use next to them, how many
+/// carry the traffic ([`Machine::nics_in_use`]).
 fn write_network(o: &mut impl Write, mach: &Machine) -> std::io::Result<()> {
+    let used = mach.nics_in_use().len();
+    let in_use = if used < mach.node.nics {
+        format!(
+            " (the {used} next to the {} GPU(s) in use carry the traffic)",
+            mach.gpus_per_node()
+        )
+    } else {
+        String::new()
+    };
     writeln!(
         o,
-        "# network: {} NIC(s) of {:.1} GB/s per node; {}",
+        "# network: {} NIC(s) of {:.1} GB/s per node{in_use}; {}",
         mach.node.nics,
         mach.node.nic_gbps,
         mach.network.describe()
