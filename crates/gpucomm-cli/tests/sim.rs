@@ -338,9 +338,9 @@ fn bad_input_is_a_clear_error() {
             "more than the 80 GB",
         ),
         (&["rdma", "--size", "1T"], "more than the 80 GB"),
-        // EDR switches (SHARPv1) do not reduce large messages, and CollNet
-        // runs on NVSwitch nodes only: --sharp was accepted there and
-        // silently ran without in-network reduction.
+        // EDR switches (SHARPv1) do not reduce large messages: --sharp was
+        // accepted there and silently ran without in-network reduction.
+        // CollNet Direct runs on NVSwitch nodes only (Chain elsewhere).
         (
             &[
                 "all_reduce",
@@ -360,8 +360,22 @@ fn bad_input_is_a_clear_error() {
                 "--nodes",
                 "2",
                 "--sharp",
+                "--algorithm",
+                "collnet",
             ],
-            "--sharp: invalid model: collnet (NCCL's CollNet Direct) needs NVSwitch",
+            "collnet (NCCL's CollNet Direct) needs NVSwitch nodes (NCCL disables it without one); \
+             pcie-8gpu has none: --algorithm collnet_chain runs NCCL's CollNet Chain there",
+        ),
+        (
+            &[
+                "all_gather",
+                "--nodes",
+                "2",
+                "--sharp",
+                "--algorithm",
+                "collnet_chain",
+            ],
+            "collnet_chain is modeled for all_reduce only",
         ),
         (
             &["all_reduce", "--algorithm", "nvls", "--protocol", "ll"],

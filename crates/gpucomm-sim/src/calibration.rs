@@ -297,13 +297,12 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     if let Some(g) = pcie_generation(&w) {
         m.node.pcie_gen = g;
     }
-    // SHARP the network cannot do (not InfiniBand, EDR's switches) or
-    // CollNet cannot use here (no NVSwitch) is refused with the reason, by
-    // the check `gpucomm sim --sharp` makes, rather than run without it
-    // under a text that says it reduced.
+    // SHARP the network cannot do (not InfiniBand, EDR's switches) is
+    // refused with the reason, by the check `gpucomm sim --sharp` makes,
+    // rather than run without it under a text that says it reduced.
     if m.network.sharp && !pcie_fallback {
         let f = m.fabric(Engine::Nccl, 2)?;
-        crate::innet::collnet_eligible(&f, Collective::AllReduce).map_err(|e| {
+        crate::innet::collnet_chain_eligible(&f, Collective::AllReduce).map_err(|e| {
             let why = match e {
                 SimError::Model(why) => why,
                 other => other.to_string(),
@@ -1048,11 +1047,17 @@ mod tests {
             e.contains("states SHARP") && e.contains("not InfiniBand"),
             "{e}"
         );
-        // Nor does CollNet run without an NVSwitch (`--sharp`'s check).
-        let e = machine_for("2x 8x A100 PCIe, 8x HDR 200 Gb/s InfiniBand with SHARP")
+        // Nor do EDR's switches reduce large messages (`--sharp`'s check).
+        let e = machine_for("2x DGX-1 V100, 4x EDR 100 Gb/s InfiniBand with SHARP")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("states SHARP") && e.contains("NVSwitch"), "{e}");
+        assert!(e.contains("states SHARP") && e.contains("EDR"), "{e}");
+        // Without an NVSwitch, CollNet runs as NCCL's CollNet Chain.
+        let p = predict(&case(
+            "2x 8x A100 PCIe, 8x HDR 200 Gb/s InfiniBand with SHARP",
+        ))
+        .unwrap();
+        assert!(p.scenario.contains("--sharp"), "{}", p.scenario);
     }
 
     #[test]

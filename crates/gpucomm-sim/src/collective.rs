@@ -30,6 +30,11 @@ pub enum AlgoChoice {
     /// NCCL's CollNet Direct: reduce-scatter to the NIC heads over NVLink,
     /// all_reduce in the InfiniBand switches (SHARP), broadcast back.
     CollNet,
+    /// NCCL's CollNet Chain: the node's GPUs chained to each NIC's head
+    /// over their links, reduced up the chain, all_reduced in the
+    /// InfiniBand switches (SHARP) and broadcast back down; needs no
+    /// NVSwitch.
+    CollNetChain,
     /// NCCL's NVLSTree: NVLink SHARP inside each node, a double binary
     /// tree between the nodes (no switch support in the network).
     NvlsTree,
@@ -46,13 +51,15 @@ impl AlgoChoice {
             AlgoChoice::Schedule(a) => a.name(),
             AlgoChoice::Nvls => "nvls",
             AlgoChoice::CollNet => "collnet",
+            AlgoChoice::CollNetChain => "collnet_chain",
             AlgoChoice::NvlsTree => "nvls_tree",
             AlgoChoice::Discarded => "none",
         }
     }
 
     /// Parses `ring`, `tree`, `nvls`, `halving_doubling`, ... (case
-    /// ignored; NCCL's `NVLSTree` and `CollnetDirect` too).
+    /// ignored; NCCL's `NVLSTree`, `CollnetDirect` and `CollnetChain`
+    /// too).
     pub fn parse(s: &str) -> Option<Self> {
         if s.eq_ignore_ascii_case("nvls") {
             return Some(AlgoChoice::Nvls);
@@ -62,6 +69,9 @@ impl AlgoChoice {
             .any(|n| s.eq_ignore_ascii_case(n))
         {
             return Some(AlgoChoice::CollNet);
+        }
+        if s.eq_ignore_ascii_case("collnet_chain") || s.eq_ignore_ascii_case("collnetchain") {
+            return Some(AlgoChoice::CollNetChain);
         }
         if s.eq_ignore_ascii_case("nvls_tree") || s.eq_ignore_ascii_case("nvlstree") {
             return Some(AlgoChoice::NvlsTree);
@@ -519,7 +529,8 @@ fn schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> 
         .collect()
 }
 
-/// The hardware algorithms (NVLS, CollNet) that can run `collective` here.
+/// The hardware algorithms (NVLS, CollNet Direct or, without an NVSwitch,
+/// Chain, NVLSTree) that can run `collective` here.
 fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let mut v = Vec::new();
     if nvls_eligible(fabric, collective).is_ok() {
@@ -527,6 +538,10 @@ fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice
     }
     if innet::collnet_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::CollNet);
+    } else if innet::collnet_chain_eligible(fabric, collective).is_ok() {
+        // Where Direct cannot run (no NVSwitch): NCCL's CollNet there.
+        // On NVSwitch nodes the chain runs when asked for by name.
+        v.push(AlgoChoice::CollNetChain);
     }
     if innet::nvls_tree_eligible(fabric, collective).is_ok() {
         v.push(AlgoChoice::NvlsTree);
@@ -1544,6 +1559,10 @@ fn run_one(
         AlgoChoice::CollNet => {
             innet::collnet_eligible(fabric, collective)?;
             (innet::collnet_all_reduce(fabric, bytes)?, None)
+        }
+        AlgoChoice::CollNetChain => {
+            innet::collnet_chain_eligible(fabric, collective)?;
+            (innet::collnet_chain_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::NvlsTree => {
             innet::nvls_tree_eligible(fabric, collective)?;

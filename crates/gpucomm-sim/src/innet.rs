@@ -1,5 +1,5 @@
 //! Reduction in the switches, as NCCL runs it across nodes: CollNet
-//! Direct and NVLS with SHARP (in the InfiniBand switches), and NVLSTree
+//! Direct, CollNet Chain and NVLS with SHARP (in the InfiniBand switches), and NVLSTree
 //! (in the NVSwitch, with a tree between the nodes).
 //!
 //! # What NCCL does
@@ -16,6 +16,17 @@
 //! result; the head broadcasts it to the local GPUs over NVLink. All
 //! stages run at once on a pipeline of chunks. Each node's NICs carry `S`
 //! once up and once down, against `2 (n-1)/n S` each way for a ring.
+//!
+//! **CollNet Chain** (`RunWorkColl<.., NCCL_ALGO_COLLNET_CHAIN, ..>`,
+//! the same file; NCCL's CollNet where a node has no NVSwitch, which
+//! Direct needs): each channel chains the node's GPUs to its head, the
+//! GPU next to its NIC; the data is reduced up the chain (each GPU
+//! receives the partial sum from the one below, adds its own and sends it
+//! up), the head sends it to the switches' tree, and the result is
+//! broadcast down the chain, both directions at once on a pipeline of
+//! chunks. The channels split the buffer, so each GPU's links carry about
+//! `2 S` each way (a chain's ends half of that), against Direct's `S` and a
+//! ring's `2 (n-1)/n S`; the NICs carry `S` each way, as for Direct.
 //!
 //! **NVLS + SHARP** (NCCL's `NCCL_ALGO_NVLS` with `nNodes > 1`, enabled
 //! only with CollNet support, `src/graph/tuning.cc`): the reduction inside
@@ -163,9 +174,25 @@ pub fn collnet_eligible(
     if !matches!(fabric.machine.node.nvlink, NvFabric::Switch { .. }) {
         return Err(SimError::Model(format!(
             "collnet (NCCL's CollNet Direct) needs NVSwitch nodes (NCCL disables it without one); \
-             {} has none, and CollNet Chain is not modeled",
+             {} has none: --algorithm collnet_chain runs NCCL's CollNet Chain there",
             fabric.machine.name
         )));
+    }
+    Ok(sw)
+}
+
+/// Checks that CollNet Chain can run `collective` on `fabric`: switches
+/// that reduce (as for CollNet Direct), no NVSwitch needed (NCCL enables
+/// the chain wherever its CollNet plugin supports it, `tuning.cc`).
+pub fn collnet_chain_eligible(
+    fabric: &ClusterFabric,
+    collective: Collective,
+) -> Result<SharpSwitch, SimError> {
+    let sw = sharp_switch(fabric)?;
+    if collective != Collective::AllReduce {
+        return Err(SimError::Model(
+            "collnet_chain is modeled for all_reduce only".into(),
+        ));
     }
     Ok(sw)
 }
@@ -305,6 +332,48 @@ pub fn collnet_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime,
         flows.start_flow(&links, slice, lat, tag as u64);
     }
     Ok(run(flows) + nccl_latency(fabric, "collnet", bytes))
+}
+
+/// CollNet Chain all_reduce of `bytes` (see the module documentation):
+/// per head, a chain of the node's GPUs in rank order from the one after
+/// the head round to the head, `S / heads` bytes reduced up it and
+/// broadcast down it over the node's links, and the head's stream through
+/// its NIC and the switches; all at once (the pipeline's stages overlap),
+/// plus NCCL's CollNet Chain latency (`2 (ppn-1)` intra-node steps and one
+/// network step). NCCL applies no efficiency correction to the chain
+/// (Direct's 0.85 on Hopper is Direct's only, `tuning.cc`).
+///
+/// ```
+/// use gpucomm_sim::{Engine, Machine};
+/// use gpucomm_sim::innet::collnet_chain_all_reduce;
+/// let opts = gpucomm_topo::ClusterOptions { sharp: true, ..Default::default() };
+/// let m = Machine::preset("dgx-h100").unwrap().with_cluster_options(&opts).unwrap();
+/// let f = m.fabric(Engine::Nccl, 4).unwrap();
+/// let t = collnet_chain_all_reduce(&f, 1 << 30).unwrap();
+/// // Each GPU's NVLinks carry about 2 GiB each way (7/8 of it at the
+/// // chain's ends): at least 2 x 7/8 GiB over 450 GB/s.
+/// assert!(t.as_us() > 1.75 * (1u64 << 30) as f64 / 450e9 * 1e6);
+/// ```
+pub fn collnet_chain_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
+    let sw = collnet_chain_eligible(fabric, Collective::AllReduce)?;
+    let net = sharp_net(fabric, sw);
+    let mut flows = FlowNet::new(&net.caps);
+    let rpn = fabric.ranks_per_node();
+    let hs = heads(fabric);
+    let slice = bytes as f64 / hs.len() as f64;
+    for (tag, &(k, h)) in hs.iter().enumerate() {
+        let chain: Vec<usize> = (1..=rpn).map(|i| (h + i) % rpn).collect();
+        for pair in chain.windows(2) {
+            // Reduce up toward the head, broadcast back down.
+            let up = fabric.route(pair[0], pair[1], 0)?;
+            flows.start_flow(&up.links, slice, up.latency, tag as u64);
+            let down = fabric.route(pair[1], pair[0], 0)?;
+            flows.start_flow(&down.links, slice, down.latency, tag as u64);
+        }
+        let (links, lat) = stream(fabric, &net, k, h);
+        flows.start_flow(&links, slice, lat, tag as u64);
+    }
+    Ok(run(flows) + nccl_latency(fabric, "collnet_chain", bytes))
 }
 
 /// NVLS with SHARP across nodes, all_reduce of `bytes` (see the module
@@ -517,6 +586,41 @@ mod tests {
             .unwrap();
         let f = m.fabric(Engine::Nccl, 2).unwrap();
         assert_eq!(sharp_switch(&f).unwrap(), SharpSwitch::Quantum);
+    }
+
+    fn with_sharp(preset: &str) -> Machine {
+        Machine::preset(preset)
+            .unwrap()
+            .with_cluster_options(&gpucomm_topo::ClusterOptions {
+                sharp: true,
+                ..Default::default()
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn collnet_chain_loads_each_gpu_link_with_two_slices_per_chain() {
+        // On one NVSwitch node's worth of links the chain is bound by each
+        // GPU's NVLinks: 8 chains of S/8, every GPU sending up and down in
+        // 6 of them and once as the head and the tail, 1.75 S each way.
+        let f = with_sharp("dgx-h100").fabric(Engine::Nccl, 4).unwrap();
+        let bytes = 1u64 << 30;
+        let up = f.node_caps()[f.route(0, 1, 0).unwrap().links[0] as usize];
+        let floor = 1.75 * bytes as f64 / (up * 1e9) * 1e6;
+        let t = collnet_chain_all_reduce(&f, bytes).unwrap().as_us();
+        assert!(t >= floor && t < floor * 1.05, "{t} vs {floor}");
+        // Direct's 0.85 Hopper correction is Direct's: the chain has none,
+        // and runs on nodes without an NVSwitch, where Direct does not.
+        let pcie = with_sharp("pcie-8gpu").fabric(Engine::Nccl, 4).unwrap();
+        assert!(collnet_eligible(&pcie, Collective::AllReduce).is_err());
+        assert!(collnet_chain_all_reduce(&pcie, bytes).is_ok());
+        assert!(collnet_chain_eligible(&pcie, Collective::AllGather).is_err());
+        // Without SHARP switches, no CollNet of either kind.
+        let plain = Machine::preset("pcie-8gpu")
+            .unwrap()
+            .fabric(Engine::Nccl, 4)
+            .unwrap();
+        assert!(collnet_chain_all_reduce(&plain, bytes).is_err());
     }
 
     #[test]

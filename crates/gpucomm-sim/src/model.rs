@@ -554,7 +554,7 @@ pub fn nccl_protocol_bandwidth(
 /// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
 /// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
 /// protocol, and its per-step cost by path (NVLink, PCIe, network).
-/// NVLS, NVLSTree and CollNet (Direct) run the Simple protocol only;
+/// NVLS, NVLSTree and CollNet (Direct and Chain) run the Simple protocol only;
 /// algorithms NCCL does not have use the ring figures.
 pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
     use Protocol::*;
@@ -563,6 +563,7 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
         ("nvls", _) => (0.0, 25.0, 0.0, 18.0),
         ("nvls_tree", _) => (0.0, 25.0, 0.0, 20.9),
         ("collnet", _) => (0.0, 3.7, 3.7, 31.0),
+        ("collnet_chain", _) => (0.0, 2.8, 2.8, 30.0),
         ("tree", Ll) => (6.8, 0.6, 1.0, 5.0),
         ("tree", Ll128) => (14.0, 1.25, 1.9, 8.5),
         ("tree", Simple) => (8.4, 4.0, 4.0, 14.0),
@@ -601,7 +602,7 @@ pub fn nccl_protocol_check(
 ) -> Result<(), &'static str> {
     match protocol {
         Protocol::Simple => Ok(()),
-        _ if algo == "nvls" || algo == "collnet" || algo == "nvls_tree" => {
+        _ if matches!(algo, "nvls" | "collnet" | "collnet_chain" | "nvls_tree") => {
             Err("NVLS, NVLSTree and CollNet run the Simple protocol only")
         }
         Protocol::Ll => Ok(()),
@@ -746,7 +747,8 @@ pub struct NcclComm {
 /// `hwLat` (at least the network post overhead across nodes) of which the
 /// inter-node ones cost the network `hwLat` (a broadcast or reduce ring one
 /// step); tree, `2 ((ppn-1) intra + log2(nodes) inter)`; CollNet Direct,
-/// `2 (min(1, ppn-1) intra + 0.4 (ppn-1)) + inter`; NVLS, `intra` (+
+/// `2 (min(1, ppn-1) intra + 0.4 (ppn-1)) + inter`; CollNet Chain,
+/// `2 (ppn-1) intra + inter`; NVLS, `intra` (+
 /// `inter` across nodes); NVLSTree, `intra + 2 log2(nodes) inter`. With one
 /// GPU per node the network `hwLat` is the tree's. The network's own
 /// latency (`latencyInter`, 0 for NCCL's InfiniBand and socket transports)
@@ -800,6 +802,7 @@ pub fn nccl_model_latency_us(
             let p = (ppn - 1) as f64;
             base + 2.0 * (p.min(1.0) * intra + 0.4 * p) + inter
         }
+        "collnet_chain" => base + 2.0 * (ppn - 1) as f64 * intra + inter,
         "nvls" => base + intra + if nodes > 1 { inter } else { 0.0 },
         "nvls_tree" => base + intra + 2.0 * log_nodes * inter,
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {

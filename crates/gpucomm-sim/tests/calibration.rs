@@ -422,6 +422,18 @@ value = 440.58
 source = "coreweave/nccl-tests pull request 92 (2026, test plan: 'H100 8-GPU x 2-node ... 440.58 GB/s busbw @ 8G allreduce', NCCL's default); NVLSTree at NCCL's per-channel ceiling: 491.5 (+11.6%) without it"
 
 [[case]]
+id = "h100-8node-collnetchain-8G"
+system = "8x DGX H100 nodes, 8x 400 Gb/s NDR InfiniBand per node with SHARP"
+metric = "busbw"
+collective = "all_reduce"
+algorithm = "collnet_chain"
+gpus = 64
+nodes = 8
+bytes = 8589934592
+value = 386.56
+source = "coreweave/nccl-tests README (the H100 SHARP job's output, -b 512M -e 8G) and mpi-operator/nccl-test-distributed-h100-64-sharp-las1-mpijob.yaml (NCCL_ALGO=COLLNETCHAIN, NCCL 2.18.3); each GPU's NVLinks carry about 2 S each way"
+
+[[case]]
 id = "b200-2node-allreduce-8G"
 system = "2x B200 nodes, 8 GPUs each, 8x 400 Gb/s InfiniBand per node"
 metric = "busbw"

@@ -98,14 +98,35 @@ fn sharp_beats_the_ring_at_scale_and_the_tuner_picks_it() {
             ring_t
         );
     }
+    // Without an NVSwitch (no CollNet Direct), NCCL's CollNet Chain: on
+    // four PCIe servers with four HDR NICs each, faster than the ring,
+    // whose NICs carry 2 (n-1)/n S.
+    let f = machine("pcie-8gpu", sharp())
+        .fabric(Engine::Nccl, 4)
+        .unwrap();
+    let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
+    assert_eq!(r.algorithm, AlgoChoice::CollNetChain, "{:?}", r.candidates);
+    let ring = simulate(
+        &f,
+        Collective::AllReduce,
+        GIB,
+        &common::forced("ring", None),
+    )
+    .unwrap();
+    assert!(r.time < ring.time, "{} vs ring {}", r.time, ring.time);
+    // On NVSwitch nodes the tuner offers Direct, not the chain.
+    let f = machine("dgx-a100", sharp())
+        .fabric(Engine::Nccl, 4)
+        .unwrap();
+    let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
+    assert!(r.candidates.iter().all(|c| c.0 != AlgoChoice::CollNetChain));
     // Without SHARP the same tuner never offers them.
     let f = common::fabric("dgx-h100", 4);
     let r = simulate(&f, Collective::AllReduce, GIB, &CollOptions::default()).unwrap();
-    assert!(
-        r.candidates
-            .iter()
-            .all(|c| !matches!(c.0, AlgoChoice::CollNet | AlgoChoice::Nvls))
-    );
+    assert!(r.candidates.iter().all(|c| !matches!(
+        c.0,
+        AlgoChoice::CollNet | AlgoChoice::CollNetChain | AlgoChoice::Nvls
+    )));
 }
 
 #[test]

@@ -95,7 +95,7 @@ struct Machine_ {
     #[arg(long)]
     nodes_per_leaf: Option<usize>,
     /// The network switches reduce in the network (InfiniBand SHARP):
-    /// enables `--algorithm collnet` and `nvls` across nodes.
+    /// enables `--algorithm collnet` (`collnet_chain`) and `nvls` across nodes.
     #[arg(long)]
     sharp: bool,
 }
@@ -213,7 +213,7 @@ struct RdmaArgs {
 #[derive(clap::Args, Debug)]
 struct TunerArgs {
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, nvls_tree, collnet), or those the tuner picks
+    /// hierarchical, nvls, nvls_tree, collnet, collnet_chain), or those the tuner picks
     /// from in NCCL_ALGO's syntax: `ring,tree` (those only), `^nvls,nvls_tree`
     /// (all but those); default: the tuner picks among NCCL's.
     #[arg(long, short = 'a')]
@@ -256,7 +256,7 @@ impl TunerArgs {
         let algorithm = match &self.algorithm {
             None => Select::Any,
             Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
-                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet; a list, or ^ and a list to exclude)")
+                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet, collnet_chain; a list, or ^ and a list to exclude)")
             })?,
         };
         let protocol = match &self.protocol {
@@ -425,13 +425,13 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
     if m.sharp {
         // Switches that cannot reduce large messages (EDR's SHARPv1, a
-        // network that is not InfiniBand, no NIC), or nodes CollNet does
-        // not run on here (no NVSwitch), would otherwise be taken silently:
-        // the run fell back to point-to-point algorithms under a header
-        // saying the switches reduce. Checked on two nodes at least, as a
-        // node-count sweep may start at one.
+        // network that is not InfiniBand, no NIC) would otherwise be taken
+        // silently: the run fell back to point-to-point algorithms under a
+        // header saying the switches reduce. CollNet runs wherever they
+        // can (Direct on NVSwitch nodes, Chain elsewhere). Checked on two
+        // nodes at least, as a node-count sweep may start at one.
         let f = mach.fabric(Engine::Nccl, mach.nodes.max(2))?;
-        gpucomm_sim::innet::collnet_eligible(&f, Collective::AllReduce)
+        gpucomm_sim::innet::collnet_chain_eligible(&f, Collective::AllReduce)
             .map_err(|e| anyhow::anyhow!("--sharp: {e}"))?;
     }
     Ok(mach)
@@ -683,7 +683,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     } else if a.trace.is_some() && !a.m.json {
         writeln!(
             o,
-            "# trace: nothing to trace (nvls, nvls_tree and collnet run no schedule; NCCL runs nothing for no elements)"
+            "# trace: nothing to trace (nvls, nvls_tree, collnet and collnet_chain run no schedule; NCCL runs nothing for no elements)"
         )?;
     }
     Ok(ExitCode::SUCCESS)
