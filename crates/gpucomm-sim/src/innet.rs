@@ -1,6 +1,7 @@
 //! Reduction in the switches, as NCCL runs it across nodes: CollNet
-//! Direct, CollNet Chain and NVLS with SHARP (in the InfiniBand switches), and NVLSTree
-//! (in the NVSwitch, with a tree between the nodes).
+//! Direct, CollNet Chain and NVLS with SHARP (in the InfiniBand
+//! switches), and NVLSTree (in the NVSwitch, with a tree between the
+//! nodes).
 //!
 //! # What NCCL does
 //!

@@ -33,7 +33,7 @@
 //!   commands run (collective sweeps with a model-based tuner and NVLS,
 //!   p2p/copy/RDMA/storage data paths, data-parallel training steps).
 //! * [`innet`]: in-network reduction on InfiniBand switches (SHARP):
-//!   NCCL's CollNet Direct and NVLS across nodes.
+//!   NCCL's CollNet Direct and Chain, and NVLS across nodes.
 //! * [`calibration`]: resolves a published measurement to a prediction.
 //!
 //! # What it does not do
