@@ -161,17 +161,28 @@ pub fn sharp_switch(fabric: &ClusterFabric) -> Result<SharpSwitch, SimError> {
     })
 }
 
+/// SHARP switches ([`sharp_switch`]) and an all_reduce, the conditions
+/// both CollNets share (`algo` names the one asked for in the error).
+fn sharp_all_reduce(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    algo: &str,
+) -> Result<SharpSwitch, SimError> {
+    let sw = sharp_switch(fabric)?;
+    if collective != Collective::AllReduce {
+        return Err(SimError::Model(format!(
+            "{algo} is modeled for all_reduce only"
+        )));
+    }
+    Ok(sw)
+}
+
 /// Checks that CollNet Direct can run `collective` on `fabric`.
 pub fn collnet_eligible(
     fabric: &ClusterFabric,
     collective: Collective,
 ) -> Result<SharpSwitch, SimError> {
-    let sw = sharp_switch(fabric)?;
-    if collective != Collective::AllReduce {
-        return Err(SimError::Model(
-            "collnet is modeled for all_reduce only".into(),
-        ));
-    }
+    let sw = sharp_all_reduce(fabric, collective, "collnet")?;
     if !matches!(fabric.machine.node.nvlink, NvFabric::Switch { .. }) {
         return Err(SimError::Model(format!(
             "collnet (NCCL's CollNet Direct) needs NVSwitch nodes (NCCL disables it without one); \
@@ -189,13 +200,7 @@ pub fn collnet_chain_eligible(
     fabric: &ClusterFabric,
     collective: Collective,
 ) -> Result<SharpSwitch, SimError> {
-    let sw = sharp_switch(fabric)?;
-    if collective != Collective::AllReduce {
-        return Err(SimError::Model(
-            "collnet_chain is modeled for all_reduce only".into(),
-        ));
-    }
-    Ok(sw)
+    sharp_all_reduce(fabric, collective, "collnet_chain")
 }
 
 /// Checks that NVLS with SHARP across nodes can run `collective`.
