@@ -516,25 +516,8 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
         with(&[two_nics, "--nodes", "2"])["results"],
         half["results"]
     );
-    let text = gpucomm(
-        &[
-            "sim",
-            "all_reduce",
-            "--topology",
-            "dgx-h100",
-            "--nodes",
-            "2",
-            "--gpus",
-            "4",
-            "--nics",
-            "4",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-        ],
-        LIMIT,
-    );
+    let args = "sim all_reduce --topology dgx-h100 --nodes 2 --gpus 4 --nics 4 -b 1M -e 1M";
+    let text = gpucomm(&args.split(' ').collect::<Vec<_>>(), LIMIT);
     assert!(
         text.stdout.contains(
             "# network: 4 NIC(s) of 50.0 GB/s per node \

@@ -301,8 +301,7 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // refused with the reason, by the check `gpucomm sim --sharp` makes,
     // rather than run without it under a text that says it reduced.
     if m.network.sharp && !pcie_fallback {
-        let f = m.fabric(Engine::Nccl, 2)?;
-        crate::innet::collnet_chain_eligible(&f, Collective::AllReduce).map_err(|e| {
+        crate::innet::sharp_usable(&m, 2).map_err(|e| {
             let why = match e {
                 SimError::Model(why) => why,
                 other => other.to_string(),

@@ -203,6 +203,15 @@ pub fn collnet_chain_eligible(
     sharp_all_reduce(fabric, collective, "collnet_chain")
 }
 
+/// What `--sharp` needs of `machine` (and a calibration case that states
+/// SHARP): switches that reduce large messages, so that CollNet (Direct on
+/// NVSwitch nodes, Chain elsewhere) can run; checked on `nodes` nodes, at
+/// least two (a node-count sweep may start at one).
+pub fn sharp_usable(machine: &crate::Machine, nodes: usize) -> Result<SharpSwitch, SimError> {
+    let f = machine.fabric(crate::Engine::Nccl, nodes.max(2))?;
+    collnet_chain_eligible(&f, Collective::AllReduce)
+}
+
 /// Checks that NVLS with SHARP across nodes can run `collective`.
 pub fn nvls_sharp_eligible(
     fabric: &ClusterFabric,

@@ -387,10 +387,11 @@ impl Machine {
         } else {
             spec
         };
-        let topo = |opts: &gpucomm_topo::ClusterOptions| {
-            gpucomm_topo::select(spec, opts).map_err(|e| SimError::Model(e.to_string()))
-        };
-        let plain = Machine::from_topology(&topo(&gpucomm_topo::ClusterOptions::default())?)?;
+        let model = |e: gpucomm_topo::TopoError| SimError::Model(e.to_string());
+        // Read (or discovered) once; the NICs are then rebuilt on it.
+        let t =
+            gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()).map_err(model)?;
+        let plain = Machine::from_topology(&t)?;
         if nics.is_none() && nic_speed.is_none() {
             return Ok(plain);
         }
@@ -401,11 +402,12 @@ impl Machine {
                 plain.nodes
             )));
         }
-        Machine::from_topology(&topo(&gpucomm_topo::ClusterOptions {
+        let opts = gpucomm_topo::ClusterOptions {
             nics,
             nic_speed,
             ..Default::default()
-        })?)
+        };
+        Machine::from_topology(&gpucomm_topo::cluster(&t, &opts).map_err(model)?)
     }
 }
 

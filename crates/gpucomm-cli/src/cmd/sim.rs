@@ -428,10 +428,8 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
         // network that is not InfiniBand, no NIC) would otherwise be taken
         // silently: the run fell back to point-to-point algorithms under a
         // header saying the switches reduce. CollNet runs wherever they
-        // can (Direct on NVSwitch nodes, Chain elsewhere). Checked on two
-        // nodes at least, as a node-count sweep may start at one.
-        let f = mach.fabric(Engine::Nccl, mach.nodes.max(2))?;
-        gpucomm_sim::innet::collnet_chain_eligible(&f, Collective::AllReduce)
+        // can (Direct on NVSwitch nodes, Chain elsewhere).
+        gpucomm_sim::innet::sharp_usable(&mach, mach.nodes)
             .map_err(|e| anyhow::anyhow!("--sharp: {e}"))?;
     }
     Ok(mach)
