@@ -289,8 +289,34 @@ fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
             let (a, b) = hier_traffic(p, r, coll);
             add(a, b)
         }
+        (Algorithm::Bruck, coll) => bruck_traffic(p, r, coll),
         _ => (0, 0),
     }
+}
+
+/// Elements `(sent, received)` by `r` in Bruck's rounds, mirroring
+/// `generate::bruck`: in the round of distance `d` the all-gather sends
+/// blocks `r .. r+cnt` and receives `r+d .. r+d+cnt` (`cnt = min(d, n-d)`);
+/// the reduce-scatter sends `r+d ..` and receives `r ..`.
+fn bruck_traffic(p: &Problem, r: usize, coll: Collective) -> (usize, usize) {
+    let n = p.nranks;
+    let run =
+        |first: usize, cnt: usize| (0..cnt).map(|k| p.block((first + k) % n).1).sum::<usize>();
+    let mut t = (0, 0);
+    let mut d = 1;
+    while d < n {
+        let cnt = d.min(n - d);
+        let (mine, theirs) = (run(r, cnt), run(r + d, cnt));
+        t = add(
+            t,
+            match coll {
+                Collective::AllGather => (mine, theirs),
+                _ => (theirs, mine),
+            },
+        );
+        d <<= 1;
+    }
+    t
 }
 
 /// Halving-doubling spans, mirroring `generate::hd`.
@@ -525,6 +551,7 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
                 _ => 0,
             }
         }
+        (Algorithm::Bruck, _) => ceil_log2(n),
         (Algorithm::Hierarchical, coll) => {
             let l = p.ranks_per_node as u32;
             let nodes = n32 / l;

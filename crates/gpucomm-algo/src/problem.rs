@@ -192,17 +192,21 @@ pub enum Algorithm {
     Direct,
     /// Two levels: intra-node, then inter-node per rail, then intra-node.
     Hierarchical,
+    /// Bruck's all-gather (and its mirror, a reduce-scatter): `ceil(log2 n)`
+    /// rounds for any rank count, each rank sending `n-1` blocks in all.
+    Bruck,
 }
 
 impl Algorithm {
     /// Every algorithm, in a fixed order.
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::HalvingDoubling,
         Algorithm::RecursiveDoubling,
         Algorithm::Direct,
         Algorithm::Hierarchical,
+        Algorithm::Bruck,
     ];
 
     /// The short name used on command lines (`ring`, `tree`, `halving_doubling`, ...).
@@ -214,6 +218,7 @@ impl Algorithm {
             Algorithm::RecursiveDoubling => "recursive_doubling",
             Algorithm::Direct => "direct",
             Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Bruck => "bruck",
         }
     }
 

@@ -96,6 +96,30 @@ fn textbook_recursive_doubling() {
         .unwrap();
         assert_eq!(check(&b).unwrap().critical_path, k, "barrier n={n}");
     }
+    // Bruck: ceil(log2 n) rounds and a ring's n-1 blocks per rank at any
+    // n, where recursive doubling's fold sends twice that off powers of two.
+    for n in [2usize, 3, 5, 6, 7, 12, 13, 16] {
+        for coll in [Collective::AllGather, Collective::ReduceScatter] {
+            let p = Problem::new(coll, 40 * n, n, 1);
+            let s = Schedule::new(p, Algorithm::Bruck).unwrap();
+            let rep = check(&s).unwrap();
+            let log = n.next_power_of_two().trailing_zeros();
+            assert_eq!(rep.critical_path, log, "{} n={n}", coll.name());
+            assert_eq!(rep.max_bytes_sent(), 4 * 40 * (n as u64 - 1));
+            assert_eq!(rep.max_bytes_recv(), 4 * 40 * (n as u64 - 1));
+        }
+        let rd = Schedule::new(
+            Problem::new(Collective::AllGather, 40 * n, n, 1),
+            Algorithm::RecursiveDoubling,
+        )
+        .unwrap();
+        let folded = check(&rd).unwrap().max_bytes_sent();
+        if n.is_power_of_two() {
+            assert_eq!(folded, 4 * 40 * (n as u64 - 1));
+        } else {
+            assert!(folded > 4 * 40 * (n as u64 - 1), "n={n}: {folded}");
+        }
+    }
     // Rabenseifner: 2 log2 n steps, 2 (n-1)/n of the buffer.
     let s = Schedule::new(
         Problem::new(Collective::AllReduce, 8000, 8, 8),

@@ -22,7 +22,7 @@
 //!   precedence over everything else.
 //! - `GPUCOMM_TOKEN`: the per-job secret (see *Token* below).
 //! - `GPUCOMM_TRANSPORT=auto|shm|tcp` (default `auto`).
-//! - `GPUCOMM_ALGORITHM=ring|tree|halving_doubling|recursive_doubling|direct|hierarchical|auto`
+//! - `GPUCOMM_ALGORITHM=ring|tree|halving_doubling|recursive_doubling|direct|hierarchical|bruck|auto`
 //!   (default: the tuner chooses).
 //! - `GPUCOMM_TIMEOUT_MS`: the bound on every wait, in milliseconds (default
 //!   [`BootstrapConfig::DEFAULT_TIMEOUT`]).
@@ -384,8 +384,8 @@ impl BootstrapConfig {
                 gpucomm_algo::Algorithm::from_name(&v).ok_or(EnvError::Malformed {
                     var: "GPUCOMM_ALGORITHM".into(),
                     value: v,
-                    expected: "auto, ring, tree, halving_doubling, recursive_doubling, direct \
-                               or hierarchical",
+                    expected: "auto, ring, tree, halving_doubling, recursive_doubling, direct, \
+                               hierarchical or bruck",
                 })?,
             ),
         };

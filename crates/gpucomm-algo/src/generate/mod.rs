@@ -9,6 +9,7 @@
 //! output the same memory, see [`locate`]), so the dependencies also order
 //! the accesses an in-place call makes conflict.
 
+mod bruck;
 mod direct;
 pub(crate) mod hd;
 mod hier;
@@ -40,6 +41,7 @@ pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
             c,
             C::AllReduce | C::AllGather | C::Barrier | C::Broadcast { .. } | C::Reduce { .. }
         ),
+        Algorithm::Bruck => matches!(c, C::AllGather | C::ReduceScatter),
         Algorithm::Hierarchical => {
             if !matches!(
                 c,
@@ -108,6 +110,7 @@ pub(crate) fn rank_steps(s: &Schedule, rank: usize) -> StepList {
         Algorithm::Tree => tree::steps(s, &mut b),
         Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling => hd::steps(s, &mut b),
         Algorithm::Hierarchical => hier::steps(s, &mut b),
+        Algorithm::Bruck => bruck::steps(s, &mut b),
     }
     b.finish()
 }
@@ -119,6 +122,7 @@ pub(crate) fn scratch_len(s: &Schedule, rank: usize) -> usize {
         Algorithm::Tree => tree::scratch_len(s, rank),
         Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling => hd::scratch_len(s, rank),
         Algorithm::Hierarchical => hier::scratch_len(s, rank),
+        Algorithm::Bruck => bruck::scratch_len(s, rank),
     }
 }
 
@@ -129,7 +133,8 @@ pub(crate) fn in_place_safe(s: &Schedule) -> bool {
         | Algorithm::Tree
         | Algorithm::HalvingDoubling
         | Algorithm::RecursiveDoubling
-        | Algorithm::Hierarchical => true,
+        | Algorithm::Hierarchical
+        | Algorithm::Bruck => true,
     }
 }
 

@@ -43,7 +43,7 @@ enum Cmd {
 struct ProblemArgs {
     /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier.
     collective: String,
-    /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical.
+    /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical, bruck.
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
     /// Number of ranks.
