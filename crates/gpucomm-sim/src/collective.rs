@@ -38,6 +38,15 @@ pub enum AlgoChoice {
     /// NCCL's NVLSTree: NVLink SHARP inside each node, a double binary
     /// tree between the nodes (no switch support in the network).
     NvlsTree,
+    /// NCCL's PAT (parallel aggregated trees, NCCL 2.23 and later):
+    /// all_gather and reduce_scatter in a logarithmic number of rounds
+    /// where every node has one GPU (`ncclPatEnable`, `src/graph/tuning.cc`).
+    /// Simulated as gpucomm-algo's Bruck schedule, whose rounds move the
+    /// same blocks along the same binomial trees, with NCCL's PAT costs:
+    /// its latency (`8 + 2.8 x ranks` us at launch, NCCL's "linear part",
+    /// and a network round of `14 / 3.5` us) and its 0.75 of the ring's
+    /// bandwidth (`tuning.cc`), the Simple protocol only.
+    Pat,
     /// Nothing runs: NCCL discards a collective of no elements
     /// (`src/enqueue.cc`, `taskAppend`: "Empty collectives can be
     /// discarded"); [`simulate`] answers it, it cannot be asked for.
@@ -53,7 +62,18 @@ impl AlgoChoice {
             AlgoChoice::CollNet => "collnet",
             AlgoChoice::CollNetChain => "collnet_chain",
             AlgoChoice::NvlsTree => "nvls_tree",
+            AlgoChoice::Pat => "pat",
             AlgoChoice::Discarded => "none",
+        }
+    }
+
+    /// The gpucomm-algo schedule this choice runs (`None` for the models
+    /// of switch hardware and for nothing).
+    pub fn schedule(&self) -> Option<Algorithm> {
+        match self {
+            AlgoChoice::Schedule(a) => Some(*a),
+            AlgoChoice::Pat => Some(Algorithm::Bruck),
+            _ => None,
         }
     }
 
@@ -75,6 +95,9 @@ impl AlgoChoice {
         }
         if s.eq_ignore_ascii_case("nvls_tree") || s.eq_ignore_ascii_case("nvlstree") {
             return Some(AlgoChoice::NvlsTree);
+        }
+        if s.eq_ignore_ascii_case("pat") {
+            return Some(AlgoChoice::Pat);
         }
         Algorithm::from_name(s).map(AlgoChoice::Schedule)
     }
@@ -503,6 +526,9 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
         v = schedules(fabric, collective);
     }
     v.extend(in_hardware(fabric, collective));
+    if pat_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Pat);
+    }
     v
 }
 
@@ -510,7 +536,33 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
 pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let mut v = schedules(fabric, collective);
     v.extend(in_hardware(fabric, collective));
+    if pat_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Pat);
+    }
     v
+}
+
+/// Whether NCCL runs PAT for `collective` here, and if not, why: an
+/// all_gather or reduce_scatter on nodes of one GPU each (NVIDIA/nccl
+/// `src/graph/tuning.cc`, `ncclPatEnable`: "PAT only supports 1 GPU per
+/// node"; `src/init.cc` connects PAT only where `maxLocalRanks == 1`).
+pub fn pat_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
+    if !matches!(
+        collective,
+        Collective::AllGather | Collective::ReduceScatter
+    ) {
+        return Err(SimError::Model(
+            "pat implements all_gather and reduce_scatter only".into(),
+        ));
+    }
+    if fabric.ranks_per_node() != 1 {
+        return Err(SimError::Model(format!(
+            "NCCL runs PAT only with one GPU per node (ncclPatEnable, src/graph/tuning.cc): \
+             here {} per node (--gpus 1 gives one)",
+            fabric.ranks_per_node()
+        )));
+    }
+    Ok(())
 }
 
 /// Whether gpucomm-algo's `algorithm` implements `collective` on the fabric's ranks.
@@ -672,7 +724,29 @@ pub fn schedule_for(
     channels: Option<u16>,
     protocol: Protocol,
 ) -> Result<Planned, SimError> {
-    let wire_factor = protocol_bandwidth(fabric, algorithm.name(), protocol).factor;
+    schedule_for_named(
+        fabric,
+        collective,
+        bytes,
+        algorithm,
+        algorithm.name(),
+        channels,
+        protocol,
+    )
+}
+
+/// [`schedule_for`] with the wire factor of the algorithm NCCL calls
+/// `nccl` (PAT runs the Bruck schedule).
+fn schedule_for_named(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+    algorithm: Algorithm,
+    nccl: &str,
+    channels: Option<u16>,
+    protocol: Protocol,
+) -> Result<Planned, SimError> {
+    let wire_factor = protocol_bandwidth(fabric, nccl, protocol).factor;
     let n = fabric.ranks();
     let elem = if bytes % 4 == 0 { 4 } else { 1 };
     let elems = (bytes / elem) as usize;
@@ -1049,11 +1123,13 @@ pub fn simulate(
     // pick are generated (a tree on 16384 ranks is every rank's steps).
     let schedules: Vec<Option<Result<Planned, SimError>>> = jobs
         .iter()
-        .map(|&(c, p)| match c {
-            AlgoChoice::Schedule(a) => {
-                Some(schedule_for(fabric, collective, bytes, a, opts.channels, p))
-            }
-            _ => None,
+        .map(|&(c, p)| {
+            c.schedule().map(|a| {
+                if c == AlgoChoice::Pat {
+                    pat_eligible(fabric, collective)?;
+                }
+                schedule_for_named(fabric, collective, bytes, a, c.name(), opts.channels, p)
+            })
         })
         .collect();
     // A lone schedule needs neither loads nor bounds (nothing to compare
@@ -1113,10 +1189,9 @@ pub fn simulate(
     // below and stand for the bandwidth term of NCCL's model. The hardware
     // models (NVLS, CollNet, NVLSTree) are cheap: they always run, first.
     let bound = |i: usize, preps: &Preps| -> Option<f64> {
-        let AlgoChoice::Schedule(a) = jobs[i].0 else {
-            return None;
-        };
-        let launch = model::nccl_overheads(a.name(), jobs[i].1).launch;
+        let (c, p) = jobs[i];
+        c.schedule()?;
+        let launch = exec_overheads(fabric, c.name(), p).launch;
         Some(launch.as_secs_f64() + preps.steady_secs(i)?)
     };
     run_jobs(&hardware, &preps, &mut results);
@@ -1158,7 +1233,17 @@ pub fn simulate(
         }
         for (i, &(c, p)) in jobs.iter().enumerate() {
             model_times[i] = match c {
-                AlgoChoice::Schedule(_) if !matches!(schedules[i], Some(Ok(_))) => None,
+                AlgoChoice::Schedule(_) | AlgoChoice::Pat
+                    if !matches!(schedules[i], Some(Ok(_))) =>
+                {
+                    None
+                }
+                AlgoChoice::Pat => match ring_bus {
+                    Some(bus) => Some(rating.pat_secs(p, bus)),
+                    None => preps.link_times(i).map(|(link, _)| {
+                        rating.pat_secs(p, rating.bus_gbps(Algorithm::Ring, link))
+                    }),
+                },
                 AlgoChoice::Schedule(a) => match ring_bus {
                     Some(bus) => Some(rating.schedule_secs(a, p, bus)),
                     None => preps
@@ -1274,8 +1359,8 @@ pub fn simulate(
     // remaining chunks, which every rank moves). A hardware model's ranks
     // all finish together, one operation after another.
     let prepared = preps.job_prep[i].map(|k| &preps.prepared[k].1);
-    let reported = match (algorithm, &exec, prepared) {
-        (AlgoChoice::Schedule(a), Some(e), Some(Ok(prep))) => {
+    let reported = match (algorithm.schedule(), &exec, prepared) {
+        (Some(a), Some(e), Some(Ok(prep))) => {
             let rest = time - e.time;
             let looped;
             let finish = match opts.iterations {
@@ -1284,7 +1369,7 @@ pub fn simulate(
                     let k = (n as usize).min(SIMULATED_ITERATIONS);
                     let cfg = ExecConfig {
                         trace_ranks: 0,
-                        ..exec_config(fabric, collective, a, protocol, opts)
+                        ..exec_config_named(fabric, collective, a, algorithm.name(), protocol, opts)
                     };
                     looped = prep.repeated(k).run(fabric, &cfg)?;
                     looped.iteration_finish.as_slice()
@@ -1370,8 +1455,8 @@ impl Preps<'_> {
     /// compared).
     fn link_times(&self, i: usize) -> Option<(f64, f64)> {
         let (c, p) = self.jobs[i];
-        let (AlgoChoice::Schedule(a), Some(k), Some(Ok(planned))) =
-            (c, self.job_prep[i], &self.schedules[i])
+        let (Some(_), Some(k), Some(Ok(planned))) =
+            (c.schedule(), self.job_prep[i], &self.schedules[i])
         else {
             return None;
         };
@@ -1382,7 +1467,7 @@ impl Preps<'_> {
             .zip(&self.caps)
             .map(|(&b, &cap)| b / (cap * 1e9))
             .fold(0.0, f64::max);
-        let capped = protocol_bandwidth(self.fabric, a.name(), p)
+        let capped = protocol_bandwidth(self.fabric, c.name(), p)
             .cap_gbps
             .map_or(0.0, |cap| load.max_rank_sent / (cap * 1e9));
         Some((link * planned.scale, capped * planned.scale))
@@ -1393,11 +1478,9 @@ impl Preps<'_> {
     /// whichever is longer, seconds, for the whole collective: what bounds
     /// its run from below; `None` as [`Preps::link_times`].
     fn steady_secs(&self, i: usize) -> Option<f64> {
-        let (AlgoChoice::Schedule(a), p) = self.jobs[i] else {
-            return None;
-        };
+        let (c, p) = self.jobs[i];
         let (link, capped) = self.link_times(i)?;
-        Some((link * protocol_bandwidth(self.fabric, a.name(), p).factor).max(capped))
+        Some((link * protocol_bandwidth(self.fabric, c.name(), p).factor).max(capped))
     }
 
     /// The time of the part of candidate `i`'s collective its schedule
@@ -1488,6 +1571,17 @@ impl NcclRating<'_> {
             model::nccl_model_latency_us(a.name(), p, self.collective, self.bytes, &self.comm);
         lat * 1e-6 + self.bytes as f64 / (busbw * self.ratio(a) * 1e9)
     }
+
+    /// NCCL's time of PAT under `p` at bus bandwidth `bus` GB/s, seconds:
+    /// its factor (0.75 of the bus bandwidth) taken as the algorithm
+    /// bandwidth, which NCCL does not convert for PAT ("Convert bus BW to
+    /// algorithm BW" skips the all_gather and reduce_scatter of every
+    /// algorithm but the ring), plus its latency.
+    fn pat_secs(&self, p: Protocol, bus: f64) -> f64 {
+        let bw = protocol_bandwidth(self.fabric, "pat", p);
+        let lat = model::nccl_model_latency_us("pat", p, self.collective, self.bytes, &self.comm);
+        lat * 1e-6 + self.bytes as f64 / (bus / bw.factor * 1e9)
+    }
 }
 
 /// NCCL's bandwidth model of `protocol` for `algo` on this fabric.
@@ -1520,9 +1614,39 @@ pub fn exec_config(
     protocol: Protocol,
     opts: &CollOptions,
 ) -> ExecConfig {
-    let bw = protocol_bandwidth(fabric, a.name(), protocol);
+    exec_config_named(fabric, collective, a, a.name(), protocol, opts)
+}
+
+/// NCCL's overheads of the algorithm it calls `nccl` under `protocol` on
+/// this fabric ([`model::nccl_overheads`]); PAT's launch adds NCCL's linear
+/// part, [`model::NCCL_PAT_PER_RANK_US`] per rank.
+fn exec_overheads(
+    fabric: &ClusterFabric,
+    nccl: &str,
+    protocol: Protocol,
+) -> crate::exec::Overheads {
+    let mut o = model::nccl_overheads(nccl, protocol);
+    if nccl == "pat" {
+        o.launch = o.launch.saturating_add(SimTime::from_us(
+            model::NCCL_PAT_PER_RANK_US * fabric.ranks() as f64,
+        ));
+    }
+    o
+}
+
+/// [`exec_config`] of schedule `a` run with the figures of the algorithm
+/// NCCL calls `nccl` (PAT runs the Bruck schedule).
+fn exec_config_named(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    a: Algorithm,
+    nccl: &str,
+    protocol: Protocol,
+    opts: &CollOptions,
+) -> ExecConfig {
+    let bw = protocol_bandwidth(fabric, nccl, protocol);
     ExecConfig {
-        overheads: model::nccl_overheads(a.name(), protocol),
+        overheads: exec_overheads(fabric, nccl, protocol),
         // The cap is on payload (bus) bandwidth; flows carry `factor`
         // bytes per payload byte.
         send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),
@@ -1569,10 +1693,17 @@ fn run_one(
             (innet::nvls_tree_all_reduce(fabric, bytes)?, None)
         }
         AlgoChoice::Discarded => (SimTime::ZERO, None),
-        AlgoChoice::Schedule(a) => {
+        AlgoChoice::Schedule(_) | AlgoChoice::Pat => {
+            if c == AlgoChoice::Pat {
+                pat_eligible(fabric, collective)?;
+            }
+            let a = c
+                .schedule()
+                .ok_or_else(|| SimError::Model(format!("{} runs no schedule", c.name())))?;
             let (prepared, rest) = prepared
-                .ok_or_else(|| SimError::Model(format!("{} was not prepared", a.name())))?;
-            let r = prepared.run(fabric, &exec_config(fabric, collective, a, protocol, opts))?;
+                .ok_or_else(|| SimError::Model(format!("{} was not prepared", c.name())))?;
+            let cfg = exec_config_named(fabric, collective, a, c.name(), protocol, opts);
+            let r = prepared.run(fabric, &cfg)?;
             (r.time.saturating_add(rest), Some(r))
         }
     };

@@ -538,6 +538,8 @@ pub fn nccl_protocol_bandwidth(
     };
     let tree = algo == "tree";
     let (factor, cap) = match protocol {
+        // "if (a == NCCL_ALGO_PAT) busBw *= .75".
+        Protocol::Simple if algo == "pat" => (1.0 / 0.75, None),
         Protocol::Simple => (1.0, None),
         Protocol::Ll if tree => (3.8, Some(ll_max())),
         Protocol::Ll => (1.0 / 0.5, Some(ll_max())),
@@ -550,6 +552,12 @@ pub fn nccl_protocol_bandwidth(
         cap_gbps: cap,
     }
 }
+
+/// The part of NCCL's PAT latency that grows with the ranks, us per rank
+/// (NVIDIA/nccl `src/graph/tuning.cc`: "nRanks * 2.8; // Still a linear
+/// part; hopefully we'll manage to remove it at some point"): PAT moves
+/// each rank's chunk in steps of its own.
+pub const NCCL_PAT_PER_RANK_US: f64 = 2.8;
 
 /// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
 /// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
@@ -564,6 +572,9 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
         ("nvls_tree", _) => (0.0, 25.0, 0.0, 20.9),
         ("collnet", _) => (0.0, 3.7, 3.7, 31.0),
         ("collnet_chain", _) => (0.0, 2.8, 2.8, 30.0),
+        // PAT's network round: "log2i(nNodes) * (interLat / 3.5)", its
+        // linear part in the launch ([`NCCL_PAT_PER_RANK_US`]).
+        ("pat", _) => (8.0, 4.0, 4.0, 14.0 / 3.5),
         ("tree", Ll) => (6.8, 0.6, 1.0, 5.0),
         ("tree", Ll128) => (14.0, 1.25, 1.9, 8.5),
         ("tree", Simple) => (8.4, 4.0, 4.0, 14.0),
@@ -605,6 +616,7 @@ pub fn nccl_protocol_check(
         _ if matches!(algo, "nvls" | "collnet" | "collnet_chain" | "nvls_tree") => {
             Err("NVLS, NVLSTree and CollNet run the Simple protocol only")
         }
+        _ if algo == "pat" => Err("PAT runs the Simple protocol only"),
         Protocol::Ll => Ok(()),
         Protocol::Ll128 if !(nvlink && arch >= Arch::Volta) => {
             Err("LL128 needs Volta or later and GPUs joined by NVLink")
@@ -805,6 +817,11 @@ pub fn nccl_model_latency_us(
         "collnet_chain" => base + 2.0 * (ppn - 1) as f64 * intra + inter,
         "nvls" => base + intra + if nodes > 1 { inter } else { 0.0 },
         "nvls_tree" => base + intra + 2.0 * log_nodes * inter,
+        // "Log latency" plus "Still a linear part".
+        "pat" if matches!(collective, C::AllGather | C::ReduceScatter) => {
+            base + log_nodes * inter / 3.5 + NCCL_PAT_PER_RANK_US * n as f64
+        }
+        "pat" => base,
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
             base + if nodes > 1 {
                 ov.step_net.as_us()
@@ -1039,6 +1056,20 @@ mod tests {
         let spread = comm(4, 4, true, false);
         close(lat("collnet", Simple, ar, 8, &spread), 14.0);
         close(lat("ring", Ll, ar, 8, &spread), 6.6 + 6.0 * 5.0);
+        // PAT on 16 nodes of one GPU: log2(16) x 14 / 3.5 + 16 x 2.8.
+        let sixteen = comm(16, 16, true, false);
+        close(
+            lat("pat", Simple, C::AllGather, 8, &sixteen),
+            8.0 + 4.0 * 14.0 / 3.5 + 16.0 * 2.8,
+        );
+        close(
+            lat("pat", Simple, C::ReduceScatter, 8, &sixteen),
+            8.0 + 4.0 * 14.0 / 3.5 + 16.0 * 2.8,
+        );
+        let pat = nccl_protocol_bandwidth("pat", Simple, Arch::Hopper, 16, false);
+        close(pat.factor, 1.0 / 0.75);
+        assert!(nccl_protocol_check("pat", Ll, Arch::Hopper, true, None).is_err());
+        assert!(nccl_protocol_check("pat", Simple, Arch::Hopper, true, None).is_ok());
     }
 
     #[test]

@@ -414,3 +414,52 @@ fn gpus_in_use_send_through_their_own_nics_only() {
         );
     }
 }
+
+/// NCCL's PAT (NCCL 2.23+): with one GPU per node its model rates PAT's
+/// logarithmic rounds ahead of the ring for all_gather and reduce_scatter
+/// up to mid sizes, and the ring beyond (PAT moves data at 0.75 of the
+/// ring's bandwidth); with more GPUs per node NCCL does not run it.
+#[test]
+fn pat_where_nccl_runs_it() {
+    let gh = Machine::preset("gh200").unwrap();
+    let f = gh.fabric(Engine::Nccl, 16).unwrap();
+    let pick = |f: &ClusterFabric, c, bytes| {
+        simulate(f, c, bytes, &CollOptions::default())
+            .unwrap()
+            .algorithm
+    };
+    for c in [Collective::AllGather, Collective::ReduceScatter] {
+        assert_eq!(pick(&f, c, 1 << 20), AlgoChoice::Pat, "{}", c.name());
+        assert_eq!(pick(&f, c, GIB).name(), "ring", "{}", c.name());
+        // Forced at 1 GiB it runs at 0.75 of the ring's bandwidth (the
+        // Bruck rounds move a ring's bytes; NCCL's factor on top).
+        let pat = time_us(&f, c, GIB, Some(AlgoChoice::Pat));
+        let ring = time_us(&f, c, GIB, ring());
+        let ratio = ring / pat;
+        assert!((0.70..0.77).contains(&ratio), "{}: {ratio}", c.name());
+    }
+    // Not for all_reduce, and not with 8 GPUs per node: never offered,
+    // refused with the reason when asked for.
+    assert_ne!(pick(&f, Collective::AllReduce, 1 << 20), AlgoChoice::Pat);
+    let h = Machine::preset("dgx-h100")
+        .unwrap()
+        .fabric(Engine::Nccl, 2)
+        .unwrap();
+    assert_ne!(pick(&h, Collective::AllGather, 1 << 20), AlgoChoice::Pat);
+    let opts = CollOptions {
+        algorithm: Some(AlgoChoice::Pat).into(),
+        ..Default::default()
+    };
+    let e = simulate(&h, Collective::AllGather, 1 << 20, &opts).unwrap_err();
+    assert!(e.to_string().contains("one GPU per node"), "{e}");
+    let e = simulate(&f, Collective::AllReduce, 1 << 20, &opts).unwrap_err();
+    assert!(
+        e.to_string().contains("all_gather and reduce_scatter"),
+        "{e}"
+    );
+    // The same DGX H100 nodes with one GPU each: PAT again.
+    let mut m = Machine::preset("dgx-h100").unwrap();
+    m.use_gpus(1).unwrap();
+    let one = m.fabric(Engine::Nccl, 8).unwrap();
+    assert_eq!(pick(&one, Collective::AllGather, 1 << 20), AlgoChoice::Pat);
+}

@@ -213,7 +213,7 @@ struct RdmaArgs {
 #[derive(clap::Args, Debug)]
 struct TunerArgs {
     /// Algorithm (ring, tree, direct, halving_doubling, recursive_doubling,
-    /// hierarchical, nvls, nvls_tree, collnet, collnet_chain), or those the tuner picks
+    /// hierarchical, bruck, pat, nvls, nvls_tree, collnet, collnet_chain), or those the tuner picks
     /// from in NCCL_ALGO's syntax: `ring,tree` (those only), `^nvls,nvls_tree`
     /// (all but those); default: the tuner picks among NCCL's.
     #[arg(long, short = 'a')]
@@ -256,7 +256,7 @@ impl TunerArgs {
         let algorithm = match &self.algorithm {
             None => Select::Any,
             Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
-                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, nvls, nvls_tree, collnet, collnet_chain; a list, or ^ and a list to exclude)")
+                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, bruck, pat, nvls, nvls_tree, collnet, collnet_chain; a list, or ^ and a list to exclude)")
             })?,
         };
         let protocol = match &self.protocol {
