@@ -135,7 +135,7 @@ pub enum Error {
     Broken(String),
     /// The schedule generator refused the problem.
     #[error("no schedule: {0}")]
-    Algo(#[from] gpucomm_algo::AlgoError),
+    Algo(gpucomm_algo::AlgoError),
     /// No GPU can be used: the CUDA driver is missing, fails to start, or
     /// reports no device (the reason says which). Never a panic.
     #[error("no GPU: {0}")]
@@ -161,6 +161,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The algorithm error is the message (not also its source: a chain
+/// printer such as anyhow's `{:#}` would print it twice).
+impl From<gpucomm_algo::AlgoError> for Error {
+    fn from(e: gpucomm_algo::AlgoError) -> Self {
+        Error::Algo(e)
+    }
 }
 
 impl Error {

@@ -415,6 +415,27 @@ impl Args {
         if self.iters == Some(0) {
             bail!("--iters must be at least 1");
         }
+        if let Some(a) = self.algorithm.0 {
+            // Refused here, once, rather than by every rank's first call.
+            let implements = |a| {
+                let p = gpucomm_algo::Problem::new(collective, self.ranks, self.ranks, self.ranks);
+                gpucomm_algo::Schedule::new(p, a).is_ok()
+            };
+            if !implements(a) {
+                let those: Vec<_> = Algorithm::ALL
+                    .into_iter()
+                    .filter(|&b| implements(b))
+                    .map(|b| b.name())
+                    .collect();
+                bail!(
+                    "--algorithm {} does not implement {} (on {} ranks: {})",
+                    a.name(),
+                    collective.name(),
+                    self.ranks,
+                    those.join(", ")
+                );
+            }
+        }
         Ok(Plan {
             collective,
             sizes,
@@ -864,6 +885,14 @@ mod tests {
                 "--root 2 is not a rank of a 2-rank job",
             ),
             (&["-n", "0"][..], "--iters"),
+            (
+                &["all_reduce", "--algorithm", "bruck"][..],
+                "--algorithm bruck does not implement all_reduce (on 2 ranks: ring, tree,",
+            ),
+            (
+                &["all_gather", "--algorithm", "tree"][..],
+                "--algorithm tree does not implement all_gather",
+            ),
         ] {
             let e = parse(argv).unwrap().plan().unwrap_err();
             assert!(format!("{e:#}").contains(needle), "{argv:?}: {e:#}");
