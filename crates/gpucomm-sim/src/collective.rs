@@ -1694,9 +1694,7 @@ fn run_one(
         }
         AlgoChoice::Discarded => (SimTime::ZERO, None),
         AlgoChoice::Schedule(_) | AlgoChoice::Pat => {
-            if c == AlgoChoice::Pat {
-                pat_eligible(fabric, collective)?;
-            }
+            // (PAT's eligibility was checked when its schedule was built.)
             let a = c
                 .schedule()
                 .ok_or_else(|| SimError::Model(format!("{} runs no schedule", c.name())))?;

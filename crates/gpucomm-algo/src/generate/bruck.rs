@@ -78,6 +78,11 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
     if p.count == 0 {
         return;
     }
+    if p.nranks == 1 {
+        // One block, the whole buffer: nothing to exchange.
+        b.copy(sl(Buf::Input, 0, p.count), sl(Buf::Output, 0, p.count));
+        return;
+    }
     match p.collective {
         Collective::AllGather => all_gather(s, b),
         Collective::ReduceScatter => reduce_scatter(s, b),
@@ -121,10 +126,6 @@ fn all_gather(s: &Schedule, b: &mut Builder) {
     let n = p.nranks;
     let r = b.rank;
     let l = p.block(r).1;
-    if n == 1 {
-        b.copy(sl(Buf::Input, 0, l), sl(Buf::Output, p.block(r).0, l));
-        return;
-    }
     let off = rotated(s, r);
     let pl = plan(s);
     // `last`: the previous round's receives, on which the next round's
@@ -157,11 +158,6 @@ fn reduce_scatter(s: &Schedule, b: &mut Builder) {
     let p = *b.p;
     let n = p.nranks;
     let r = b.rank;
-    let l = p.block(r).1;
-    if n == 1 {
-        b.copy(sl(Buf::Input, p.block(r).0, l), sl(Buf::Output, 0, l));
-        return;
-    }
     let off = rotated(s, r);
     let pl = plan(s);
     let mut last = rotate(s, b, Buf::Input, true);
@@ -183,6 +179,7 @@ fn reduce_scatter(s: &Schedule, b: &mut Builder) {
         );
         d >>= 1;
     }
+    let l = p.block(r).1;
     b.copy(sl(Buf::Scratch, 0, l), sl(Buf::Output, 0, l));
 }
 
