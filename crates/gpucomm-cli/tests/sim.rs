@@ -656,3 +656,22 @@ fn device_memory_bounds_only_what_a_gpu_holds() {
     ]);
     assert!(f(&c, "bandwidth_gbps") > 0.0, "{c}");
 }
+
+/// The preset lists written into `gpucomm topo --help` and the `sim`
+/// commands' `--topology` help name every preset gpucomm-topo has (they
+/// are hand-written: a new preset must be added there too).
+#[test]
+fn help_texts_list_every_preset() {
+    for args in [&["topo", "--help"][..], &["sim", "p2p", "--help"][..]] {
+        let out = gpucomm(args, Duration::from_secs(30));
+        assert_eq!(out.code, Some(0), "{}", out.dump());
+        // The words of the help (a preset name is letters, digits, dashes).
+        let words: std::collections::BTreeSet<&str> = out
+            .stdout
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .collect();
+        for (name, _) in gpucomm_topo::PRESETS {
+            assert!(words.contains(name), "{args:?} does not list preset {name}");
+        }
+    }
+}

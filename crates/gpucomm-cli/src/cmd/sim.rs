@@ -65,7 +65,8 @@ enum SimCmd {
 struct Machine_ {
     /// Machine: a gpucomm-topo preset (dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200,
     /// gb200-nvl72, pcie-8gpu, dgx-b200, workstation-rtx4090, dgx1-p100, hgx-a800,
-    /// hgx-h800; see `gpucomm topo --list`), `local`, or a topology file.
+    /// hgx-h800, gh200, quad-gh200; see `gpucomm topo --list`), `local`, or a
+    /// topology file.
     #[arg(long, short = 't', default_value = "dgx-h100")]
     topology: String,
     /// Number of nodes (default: as many as the topology holds; a preset is one node).

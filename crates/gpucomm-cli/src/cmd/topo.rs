@@ -19,7 +19,7 @@ use gpucomm_topo::{
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Presets: dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200, gb200-nvl72, pcie-8gpu,\n\
-dgx-b200, workstation-rtx4090, dgx1-p100, hgx-a800, hgx-h800\n\
+dgx-b200, workstation-rtx4090, dgx1-p100, hgx-a800, hgx-h800, gh200, quad-gh200\n\
 (aliases: dgx1, dgx-2, hgx-b200, rtx4090).\n\
 Examples:\n  gpucomm topo\n  gpucomm topo --preset dgx1-v100\n  gpucomm topo --preset dgx-h100 --nodes 4 --bandwidth\n  \
 gpucomm topo --file my.toml --path gpu0 gpu3\n  gpucomm topo --preset dgx-a100 --export dgx-a100.toml"
