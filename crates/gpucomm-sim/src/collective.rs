@@ -511,11 +511,14 @@ pub const NCCL_ALGORITHMS: [Algorithm; 2] = [Algorithm::Ring, Algorithm::Tree];
 /// The algorithms the tuner considers for `collective` on this machine, in
 /// a fixed order: NCCL's ring and tree where gpucomm-algo implements them,
 /// NVLS where the hardware has it (across nodes: with SHARP switches),
-/// CollNet where the switches reduce; if neither ring nor tree implements
-/// the collective (all_to_all, sendrecv), every gpucomm algorithm that does.
+/// CollNet where the switches reduce, PAT for all_gather and reduce_scatter
+/// with one GPU per node; if neither ring nor tree implements the
+/// collective (all_to_all, sendrecv), every gpucomm algorithm that does.
 pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
-    // NCCL runs broadcast, reduce, all_gather and reduce_scatter on rings
-    // only (tree is an all_reduce algorithm: NVIDIA/nccl src/graph/tuning.cc).
+    // Of the point-to-point algorithms NCCL runs broadcast, reduce,
+    // all_gather and reduce_scatter on rings (tree is an all_reduce
+    // algorithm: NVIDIA/nccl src/graph/tuning.cc; PAT, below, serves
+    // all_gather and reduce_scatter where nodes have one GPU).
     let tree_ok = matches!(collective, Collective::AllReduce);
     let mut v: Vec<AlgoChoice> = NCCL_ALGORITHMS
         .into_iter()
