@@ -32,17 +32,19 @@
 use super::{Builder, Plan, sl};
 use crate::{Buf, Collective, Schedule};
 
-/// Where the blocks `r .. r+k` (modulo `n`) end in `r`'s rotated scratch,
-/// which holds block `r + j` at position `j`: `off[k]` for `k <= n`.
-fn rotated(s: &Schedule, r: usize) -> Vec<usize> {
+/// Where the blocks `r .. r+k` (modulo `n`, `k <= n`) end in `r`'s rotated
+/// scratch, which holds block `r + j` at position `j`: their total length,
+/// from the blocks' offsets (no per-rank table: a rank uses a few of these).
+fn rotated_end(s: &Schedule, r: usize, k: usize) -> usize {
     let p = &s.problem;
     let n = p.nranks;
-    let mut off = Vec::with_capacity(n + 1);
-    off.push(0);
-    for j in 0..n {
-        off.push(off[j] + p.block((r + j) % n).1);
+    // Offset of block j in rank order, `count` for j == n.
+    let at = |j: usize| if j < n { p.block(j).0 } else { p.count };
+    if r + k <= n {
+        at(r + k) - at(r)
+    } else {
+        p.count - at(r) + at(r + k - n)
     }
-    off
 }
 
 /// Copies between the output (or input) in rank order and the rotated
@@ -66,7 +68,8 @@ fn rotate(s: &Schedule, b: &mut Builder, buf: Buf, to_scratch: bool) -> Vec<u32>
         .collect()
 }
 
-/// The plan of one exchange: channels only.
+/// The plan of one exchange: channels only, cut as the largest region (a
+/// round moves at most half the blocks).
 fn plan(s: &Schedule) -> Plan {
     let mut pl = Plan::new(s, s.problem.count.div_ceil(2));
     pl.chunks = 1;
@@ -126,7 +129,7 @@ fn all_gather(s: &Schedule, b: &mut Builder) {
     let n = p.nranks;
     let r = b.rank;
     let l = p.block(r).1;
-    let off = rotated(s, r);
+    let off = |k| rotated_end(s, r, k);
     let pl = plan(s);
     // `last`: the previous round's receives, on which the next round's
     // sends depend (a structural order that also holds for empty pieces).
@@ -143,9 +146,9 @@ fn all_gather(s: &Schedule, b: &mut Builder) {
             b,
             &pl,
             to,
-            (0, off[cnt]),
+            (0, off(cnt)),
             from,
-            (off[d], off[d + cnt] - off[d]),
+            (off(d), off(d + cnt) - off(d)),
             false,
             &last,
         );
@@ -158,7 +161,7 @@ fn reduce_scatter(s: &Schedule, b: &mut Builder) {
     let p = *b.p;
     let n = p.nranks;
     let r = b.rank;
-    let off = rotated(s, r);
+    let off = |k| rotated_end(s, r, k);
     let pl = plan(s);
     let mut last = rotate(s, b, Buf::Input, true);
     let mut d = 1 << (n - 1).ilog2();
@@ -171,9 +174,9 @@ fn reduce_scatter(s: &Schedule, b: &mut Builder) {
             b,
             &pl,
             to,
-            (off[d], off[d + cnt] - off[d]),
+            (off(d), off(d + cnt) - off(d)),
             from,
-            (0, off[cnt]),
+            (0, off(cnt)),
             true,
             &last,
         );
