@@ -528,20 +528,14 @@ pub fn candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoCho
     if v.is_empty() {
         v = schedules(fabric, collective);
     }
-    v.extend(in_hardware(fabric, collective));
-    if pat_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::Pat);
-    }
+    v.extend(beyond_schedules(fabric, collective));
     v
 }
 
 /// Every algorithm that implements `collective` (for `--algorithm all`-style listings).
 pub fn all_candidates(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
     let mut v = schedules(fabric, collective);
-    v.extend(in_hardware(fabric, collective));
-    if pat_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::Pat);
-    }
+    v.extend(beyond_schedules(fabric, collective));
     v
 }
 
@@ -582,6 +576,16 @@ fn schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> 
         .filter(|&a| implements(fabric, collective, a))
         .map(AlgoChoice::Schedule)
         .collect()
+}
+
+/// NCCL's algorithms beyond gpucomm-algo's schedules that can run
+/// `collective` here: the hardware ones ([`in_hardware`]) and PAT.
+fn beyond_schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
+    let mut v = in_hardware(fabric, collective);
+    if pat_eligible(fabric, collective).is_ok() {
+        v.push(AlgoChoice::Pat);
+    }
+    v
 }
 
 /// The hardware algorithms (NVLS, CollNet Direct or, without an NVSwitch,

@@ -559,6 +559,10 @@ pub fn nccl_protocol_bandwidth(
 /// each rank's chunk in steps of its own.
 pub const NCCL_PAT_PER_RANK_US: f64 = 2.8;
 
+/// What NCCL divides the network latency by for each of PAT's rounds
+/// (`tuning.cc`: "log2i(nNodes) * (interLat / 3.5)").
+const NCCL_PAT_ROUND_DIVISOR: f64 = 3.5;
+
 /// NCCL's latency figures (NVIDIA/nccl `src/graph/tuning.cc`,
 /// `baseLatencies` and `hwLatencies`): the launch cost of an algorithm and
 /// protocol, and its per-step cost by path (NVLink, PCIe, network).
@@ -574,7 +578,7 @@ pub fn nccl_overheads(algo: &str, protocol: Protocol) -> Overheads {
         ("collnet_chain", _) => (0.0, 2.8, 2.8, 30.0),
         // PAT's network round: "log2i(nNodes) * (interLat / 3.5)", its
         // linear part in the launch ([`NCCL_PAT_PER_RANK_US`]).
-        ("pat", _) => (8.0, 4.0, 4.0, 14.0 / 3.5),
+        ("pat", _) => (8.0, 4.0, 4.0, 14.0 / NCCL_PAT_ROUND_DIVISOR),
         ("tree", Ll) => (6.8, 0.6, 1.0, 5.0),
         ("tree", Ll128) => (14.0, 1.25, 1.9, 8.5),
         ("tree", Simple) => (8.4, 4.0, 4.0, 14.0),
@@ -819,7 +823,7 @@ pub fn nccl_model_latency_us(
         "nvls_tree" => base + intra + 2.0 * log_nodes * inter,
         // "Log latency" plus "Still a linear part".
         "pat" if matches!(collective, C::AllGather | C::ReduceScatter) => {
-            base + log_nodes * inter / 3.5 + NCCL_PAT_PER_RANK_US * n as f64
+            base + log_nodes * inter / NCCL_PAT_ROUND_DIVISOR + NCCL_PAT_PER_RANK_US * n as f64
         }
         "pat" => base,
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
