@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::gpucomm;
+use common::{gpucomm, scratch_dir};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -149,8 +149,7 @@ fn train_sweep_reports_the_step_and_its_exposed_communication() {
 
 #[test]
 fn trace_is_a_chrome_trace_with_rank_and_link_tracks() {
-    let dir = std::env::temp_dir().join(format!("gpucomm-sim-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sim-trace");
     let path = dir.join("ring.json");
     let p = path.to_str().unwrap();
     let out = gpucomm(
@@ -212,8 +211,7 @@ fn calibrate_finds_the_shared_file_beside_the_checkout() {
 
 #[test]
 fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
-    let dir = std::env::temp_dir().join(format!("gpucomm-cal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("cal");
     let file = dir.join("cases.toml");
     std::fs::write(
         &file,
@@ -474,8 +472,7 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
     assert!(b4 > 80.0 && b4 <= 100.0, "4 HDR NICs: busbw {b4}");
     assert!(b8 > 300.0 && b8 <= 400.0, "8 NDR NICs: busbw {b8}");
 
-    let dir = std::env::temp_dir().join(format!("gpucomm-sim-nics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("sim-nics");
     let file = dir.join("h100-4hdr.toml");
     let file = file.to_str().unwrap();
     let exported = gpucomm(

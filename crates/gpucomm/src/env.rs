@@ -880,6 +880,13 @@ mod tests {
             );
             assert!(e.to_string().contains(needle), "{var}={value}: {e}");
         }
+        // The hand-written list of accepted algorithms names every one.
+        let e = cfg(&with(GPUCOMM, &[("GPUCOMM_ALGORITHM", "bogus")]))
+            .unwrap_err()
+            .to_string();
+        for a in gpucomm_algo::Algorithm::ALL {
+            assert!(e.contains(a.name()), "{e} lacks {}", a.name());
+        }
         // IPv6 in brackets is fine.
         let c = cfg(&with(GPUCOMM, &[("GPUCOMM_STORE", "[::1]:29500")])).unwrap();
         assert_eq!(c.store_addr, "[::1]:29500");

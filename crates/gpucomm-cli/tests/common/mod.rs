@@ -74,6 +74,14 @@ pub fn gpucomm(args: &[&str], limit: Duration) -> Output {
     }
 }
 
+/// A fresh directory of this test process under the system's temporary
+/// directory, `gpucomm-{tag}-{pid}` (created if missing).
+pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpucomm-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The path of the binary under test.
 pub fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_gpucomm")
