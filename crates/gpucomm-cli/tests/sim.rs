@@ -475,20 +475,11 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
     let dir = scratch_dir("sim-nics");
     let file = dir.join("h100-4hdr.toml");
     let file = file.to_str().unwrap();
-    let exported = gpucomm(
-        &[
-            "topo",
-            "--preset",
-            "dgx-h100",
-            "--nics",
-            "4",
-            "--nic-speed",
-            "hdr",
-            "--export",
-            file,
-        ],
-        LIMIT,
-    );
+    let export: Vec<&str> = "topo --preset dgx-h100 --nics 4 --nic-speed hdr --export"
+        .split(' ')
+        .chain([file])
+        .collect();
+    let exported = gpucomm(&export, LIMIT);
     assert_eq!(exported.code, Some(0), "{}", exported.dump());
     let from_file = with(&[file, "--nodes", "2"]);
     assert_eq!(from_file["results"], four["results"]);
