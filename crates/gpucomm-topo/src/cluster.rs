@@ -130,10 +130,20 @@ fn retain(b: TopologyBuilder, keep: impl Fn(NodeIx, &Node) -> bool) -> Result<To
     out.build()
 }
 
+/// The most NICs `--nics` puts in a node: NCCL's topology holds at most
+/// `NCCL_TOPO_MAX_NODES` (640) nodes of each kind.
+pub const MAX_NICS: usize = 640;
+
 /// Replaces the NICs of a single-unit topology by `count` new ones,
 /// spread evenly over the GPUs: NIC `j` goes where GPU `j * gpus / count`
 /// attaches to PCIe (its switch), with the same PCIe link.
 fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<Topology, TopoError> {
+    if count > MAX_NICS {
+        return Err(TopoError::Options(format!(
+            "--nics {count}: at most {MAX_NICS} per node (NCCL's topology holds at most \
+             NCCL_TOPO_MAX_NODES = {MAX_NICS} nodes of a kind, src/include/graph.h)"
+        )));
+    }
     let old_port = t.nodes_of_kind(NodeKind::Nic).find_map(|n| t.node(n).port);
     let port = port.or(old_port).ok_or_else(|| {
         TopoError::Options(format!(

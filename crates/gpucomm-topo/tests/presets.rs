@@ -428,4 +428,24 @@ fn cluster_options_change_gpus_and_nics() {
         )
         .is_err()
     );
+    // A NIC count past what NCCL's topology holds is refused at once (ten
+    // million were built, 12 GB and a minute in, before).
+    let nics = |n| {
+        select(
+            "dgx-h100",
+            &ClusterOptions {
+                nics: Some(n),
+                ..Default::default()
+            },
+        )
+    };
+    assert_eq!(
+        nics(gpucomm_topo::MAX_NICS)
+            .unwrap()
+            .nodes_of_kind(NodeKind::Nic)
+            .count(),
+        gpucomm_topo::MAX_NICS
+    );
+    let e = nics(10_000_000).unwrap_err().to_string();
+    assert!(e.contains("at most 640 per node"), "{e}");
 }
