@@ -648,18 +648,58 @@ fn device_memory_bounds_only_what_a_gpu_holds() {
 /// The preset lists written into `gpucomm topo --help` and the `sim`
 /// commands' `--topology` help name every preset gpucomm-topo has (they
 /// are hand-written: a new preset must be added there too).
+/// The words of `gpucomm ARGS --help` (letters, digits, dashes and
+/// underscores: preset and algorithm names).
+fn help_words(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let out = gpucomm(args, Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.stdout
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The algorithm names in the help texts are written by hand (clap needs
+/// static text): every algorithm that each command accepts is listed.
+#[test]
+fn help_texts_list_every_algorithm() {
+    let schedules: Vec<&str> = gpucomm_algo::Algorithm::ALL
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    for args in [&["bench", "--help"][..], &["algo", "show", "--help"][..]] {
+        let words = help_words(args);
+        for name in &schedules {
+            assert!(
+                words.contains(*name),
+                "{args:?} does not list algorithm {name}"
+            );
+        }
+    }
+    for args in [
+        &["sim", "all_reduce", "--help"][..],
+        &["sim", "train", "--help"][..],
+    ] {
+        let words = help_words(args);
+        for c in gpucomm_sim::collective::AlgoChoice::all() {
+            assert!(
+                words.contains(c.name()),
+                "{args:?} does not list algorithm {}",
+                c.name()
+            );
+        }
+    }
+}
+
 #[test]
 fn help_texts_list_every_preset() {
     for args in [&["topo", "--help"][..], &["sim", "p2p", "--help"][..]] {
-        let out = gpucomm(args, Duration::from_secs(30));
-        assert_eq!(out.code, Some(0), "{}", out.dump());
-        // The words of the help (a preset name is letters, digits, dashes).
-        let words: std::collections::BTreeSet<&str> = out
-            .stdout
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .collect();
+        let words = help_words(args);
         for (name, _) in gpucomm_topo::PRESETS {
-            assert!(words.contains(name), "{args:?} does not list preset {name}");
+            assert!(
+                words.contains(*name),
+                "{args:?} does not list preset {name}"
+            );
         }
     }
 }

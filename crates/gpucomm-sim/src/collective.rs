@@ -54,6 +54,38 @@ pub enum AlgoChoice {
 }
 
 impl AlgoChoice {
+    /// NCCL's algorithms beyond gpucomm-algo's schedules.
+    const BEYOND_SCHEDULES: [AlgoChoice; 5] = [
+        AlgoChoice::Pat,
+        AlgoChoice::Nvls,
+        AlgoChoice::NvlsTree,
+        AlgoChoice::CollNet,
+        AlgoChoice::CollNetChain,
+    ];
+
+    /// Every choice that can be asked for (`--algorithm`): gpucomm-algo's
+    /// schedules, then NCCL's algorithms beyond them.
+    ///
+    /// ```
+    /// use gpucomm_sim::collective::AlgoChoice;
+    ///
+    /// for c in AlgoChoice::all() {
+    ///     assert_eq!(AlgoChoice::parse(c.name()), Some(c));
+    /// }
+    /// assert!(AlgoChoice::all().any(|c| c == AlgoChoice::Pat));
+    /// ```
+    pub fn all() -> impl Iterator<Item = AlgoChoice> {
+        Algorithm::ALL
+            .into_iter()
+            .map(AlgoChoice::Schedule)
+            .chain(Self::BEYOND_SCHEDULES)
+    }
+
+    /// The names of [`AlgoChoice::all`], comma-separated (for messages).
+    pub fn names() -> String {
+        Self::all().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+    }
+
     /// The name printed and accepted on the command line.
     pub fn name(&self) -> &'static str {
         match self {

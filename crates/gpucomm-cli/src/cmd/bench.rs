@@ -82,7 +82,8 @@ pub struct Args {
     /// Transport between the ranks.
     #[arg(long, default_value = "shm", value_parser = parse_transport)]
     pub transport: TransportChoice,
-    /// Algorithm (default: the tuner chooses per size).
+    /// Algorithm: auto (the tuner chooses per size), ring, tree,
+    /// halving_doubling, recursive_doubling, direct, hierarchical, bruck.
     #[arg(long, default_value = "auto", value_parser = parse_algorithm_or_auto)]
     pub algorithm: AlgorithmArg,
     /// Verify every result against a reference (the default).

@@ -257,7 +257,10 @@ impl TunerArgs {
         let algorithm = match &self.algorithm {
             None => Select::Any,
             Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
-                anyhow::anyhow!("--algorithm: {e} (ring, tree, direct, halving_doubling, recursive_doubling, hierarchical, bruck, pat, nvls, nvls_tree, collnet, collnet_chain; a list, or ^ and a list to exclude)")
+                anyhow::anyhow!(
+                    "--algorithm: {e} ({}; a list, or ^ and a list to exclude)",
+                    AlgoChoice::names()
+                )
             })?,
         };
         let protocol = match &self.protocol {
