@@ -264,13 +264,16 @@ pub enum Tuner {
     /// bandwidth. Where NCCL takes its topology search's channels times
     /// their bandwidth as the bus bandwidth, the simulator takes NCCL's
     /// inter-node figure beyond two nodes of NVLink-joined GPUs
-    /// ([`model::nccl_inter_bus_gbps`]) and otherwise the bus bandwidth of
+    /// ([`model::nccl_inter_bus_gbps`]), NCCL's intra-node search on one
+    /// NVSwitch node ([`model::nccl_nvswitch_ring_bus_gbps`]), and
+    /// otherwise the bus bandwidth of
     /// the ring's busiest link (the candidate's own where no ring runs),
     /// and applies NCCL's refinements to it: the protocol's
     /// factor and cap ([`model::nccl_protocol_bandwidth`]), a tree
     /// all_reduce's x0.92 and correction by size, and NCCL's algorithm
     /// bandwidth ratio (ring `nRanks / nsteps`, tree 0.5). NVLS inside a
-    /// node is rated at its large-message rate with NCCL's 25 us latency;
+    /// node is rated from the NVLS graph NCCL's search finds
+    /// ([`nvls_model_time`]) with NCCL's 25 us latency;
     /// the switch algorithms across nodes (NVLS with SHARP, CollNet,
     /// NVLSTree) are NCCL-style models already, their simulated time is
     /// their rating (NVLSTree's no faster than NCCL's per-channel cap).
@@ -1258,15 +1261,18 @@ pub fn simulate(
         // rings and trees from (it searches both on the same links): its
         // inter-node figure where NCCL uses it, otherwise the ring's
         // busiest link's. Without a ring, each schedule's own.
-        let ring_bus = rating.inter_bus_gbps().or_else(|| {
-            let rings: Vec<usize> = (0..jobs.len())
-                .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
-                .collect();
-            preps.prepare(&rings);
-            let ring = rings.first().copied()?;
-            let (link, _) = preps.link_times(ring)?;
-            Some(rating.bus_gbps(Algorithm::Ring, link))
-        });
+        let ring_bus = rating
+            .inter_bus_gbps()
+            .or_else(|| rating.intra_bus_gbps())
+            .or_else(|| {
+                let rings: Vec<usize> = (0..jobs.len())
+                    .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
+                    .collect();
+                preps.prepare(&rings);
+                let ring = rings.first().copied()?;
+                let (link, _) = preps.link_times(ring)?;
+                Some(rating.bus_gbps(Algorithm::Ring, link))
+            });
         if ring_bus.is_none() {
             preps.prepare(&order);
         }
@@ -1584,6 +1590,24 @@ impl NcclRating<'_> {
         })
     }
 
+    /// The bus bandwidth NCCL's search gives its rings and trees on one
+    /// node whose GPUs meet at an NVSwitch, GB/s
+    /// ([`model::nccl_nvswitch_ring_bus_gbps`]: on H100s 360, where the
+    /// links give 370.8); `None` elsewhere, or with a channel count the user
+    /// set (the ring's busiest link's to rate).
+    fn intra_bus_gbps(&self) -> Option<f64> {
+        let node = &self.fabric.machine.node;
+        let NvFabric::Switch { links, .. } = node.nvlink else {
+            return None;
+        };
+        (self.comm.nodes == 1 && self.comm.ranks > 1 && self.channels.is_none()).then(|| {
+            model::nccl_nvswitch_ring_bus_gbps(
+                node.arch,
+                model::nccl_nvlink_gbps(node.arch) * f64::from(links),
+            )
+        })
+    }
+
     /// The bus bandwidth, GB/s, of a schedule of `a` whose busiest link
     /// takes `link` seconds at one wire byte per payload byte.
     fn bus_gbps(&self, a: Algorithm, link: f64) -> f64 {
@@ -1793,12 +1817,30 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
     ))
 }
 
-/// NCCL's model of NVLS all_reduce inside one node: its latency plus the
-/// bytes at the large-message rate (`nvlsEfficiency`), no chunk loops.
+/// NCCL's model of NVLS all_reduce inside one node, which its tuner
+/// picks by: its latency plus the bytes at the algorithm bandwidth
+/// `tuning.cc` gives NVLS from the NVLS graph its search finds
+/// ([`model::nccl_nvls_graph`], [`model::NcclNvlsGraph::gbps`]). That
+/// figure is not the simulated rate: it grows with the GPUs in a way the
+/// links do not (on H100s 102, 160, 216 and 272 GB/s on 2, 4, 6 and 8
+/// GPUs, where NCCL measures 207, 251, 266 and 274), so NCCL runs rings
+/// on 2 and 4 H100s and NVLS from 6.
 pub fn nvls_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let nv = NvlsNode::of(fabric)?;
+    let m = &fabric.machine;
+    let NvFabric::Switch { links, .. } = m.node.nvlink else {
+        return Err(SimError::Model("nvls needs an NVSwitch".into()));
+    };
+    let gpu_gbps = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links);
+    let n = nv.ranks;
+    let graph = model::nccl_nvls_graph(m.node.arch, gpu_gbps, n).ok_or_else(|| {
+        SimError::Model(format!(
+            "NCCL's search finds no NVLS graph for {n} GPUs at {gpu_gbps} GB/s each"
+        ))
+    })?;
+    let algbw = graph.gbps(m.node.arch, true, n) * n as f64 / (2.0 * (n as f64 - 1.0));
     Ok(SimTime::from_us(
-        nv.latency_us + bytes as f64 * nv.wire / nv.rate,
+        nv.latency_us + bytes as f64 / (algbw * 1e3),
     ))
 }
 

@@ -212,6 +212,121 @@ pub fn nvls_channels(arch: Arch, nodes: usize) -> f64 {
     }
 }
 
+/// NCCL's largest NVLS group (`NCCL_MAX_NVLS_ARITY`, NVIDIA/nccl
+/// `src/include/device.h`): the NVLS graph has at most this many channels.
+pub const NCCL_MAX_NVLS_ARITY: usize = 32;
+
+/// NCCL's per-channel speeds for graphs inside a node, GB/s, fastest
+/// first (NVIDIA/nccl `src/graph/search.cc`: `speedArrayIntra`, and
+/// `sm90SpeedArrayIntra` / `sm100SpeedArrayIntra` from Hopper /
+/// Blackwell).
+pub fn nccl_intra_speeds(arch: Arch) -> &'static [f64] {
+    match arch {
+        Arch::Hopper => &[
+            60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0,
+        ],
+        Arch::Blackwell => &[
+            90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0,
+        ],
+        _ => &NCCL_SPEEDS_INTRA,
+    }
+}
+
+/// The NVLS graph NCCL's topology search finds on one node
+/// ([`nccl_nvls_graph`]), which its model rates NVLS from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclNvlsGraph {
+    /// Channels: one per GPU pulling from the switch, at most
+    /// [`NCCL_MAX_NVLS_ARITY`].
+    pub channels: usize,
+    /// `bwIntra`, GB/s per channel.
+    pub bw_intra: f64,
+    /// `bwInter`, GB/s per channel (on one node the search raises it
+    /// freely, no path using it).
+    pub bw_inter: f64,
+}
+
+/// NCCL's NVLS graph on one node of `gpus` GPUs of `arch` that each reach
+/// the NVSwitch at `gpu_gbps` (NCCL's per-link figure times the links,
+/// [`nccl_nvlink_gbps`]), as NVIDIA/nccl `src/graph/search.cc` finds it
+/// (`ncclTopoCompute`, `ncclTopoSearchTryNvls`): a channel per GPU (at
+/// most [`NCCL_MAX_NVLS_ARITY`], all of them required on one node); each
+/// channel takes its speed on every GPU's link to the switch and twice on
+/// its own GPU's, both ways, so `bwIntra` is the fastest of the node
+/// speeds ([`nccl_intra_speeds`]) with `(channels + 1) x speed` within a
+/// link (the search starts at the first speed within the link whose
+/// channels fit in `link x gpus / (gpus - 1)`); its second pass then
+/// raises `bwInter` a speed at a time while it is below twice `bwIntra`.
+/// `None` with fewer than two GPUs or no speed that fits.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_nvls_graph, Arch};
+/// // HGX H100: 18 NVLinks x 20.6 GB/s to the switches.
+/// let g = |n| nccl_nvls_graph(Arch::Hopper, 18.0 * 20.6, n).unwrap();
+/// assert_eq!((g(4).channels, g(4).bw_intra, g(4).bw_inter), (4, 60.0, 60.0));
+/// assert_eq!((g(6).bw_intra, g(6).bw_inter), (50.0, 60.0));
+/// assert_eq!((g(8).bw_intra, g(8).bw_inter), (40.0, 60.0));
+/// ```
+pub fn nccl_nvls_graph(arch: Arch, gpu_gbps: f64, gpus: usize) -> Option<NcclNvlsGraph> {
+    if gpus < 2 || !gpu_gbps.is_finite() || gpu_gbps <= 0.0 {
+        return None;
+    }
+    let speeds = nccl_intra_speeds(arch);
+    let channels = gpus.min(NCCL_MAX_NVLS_ARITY);
+    let ch = channels as f64;
+    // Non-ring patterns may exceed the link's total by gpus / (gpus - 1).
+    let total = gpu_gbps * gpus as f64 / (gpus as f64 - 1.0);
+    let start = speeds
+        .iter()
+        .position(|&s| s <= gpu_gbps && s * ch <= total)?;
+    let intra = start
+        + speeds[start..]
+            .iter()
+            .position(|&s| (ch + 1.0) * s <= gpu_gbps)?;
+    let bw_intra = speeds[intra];
+    let mut inter = intra;
+    while inter > 0 && speeds[inter] < 2.0 * bw_intra {
+        inter -= 1;
+    }
+    Some(NcclNvlsGraph {
+        channels,
+        bw_intra,
+        bw_inter: speeds[inter],
+    })
+}
+
+impl NcclNvlsGraph {
+    /// NCCL's NVLS bandwidth on one node, GB/s, as `tuning.cc` rates it
+    /// (`nvlsEfficiency` and `(nChannels - 1) / nChannels` on `bwIntra`,
+    /// twice for all_reduce, which "pipelines two operations", `(ppn - 1)
+    /// / ppn` otherwise; at most `bwInter`; times the channels): the bus
+    /// bandwidth of an all_reduce (the algorithm bandwidth is `ranks / (2
+    /// (ranks - 1))` of it), and for all_gather and reduce_scatter the
+    /// figure NCCL's model takes as their algorithm bandwidth.
+    ///
+    /// ```
+    /// use gpucomm_sim::model::{nccl_nvls_graph, Arch};
+    /// // NCCL 2.29's tuning table on 4 and 6 H100s: all_reduce 160.0 and
+    /// // 216.0 GB/s algorithm bandwidth, all_gather 114.8 and 177.1.
+    /// let g = |n| nccl_nvls_graph(Arch::Hopper, 18.0 * 20.6, n).unwrap();
+    /// let ar = |n: usize| g(n).gbps(Arch::Hopper, true, n) * n as f64 / (2.0 * (n as f64 - 1.0));
+    /// assert!((ar(4) - 160.0).abs() < 0.05 && (ar(6) - 216.0).abs() < 0.05);
+    /// assert!((g(4).gbps(Arch::Hopper, false, 4) - 114.8).abs() < 0.05);
+    /// assert!((g(6).gbps(Arch::Hopper, false, 6) - 177.1).abs() < 0.05);
+    /// ```
+    pub fn gbps(&self, arch: Arch, all_reduce: bool, ppn: usize) -> f64 {
+        let ch = self.channels as f64;
+        let mut intra = self.bw_intra * nvls_efficiency(arch) * (ch - 1.0) / ch;
+        if all_reduce {
+            intra *= 2.0;
+        } else {
+            let ppn = ppn.max(1) as f64;
+            intra *= (ppn - 1.0) / ppn;
+        }
+        ch * intra.min(self.bw_inter)
+    }
+}
+
 /// NCCL's largest NVLS chunk, bytes per head and channel
 /// (`NCCL_NVLS_CHUNKSIZE` default, NVIDIA/nccl `src/transport/nvls.cc`).
 pub const NVLS_MAX_CHUNK: u64 = 128 * 1024;
@@ -276,8 +391,39 @@ const NCCL_SPEEDS_INTRA: [f64; 13] = [
 /// ```
 pub fn nccl_nvswitch_ring_channels(gpu_gbps: f64) -> u16 {
     const MAX: f64 = 16.0;
+    let (mut n, s) = nvswitch_ring_search(&NCCL_SPEEDS_INTRA, gpu_gbps);
+    if s >= 25.0 {
+        n = (2.0 * n).min(MAX);
+    }
+    (2.0 * n).min(32.0) as u16
+}
+
+/// The bus bandwidth NCCL's search gives rings (and trees) inside one
+/// NVSwitch node of GPUs of `arch` that each reach the switch at
+/// `gpu_gbps`, `nChannels x bwIntra`, GB/s, which NCCL's model rates them
+/// from on one node: the search of [`nccl_nvswitch_ring_channels`] over
+/// the node speeds of `arch` ([`nccl_intra_speeds`]); duplicating the
+/// channels halves their speed, so the product stays.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_nvswitch_ring_bus_gbps, Arch};
+/// // HGX H100, 18 x 20.6 = 370.8 GB/s: 6 channels at 60.
+/// assert_eq!(nccl_nvswitch_ring_bus_gbps(Arch::Hopper, 18.0 * 20.6), 360.0);
+/// // DGX A100, 12 x 20: 6 at 40, the whole link.
+/// assert_eq!(nccl_nvswitch_ring_bus_gbps(Arch::Ampere, 240.0), 240.0);
+/// ```
+pub fn nccl_nvswitch_ring_bus_gbps(arch: Arch, gpu_gbps: f64) -> f64 {
+    let (n, s) = nvswitch_ring_search(nccl_intra_speeds(arch), gpu_gbps);
+    n * s
+}
+
+/// NCCL's ring search on one NVSwitch node (see
+/// [`nccl_nvswitch_ring_channels`]): `(channels, speed)` before
+/// duplication, `(1, 0)` where no speed fits.
+fn nvswitch_ring_search(speeds: &[f64], gpu_gbps: f64) -> (f64, f64) {
+    const MAX: f64 = 16.0;
     let mut best = (0.0, 0.0); // (channels, speed)
-    for &s in &NCCL_SPEEDS_INTRA {
+    for &s in speeds {
         if s > gpu_gbps {
             continue;
         }
@@ -294,11 +440,7 @@ pub fn nccl_nvswitch_ring_channels(gpu_gbps: f64) -> u16 {
             break;
         }
     }
-    let (mut n, s) = if best.0 > 0.0 { best } else { (1.0, 0.0) };
-    if s >= 25.0 {
-        n = (2.0 * n).min(MAX);
-    }
-    (2.0 * n).min(32.0) as u16
+    if best.0 > 0.0 { best } else { (1.0, 0.0) }
 }
 
 /// The largest point-to-point operation, bytes per peer, that NCCL moves
