@@ -495,6 +495,46 @@ fn the_nccl_tuner_rates_nvls_on_fewer_gpus_as_nccl_does() {
 }
 
 #[test]
+fn nccl_latencies_match_nccls_printed_tuning_table_on_h100s() {
+    // NCCL 2.29.2's tuning tables on 2, 4 and 6 H100s of one board
+    // (waynehacking8/nccl-collectives-bench,
+    // results/scaling_attributed/g{2,4,6}_NVLS.log), latency in us of
+    // (algorithm, protocol, collective).
+    use Protocol::{Ll, Ll128, Simple};
+    let ar = Collective::AllReduce;
+    let ag = Collective::AllGather;
+    let bc = Collective::Broadcast { root: 0 };
+    #[rustfmt::skip]
+    let table: [(&str, Protocol, Collective, [f64; 3]); 12] = [
+        ("ring", Ll, ar, [7.8, 10.2, 12.6]),
+        ("ring", Ll128, ar, [17.8, 25.4, 33.0]),
+        ("ring", Simple, ar, [15.2, 28.8, 42.4]),
+        ("tree", Ll, ar, [8.0, 10.4, 12.8]),
+        ("tree", Ll128, ar, [16.5, 21.5, 26.5]),
+        ("tree", Simple, ar, [16.4, 32.4, 48.4]),
+        ("ring", Ll, ag, [7.2, 8.4, 9.6]),
+        ("ring", Ll128, ag, [15.9, 19.7, 23.5]),
+        ("ring", Simple, ag, [11.8, 18.6, 25.4]),
+        ("ring", Ll, bc, [7.2, 7.2, 7.2]),
+        ("ring", Ll128, bc, [15.9, 15.9, 15.9]),
+        ("ring", Simple, bc, [11.8, 11.8, 11.8]),
+    ];
+    for (i, gpus) in [2, 4, 6].into_iter().enumerate() {
+        let mut m = Machine::preset("dgx-h100").unwrap();
+        m.use_gpus(gpus).unwrap();
+        let comm = nccl_comm(&m.fabric(Engine::Nccl, 1).unwrap(), None);
+        for (algo, p, c, lat) in table {
+            let ours = nccl_model_latency_us(algo, p, c, 8, &comm);
+            assert!(
+                (ours - lat[i]).abs() < 0.05,
+                "{gpus} GPUs {algo} {p:?} {c:?}: {ours} vs {}",
+                lat[i]
+            );
+        }
+    }
+}
+
+#[test]
 fn the_one_node_nvls_models_refuse_what_they_do_not_model() {
     use gpucomm_sim::collective::{nvls_all_reduce, nvls_model_time};
     // A100's NVSwitch does not reduce: an error, not a time at rate 0.
