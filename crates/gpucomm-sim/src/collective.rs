@@ -645,10 +645,32 @@ fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice
 
 fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
     innet::nvls_capable(fabric, "NVLS")?;
-    if collective != Collective::AllReduce {
-        return Err(SimError::Model(
-            "nvls is modeled for all_reduce only".into(),
-        ));
+    match collective {
+        Collective::AllReduce => {}
+        Collective::AllGather | Collective::ReduceScatter => {
+            if fabric.nodes() > 1 {
+                return Err(SimError::Model(format!(
+                    "nvls {} across nodes needs NCCL's CollNet with the network's own \
+                     all_gather/reduce_scatter (a SHARP plugin's iallgather/ireducescatter), \
+                     which is not modeled; inside one node it runs",
+                    collective.name()
+                )));
+            }
+            let ppn = fabric.ranks_per_node();
+            if ppn > model::NCCL_MAX_NVLS_ARITY {
+                return Err(SimError::Model(format!(
+                    "nvls {} runs on at most {} GPUs (NCCL_MAX_NVLS_ARITY; NCCL's enqueue.cc \
+                     skips NVLS beyond it but for all_reduce), not {ppn}",
+                    collective.name(),
+                    model::NCCL_MAX_NVLS_ARITY
+                )));
+            }
+        }
+        _ => {
+            return Err(SimError::Model(
+                "nvls runs all_reduce, all_gather and reduce_scatter (NCCL's NVLS kernels)".into(),
+            ));
+        }
     }
     if fabric.nodes() > 1 {
         innet::nvls_sharp_eligible(fabric, collective)?;
@@ -1296,7 +1318,9 @@ pub fn simulate(
                         .map(|(link, _)| rating.schedule_secs(a, p, rating.bus_gbps(a, link))),
                 },
                 AlgoChoice::Nvls if fabric.nodes() == 1 => {
-                    nvls_model_time(fabric, bytes).ok().map(|t| t.as_secs_f64())
+                    nvls_model_time(fabric, collective, bytes)
+                        .ok()
+                        .map(|t| t.as_secs_f64())
                 }
                 _ => time_of(&results[i]).map(|t| t.as_secs_f64()),
             };
@@ -1740,7 +1764,7 @@ fn run_one(
             if fabric.nodes() > 1 {
                 (innet::nvls_sharp_all_reduce(fabric, bytes)?, None)
             } else {
-                (nvls_all_reduce(fabric, bytes)?, None)
+                (nvls_one_node(fabric, collective, bytes)?, None)
             }
         }
         AlgoChoice::CollNet => {
@@ -1773,13 +1797,16 @@ fn run_one(
 }
 
 /// NVLS all_reduce inside one NVSwitch node, as NCCL's kernel runs it
-/// (NVIDIA/nccl `src/device/all_reduce.h`, NVLS, one node).
+/// (NVIDIA/nccl `src/device/all_reduce.h`, NVLS, one node); across nodes
+/// NVLS with SHARP ([`innet::nvls_sharp_all_reduce`]).
 ///
 /// Traffic: every GPU pulls its shard reduced by the switch
 /// (`multimem.ld_reduce`: its link carries S up and S/n down) and
 /// multicasts the result (`multimem.st`: S/n up, S down), so each direction
 /// of each GPU link carries S(n+1)/n, at NCCL's per-link figure times
 /// `nvlsEfficiency` and `(nChannels-1)/nChannels` (NCCL tuning.cc).
+/// All_gather and reduce_scatter run one of the two phases
+/// ([`nvls_one_node`]).
 ///
 /// Pipeline: each of NCCL's [`model::nvls_channels`] channels (16 on
 /// Hopper) takes its share of the buffer and runs it in loops of `n` chunks ([`model::nvls_chunk`]:
@@ -1795,7 +1822,42 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
     if fabric.nodes() > 1 {
         return innet::nvls_sharp_all_reduce(fabric, bytes);
     }
-    let nv = NvlsNode::of(fabric)?;
+    nvls_one_node(fabric, Collective::AllReduce, bytes)
+}
+
+/// NVLS inside one NVSwitch node: all_reduce ([`nvls_all_reduce`]), or
+/// all_gather or reduce_scatter of `bytes` in all (nccl-tests' size), as
+/// NCCL's kernels run them (`src/device/all_gather.h`,
+/// `reduce_scatter.h`, NVLS, one node): an all_gather multicasts each
+/// GPU's part (`multimem.st`: its link carries S/n up and all S down), a
+/// reduce_scatter pulls each GPU's part reduced (`multimem.ld_reduce`: S
+/// up, S/n down). "Instead of transmitting (N-1)/N*size in both
+/// directions, it will transmit size in one direction and 1/N*size in the
+/// other ... in terms of total time, it's worse" (NCCL's maintainer,
+/// NVIDIA/nccl issues 1506 and 1083). The same rate, chunks and loops as
+/// the all_reduce (`enqueue.cc` chunks NVLS the same for all three), with
+/// S instead of S(n+1)/n on the busier direction.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::nvls_one_node;
+/// use gpucomm_sim::{Engine, Machine};
+///
+/// let f = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 1).unwrap();
+/// let ag = nvls_one_node(&f, Collective::AllGather, 1 << 30).unwrap();
+/// let rs = nvls_one_node(&f, Collective::ReduceScatter, 1 << 30).unwrap();
+/// let ar = nvls_one_node(&f, Collective::AllReduce, 1 << 30).unwrap();
+/// assert_eq!(ag, rs);
+/// // 8 GPUs: S against 9/8 S on the busier direction.
+/// assert!(ag < ar && ar.as_us() < ag.as_us() * 9.0 / 8.0 + 1.0);
+/// ```
+pub fn nvls_one_node(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+) -> Result<SimTime, SimError> {
+    let nv = NvlsNode::of(fabric, collective)?;
+    nvls_eligible(fabric, collective)?;
     let n = nv.ranks as f64;
     let ch = model::nvls_channels(fabric.machine.node.arch, 1);
     let step = model::nccl_overheads("ring", Protocol::Simple)
@@ -1817,7 +1879,7 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
     ))
 }
 
-/// NCCL's model of NVLS all_reduce inside one node, which its tuner
+/// NCCL's model of NVLS inside one node, which its tuner
 /// picks by: its latency plus the bytes at the algorithm bandwidth
 /// `tuning.cc` gives NVLS from the NVLS graph its search finds
 /// ([`model::nccl_nvls_graph`], [`model::NcclNvlsGraph::gbps`]). That
@@ -1825,8 +1887,18 @@ pub fn nvls_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
 /// links do not (on H100s 102, 160, 216 and 272 GB/s on 2, 4, 6 and 8
 /// GPUs, where NCCL measures 207, 251, 266 and 274), so NCCL runs rings
 /// on 2 and 4 H100s and NVLS from 6.
-pub fn nvls_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
-    let nv = NvlsNode::of(fabric)?;
+///
+/// For all_gather and reduce_scatter NCCL's figure (25.5, 114.8, 177.1
+/// GB/s on 2, 4, 6 H100s in the same tables) is taken as their algorithm
+/// bandwidth without conversion, as `tuning.cc` takes it: NCCL's model
+/// never prefers them to its rings.
+pub fn nvls_model_time(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    bytes: u64,
+) -> Result<SimTime, SimError> {
+    let nv = NvlsNode::of(fabric, collective)?;
+    nvls_eligible(fabric, collective)?;
     let m = &fabric.machine;
     let NvFabric::Switch { links, .. } = m.node.nvlink else {
         return Err(SimError::Model("nvls needs an NVSwitch".into()));
@@ -1838,7 +1910,11 @@ pub fn nvls_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, Si
             "NCCL's search finds no NVLS graph for {n} GPUs at {gpu_gbps} GB/s each"
         ))
     })?;
-    let algbw = graph.gbps(m.node.arch, true, n) * n as f64 / (2.0 * (n as f64 - 1.0));
+    let algbw = if collective == Collective::AllReduce {
+        graph.gbps(m.node.arch, true, n) * n as f64 / (2.0 * (n as f64 - 1.0))
+    } else {
+        graph.gbps(m.node.arch, false, n)
+    };
     Ok(SimTime::from_us(
         nv.latency_us + bytes as f64 / (algbw * 1e3),
     ))
@@ -1851,7 +1927,8 @@ struct NvlsNode {
     /// Bytes per us on each direction of a GPU's link, at NCCL's per-link
     /// figure times `nvlsEfficiency` and `(nChannels-1)/nChannels`.
     rate: f64,
-    /// Bytes each direction of a GPU's link carries per byte of buffer.
+    /// Bytes the busier direction of a GPU's link carries per byte of
+    /// buffer (all_reduce `(n+1)/n`, all_gather and reduce_scatter 1).
     wire: f64,
     /// NCCL's NVLS latency, us (its hwLat holds the switch's hops).
     latency_us: f64,
@@ -1859,7 +1936,7 @@ struct NvlsNode {
 
 impl NvlsNode {
     /// Refuses a fabric of several nodes, or whose NVSwitch does not reduce.
-    fn of(fabric: &ClusterFabric) -> Result<Self, SimError> {
+    fn of(fabric: &ClusterFabric, collective: Collective) -> Result<Self, SimError> {
         if fabric.nodes() > 1 {
             return Err(SimError::Model(
                 "this NVLS model is for one node (across nodes: innet::nvls_sharp_all_reduce)"
@@ -1877,7 +1954,11 @@ impl NvlsNode {
         Ok(NvlsNode {
             ranks: n,
             rate: model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3,
-            wire: (n as f64 + 1.0) / n as f64,
+            wire: if collective == Collective::AllReduce {
+                (n as f64 + 1.0) / n as f64
+            } else {
+                1.0
+            },
             latency_us: innet::nccl_latency(fabric, "nvls", 0).as_us(),
         })
     }

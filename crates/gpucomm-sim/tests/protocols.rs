@@ -468,7 +468,9 @@ fn the_nccl_tuner_rates_nvls_on_fewer_gpus_as_nccl_does() {
         (8, 272.0, "nvls"),
     ] {
         let f = on(gpus);
-        let t = nvls_model_time(&f, 1 << 30).unwrap().as_us();
+        let t = nvls_model_time(&f, Collective::AllReduce, 1 << 30)
+            .unwrap()
+            .as_us();
         let rated = (1u64 << 30) as f64 / ((t - 25.0) * 1e3);
         assert!((rated - gbps).abs() < 0.05, "{gpus} GPUs: {rated}");
         for bytes in [256u64 << 20, 8 << 30] {
@@ -535,20 +537,94 @@ fn nccl_latencies_match_nccls_printed_tuning_table_on_h100s() {
 }
 
 #[test]
+fn nvls_all_gather_and_reduce_scatter_run_one_phase_inside_one_node() {
+    use gpucomm_sim::collective::{nvls_model_time, nvls_one_node};
+    let on = |preset: &str, gpus: usize| {
+        let mut m = Machine::preset(preset).unwrap();
+        m.use_gpus(gpus).unwrap();
+        m.fabric(Engine::Nccl, 1).unwrap()
+    };
+    let nvls = common::forced("nvls", None);
+    let f = on("dgx-h100", 8);
+    let big = 8u64 << 30;
+    let ar = simulate(&f, Collective::AllReduce, big, &nvls)
+        .unwrap()
+        .time;
+    for c in [Collective::AllGather, Collective::ReduceScatter] {
+        let r = simulate(&f, c, big, &nvls).unwrap();
+        assert_eq!(r.algorithm, AlgoChoice::Nvls);
+        assert_eq!(r.time, nvls_one_node(&f, c, big).unwrap());
+        // The busier direction carries S, the all_reduce's S (n+1)/n.
+        let ratio = ar.as_us() / r.time.as_us();
+        assert!((ratio - 9.0 / 8.0).abs() < 0.01, "{c:?}: {ratio}");
+        // Slower than the ring, as NCCL's maintainer says (issue 1083).
+        let ring = simulate(&f, c, big, &common::forced("ring", None)).unwrap();
+        assert!(ring.time < r.time, "{c:?}");
+    }
+    // NCCL's rating: its NVLS figure taken as the algorithm bandwidth
+    // (NCCL 2.29.2's printed tables: 25.5, 114.8, 177.1 GB/s on 2, 4, 6
+    // H100s), so its tuner never prefers them to the ring.
+    for (gpus, gbps) in [(2, 25.5), (4, 114.8), (6, 177.1)] {
+        let g = on("dgx-h100", gpus);
+        let t = nvls_model_time(&g, Collective::AllGather, 1 << 30)
+            .unwrap()
+            .as_us();
+        let rated = (1u64 << 30) as f64 / ((t - 25.0) * 1e3);
+        assert!((rated - gbps).abs() < 0.05, "{gpus} GPUs: {rated}");
+        for bytes in [8u64, 1 << 20, 64 << 20, big] {
+            for c in [Collective::AllGather, Collective::ReduceScatter] {
+                let r = simulate(&g, c, bytes, &CollOptions::default()).unwrap();
+                assert_eq!(r.algorithm.name(), "ring", "{gpus} GPUs {c:?} {bytes} B");
+            }
+        }
+    }
+    // What NCCL does not run: across nodes without CollNet's own
+    // all_gather, beyond 32 GPUs, a broadcast.
+    let two = common::fabric("dgx-h100", 2);
+    let e = simulate(&two, Collective::AllGather, 1 << 20, &nvls).unwrap_err();
+    assert!(e.to_string().contains("across nodes"), "{e}");
+    let nvl72 = common::fabric("gb200-nvl72", 1);
+    let e = simulate(&nvl72, Collective::ReduceScatter, 1 << 20, &nvls).unwrap_err();
+    assert!(e.to_string().contains("at most 32"), "{e}");
+    assert!(
+        simulate(
+            &on("gb200-nvl72", 32),
+            Collective::ReduceScatter,
+            1 << 20,
+            &nvls
+        )
+        .is_ok()
+    );
+    let e = simulate(&f, Collective::Broadcast { root: 0 }, 1 << 20, &nvls).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("all_reduce, all_gather and reduce_scatter"),
+        "{e}"
+    );
+}
+
+#[test]
 fn the_one_node_nvls_models_refuse_what_they_do_not_model() {
     use gpucomm_sim::collective::{nvls_all_reduce, nvls_model_time};
     // A100's NVSwitch does not reduce: an error, not a time at rate 0.
     let a100 = common::fabric("dgx-a100", 1);
-    let e = nvls_model_time(&a100, 1 << 20).unwrap_err();
+    let e = nvls_model_time(&a100, Collective::AllReduce, 1 << 20).unwrap_err();
     assert!(e.to_string().contains("in-switch reduction"), "{e}");
     assert!(nvls_all_reduce(&a100, 1 << 20).is_err());
     // The one-node rating is not given for two nodes.
     let two = common::fabric("dgx-h100", 2);
-    let e = nvls_model_time(&two, 1 << 20).unwrap_err();
+    let e = nvls_model_time(&two, Collective::AllReduce, 1 << 20).unwrap_err();
     assert!(e.to_string().contains("one node"), "{e}");
     // One DGX H100: NCCL's 25 us plus the bytes at the NVLS rate.
     let h100 = common::fabric("dgx-h100", 1);
-    assert!((nvls_model_time(&h100, 0).unwrap().as_us() - 25.0).abs() < 1e-6);
+    assert!(
+        (nvls_model_time(&h100, Collective::AllReduce, 0)
+            .unwrap()
+            .as_us()
+            - 25.0)
+            .abs()
+            < 1e-6
+    );
 }
 
 #[test]
