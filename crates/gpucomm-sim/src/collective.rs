@@ -1857,7 +1857,6 @@ pub fn nvls_one_node(
     bytes: u64,
 ) -> Result<SimTime, SimError> {
     let nv = NvlsNode::of(fabric, collective)?;
-    nvls_eligible(fabric, collective)?;
     let n = nv.ranks as f64;
     let ch = model::nvls_channels(fabric.machine.node.arch, 1);
     let step = model::nccl_overheads("ring", Protocol::Simple)
@@ -1898,22 +1897,17 @@ pub fn nvls_model_time(
     bytes: u64,
 ) -> Result<SimTime, SimError> {
     let nv = NvlsNode::of(fabric, collective)?;
-    nvls_eligible(fabric, collective)?;
-    let m = &fabric.machine;
-    let NvFabric::Switch { links, .. } = m.node.nvlink else {
-        return Err(SimError::Model("nvls needs an NVSwitch".into()));
-    };
-    let gpu_gbps = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links);
-    let n = nv.ranks;
-    let graph = model::nccl_nvls_graph(m.node.arch, gpu_gbps, n).ok_or_else(|| {
+    let arch = fabric.machine.node.arch;
+    let (n, gpu_gbps) = (nv.ranks, nv.gpu_gbps);
+    let graph = model::nccl_nvls_graph(arch, gpu_gbps, n).ok_or_else(|| {
         SimError::Model(format!(
             "NCCL's search finds no NVLS graph for {n} GPUs at {gpu_gbps} GB/s each"
         ))
     })?;
     let algbw = if collective == Collective::AllReduce {
-        graph.gbps(m.node.arch, true, n) * n as f64 / (2.0 * (n as f64 - 1.0))
+        graph.gbps(arch, true, n) * n as f64 / (2.0 * (n as f64 - 1.0))
     } else {
-        graph.gbps(m.node.arch, false, n)
+        graph.gbps(arch, false, n)
     };
     Ok(SimTime::from_us(
         nv.latency_us + bytes as f64 / (algbw * 1e3),
@@ -1924,6 +1918,9 @@ pub fn nvls_model_time(
 /// rating share.
 struct NvlsNode {
     ranks: usize,
+    /// NCCL's figure for a GPU's link to the switch, GB/s (per link times
+    /// the links).
+    gpu_gbps: f64,
     /// Bytes per us on each direction of a GPU's link, at NCCL's per-link
     /// figure times `nvlsEfficiency` and `(nChannels-1)/nChannels`.
     rate: f64,
@@ -1935,7 +1932,8 @@ struct NvlsNode {
 }
 
 impl NvlsNode {
-    /// Refuses a fabric of several nodes, or whose NVSwitch does not reduce.
+    /// Refuses a fabric of several nodes, one whose NVSwitch does not
+    /// reduce, or a collective NVLS does not run there.
     fn of(fabric: &ClusterFabric, collective: Collective) -> Result<Self, SimError> {
         if fabric.nodes() > 1 {
             return Err(SimError::Model(
@@ -1943,7 +1941,7 @@ impl NvlsNode {
                     .into(),
             ));
         }
-        innet::nvls_capable(fabric, "NVLS")?;
+        nvls_eligible(fabric, collective)?;
         let m = &fabric.machine;
         let NvFabric::Switch { links, .. } = m.node.nvlink else {
             return Err(SimError::Model("nvls needs an NVSwitch".into()));
@@ -1951,9 +1949,11 @@ impl NvlsNode {
         let n = fabric.ranks();
         let ch = model::nvls_channels(m.node.arch, 1);
         let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
+        let gpu_gbps = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links);
         Ok(NvlsNode {
             ranks: n,
-            rate: model::nccl_nvlink_gbps(m.node.arch) * f64::from(links) * eff * 1e3,
+            gpu_gbps,
+            rate: gpu_gbps * eff * 1e3,
             wire: if collective == Collective::AllReduce {
                 (n as f64 + 1.0) / n as f64
             } else {

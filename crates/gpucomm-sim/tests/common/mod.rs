@@ -14,6 +14,14 @@ pub fn fabric(preset: &str, nodes: usize) -> ClusterFabric {
         .unwrap()
 }
 
+/// The NCCL-engine fabric of one node of preset `preset` on its first
+/// `gpus` GPUs (`--gpus`).
+pub fn fabric_gpus(preset: &str, gpus: usize) -> ClusterFabric {
+    let mut m = Machine::preset(preset).unwrap();
+    m.use_gpus(gpus).unwrap();
+    m.fabric(Engine::Nccl, 1).unwrap()
+}
+
 /// Options forcing `algorithm` (and `protocol`, if given).
 pub fn forced(algorithm: &str, protocol: Option<Protocol>) -> CollOptions {
     CollOptions {
