@@ -1281,8 +1281,9 @@ pub fn simulate(
         };
         // The bus bandwidth NCCL's search would find, which it rates its
         // rings and trees from (it searches both on the same links): its
-        // inter-node figure where NCCL uses it, otherwise the ring's
-        // busiest link's. Without a ring, each schedule's own.
+        // inter-node figure where NCCL uses it, its intra-node search on
+        // one NVSwitch node, otherwise the ring's busiest link's. Without
+        // a ring, each schedule's own.
         let ring_bus = rating
             .inter_bus_gbps()
             .or_else(|| rating.intra_bus_gbps())
