@@ -54,14 +54,36 @@ pub enum AlgoChoice {
 }
 
 impl AlgoChoice {
-    /// NCCL's algorithms beyond gpucomm-algo's schedules.
+    /// NCCL's algorithms beyond gpucomm-algo's schedules, in the tuner's
+    /// order.
     const BEYOND_SCHEDULES: [AlgoChoice; 5] = [
-        AlgoChoice::Pat,
         AlgoChoice::Nvls,
-        AlgoChoice::NvlsTree,
         AlgoChoice::CollNet,
         AlgoChoice::CollNetChain,
+        AlgoChoice::NvlsTree,
+        AlgoChoice::Pat,
     ];
+
+    /// Whether this choice can run `collective` on `fabric`, and if not,
+    /// why: NCCL's conditions for its algorithms; for a schedule, that
+    /// gpucomm-algo implements the collective on these ranks.
+    pub fn eligible(&self, fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
+        match self {
+            AlgoChoice::Schedule(a) => {
+                let n = fabric.ranks();
+                let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
+                Schedule::new(p, *a)
+                    .map(drop)
+                    .map_err(|e| SimError::Model(e.to_string()))
+            }
+            AlgoChoice::Nvls => nvls_eligible(fabric, collective),
+            AlgoChoice::CollNet => innet::collnet_eligible(fabric, collective).map(drop),
+            AlgoChoice::CollNetChain => innet::collnet_chain_eligible(fabric, collective).map(drop),
+            AlgoChoice::NvlsTree => innet::nvls_tree_eligible(fabric, collective),
+            AlgoChoice::Pat => pat_eligible(fabric, collective),
+            AlgoChoice::Discarded => Ok(()),
+        }
+    }
 
     /// Every choice that can be asked for (`--algorithm`): gpucomm-algo's
     /// schedules, then NCCL's algorithms beyond them.
@@ -599,9 +621,9 @@ pub fn pat_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<()
 
 /// Whether gpucomm-algo's `algorithm` implements `collective` on the fabric's ranks.
 fn implements(fabric: &ClusterFabric, collective: Collective, algorithm: Algorithm) -> bool {
-    let n = fabric.ranks();
-    let p = Problem::new(collective, n.max(1), n, fabric.ranks_per_node());
-    Schedule::new(p, algorithm).is_ok()
+    AlgoChoice::Schedule(algorithm)
+        .eligible(fabric, collective)
+        .is_ok()
 }
 
 /// Every gpucomm-algo algorithm that implements `collective`.
@@ -614,33 +636,17 @@ fn schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> 
 }
 
 /// NCCL's algorithms beyond gpucomm-algo's schedules that can run
-/// `collective` here: the hardware ones ([`in_hardware`]) and PAT.
+/// `collective` here (NVLS, CollNet Direct or, without it, Chain,
+/// NVLSTree, PAT). CollNet Chain is offered only where Direct cannot run
+/// (no NVSwitch): NCCL's CollNet there; on NVSwitch nodes the chain runs
+/// when asked for by name.
 fn beyond_schedules(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
-    let mut v = in_hardware(fabric, collective);
-    if pat_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::Pat);
-    }
-    v
-}
-
-/// The hardware algorithms (NVLS, CollNet Direct or, without an NVSwitch,
-/// Chain, NVLSTree) that can run `collective` here.
-fn in_hardware(fabric: &ClusterFabric, collective: Collective) -> Vec<AlgoChoice> {
-    let mut v = Vec::new();
-    if nvls_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::Nvls);
-    }
-    if innet::collnet_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::CollNet);
-    } else if innet::collnet_chain_eligible(fabric, collective).is_ok() {
-        // Where Direct cannot run (no NVSwitch): NCCL's CollNet there.
-        // On NVSwitch nodes the chain runs when asked for by name.
-        v.push(AlgoChoice::CollNetChain);
-    }
-    if innet::nvls_tree_eligible(fabric, collective).is_ok() {
-        v.push(AlgoChoice::NvlsTree);
-    }
-    v
+    let ok = |c: AlgoChoice| c.eligible(fabric, collective).is_ok();
+    let direct = ok(AlgoChoice::CollNet);
+    AlgoChoice::BEYOND_SCHEDULES
+        .into_iter()
+        .filter(|&c| ok(c) && !(c == AlgoChoice::CollNetChain && direct))
+        .collect()
 }
 
 fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), SimError> {
