@@ -14,7 +14,7 @@ use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
 use crate::exec::{ExecConfig, ExecResult, LinkLoad, Prepared};
 use crate::fabric::Fabric;
 use crate::innet;
-use crate::machine::{ClusterFabric, Engine, Machine, NvFabric};
+use crate::machine::{ClusterFabric, Engine, Machine};
 use crate::model::{self, Protocol};
 use crate::par::par_map;
 use crate::{SimError, SimTime};
@@ -838,8 +838,8 @@ fn schedule_for_named(
     let per_nic = if tree_all_reduce { 2 } else { 1 };
     let reads = nccl_reads(fabric, collective, algorithm, protocol);
     let peer_bytes = peer_bytes(collective, bytes, n);
-    let mut ch = channels.unwrap_or(if let Some(links) = reads {
-        nccl_read_channels(fabric, algorithm, links, peer_bytes)
+    let mut ch = channels.unwrap_or(if let Some(gpu_gbps) = reads {
+        nccl_read_channels(fabric, algorithm, gpu_gbps, peer_bytes)
     } else if fabric.nodes() > 1 {
         // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
         (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
@@ -975,11 +975,9 @@ fn nccl_reads(
     collective: Collective,
     algorithm: Algorithm,
     protocol: Protocol,
-) -> Option<u32> {
+) -> Option<f64> {
     let node = &fabric.machine.node;
-    let NvFabric::Switch { links, .. } = node.nvlink else {
-        return None;
-    };
+    let gpu_gbps = node.nccl_switch_gbps()?;
     let granular = match algorithm {
         Algorithm::Ring => !matches!(
             collective,
@@ -996,22 +994,22 @@ fn nccl_reads(
         && fabric.nodes() == 1
         && fabric.ranks() > 1
         && model::nccl_p2p_read(node.arch))
-    .then_some(links)
+    .then_some(gpu_gbps)
 }
 
-/// NCCL's channels for a schedule [`nccl_reads`] accepts, whose GPUs have
-/// `links` NVLinks to the switch: its ring channels
+/// NCCL's channels for a schedule [`nccl_reads`] accepts, whose GPUs
+/// reach the switch at `gpu_gbps` (NCCL's figure,
+/// [`NodeModel::nccl_switch_gbps`](crate::machine::NodeModel::nccl_switch_gbps)): its ring channels
 /// ([`model::nccl_nvswitch_ring_channels`]) for a ring, its point-to-point
 /// channels for each peer's `peer_bytes` ([`model::nccl_p2p_channels`]) for
 /// a sendrecv or all_to_all.
 fn nccl_read_channels(
     fabric: &ClusterFabric,
     algorithm: Algorithm,
-    links: u32,
+    gpu_gbps: f64,
     peer_bytes: u64,
 ) -> u16 {
-    let arch = fabric.machine.node.arch;
-    let ring = model::nccl_nvswitch_ring_channels(model::nccl_nvlink_gbps(arch) * f64::from(links));
+    let ring = model::nccl_nvswitch_ring_channels(gpu_gbps);
     match algorithm {
         Algorithm::Ring => ring,
         _ => model::nccl_p2p_channels(peer_bytes, fabric.ranks(), ring),
@@ -1628,15 +1626,9 @@ impl NcclRating<'_> {
     /// set (the ring's busiest link's to rate).
     fn intra_bus_gbps(&self) -> Option<f64> {
         let node = &self.fabric.machine.node;
-        let NvFabric::Switch { links, .. } = node.nvlink else {
-            return None;
-        };
-        (self.comm.nodes == 1 && self.comm.ranks > 1 && self.channels.is_none()).then(|| {
-            model::nccl_nvswitch_ring_bus_gbps(
-                node.arch,
-                model::nccl_nvlink_gbps(node.arch) * f64::from(links),
-            )
-        })
+        let gpu_gbps = node.nccl_switch_gbps()?;
+        (self.comm.nodes == 1 && self.comm.ranks > 1 && self.channels.is_none())
+            .then(|| model::nccl_nvswitch_ring_bus_gbps(node.arch, gpu_gbps))
     }
 
     /// The bus bandwidth, GB/s, of a schedule of `a` whose busiest link
@@ -1950,13 +1942,13 @@ impl NvlsNode {
         }
         nvls_eligible(fabric, collective)?;
         let m = &fabric.machine;
-        let NvFabric::Switch { links, .. } = m.node.nvlink else {
-            return Err(SimError::Model("nvls needs an NVSwitch".into()));
-        };
+        let gpu_gbps = m
+            .node
+            .nccl_switch_gbps()
+            .ok_or_else(|| SimError::Model("nvls needs an NVSwitch".into()))?;
         let n = fabric.ranks();
         let ch = model::nvls_channels(m.node.arch, 1);
         let eff = model::nvls_efficiency(m.node.arch) * (ch - 1.0) / ch;
-        let gpu_gbps = model::nccl_nvlink_gbps(m.node.arch) * f64::from(links);
         Ok(NvlsNode {
             ranks: n,
             gpu_gbps,

@@ -101,6 +101,18 @@ impl NodeModel {
     pub fn has_nvlink(&self) -> bool {
         !matches!(self.nvlink, NvFabric::None)
     }
+
+    /// NCCL's figure for each GPU's NVLinks to the NVSwitch, GB/s: its
+    /// per-link bandwidth ([`model::nccl_nvlink_gbps`]) times the links;
+    /// `None` without an NVSwitch.
+    pub fn nccl_switch_gbps(&self) -> Option<f64> {
+        match self.nvlink {
+            NvFabric::Switch { links, .. } => {
+                Some(model::nccl_nvlink_gbps(self.arch) * f64::from(links))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How the nodes' NICs reach each other (gpucomm-topo's
