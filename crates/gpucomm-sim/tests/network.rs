@@ -458,8 +458,6 @@ fn pat_where_nccl_runs_it() {
         "{e}"
     );
     // The same DGX H100 nodes with one GPU each: PAT again.
-    let mut m = Machine::preset("dgx-h100").unwrap();
-    m.use_gpus(1).unwrap();
-    let one = m.fabric(Engine::Nccl, 8).unwrap();
+    let one = common::fabric_gpus("dgx-h100", 1, 8);
     assert_eq!(pick(&one, Collective::AllGather, 1 << 20), AlgoChoice::Pat);
 }

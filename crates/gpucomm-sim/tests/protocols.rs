@@ -456,7 +456,7 @@ fn the_nccl_tuner_rates_nvls_on_fewer_gpus_as_nccl_does() {
     // 25.0 us and 102.0, 160.0, 216.0 GB/s; 8 GPUs: 272 by the same search.
     // Its picks in the same runs (g{2,4,6}_auto.log), 256 MiB to 8 GiB:
     // the ring on 2 and 4 GPUs, NVLS on 6.
-    let on = |gpus: usize| common::fabric_gpus("dgx-h100", gpus);
+    let on = |gpus: usize| common::fabric_gpus("dgx-h100", gpus, 1);
     for (gpus, gbps, pick) in [
         (2, 102.0, "ring"),
         (4, 160.0, "ring"),
@@ -518,7 +518,7 @@ fn nccl_latencies_match_nccls_printed_tuning_table_on_h100s() {
         ("ring", Simple, bc, [11.8, 11.8, 11.8]),
     ];
     for (i, gpus) in [2, 4, 6].into_iter().enumerate() {
-        let comm = nccl_comm(&common::fabric_gpus("dgx-h100", gpus), None);
+        let comm = nccl_comm(&common::fabric_gpus("dgx-h100", gpus, 1), None);
         for (algo, p, c, lat) in table {
             let ours = nccl_model_latency_us(algo, p, c, 8, &comm);
             assert!(
@@ -533,7 +533,7 @@ fn nccl_latencies_match_nccls_printed_tuning_table_on_h100s() {
 #[test]
 fn nvls_all_gather_and_reduce_scatter_run_one_phase_inside_one_node() {
     use gpucomm_sim::collective::{nvls_model_time, nvls_one_node};
-    let on = common::fabric_gpus;
+    let on = |preset: &str, gpus: usize| common::fabric_gpus(preset, gpus, 1);
     let nvls = common::forced("nvls", None);
     let f = on("dgx-h100", 8);
     let big = 8u64 << 30;

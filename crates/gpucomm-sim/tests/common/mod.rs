@@ -14,12 +14,12 @@ pub fn fabric(preset: &str, nodes: usize) -> ClusterFabric {
         .unwrap()
 }
 
-/// The NCCL-engine fabric of one node of preset `preset` on its first
-/// `gpus` GPUs (`--gpus`).
-pub fn fabric_gpus(preset: &str, gpus: usize) -> ClusterFabric {
+/// The NCCL-engine fabric of `nodes` nodes of preset `preset` on their
+/// first `gpus` GPUs (`--gpus`).
+pub fn fabric_gpus(preset: &str, gpus: usize, nodes: usize) -> ClusterFabric {
     let mut m = Machine::preset(preset).unwrap();
     m.use_gpus(gpus).unwrap();
-    m.fabric(Engine::Nccl, 1).unwrap()
+    m.fabric(Engine::Nccl, nodes).unwrap()
 }
 
 /// Options forcing `algorithm` (and `protocol`, if given).
