@@ -285,20 +285,25 @@ pub enum Tuner {
     /// ([`model::nccl_model_latency_us`]) plus the bytes over its
     /// bandwidth. Where NCCL takes its topology search's channels times
     /// their bandwidth as the bus bandwidth, the simulator takes NCCL's
-    /// inter-node figure beyond two nodes of NVLink-joined GPUs
-    /// ([`model::nccl_inter_bus_gbps`]), NCCL's intra-node search on one
-    /// NVSwitch node ([`model::nccl_nvswitch_ring_bus_gbps`]), and
+    /// search across nodes of NVLink-joined GPUs with NICs
+    /// ([`model::nccl_inter_graph`]: the ring's `nChannels x bwInter`, the
+    /// tree's `bwIntra` raised on two NVSwitch nodes,
+    /// [`model::NcclInterGraph::tree_bw_intra`]), NCCL's intra-node search
+    /// on one NVSwitch node ([`model::nccl_nvswitch_ring_bus_gbps`]), and
     /// otherwise the bus bandwidth of
     /// the ring's busiest link (the candidate's own where no ring runs),
     /// and applies NCCL's refinements to it: the protocol's
     /// factor and cap ([`model::nccl_protocol_bandwidth`]), a tree
-    /// all_reduce's x0.92 and correction by size, and NCCL's algorithm
+    /// all_reduce's x0.92 and correction by size, the per-channel ceilings
+    /// where the channels are NCCL's search's
+    /// ([`model::nccl_channel_caps`]), and NCCL's algorithm
     /// bandwidth ratio (ring `nRanks / nsteps`, tree 0.5). NVLS inside a
     /// node is rated from the NVLS graph NCCL's search finds
-    /// ([`nvls_model_time`]) with NCCL's 25 us latency;
-    /// the switch algorithms across nodes (NVLS with SHARP, CollNet,
-    /// NVLSTree) are NCCL-style models already, their simulated time is
-    /// their rating (NVLSTree's no faster than NCCL's per-channel cap).
+    /// ([`nvls_model_time`]) with NCCL's 25 us latency, NVLSTree from the
+    /// NVLS graph across nodes
+    /// ([`crate::innet::nvls_tree_model_time`]); the other switch
+    /// algorithms across nodes (NVLS with SHARP, CollNet) are NCCL-style
+    /// models already, their simulated time is their rating.
     /// Where none of NCCL's algorithms implements the collective
     /// (all_to_all, sendrecv) NCCL has no choice to make and the fastest
     /// simulated candidate is taken.
@@ -718,6 +723,10 @@ pub const MAX_CHANNELS: u16 = 64;
 /// fill each other's gaps.
 pub const RING_SLICES: usize = 2;
 
+/// The data one step of NCCL's LL buffer holds, bytes (see
+/// [`schedule_for`]).
+const NCCL_LL_STEP_BYTES: f64 = (8 * 512 * 16 / 2) as f64;
+
 /// At most this many chunks per channel are simulated for the chunked
 /// schedules other than a ring chain; see [`schedule_for`].
 const MAX_CHUNKS: f64 = 32.0;
@@ -893,15 +902,23 @@ fn schedule_for_named(
         }
     } else {
         // NCCL pipelines in chunks of a buffer slot (its Simple protocol
-        // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step; the slot
-        // holds the protocol's flags too); simulate at most MAX_CHUNKS
+        // moves NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB per step; LL128's
+        // slot is taken as 512 KiB of lines, NCCL's holds 614,400 bytes of
+        // lines, 576,000 of data; LL's buffer is 8 lines per thread x 512
+        // threads x 8 steps of 16-byte lines, half of each data, so 32 KiB
+        // per step, `src/include/device.h`, `src/device/primitives.h`);
+        // simulate at most MAX_CHUNKS
         // chunks per channel, fewer (down to 8) when ranks x channels x
         // chunks would pass CHUNK_BUDGET, to bound the event count (a
         // schedule that is not node-symmetric, NCCL's tree, simulates every
         // rank): a pipelined schedule its first chunks, the others bigger
         // chunks.
         let per_channel = bytes as f64 * wire_factor / f64::from(ch);
-        let mut slot = 512.0 * 1024.0 / wire_factor;
+        let mut slot = if protocol == Protocol::Ll {
+            NCCL_LL_STEP_BYTES
+        } else {
+            512.0 * 1024.0 / wire_factor
+        };
         if tree_all_reduce && protocol == Protocol::Ll128 {
             slot = tree_ll128_chunk(bytes, ch, fabric.nodes(), fabric.ranks_per_node()) as f64;
         }
@@ -1284,23 +1301,20 @@ pub fn simulate(
             channels: opts.channels,
         };
         // The bus bandwidth NCCL's search would find, which it rates its
-        // rings and trees from (it searches both on the same links): its
-        // inter-node figure where NCCL uses it, its intra-node search on
-        // one NVSwitch node, otherwise the ring's busiest link's. Without
-        // a ring, each schedule's own.
-        let ring_bus = rating
-            .inter_bus_gbps()
-            .or_else(|| rating.intra_bus_gbps())
-            .or_else(|| {
-                let rings: Vec<usize> = (0..jobs.len())
-                    .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
-                    .collect();
-                preps.prepare(&rings);
-                let ring = rings.first().copied()?;
-                let (link, _) = preps.link_times(ring)?;
-                Some(rating.bus_gbps(Algorithm::Ring, link))
-            });
-        if ring_bus.is_none() {
+        // rings and trees from: its search across nodes where the
+        // simulator reproduces it, its intra-node search on one NVSwitch
+        // node, otherwise the ring's busiest link's. Without a ring, each
+        // schedule's own.
+        let searched = rating.searched().or_else(|| {
+            let rings: Vec<usize> = (0..jobs.len())
+                .filter(|&i| jobs[i].0 == AlgoChoice::Schedule(Algorithm::Ring))
+                .collect();
+            preps.prepare(&rings);
+            let ring = rings.first().copied()?;
+            let (link, _) = preps.link_times(ring)?;
+            Some(SearchedBus::uniform(rating.bus_gbps(Algorithm::Ring, link)))
+        });
+        if searched.is_none() {
             preps.prepare(&order);
         }
         for (i, &(c, p)) in jobs.iter().enumerate() {
@@ -1310,18 +1324,21 @@ pub fn simulate(
                 {
                     None
                 }
-                AlgoChoice::Pat => match ring_bus {
-                    Some(bus) => Some(rating.pat_secs(p, bus)),
+                AlgoChoice::Pat => match searched {
+                    Some(bus) => Some(rating.pat_secs(p, bus.ring)),
                     None => preps.link_times(i).map(|(link, _)| {
                         rating.pat_secs(p, rating.bus_gbps(Algorithm::Ring, link))
                     }),
                 },
-                AlgoChoice::Schedule(a) => match ring_bus {
+                AlgoChoice::Schedule(a) => match searched {
                     Some(bus) => Some(rating.schedule_secs(a, p, bus)),
-                    None => preps
-                        .link_times(i)
-                        .map(|(link, _)| rating.schedule_secs(a, p, rating.bus_gbps(a, link))),
+                    None => preps.link_times(i).map(|(link, _)| {
+                        rating.schedule_secs(a, p, SearchedBus::uniform(rating.bus_gbps(a, link)))
+                    }),
                 },
+                AlgoChoice::NvlsTree => crate::innet::nvls_tree_model_time(fabric, bytes)
+                    .ok()
+                    .map(|t| t.as_secs_f64()),
                 AlgoChoice::Nvls if fabric.nodes() == 1 => {
                     nvls_model_time(fabric, collective, bytes)
                         .ok()
@@ -1571,11 +1588,32 @@ impl Preps<'_> {
     }
 }
 
+/// The bus bandwidth NCCL's model rates its rings and trees from
+/// (`nChannels x bw` of the search's graphs), GB/s, and the channels
+/// where they are NCCL's search's.
+#[derive(Clone, Copy, Debug)]
+struct SearchedBus {
+    ring: f64,
+    tree: f64,
+    channels: Option<usize>,
+}
+
+impl SearchedBus {
+    /// One figure for both, channels unknown.
+    fn uniform(bus: f64) -> Self {
+        SearchedBus {
+            ring: bus,
+            tree: bus,
+            channels: None,
+        }
+    }
+}
+
 /// NCCL's cost model (`ncclTopoGetAlgoTime`, NVIDIA/nccl
 /// `src/graph/tuning.cc`) of one collective: latency plus the bytes over
 /// the algorithm bandwidth NCCL derives from its topology search's bus
-/// bandwidth, which the simulator takes from NCCL's inter-node figure
-/// beyond two nodes and from the ring's busiest link otherwise
+/// bandwidth, which the simulator takes from NCCL's search where it
+/// reproduces it and from the ring's busiest link otherwise
 /// ([`Tuner::Nccl`]).
 struct NcclRating<'a> {
     fabric: &'a ClusterFabric,
@@ -1598,25 +1636,34 @@ impl NcclRating<'_> {
         }
     }
 
-    /// The bus bandwidth NCCL's search gives its rings and trees where its
-    /// model rates them from the inter-node figure (`bwInter`, beyond two
-    /// nodes; [`model::nccl_inter_bus_gbps`]), GB/s: on nodes of
-    /// NVLink-joined GPUs with NICs, with NCCL's channel count (elsewhere
-    /// the intra-node search would decide, which the simulator does not
-    /// reproduce, and a channel count the user set is the ring's busiest
-    /// link's to rate: `None`).
-    fn inter_bus_gbps(&self) -> Option<f64> {
+    /// What NCCL's search gives its rings and trees where the simulator
+    /// reproduces it ([`SearchedBus`]): across nodes of NVLink-joined
+    /// GPUs with NICs, NCCL's graph across nodes
+    /// ([`model::nccl_inter_graph`]; NCCL rates from `bwIntra` up to two
+    /// nodes, which for a ring is its `bwInter` and for a tree is raised on
+    /// two NVSwitch nodes); on one NVSwitch node its intra-node search
+    /// ([`Self::intra_bus_gbps`]). `None` elsewhere (the intra-node search
+    /// would decide) or with a channel count the user set (the ring's
+    /// busiest link's to rate).
+    fn searched(&self) -> Option<SearchedBus> {
         let node = &self.fabric.machine.node;
         let rails = self.fabric.rails().len();
         let searched = self.channels.is_none() && self.comm.nvlink && rails > 0;
-        (self.comm.nodes > 2 && searched).then(|| {
-            model::nccl_inter_bus_gbps(
+        if self.comm.nodes >= 2 && searched {
+            let g = model::nccl_inter_graph(
                 node.arch,
                 rails,
                 node.nic_gbps,
                 model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
-            )
-        })
+            );
+            let tree = g.tree_bw_intra(node.arch, self.comm.nodes, node.nccl_switch_gbps());
+            return Some(SearchedBus {
+                ring: g.bus_gbps(),
+                tree: g.channels as f64 * tree,
+                channels: Some(g.channels),
+            });
+        }
+        self.intra_bus_gbps().map(SearchedBus::uniform)
     }
 
     /// The bus bandwidth NCCL's search gives its rings and trees on one
@@ -1637,18 +1684,43 @@ impl NcclRating<'_> {
         self.bytes as f64 / (link.max(1e-18) * self.ratio(a)) / 1e9
     }
 
-    /// NCCL's time of `a` under `p` at bus bandwidth `bus` GB/s, seconds:
-    /// the protocol's factor and cap ([`model::nccl_protocol_bandwidth`]),
-    /// a tree all_reduce's x0.92 and correction by size.
-    fn schedule_secs(&self, a: Algorithm, p: Protocol, bus: f64) -> f64 {
+    /// NCCL's time of `a` under `p` from the bus bandwidth its search
+    /// gives, seconds: `tuning.cc`'s refinements in its order (a tree
+    /// all_reduce's x0.92 and ceiling per channel, the protocol's factor
+    /// and `llMaxBws` cap, LL128's ceilings per channel), then a tree's
+    /// correction by size, the algorithm bandwidth ratio and NCCL's
+    /// latency. The per-channel ceilings ([`model::nccl_channel_caps`])
+    /// apply to rings and trees where the channels are known.
+    fn schedule_secs(&self, a: Algorithm, p: Protocol, bus: SearchedBus) -> f64 {
         let bw = protocol_bandwidth(self.fabric, a.name(), p);
         let tree = a == Algorithm::Tree && self.collective == Collective::AllReduce;
-        let mut busbw = bus / bw.factor;
+        let arch = self.fabric.machine.node.arch;
+        let caps = bus
+            .channels
+            .filter(|_| matches!(a, Algorithm::Ring | Algorithm::Tree))
+            .map(|ch| (ch as f64, model::nccl_channel_caps(arch, self.comm.nodes)));
+        let mut busbw = if a == Algorithm::Tree {
+            bus.tree
+        } else {
+            bus.ring
+        };
         if tree {
             busbw *= model::NCCL_TREE_ALL_REDUCE_BW;
+            if let Some((ch, c)) = caps {
+                busbw = busbw.min(ch * c.tree);
+            }
         }
+        busbw /= bw.factor;
         if let Some(cap) = bw.cap_gbps {
             busbw = busbw.min(cap);
+        }
+        if let (Protocol::Ll128, Some((ch, c))) = (p, caps) {
+            let per_channel = if a == Algorithm::Tree {
+                c.tree_ll128
+            } else {
+                c.ring_ll128
+            };
+            busbw = busbw.min(ch * per_channel);
         }
         if tree {
             busbw *= model::nccl_tree_correction(p, self.bytes);
@@ -1975,6 +2047,7 @@ pub fn nccl_comm(fabric: &ClusterFabric, channels: Option<u16>) -> model::NcclCo
         arch: node.arch,
         amd_cpu: node.amd_cpu,
         channels: channels.map_or(fabric.rails().len().max(1), usize::from),
+        same_channels: fabric.nodes() == 1 || fabric.rails().len() <= 1,
     }
 }
 

@@ -498,13 +498,52 @@ pub fn nvls_tree_eligible(fabric: &ClusterFabric, collective: Collective) -> Res
 /// NVLS inside the node at NCCL's NVLS efficiency, each head's slice
 /// through the double binary tree between the nodes on its NIC; no faster
 /// than NCCL's per-channel ceiling allows on one channel per head
-/// (`perChMaxNVLSTreeBws`, [`model::nccl_nvls_tree_channel_gbps`]: Hopper
+/// (`perChMaxNVLSTreeBws`, [`model::nccl_channel_caps`]: Hopper
 /// 57.7 GB/s of bus bandwidth per channel on 2 nodes, 45.5 beyond), as
 /// the protocols run no faster than NCCL's caps
 /// ([`model::nccl_protocol_bandwidth`]).
 pub fn nvls_tree_all_reduce(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     nvls_tree_eligible(fabric, Collective::AllReduce)?;
     Ok(nvls_tree_flows(fabric, bytes)?.max(nvls_tree_ceiling(fabric, bytes)))
+}
+
+/// NCCL's rating of NVLSTree all_reduce of `bytes` on `fabric`, as its
+/// cost model (`tuning.cc`) has it: the bus bandwidth from the NVLS graph
+/// NCCL's search finds across nodes
+/// ([`model::nccl_nvls_graph_across`], one channel per head,
+/// [`model::NcclNvlsGraph::tree_bus_gbps`]), over nccl-tests' bus factor
+/// (NCCL's `nRanks / nsteps`), plus NCCL's latency. What the tuner
+/// compares with the rings' and trees' ratings (the run itself is
+/// [`nvls_tree_all_reduce`]).
+///
+/// ```
+/// use gpucomm_sim::{Machine, innet::nvls_tree_model_time};
+/// use gpucomm_sim::machine::Engine;
+/// let m = Machine::preset("dgx-h100").unwrap();
+/// // 2 nodes: 8 channels x 57.7 GB/s of bus bandwidth; 8 GiB in ~34.9 ms.
+/// let t = nvls_tree_model_time(&m.fabric(Engine::Nccl, 2).unwrap(), 8 << 30).unwrap();
+/// assert!((t.as_us() - 34_900.0).abs() < 100.0);
+/// ```
+pub fn nvls_tree_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
+    nvls_tree_eligible(fabric, Collective::AllReduce)?;
+    let node = &fabric.machine.node;
+    let gpu_gbps = node
+        .nccl_switch_gbps()
+        .ok_or_else(|| SimError::Model("nvls_tree needs an NVSwitch".into()))?;
+    let nic_path = node
+        .nic_gbps
+        .min(model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width));
+    let heads = heads(fabric).len();
+    let bus = model::nccl_nvls_graph_across(node.arch, gpu_gbps, heads, nic_path)
+        .map_or(0.0, |g| g.tree_bus_gbps(node.arch, fabric.nodes()));
+    if bus <= 0.0 {
+        return Err(SimError::Model(format!(
+            "NCCL's search finds no NVLS graph across nodes for {heads} heads (NVLSTree needs 2 channels)"
+        )));
+    }
+    let alg = bus / Collective::AllReduce.busbw_factor(fabric.ranks());
+    Ok(nccl_latency(fabric, "nvls_tree", bytes)
+        + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9)))
 }
 
 /// [`nvls_tree_all_reduce`]'s flows: the NVLS links and each head's tree
@@ -553,7 +592,7 @@ fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimErr
 /// one channel per head, as algorithm bandwidth (over nccl-tests' bus
 /// factor), plus NCCL's latency.
 fn nvls_tree_ceiling(fabric: &ClusterFabric, bytes: u64) -> SimTime {
-    let bus = model::nccl_nvls_tree_channel_gbps(fabric.machine.node.arch, fabric.nodes())
+    let bus = model::nccl_channel_caps(fabric.machine.node.arch, fabric.nodes()).nvls_tree
         * heads(fabric).len().max(1) as f64;
     let alg = bus / Collective::AllReduce.busbw_factor(fabric.ranks());
     nccl_latency(fabric, "nvls_tree", bytes) + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9))

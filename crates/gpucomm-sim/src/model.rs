@@ -295,6 +295,55 @@ pub fn nccl_nvls_graph(arch: Arch, gpu_gbps: f64, gpus: usize) -> Option<NcclNvl
     })
 }
 
+/// NCCL's NVLS graph across nodes (NVLSTree's), on nodes of GPUs of
+/// `arch` that each reach the NVSwitch at `gpu_gbps`, with `heads` GPUs
+/// that have a NIC of their own at `nic_path_gbps` (the NIC's rate and the
+/// PCIe link before it, NCCL's [`nccl_pcie_gbps`]), as
+/// NVIDIA/nccl `src/graph/search.cc` finds it: a channel per head (NCCL's
+/// NVLS search "only tries to find NIC:GPU combinations to compute the
+/// heads"), each taking its speed on every GPU's link to the switch and
+/// twice on its head's; the speeds are the inter-node ones
+/// ([`nccl_inter_speeds`]) from the fastest within the NIC's path, so
+/// `bwIntra` is the first with `(channels + 1) x speed` within the link;
+/// the second pass raises `bwInter` a speed at a time while it is below
+/// twice `bwIntra` and within the NIC's path. `None` without a head or a
+/// speed that fits.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_nvls_graph_across, Arch};
+/// // DGX H100: 8 heads, 9 x 40 <= 370.8; bwInter raised to 48, the NIC's path.
+/// let g = nccl_nvls_graph_across(Arch::Hopper, 18.0 * 20.6, 8, 48.0).unwrap();
+/// assert_eq!((g.channels, g.bw_intra, g.bw_inter), (8, 40.0, 48.0));
+/// ```
+pub fn nccl_nvls_graph_across(
+    arch: Arch,
+    gpu_gbps: f64,
+    heads: usize,
+    nic_path_gbps: f64,
+) -> Option<NcclNvlsGraph> {
+    if heads == 0 || !gpu_gbps.is_finite() || gpu_gbps <= 0.0 {
+        return None;
+    }
+    let speeds = nccl_inter_speeds(arch);
+    let channels = heads.min(NCCL_MAX_NVLS_ARITY);
+    let ch = channels as f64;
+    let start = speeds.iter().position(|&s| s <= nic_path_gbps)?;
+    let intra = start
+        + speeds[start..]
+            .iter()
+            .position(|&s| (ch + 1.0) * s <= gpu_gbps + 1e-3)?;
+    let bw_intra = speeds[intra];
+    let mut inter = intra;
+    while inter > 0 && speeds[inter] < 2.0 * bw_intra && speeds[inter - 1] <= nic_path_gbps {
+        inter -= 1;
+    }
+    Some(NcclNvlsGraph {
+        channels,
+        bw_intra,
+        bw_inter: speeds[inter],
+    })
+}
+
 impl NcclNvlsGraph {
     /// NCCL's NVLS bandwidth on one node, GB/s, as `tuning.cc` rates it
     /// (`nvlsEfficiency` and `(nChannels - 1) / nChannels` on `bwIntra`,
@@ -324,6 +373,35 @@ impl NcclNvlsGraph {
             intra *= (ppn - 1.0) / ppn;
         }
         ch * intra.min(self.bw_inter)
+    }
+
+    /// NCCL's NVLSTree bus bandwidth on `nodes` nodes, GB/s, as
+    /// `tuning.cc` rates it from this graph (the graph across nodes,
+    /// [`nccl_nvls_graph_across`]): per channel the least of `bwIntra` x
+    /// `nvlsEfficiency` x `(nChannels - 1) / nChannels` x 2 (all_reduce),
+    /// `bwInter` (twice on two nodes: "Handle 2 node case of NVLSTree") and
+    /// NCCL's per-channel ceiling ([`nccl_channel_caps`]), times the
+    /// channels; 0 below two channels ("NVLS/NVLStree needs at least 2
+    /// channels"). The algorithm bandwidth is `ranks / (2 (ranks - 1))` of
+    /// it.
+    ///
+    /// ```
+    /// use gpucomm_sim::model::{nccl_nvls_graph_across, Arch};
+    /// let g = nccl_nvls_graph_across(Arch::Hopper, 18.0 * 20.6, 8, 48.0).unwrap();
+    /// // 8 x min(40 x 0.85 x 7/8 x 2, 96, 57.7) on 2 nodes; 8 x 45.5 beyond.
+    /// assert!((g.tree_bus_gbps(Arch::Hopper, 2) - 461.6).abs() < 1e-9);
+    /// assert!((g.tree_bus_gbps(Arch::Hopper, 4) - 364.0).abs() < 1e-9);
+    /// ```
+    pub fn tree_bus_gbps(&self, arch: Arch, nodes: usize) -> f64 {
+        if self.channels < 2 {
+            return 0.0;
+        }
+        let ch = self.channels as f64;
+        let intra = self.bw_intra * nvls_efficiency(arch) * (ch - 1.0) / ch * 2.0;
+        let inter = self.bw_inter * if nodes <= 2 { 2.0 } else { 1.0 };
+        ch * intra
+            .min(inter)
+            .min(nccl_channel_caps(arch, nodes).nvls_tree)
     }
 }
 
@@ -895,6 +973,12 @@ pub struct NcclComm {
     pub amd_cpu: bool,
     /// Channels (the ring's plateau test).
     pub channels: usize,
+    /// Whether the ring graph's channels all take one order through a
+    /// node (NCCL's `graph->sameChannels`), which decides a broadcast's
+    /// and a reduce's latency: across nodes each channel enters a node at
+    /// its own NIC's GPU, so with more than one NIC in use the orders
+    /// differ.
+    pub same_channels: bool,
 }
 
 /// NCCL's latency of `algo` under `protocol` for one `collective` of
@@ -915,7 +999,7 @@ pub struct NcclComm {
 /// ```
 /// use gpucomm_algo::Collective;
 /// use gpucomm_sim::model::{nccl_model_latency_us, Arch, NcclComm, Protocol};
-/// let one_node = NcclComm { ranks: 8, nodes: 1, nvlink: true, arch: Arch::Hopper, amd_cpu: false, channels: 16 };
+/// let one_node = NcclComm { ranks: 8, nodes: 1, nvlink: true, arch: Arch::Hopper, amd_cpu: false, channels: 16, same_channels: true };
 /// // Ring Simple on 8 GPUs: 8.4 + 14 x 3.4 us.
 /// let lat = nccl_model_latency_us("ring", Protocol::Simple, Collective::AllReduce, 1 << 20, &one_node);
 /// assert!((lat - 56.0).abs() < 1e-9);
@@ -968,11 +1052,26 @@ pub fn nccl_model_latency_us(
             base + log_nodes * inter / NCCL_PAT_ROUND_DIVISOR + NCCL_PAT_PER_RANK_US * n as f64
         }
         "pat" => base,
+        // A broadcast's and a reduce's ring: one hop's latency where the
+        // channels share their order, else every step's ("Add some chunk
+        // latency, waiting for proper chunk modeling": Simple at the
+        // tree's figure).
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
-            base + if nodes > 1 {
-                ov.step_net.as_us()
+            let hop = |o: Overheads| {
+                if nodes > 1 {
+                    o.step_net.as_us()
+                } else if comm.nvlink {
+                    o.step_nvlink.as_us()
+                } else {
+                    o.step_pcie.as_us()
+                }
+            };
+            if comm.same_channels {
+                base + hop(ov)
+            } else if protocol == Protocol::Simple {
+                base + nsteps * hop(nccl_overheads("tree", protocol))
             } else {
-                intra
+                base + nsteps * hop(ov)
             }
         }
         _ => {
@@ -1040,17 +1139,59 @@ pub fn nccl_tree_correction(protocol: Protocol, bytes: u64) -> f64 {
 /// .92` for every protocol, before the protocol's own factor).
 pub const NCCL_TREE_ALL_REDUCE_BW: f64 = 0.92;
 
-/// NCCL's cap on an NVLSTree channel's bus bandwidth, GB/s
-/// (`perChMaxNVLSTreeBws`, NVIDIA/nccl `src/graph/tuning.cc`: columns 1
-/// node / 2 nodes / more; NVLSTree does not run on one node).
-pub fn nccl_nvls_tree_channel_gbps(arch: Arch, nodes: usize) -> f64 {
-    let (two, more) = match arch {
-        Arch::Pascal | Arch::Volta => (18.5, 10.0),
-        Arch::Ampere | Arch::Ada => (23.6, 17.8),
-        Arch::Hopper => (57.7, 45.5),
-        Arch::Blackwell => (96.0, 80.0),
+/// NCCL's ceilings on one channel's bus bandwidth, GB/s, which its model
+/// applies to `nChannels x` the ceiling (NVIDIA/nccl `src/graph/tuning.cc`:
+/// `perChMaxRingLL128Bws`, `perChMaxTreeLL128Bws`, `perChMaxTreeBws`,
+/// `perChMaxNVLSTreeBws`; a row per architecture, Ada taking Ampere's, and
+/// a column for one node, two nodes and more).
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_channel_caps, Arch};
+/// let h = |nodes| nccl_channel_caps(Arch::Hopper, nodes);
+/// assert_eq!((h(2).tree, h(2).nvls_tree, h(4).tree, h(4).tree_ll128), (41.4, 57.7, 36.0, 29.0));
+/// assert_eq!(nccl_channel_caps(Arch::Ampere, 2).tree, 23.6);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclChannelCaps {
+    /// Ring under LL128 (`perChMaxRingLL128Bws`).
+    pub ring_ll128: f64,
+    /// Tree under LL128 (`perChMaxTreeLL128Bws`).
+    pub tree_ll128: f64,
+    /// Tree all_reduce, every protocol (`perChMaxTreeBws`).
+    pub tree: f64,
+    /// NVLSTree (`perChMaxNVLSTreeBws`; 0 on one node, where NCCL does not
+    /// run it).
+    pub nvls_tree: f64,
+}
+
+/// NCCL's per-channel ceilings for `arch` on `nodes` nodes
+/// ([`NcclChannelCaps`]).
+pub fn nccl_channel_caps(arch: Arch, nodes: usize) -> NcclChannelCaps {
+    let col = nodes.clamp(1, 3) - 1;
+    let (ring_ll128, tree_ll128, tree, nvls_tree) = match arch {
+        Arch::Pascal | Arch::Volta => {
+            ([20.0; 3], [20.0; 3], [26.5, 18.5, 10.0], [26.5, 18.5, 10.0])
+        }
+        Arch::Ampere | Arch::Ada => ([20.0; 3], [20.0; 3], [24.0, 23.6, 17.8], [24.0, 23.6, 17.8]),
+        Arch::Hopper => (
+            [36.7; 3],
+            [36.7, 36.7, 29.0],
+            [38.7, 41.4, 36.0],
+            [0.0, 57.7, 45.5],
+        ),
+        Arch::Blackwell => (
+            [40.0; 3],
+            [55.6, 31.67, 20.0],
+            [70.0, 42.8, 24.0],
+            [0.0, 96.0, 80.0],
+        ),
     };
-    if nodes <= 2 { two } else { more }
+    NcclChannelCaps {
+        ring_ll128: ring_ll128[col],
+        tree_ll128: tree_ll128[col],
+        tree: tree[col],
+        nvls_tree: nvls_tree[col],
+    }
 }
 
 /// NCCL's per-channel speeds for graphs across nodes, GB/s, fastest
@@ -1073,23 +1214,49 @@ pub fn nccl_inter_speeds(arch: Arch) -> &'static [f64] {
     }
 }
 
-/// The bus bandwidth NCCL's topology search gives its rings and trees
-/// across nodes, `nChannels x bwInter`, GB/s, which NCCL's model rates
-/// them from beyond two nodes (`tuning.cc`: `bw = nNodes <= 2 ? bwIntra :
-/// bwInter`): the search starts at the fastest of its inter-node speeds
-/// ([`nccl_inter_speeds`]) not above the best GPU-to-NIC path (the NIC's
-/// rate and the PCIe link before it, NCCL's [`nccl_pcie_gbps`]), and a
-/// ring channel enters and leaves a node through one NIC, so each NIC
-/// carries as many channels as fit in that path at that speed.
+/// Most channels NCCL's ring (and tree) graph may have
+/// (`ringGraph->maxChannels = MAXCHANNELS / 2`, NVIDIA/nccl `src/init.cc`;
+/// `MAXCHANNELS` is 64 since NCCL 2.25).
+pub const NCCL_MAX_RING_GRAPH_CHANNELS: usize = 32;
+
+/// The graph NCCL's topology search finds for rings and trees across
+/// nodes of NVLink-joined GPUs ([`nccl_inter_graph`]), which its model
+/// rates them from (`tuning.cc`: `busBw = nChannels x bw`, `bw` being
+/// `bwIntra` up to two nodes and `bwInter` beyond).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclInterGraph {
+    /// Channels (`nChannels`); the tree graph has the ring's
+    /// (`treeGraph->minChannels = maxChannels = ringGraph->nChannels`).
+    pub channels: usize,
+    /// `bwInter`, GB/s per channel (a ring's `bwIntra` is the same: the
+    /// search raises both together).
+    pub bw_inter: f64,
+}
+
+/// NCCL's ring graph across nodes (NVIDIA/nccl `src/graph/search.cc`,
+/// `ncclTopoCompute`): the search starts at the fastest of its inter-node
+/// speeds ([`nccl_inter_speeds`]) not above the best GPU-to-NIC path (the
+/// NIC's rate and the PCIe link before it, NCCL's [`nccl_pcie_gbps`]); a
+/// channel enters and leaves a node through one NIC, which takes as many
+/// channels as fit in its path at that speed (`ncclTopoSearchRecNet`
+/// subtracts each channel's speed from the NIC's), at most
+/// [`NCCL_MAX_RING_GRAPH_CHANNELS`]; then `ncclTopoDupChannels` doubles the
+/// channels at half the speed when the speed is 25 GB/s or more, except
+/// after Ampere below 50 GB/s with more than 4 channels.
 ///
 /// ```
-/// use gpucomm_sim::model::{Arch, nccl_inter_bus_gbps, nccl_pcie_gbps};
+/// use gpucomm_sim::model::{Arch, nccl_inter_graph, nccl_pcie_gbps};
 /// // DGX H100: 8 NICs of 400 Gb/s behind PCIe Gen5: 8 channels x 48.
-/// assert_eq!(nccl_inter_bus_gbps(Arch::Hopper, 8, 50.0, nccl_pcie_gbps(5, 16)), 384.0);
+/// let h = nccl_inter_graph(Arch::Hopper, 8, 50.0, nccl_pcie_gbps(5, 16));
+/// assert_eq!((h.channels, h.bw_inter, h.bus_gbps()), (8, 48.0, 384.0));
 /// // DGX A100: 8 NICs of 200 Gb/s behind PCIe Gen4 (24 GB/s): 8 x 24.
-/// assert_eq!(nccl_inter_bus_gbps(Arch::Ampere, 8, 25.0, nccl_pcie_gbps(4, 16)), 192.0);
+/// let a = nccl_inter_graph(Arch::Ampere, 8, 25.0, nccl_pcie_gbps(4, 16));
+/// assert_eq!((a.channels, a.bw_inter), (8, 24.0));
+/// // One 400 Gb/s NIC on an A100 node: 1 channel at 48, doubled to 2 at 24.
+/// let one = nccl_inter_graph(Arch::Ampere, 1, 50.0, 50.0);
+/// assert_eq!((one.channels, one.bw_inter), (2, 24.0));
 /// ```
-pub fn nccl_inter_bus_gbps(arch: Arch, nics: usize, nic_gbps: f64, pcie_gbps: f64) -> f64 {
+pub fn nccl_inter_graph(arch: Arch, nics: usize, nic_gbps: f64, pcie_gbps: f64) -> NcclInterGraph {
     let path = nic_gbps.min(pcie_gbps);
     let speeds = nccl_inter_speeds(arch);
     let speed = speeds
@@ -1097,7 +1264,71 @@ pub fn nccl_inter_bus_gbps(arch: Arch, nics: usize, nic_gbps: f64, pcie_gbps: f6
         .copied()
         .find(|&s| s <= path)
         .unwrap_or(speeds[speeds.len() - 1]);
-    nics as f64 * (path / speed).floor().max(1.0) * speed
+    let per_nic = (path / speed).floor().max(1.0) as usize;
+    let mut channels = nics
+        .max(1)
+        .saturating_mul(per_nic)
+        .min(NCCL_MAX_RING_GRAPH_CHANNELS);
+    let mut bw = speed;
+    let after_ampere = arch > Arch::Ampere;
+    if bw >= 25.0 && !(after_ampere && bw < 50.0 && channels > 4) {
+        let dup = (2 * channels).min(NCCL_MAX_RING_GRAPH_CHANNELS);
+        bw /= dup.div_ceil(channels) as f64;
+        channels = dup;
+    }
+    NcclInterGraph {
+        channels,
+        bw_inter: bw,
+    }
+}
+
+impl NcclInterGraph {
+    /// `nChannels x bwInter`, GB/s: the bus bandwidth NCCL rates its rings
+    /// from across nodes, and its trees beyond two nodes.
+    pub fn bus_gbps(&self) -> f64 {
+        self.channels as f64 * self.bw_inter
+    }
+
+    /// The tree graph's `bwIntra` on `nodes` nodes whose GPUs each reach
+    /// an NVSwitch at `switch_gbps` (NCCL's per-link figure times the
+    /// links; `None` without a switch), GB/s: on two nodes the search's
+    /// second pass raises a tree's `bwIntra` a speed at a time ("increase
+    /// bwIntra for trees (2 nodes or collnet)", `search.cc`) while the
+    /// last raise fit and it is below twice `bwInter`; a raise fits where
+    /// every channel's chain, crossing each GPU's link to the switch once
+    /// each way, leaves it within the link. Beyond two nodes, and without
+    /// a switch (where the fit depends on the chains' orders, which the
+    /// simulator does not search), `bwInter`.
+    ///
+    /// ```
+    /// use gpucomm_sim::model::{Arch, nccl_inter_graph, nccl_pcie_gbps};
+    /// // DGX A100 (12 NVLinks x 20 GB/s): 8 channels raise 24 to 30 (8 x 48 > 240).
+    /// let a = nccl_inter_graph(Arch::Ampere, 8, 25.0, nccl_pcie_gbps(4, 16));
+    /// assert_eq!(a.tree_bw_intra(Arch::Ampere, 2, Some(240.0)), 30.0);
+    /// assert_eq!(a.tree_bw_intra(Arch::Ampere, 4, Some(240.0)), 24.0);
+    /// // DGX H100: 48 is already NCCL's fastest speed across nodes.
+    /// let h = nccl_inter_graph(Arch::Hopper, 8, 50.0, nccl_pcie_gbps(5, 16));
+    /// assert_eq!(h.tree_bw_intra(Arch::Hopper, 2, Some(370.8)), 48.0);
+    /// ```
+    pub fn tree_bw_intra(&self, arch: Arch, nodes: usize, switch_gbps: Option<f64>) -> f64 {
+        let Some(link) = switch_gbps.filter(|_| nodes <= 2) else {
+            return self.bw_inter;
+        };
+        let speeds = nccl_inter_speeds(arch);
+        let Some(mut i) = speeds.iter().position(|&s| s <= self.bw_inter) else {
+            return self.bw_inter;
+        };
+        let mut bw = speeds[i];
+        while i > 0 && bw < 2.0 * self.bw_inter {
+            i -= 1;
+            // (NCCL rounds the links' remaining bandwidth to 1e-3.)
+            if self.channels as f64 * speeds[i] > link + 1e-3 {
+                break;
+            }
+            bw = speeds[i];
+        }
+        bw
+    }
 }
 
 #[cfg(test)]
@@ -1136,6 +1367,7 @@ mod tests {
             arch: Arch::Hopper,
             amd_cpu,
             channels: 8,
+            same_channels: true,
         }
     }
 
@@ -1188,6 +1420,21 @@ mod tests {
             lat("tree", Ll, ar, 8, &four),
             6.8 + 2.0 * (7.0 * 0.6 + 2.0 * 5.0),
         );
+        // Broadcast across nodes where the channels take different orders
+        // through a node (one NIC each): every one of the 32 steps at the
+        // network hwLat, Simple at the tree's; with one order, one hop.
+        let bc = C::Broadcast { root: 0 };
+        let mixed = NcclComm {
+            same_channels: false,
+            ..four
+        };
+        close(lat("ring", Ll128, bc, 8, &mixed), 14.0 + 32.0 * 4.0);
+        close(lat("ring", Simple, bc, 8, &mixed), 8.4 + 32.0 * 14.0);
+        close(
+            lat("ring", Ll, C::Reduce { root: 0 }, 8, &mixed),
+            6.6 + 32.0 * 2.7,
+        );
+        close(lat("ring", Ll128, bc, 8, &four), 14.0 + 4.0);
         // The switch algorithms.
         close(lat("nvls", Simple, ar, 8, &four), 25.0 + 18.0);
         close(
