@@ -541,9 +541,15 @@ pub fn nvls_tree_model_time(fabric: &ClusterFabric, bytes: u64) -> Result<SimTim
             "NCCL's search finds no NVLS graph across nodes for {heads} heads (NVLSTree needs 2 channels)"
         )));
     }
+    Ok(nvls_tree_time_at(fabric, bytes, bus))
+}
+
+/// NVLSTree's all_reduce of `bytes` at `bus` GB/s of bus bandwidth (over
+/// nccl-tests' bus factor, NCCL's `nRanks / nsteps`), plus NCCL's
+/// latency.
+fn nvls_tree_time_at(fabric: &ClusterFabric, bytes: u64, bus: f64) -> SimTime {
     let alg = bus / Collective::AllReduce.busbw_factor(fabric.ranks());
-    Ok(nccl_latency(fabric, "nvls_tree", bytes)
-        + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9)))
+    nccl_latency(fabric, "nvls_tree", bytes) + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9))
 }
 
 /// [`nvls_tree_all_reduce`]'s flows: the NVLS links and each head's tree
@@ -594,8 +600,7 @@ fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimErr
 fn nvls_tree_ceiling(fabric: &ClusterFabric, bytes: u64) -> SimTime {
     let bus = model::nccl_channel_caps(fabric.machine.node.arch, fabric.nodes()).nvls_tree
         * heads(fabric).len().max(1) as f64;
-    let alg = bus / Collective::AllReduce.busbw_factor(fabric.ranks());
-    nccl_latency(fabric, "nvls_tree", bytes) + SimTime::from_secs_f64(bytes as f64 / (alg * 1e9))
+    nvls_tree_time_at(fabric, bytes, bus)
 }
 
 /// NCCL's latency of the switch algorithm `algo` (all_reduce, Simple) on

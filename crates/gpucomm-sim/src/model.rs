@@ -279,13 +279,29 @@ pub fn nccl_nvls_graph(arch: Arch, gpu_gbps: f64, gpus: usize) -> Option<NcclNvl
     let start = speeds
         .iter()
         .position(|&s| s <= gpu_gbps && s * ch <= total)?;
+    nvls_search(speeds, channels, start, gpu_gbps, f64::INFINITY)
+}
+
+/// The NVLS search's two passes from speed `start` of `speeds`: `bwIntra`
+/// the first speed with `(channels + 1) x speed` within a GPU's link
+/// `gpu_gbps` (NCCL rounds the links' remaining bandwidth to 1e-3), then
+/// `bwInter` raised a speed at a time while below twice `bwIntra` and the
+/// next speed is within `inter_cap`.
+fn nvls_search(
+    speeds: &[f64],
+    channels: usize,
+    start: usize,
+    gpu_gbps: f64,
+    inter_cap: f64,
+) -> Option<NcclNvlsGraph> {
+    let ch = channels as f64;
     let intra = start
         + speeds[start..]
             .iter()
-            .position(|&s| (ch + 1.0) * s <= gpu_gbps)?;
+            .position(|&s| (ch + 1.0) * s <= gpu_gbps + 1e-3)?;
     let bw_intra = speeds[intra];
     let mut inter = intra;
-    while inter > 0 && speeds[inter] < 2.0 * bw_intra {
+    while inter > 0 && speeds[inter] < 2.0 * bw_intra && speeds[inter - 1] <= inter_cap {
         inter -= 1;
     }
     Some(NcclNvlsGraph {
@@ -325,23 +341,9 @@ pub fn nccl_nvls_graph_across(
         return None;
     }
     let speeds = nccl_inter_speeds(arch);
-    let channels = heads.min(NCCL_MAX_NVLS_ARITY);
-    let ch = channels as f64;
     let start = speeds.iter().position(|&s| s <= nic_path_gbps)?;
-    let intra = start
-        + speeds[start..]
-            .iter()
-            .position(|&s| (ch + 1.0) * s <= gpu_gbps + 1e-3)?;
-    let bw_intra = speeds[intra];
-    let mut inter = intra;
-    while inter > 0 && speeds[inter] < 2.0 * bw_intra && speeds[inter - 1] <= nic_path_gbps {
-        inter -= 1;
-    }
-    Some(NcclNvlsGraph {
-        channels,
-        bw_intra,
-        bw_inter: speeds[inter],
-    })
+    let channels = heads.min(NCCL_MAX_NVLS_ARITY);
+    nvls_search(speeds, channels, start, gpu_gbps, nic_path_gbps)
 }
 
 impl NcclNvlsGraph {
@@ -1023,12 +1025,16 @@ pub fn nccl_model_latency_us(
         _ => n,
     } as f64;
     let ov = nccl_overheads(algo, protocol);
-    let intra = if comm.nvlink {
-        ov.step_nvlink
-    } else {
-        ov.step_pcie
-    }
-    .as_us();
+    // NCCL's intraHw row: NVLink or PCIe.
+    let intra_of = |o: &Overheads| {
+        if comm.nvlink {
+            o.step_nvlink
+        } else {
+            o.step_pcie
+        }
+        .as_us()
+    };
+    let intra = intra_of(&ov);
     // "With ppn=1 latencies are fully exposed, use the Tree network latency."
     let inter = if ppn == 1 {
         nccl_overheads("tree", protocol).step_net.as_us()
@@ -1057,21 +1063,19 @@ pub fn nccl_model_latency_us(
         // latency, waiting for proper chunk modeling": Simple at the
         // tree's figure).
         _ if matches!(collective, C::Broadcast { .. } | C::Reduce { .. }) => {
-            let hop = |o: Overheads| {
+            let hop = |o: &Overheads| {
                 if nodes > 1 {
                     o.step_net.as_us()
-                } else if comm.nvlink {
-                    o.step_nvlink.as_us()
                 } else {
-                    o.step_pcie.as_us()
+                    intra_of(o)
                 }
             };
             if comm.same_channels {
-                base + hop(ov)
+                base + hop(&ov)
             } else if protocol == Protocol::Simple {
-                base + nsteps * hop(nccl_overheads("tree", protocol))
+                base + nsteps * hop(&nccl_overheads("tree", protocol))
             } else {
-                base + nsteps * hop(ov)
+                base + nsteps * hop(&ov)
             }
         }
         _ => {

@@ -5,7 +5,7 @@ mod common;
 
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, Select, Tuner, nccl_comm, simulate};
-use gpucomm_sim::model::{Protocol, nccl_model_latency_us};
+use gpucomm_sim::model::{Protocol, nccl_inter_graph, nccl_model_latency_us, nccl_pcie_gbps};
 use gpucomm_sim::{Engine, Machine, SimTime};
 
 fn run(
@@ -364,8 +364,13 @@ fn nccls_model_rates_the_ring_above_the_tree_at_large_sizes() {
         "ring/tree {got}, NCCL {}",
         tree / ring
     );
-    // Without the ceiling the raised tree would have won.
-    assert!(8.0 * 30.0 * 0.92 * 0.5 > ring);
+    // The search's raised tree (30 GB/s per channel on the fabric's
+    // NVSwitch links) would have won without the ceiling.
+    let node = &f.machine.node;
+    let g = nccl_inter_graph(node.arch, 8, node.nic_gbps, nccl_pcie_gbps(4, 16));
+    let raised = g.tree_bw_intra(node.arch, 2, node.nccl_switch_gbps());
+    assert_eq!((g.channels, raised), (8, 30.0));
+    assert!(g.channels as f64 * raised * 0.92 * 0.5 > ring);
 }
 
 #[test]
@@ -380,17 +385,18 @@ fn the_nccl_tuner_generates_only_what_it_rates_from_and_its_pick() {
     // on 2048 DGX H100 nodes, where NVLSTree runs, generating them only to
     // rate them took a third of the 4.7 s). The pick is still the model's
     // first.
-    for (preset, nodes, ring_generated) in [
-        ("pcie-8gpu", 2, true),
-        ("dgx-a100", 2, false),
-        ("dgx-a100", 4, false),
+    // (PCIe-only nodes have no LL128: ring and tree under LL and Simple.)
+    for (preset, nodes, ring_generated, rated) in [
+        ("pcie-8gpu", 2, true, 4),
+        ("dgx-a100", 2, false, 6),
+        ("dgx-a100", 4, false, 6),
     ] {
         let f = common::fabric(preset, nodes);
         for bytes in [8u64, 1 << 20, 1 << 30] {
             let r = simulate(&f, Collective::AllReduce, bytes, &CollOptions::default()).unwrap();
             let first = r.model.iter().min_by_key(|m| m.2).unwrap();
             assert_eq!((first.0, first.1), (r.algorithm, r.protocol), "{bytes} B");
-            assert!(r.model.len() >= 4, "{bytes} B: {:?}", r.model);
+            assert_eq!(r.model.len(), rated, "{bytes} B: {:?}", r.model);
             assert_eq!(r.candidates.len(), 1, "{bytes} B: {:?}", r.candidates);
             assert_eq!(r.candidates.len() + r.skipped.len(), r.model.len());
             for (c, p, bound) in &r.skipped {
