@@ -27,6 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::generate::hd::fold;
+use crate::generate::ring::{Hops, Order};
 use crate::generate::tree::{btree_depth, nccl_tree, nccl_tree_depth, rooted, tree_of_channel};
 use crate::generate::{Plan, max_block};
 use crate::{Algorithm, Collective, Problem, Schedule, StepKind, block_partition};
@@ -483,6 +484,67 @@ fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (us
     }
 }
 
+/// A ring broadcast's or reduce's chain on the channel with the longest
+/// critical path: its transfers and the elements they move.
+///
+/// A chain of `h` hops moving `k` pieces one after another takes `h + k -
+/// 1` transfers. Cut in parts inside a node ([`Schedule::intra_slices`]),
+/// a hop inside a node moves `t` parts (the sum over the channel's
+/// pieces), so the path runs `t` of them on one such hop and one transfer
+/// on every other hop; and where hops between nodes separate `g` runs of
+/// hops inside nodes, the path crosses each such hop behind a piece's last
+/// part and takes that piece's parts again on the next run: `(g - 1) *
+/// (most parts of a piece - 1)` more.
+fn ring_chain(s: &Schedule) -> (u32, f64) {
+    let p = &s.problem;
+    let (n, c) = (p.nranks, p.count);
+    let plan = Plan::new(s, c);
+    let hops = Hops::of(s);
+    let ord = Order::of(s);
+    let rpn = hops.rpn();
+    let (root, first) = match p.collective {
+        Collective::Broadcast { root } => (root, 0),
+        Collective::Reduce { root } => (root, 1),
+        _ => (0, 0),
+    };
+    let k = plan.chunks;
+    let piece = c as f64 / k as f64;
+    let mut best = (0u32, 0.0f64);
+    for ch in 0..plan.channels {
+        // The chain's hops, ring positions q -> q + 1 from the root's
+        // position (a broadcast's) or the one after it (a reduce's).
+        let start = ord.pos(ch as u16, root) + first;
+        let (mut intra, mut runs, mut prev_intra) = (0usize, 0usize, false);
+        for h in 0..n - 1 {
+            let q = (start + h) % n;
+            let inside = q / rpn == ((q + 1) % n) / rpn;
+            intra += usize::from(inside);
+            runs += usize::from(inside && !prev_intra);
+            prev_intra = inside;
+        }
+        let hops_n = n - 1;
+        let (steps, path) = if runs == 0 {
+            (hops_n + k - 1, piece * (hops_n + k - 1) as f64)
+        } else {
+            let parts: Vec<usize> = (0..k)
+                .map(|j| hops.parts(plan.piece((0, c), j * plan.channels + ch).1))
+                .collect();
+            let t: usize = parts.iter().sum();
+            let most = parts.iter().copied().max().unwrap_or(1);
+            let steps = hops_n + t - 1 + (runs - 1) * (most - 1);
+            // Per transfer: a whole piece between nodes, a part inside.
+            let part = piece * k as f64 / t as f64;
+            let net = (hops_n - intra) as f64;
+            let path = piece * (net + (k + runs - 1) as f64) + part * (intra - runs) as f64;
+            (steps, path)
+        };
+        if steps as u32 > best.0 {
+            best = (steps as u32, path);
+        }
+    }
+    best
+}
+
 /// Sequential communication steps (the checker's critical path), in closed form.
 /// (0 for a schedule that fails [`Schedule::validate`]).
 pub fn critical_path(s: &Schedule) -> u32 {
@@ -518,7 +580,7 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
             (n32 - 1) * k(max_block(c, n))
         }
         (Algorithm::Ring, Collective::Broadcast { .. } | Collective::Reduce { .. }) => {
-            (n32 - 1) + k(c) - 1
+            ring_chain(s).0
         }
         (Algorithm::Direct, Collective::AllReduce) => 2 * k(max_block(c, n)),
         (Algorithm::Direct, Collective::ReduceScatter | Collective::AllGather) => {
@@ -624,7 +686,7 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
                 let u = max_block(p.count, n);
                 steps * (u as f64 / plan_c(u).chunks as f64) * e
             }
-            (Algorithm::Ring, _) => steps * c / plan_c(p.count).chunks as f64 * e,
+            (Algorithm::Ring, _) => ring_chain(s).1 * e,
             (Algorithm::Tree, _) => steps * busiest / plan_c(p.count).chunks as f64,
             (
                 Algorithm::RecursiveDoubling,

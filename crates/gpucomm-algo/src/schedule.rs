@@ -289,6 +289,24 @@ pub struct Schedule {
     /// with no direct link. Empty (the default): rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ring_orders: Vec<Vec<u32>>,
+    /// A ring broadcast's or reduce's chain moves each piece between two
+    /// ranks of one node in this many parts, one after another, and
+    /// between nodes whole (at least 1; pieces of fewer elements go in as
+    /// many parts as they have). A rank forwards each part once it has it,
+    /// so inside a node a piece streams through the chain while a hop
+    /// between nodes still waits for the whole piece: NCCL's LL and LL128
+    /// protocols forward every line as it lands, while its network proxy
+    /// sends whole buffer steps. Other algorithms ignore it. Default 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub intra_slices: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(k: &usize) -> bool {
+    *k == 1
 }
 
 impl Schedule {
@@ -303,16 +321,22 @@ impl Schedule {
             channels: 1,
             chunk_elems: 0,
             ring_orders: Vec::new(),
+            intra_slices: 1,
         })
     }
 
     /// Checks that the fields describe a schedule [`Schedule::new`] would
     /// build (useful after deserializing one): a valid problem, an algorithm
-    /// that implements it, at least one channel.
+    /// that implements it, at least one channel and one slice.
     pub fn validate(&self) -> Result<(), AlgoError> {
         if self.channels == 0 {
             return Err(AlgoError::InvalidProblem(
                 "channels must be at least 1".into(),
+            ));
+        }
+        if self.intra_slices == 0 {
+            return Err(AlgoError::InvalidProblem(
+                "intra_slices must be at least 1".into(),
             ));
         }
         crate::generate::validate(&self.problem, self.algorithm)?;
@@ -356,6 +380,25 @@ impl Schedule {
     /// The same schedule with steps of at most `chunk_elems` elements (0 = no limit).
     pub fn with_chunk_elems(mut self, chunk_elems: usize) -> Self {
         self.chunk_elems = chunk_elems;
+        self
+    }
+
+    /// The same schedule with a ring chain's pieces cut in `slices` parts
+    /// on hops inside a node (see [`Schedule::intra_slices`]; at least 1).
+    ///
+    /// ```
+    /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule, StepKind};
+    ///
+    /// // Two nodes of two ranks; the chain from rank 0 runs 0 -> 1 -> 2 -> 3.
+    /// let p = Problem::new(Collective::Broadcast { root: 0 }, 64, 4, 2);
+    /// let s = Schedule::new(p, Algorithm::Ring).unwrap().with_chunk_elems(16).with_intra_slices(4);
+    /// let sends = |r| s.rank_steps(r).iter().filter(|st| matches!(st.kind, StepKind::Send { .. })).count();
+    /// // 4 pieces of 16: in 4 parts inside a node, whole between nodes.
+    /// assert_eq!((sends(0), sends(1), sends(2)), (16, 4, 16));
+    /// gpucomm_algo::check(&s).unwrap();
+    /// ```
+    pub fn with_intra_slices(mut self, slices: usize) -> Self {
+        self.intra_slices = slices.max(1);
         self
     }
 

@@ -13,7 +13,7 @@ use gpucomm_algo::{
 };
 use proptest::prelude::*;
 
-fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, u64)> {
+fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, usize, u64)> {
     (
         1usize..=64,
         any::<u64>(),
@@ -22,56 +22,60 @@ fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, u64)> {
         0usize..Algorithm::ALL.len(),
         1u16..=4,
         0usize..6,
+        1usize..=4,
         any::<u64>(),
     )
-        .prop_map(|(n, pick, coll, size, alg, channels, chunk, seed)| {
-            let divisors: Vec<usize> = (1..=n).filter(|d| n % d == 0).collect();
-            let rpn = divisors[(pick as usize) % divisors.len()];
-            let root = (pick >> 8) as usize % n;
-            let coll = match coll {
-                0 => Collective::AllReduce,
-                1 => Collective::ReduceScatter,
-                2 => Collective::AllGather,
-                3 => Collective::Broadcast { root },
-                4 => Collective::Reduce { root },
-                5 => Collective::AllToAll,
-                6 => Collective::SendRecv {
-                    shift: (pick >> 16) as usize % (2 * n),
-                },
-                _ => Collective::Barrier,
-            };
-            let count = match size {
-                0 => 0,
-                1 => 1,
-                2 => n.saturating_sub(1),
-                3 => n + 1,
-                4 => 3 * n + 2,
-                _ => (pick >> 24) as usize % 200,
-            };
-            // all_to_all moves n * count per rank: keep it small.
-            let count = if coll == Collective::AllToAll {
-                count % 5
-            } else {
-                count
-            };
-            let chunk = [0, 1, 2, 3, 7, 64][chunk];
-            (
-                Problem::new(coll, count, n, rpn),
-                Algorithm::ALL[alg],
-                channels,
-                chunk,
-                seed,
-            )
-        })
+        .prop_map(
+            |(n, pick, coll, size, alg, channels, chunk, slices, seed)| {
+                let divisors: Vec<usize> = (1..=n).filter(|d| n % d == 0).collect();
+                let rpn = divisors[(pick as usize) % divisors.len()];
+                let root = (pick >> 8) as usize % n;
+                let coll = match coll {
+                    0 => Collective::AllReduce,
+                    1 => Collective::ReduceScatter,
+                    2 => Collective::AllGather,
+                    3 => Collective::Broadcast { root },
+                    4 => Collective::Reduce { root },
+                    5 => Collective::AllToAll,
+                    6 => Collective::SendRecv {
+                        shift: (pick >> 16) as usize % (2 * n),
+                    },
+                    _ => Collective::Barrier,
+                };
+                let count = match size {
+                    0 => 0,
+                    1 => 1,
+                    2 => n.saturating_sub(1),
+                    3 => n + 1,
+                    4 => 3 * n + 2,
+                    _ => (pick >> 24) as usize % 200,
+                };
+                // all_to_all moves n * count per rank: keep it small.
+                let count = if coll == Collective::AllToAll {
+                    count % 5
+                } else {
+                    count
+                };
+                let chunk = [0, 1, 2, 3, 7, 64][chunk];
+                (
+                    Problem::new(coll, count, n, rpn),
+                    Algorithm::ALL[alg],
+                    channels,
+                    chunk,
+                    slices,
+                    seed,
+                )
+            },
+        )
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn schedules_are_correct_and_modelled((p, alg, channels, chunk, seed) in problem()) {
+    fn schedules_are_correct_and_modelled((p, alg, channels, chunk, slices, seed) in problem()) {
         let s = match Schedule::new(p, alg) {
-            Ok(s) => s.with_channels(channels).with_chunk_elems(chunk),
+            Ok(s) => s.with_channels(channels).with_chunk_elems(chunk).with_intra_slices(slices),
             Err(AlgoError::Unsupported { .. }) => return Ok(()),
             Err(e) => panic!("valid problem rejected: {e}"),
         };

@@ -18,7 +18,7 @@
 //! The reduce and gather phases are not chunked (each phase needs the
 //! previous one's block); broadcast is.
 
-use super::ring::{self, Block, single};
+use super::ring::{self, Block, Hops, single};
 use super::{Builder, Group, Plan, blocks, max_block};
 use crate::{Buf, Collective, Schedule};
 
@@ -159,10 +159,30 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let (root_node, root_local) = (root / l, root % l);
             let src = if r == root { Buf::Input } else { Buf::Output };
             if local == root_local {
-                ring::chain_broadcast(b, &pl, rail, &id, root_node, (0, c), src, false);
+                ring::chain_broadcast(
+                    b,
+                    &pl,
+                    rail,
+                    &id,
+                    Hops::WHOLE,
+                    root_node,
+                    (0, c),
+                    src,
+                    false,
+                );
             }
             // The root copies its input to its output behind its last sends.
-            ring::chain_broadcast(b, &pl, intra, &id, root_local, (0, c), src, true);
+            ring::chain_broadcast(
+                b,
+                &pl,
+                intra,
+                &id,
+                Hops::WHOLE,
+                root_local,
+                (0, c),
+                src,
+                true,
+            );
         }
         _ => unreachable!("validated by support()"),
     }

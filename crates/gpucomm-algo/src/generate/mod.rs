@@ -13,7 +13,7 @@ mod bruck;
 mod direct;
 pub(crate) mod hd;
 mod hier;
-mod ring;
+pub(crate) mod ring;
 pub(crate) mod tree;
 
 use crate::{

@@ -78,7 +78,18 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         }
         Collective::Broadcast { root } => {
             let plan = Plan::new(s, p.count);
-            chain_broadcast(b, &plan, g, &ord, root, (0, p.count), Buf::Input, true);
+            let hops = Hops::of(s);
+            chain_broadcast(
+                b,
+                &plan,
+                g,
+                &ord,
+                hops,
+                root,
+                (0, p.count),
+                Buf::Input,
+                true,
+            );
         }
         Collective::Reduce { root } => {
             let plan = Plan::new(s, p.count);
@@ -86,17 +97,25 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 b.copy(sl(Buf::Input, 0, p.count), sl(Buf::Output, 0, p.count));
                 return;
             }
-            // A chain along each channel's ring that ends at the root.
+            // A chain along each channel's ring that ends at the root (the
+            // builder derives each send's dependency on the receives of its
+            // range; an empty piece's send follows its receive explicitly).
+            let hops = Hops::of(s);
             for j in 0..plan.pieces() {
                 let (o, l, ch) = plan.piece((0, p.count), j);
                 let (d, next, prev) = along(&ord, g, ch, root);
-                if d == 1 {
-                    b.send(next, sl(Buf::Input, o, l), ch, &[]);
-                } else {
-                    let rv =
-                        b.recv_reduce(prev, sl(Buf::Input, o, l), sl(Buf::Output, o, l), ch, &[]);
-                    if d != 0 {
-                        b.send(next, sl(Buf::Output, o, l), ch, &[rv]);
+                let mut rv = None;
+                if d != 1 {
+                    for (o, l) in hops.slices(prev, r, (o, l)) {
+                        let (src, dst) = (sl(Buf::Input, o, l), sl(Buf::Output, o, l));
+                        rv = Some(b.recv_reduce(prev, src, dst, ch, &[]));
+                    }
+                }
+                if d != 0 {
+                    let src = if d == 1 { Buf::Input } else { Buf::Output };
+                    let after: Vec<u32> = rv.filter(|_| l == 0).into_iter().collect();
+                    for (o, l) in hops.slices(r, next, (o, l)) {
+                        b.send(next, sl(src, o, l), ch, &after);
                     }
                 }
             }
@@ -181,7 +200,7 @@ impl<'a> Order<'a> {
     }
 
     /// Position of member `i` on channel `ch`'s ring.
-    fn pos(&self, ch: u16, i: usize) -> usize {
+    pub(crate) fn pos(&self, ch: u16, i: usize) -> usize {
         if self.orders.is_empty() {
             return i;
         }
@@ -332,40 +351,101 @@ fn along(ord: &Order, g: Group, ch: u16, root: usize) -> (usize, usize, usize) {
     (d, next, prev)
 }
 
+/// How a chain's hops cut its pieces ([`Schedule::intra_slices`]): a hop
+/// between two ranks of one node moves each piece in `slices` parts, a hop
+/// between nodes whole.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hops {
+    slices: usize,
+    rpn: usize,
+}
+
+impl Hops {
+    /// Whole pieces on every hop.
+    pub(crate) const WHOLE: Hops = Hops { slices: 1, rpn: 1 };
+
+    /// The schedule's.
+    pub(crate) fn of(s: &Schedule) -> Self {
+        Hops {
+            slices: s.intra_slices.max(1),
+            rpn: s.problem.ranks_per_node.max(1),
+        }
+    }
+
+    /// Ranks per node.
+    pub(crate) fn rpn(self) -> usize {
+        self.rpn
+    }
+
+    /// How many parts a hop inside a node cuts a piece of `len` elements in.
+    pub(crate) fn parts(self, len: usize) -> usize {
+        self.slices.min(len).max(1)
+    }
+
+    /// The parts of `(offset, len)` the hop from rank `a` to rank `b`
+    /// moves one after another: `slices` inside a node (no more than the
+    /// piece has elements, an empty piece in one), the whole piece
+    /// between nodes.
+    pub(crate) fn slices(
+        self,
+        a: usize,
+        b: usize,
+        (o, l): (usize, usize),
+    ) -> impl Iterator<Item = (usize, usize)> {
+        let k = if a / self.rpn == b / self.rpn {
+            self.parts(l)
+        } else {
+            1
+        };
+        (0..k).map(move |i| {
+            let (so, sl) = crate::block_partition(l, k, i);
+            (o + so, sl)
+        })
+    }
+}
+
 /// Pipelined chain broadcast among `g` from member `root` (a position in
 /// `g`) along each channel's ring (as NCCL's broadcast follows its rings):
 /// the root sends `(src, region)`, every other member receives into
-/// `(Output, region)` and passes it on. With `copy_out` a root whose `src`
-/// is not the output also copies each piece there behind its send (NCCL's
-/// `directCopySend`: the copy overlaps the transfer). Returns nothing; data
-/// dependencies are derived by the builder.
+/// `(Output, region)` and passes it on, each hop in the parts `hops` cuts.
+/// With `copy_out` a root whose `src` is not the output also copies each
+/// piece there behind its send (NCCL's `directCopySend`: the copy overlaps
+/// the transfer). Returns nothing; data dependencies are derived by the
+/// builder.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chain_broadcast(
     b: &mut Builder,
     plan: &Plan,
     g: Group,
     ord: &Order,
+    hops: Hops,
     root: usize,
     region: (usize, usize),
     src: Buf,
     copy_out: bool,
 ) {
     let m = g.size;
+    let me = g.member(g.pos);
     for j in 0..plan.pieces() {
         let (o, l, ch) = plan.piece(region, j);
         let (d, next, prev) = along(ord, g, ch, root);
-        if d == 0 {
-            if m > 1 {
-                b.send(next, sl(src, o, l), ch, &[]);
+        // An empty piece has no range to derive from: its send follows its
+        // receive explicitly.
+        let mut rv = None;
+        if d != 0 {
+            for (o, l) in hops.slices(prev, me, (o, l)) {
+                rv = Some(b.recv(prev, sl(Buf::Output, o, l), ch, &[]));
             }
-            if copy_out && src != Buf::Output {
-                b.copy(sl(src, o, l), sl(Buf::Output, o, l));
+        }
+        if d < m - 1 {
+            let from = if d == 0 { src } else { Buf::Output };
+            let after: Vec<u32> = rv.filter(|_| l == 0).into_iter().collect();
+            for (o, l) in hops.slices(me, next, (o, l)) {
+                b.send(next, sl(from, o, l), ch, &after);
             }
-        } else {
-            let rv = b.recv(prev, sl(Buf::Output, o, l), ch, &[]);
-            if d < m - 1 {
-                b.send(next, sl(Buf::Output, o, l), ch, &[rv]);
-            }
+        }
+        if d == 0 && copy_out && src != Buf::Output {
+            b.copy(sl(src, o, l), sl(Buf::Output, o, l));
         }
     }
 }
