@@ -723,9 +723,14 @@ pub const MAX_CHANNELS: u16 = 64;
 /// fill each other's gaps.
 pub const RING_SLICES: usize = 2;
 
+/// Lines of NCCL's LL buffer per thread and step (NVIDIA/nccl
+/// `src/include/device.h`, `NCCL_LL_LINES_PER_THREAD`).
+const NCCL_LL_LINES_PER_THREAD: usize = 8;
+
 /// The data one step of NCCL's LL buffer holds, bytes (see
-/// [`schedule_for`]).
-const NCCL_LL_STEP_BYTES: f64 = (8 * 512 * 16 / 2) as f64;
+/// [`schedule_for`]): 8 lines per thread x 512 threads of 16-byte lines,
+/// half of each data.
+const NCCL_LL_STEP_BYTES: f64 = (NCCL_LL_LINES_PER_THREAD * 512 * 16 / 2) as f64;
 
 /// At most this many chunks per channel are simulated for the chunked
 /// schedules other than a ring chain; see [`schedule_for`].
@@ -845,6 +850,13 @@ fn schedule_for_named(
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
     let per_nic = if tree_all_reduce { 2 } else { 1 };
+    // LL forwards every line as it lands: a chain's hops inside a node
+    // move each step in NCCL_LL_LINES_PER_THREAD parts.
+    let parts = if ring_chain && protocol == Protocol::Ll {
+        NCCL_LL_LINES_PER_THREAD
+    } else {
+        1
+    };
     let reads = nccl_reads(fabric, collective, algorithm, protocol);
     let peer_bytes = peer_bytes(collective, bytes, n);
     let mut ch = channels.unwrap_or(if let Some(gpu_gbps) = reads {
@@ -925,7 +937,7 @@ fn schedule_for_named(
         // A chain's pipeline fills in (ranks - 2) chunk times: past a few
         // dozen chunks that is a visible share of the transfer (6 of 32
         // chunks on 8 GPUs), so chains simulate chunks up to the budget.
-        let flows = (n * usize::from(ch)) as f64;
+        let flows = (n * usize::from(ch) * parts) as f64;
         let cap = if ring_chain {
             f64::INFINITY
         } else {
@@ -960,7 +972,10 @@ fn schedule_for_named(
     } else {
         whole
     };
-    let mut s = s.with_channels(ch).with_chunk_elems(chunk_elems);
+    let mut s = s
+        .with_channels(ch)
+        .with_chunk_elems(chunk_elems)
+        .with_intra_slices(parts);
     if !orders.is_empty() {
         s = s
             .with_ring_orders(orders)
