@@ -61,6 +61,11 @@ struct ProblemArgs {
     /// Largest piece a step moves, in bytes (0: no chunking).
     #[arg(long, default_value = "0")]
     chunk: String,
+    /// Parts a ring broadcast's or reduce's hop inside a node cuts each
+    /// piece in (hops between nodes move whole pieces; NCCL's LL protocol
+    /// streams lines through a node, its network proxy whole steps).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    intra_slices: u32,
     /// Ranks per node (defaults to all ranks on one node).
     #[arg(long)]
     ranks_per_node: Option<usize>,
@@ -174,7 +179,8 @@ fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Sched
     let chunk_bytes = usize::try_from(parse_size(&a.chunk)?).context("--chunk too large")?;
     Ok(Schedule::new(p, alg)?
         .with_channels(a.channels)
-        .with_chunk_elems(chunk_bytes.div_ceil(p.elem_size)))
+        .with_chunk_elems(chunk_bytes.div_ceil(p.elem_size))
+        .with_intra_slices(a.intra_slices as usize))
 }
 
 /// Refuses schedules whose steps (over all ranks) would exceed `limit`,
@@ -309,7 +315,7 @@ fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     let shown = p.nranks.min(a.max_ranks.max(1));
     writeln!(
         out,
-        "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), chunk {} elements{}",
+        "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), chunk {} elements{}{}",
         alg.name(),
         p.collective.name(),
         p.nranks,
@@ -318,6 +324,11 @@ fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
         p.elem_size,
         s.channels,
         s.chunk_elems,
+        if s.intra_slices > 1 {
+            format!(", {} parts per piece inside a node", s.intra_slices)
+        } else {
+            String::new()
+        },
         if shown < p.nranks {
             format!(" (first {shown} ranks shown)")
         } else {
@@ -530,6 +541,7 @@ mod tests {
             elem_size: 4,
             channels: 1,
             chunk: "0".into(),
+            intra_slices: 1,
             ranks_per_node: None,
             root: 0,
             shift: 1,
@@ -563,5 +575,28 @@ mod tests {
         assert_eq!(cell(&p, 0, st, false, false), "send in:b3 ->1");
         let st = &s.rank_steps(0)[1];
         assert_eq!(cell(&p, 0, st, false, false), "recv+ out:b2=in:b2+ <-3");
+    }
+
+    #[test]
+    fn intra_slices_cut_a_chains_hops_inside_a_node() {
+        // 4 ranks, 2 per node, 64 elements in pieces of 16, 4 parts inside
+        // a node: the root sends 16 parts to rank 1, rank 1 sends 4 whole
+        // pieces to rank 2 on the next node.
+        let mut a = args("broadcast");
+        a.bytes = "256".into();
+        a.chunk = "64".into();
+        a.ranks_per_node = Some(2);
+        a.intra_slices = 4;
+        let p = problem(&a).unwrap();
+        let s = schedule(&a, p, Algorithm::Ring).unwrap();
+        assert_eq!(s.intra_slices, 4);
+        let sends = |r| {
+            s.rank_steps(r)
+                .iter()
+                .filter(|st| st.kind.is_send())
+                .count()
+        };
+        assert_eq!((sends(0), sends(1), sends(2), sends(3)), (16, 4, 16, 0));
+        gpucomm_algo::check(&s).unwrap();
     }
 }
