@@ -790,7 +790,8 @@ pub struct Planned {
 /// chunks at mid sizes).
 ///
 /// A pipelined schedule (NCCL's tree, a ring broadcast or reduce, which is
-/// a chain) keeps NCCL's chunk size; where its chunks per channel would
+/// a chain) keeps NCCL's chunk size (an LL ring chain cuts each chunk in
+/// 8 parts on its hops inside a node, [`Schedule::intra_slices`]); where its chunks per channel would
 /// pass the simulator's budget (ranks x channels x chunks, to bound the
 /// event count), only its first chunks are simulated, as the same
 /// collective of fewer bytes, and [`Planned::scale`] says how many times
@@ -850,8 +851,12 @@ fn schedule_for_named(
     // carries both trees: a node inside one tree is mostly a leaf of the
     // other).
     let per_nic = if tree_all_reduce { 2 } else { 1 };
-    // LL forwards every line as it lands: a chain's hops inside a node
-    // move each step in NCCL_LL_LINES_PER_THREAD parts.
+    // LL forwards every line as it lands (a channel's threads move one
+    // line each per trip, NCCL_LL_LINES_PER_THREAD trips a step, and the
+    // network proxy sends whole steps): a ring chain's hops inside a node
+    // move each step in that many parts. LL128 chains and trees keep whole
+    // steps: the published 4-node H100 sweeps fit them (docs/sim.md, "What
+    // a sweep's time is").
     let parts = if ring_chain && protocol == Protocol::Ll {
         NCCL_LL_LINES_PER_THREAD
     } else {
