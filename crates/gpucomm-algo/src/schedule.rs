@@ -396,6 +396,10 @@ impl Schedule {
     /// // 4 pieces of 16: in 4 parts inside a node, whole between nodes.
     /// assert_eq!((sends(0), sends(1), sends(2)), (16, 4, 16));
     /// gpucomm_algo::check(&s).unwrap();
+    /// // 0 parts (only by setting the field, from JSON say) is refused.
+    /// let mut bad = s.clone();
+    /// bad.intra_slices = 0;
+    /// assert!(bad.validate().is_err() && gpucomm_algo::check(&bad).is_err());
     /// ```
     pub fn with_intra_slices(mut self, slices: usize) -> Self {
         self.intra_slices = slices.max(1);

@@ -113,9 +113,9 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 }
                 if d != 0 {
                     let src = if d == 1 { Buf::Input } else { Buf::Output };
-                    let after: Vec<u32> = rv.filter(|_| l == 0).into_iter().collect();
+                    let after = rv.filter(|_| l == 0);
                     for (o, l) in hops.slices(r, next, (o, l)) {
-                        b.send(next, sl(src, o, l), ch, &after);
+                        b.send(next, sl(src, o, l), ch, after.as_slice());
                     }
                 }
             }
@@ -439,9 +439,9 @@ pub(crate) fn chain_broadcast(
         }
         if d < m - 1 {
             let from = if d == 0 { src } else { Buf::Output };
-            let after: Vec<u32> = rv.filter(|_| l == 0).into_iter().collect();
+            let after = rv.filter(|_| l == 0);
             for (o, l) in hops.slices(me, next, (o, l)) {
-                b.send(next, sl(from, o, l), ch, &after);
+                b.send(next, sl(from, o, l), ch, after.as_slice());
             }
         }
         if d == 0 && copy_out && src != Buf::Output {

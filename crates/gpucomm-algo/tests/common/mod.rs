@@ -79,24 +79,28 @@ pub fn schedules(p: Problem) -> Vec<Schedule> {
         // topology search would order them; other algorithms ignore the
         // orders.
         let rpn = p.ranks_per_node;
-        if matches!(a, Algorithm::Ring | Algorithm::Tree) && rpn > 1 && p.nranks % rpn == 0 {
+        let orders = (rpn > 1 && p.nranks % rpn == 0).then(|| {
             let rev: Vec<u32> = (0..rpn as u32).rev().collect();
             let mut rot: Vec<u32> = (1..rpn as u32).chain([0]).collect();
             rot.swap(0, rpn - 1);
+            vec![rev, rot]
+        });
+        if let Some(o) = orders
+            .clone()
+            .filter(|_| matches!(a, Algorithm::Ring | Algorithm::Tree))
+        {
             let s = s.clone().with_channels(3).with_chunk_elems(2);
-            out.push(s.with_ring_orders(vec![rev, rot]).expect("permutations"));
+            out.push(s.with_ring_orders(o).expect("permutations"));
         }
         // Chains cut in parts inside a node (pieces of 5 in 3 parts of 2,
         // 2 and 1; shorter pieces in as many as they have), in rank order
-        // and in the orders above.
+        // and in the orders above, swapped between the channels.
         if a == Algorithm::Ring {
             let s = s.with_channels(2).with_chunk_elems(5).with_intra_slices(3);
             out.push(s.clone());
-            if rpn > 1 && p.nranks % rpn == 0 {
-                let rev: Vec<u32> = (0..rpn as u32).rev().collect();
-                let mut rot: Vec<u32> = (1..rpn as u32).chain([0]).collect();
-                rot.swap(0, rpn - 1);
-                out.push(s.with_ring_orders(vec![rot, rev]).expect("permutations"));
+            if let Some(mut o) = orders {
+                o.reverse();
+                out.push(s.with_ring_orders(o).expect("permutations"));
             }
         }
     }
