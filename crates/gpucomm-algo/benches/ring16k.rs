@@ -1,9 +1,10 @@
 //! Generating a 16384-rank ring all_reduce description and rank 0's steps,
-//! then checking those steps' structure. Run with
+//! then checking those steps' structure; and the cost model's prediction
+//! for every rank of 16384 (hierarchical and Bruck reduce_scatter). Run with
 //! `cargo bench -p gpucomm-algo --bench ring16k`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpucomm_algo::{Algorithm, Collective, Problem, Schedule, check_rank};
+use gpucomm_algo::{Algorithm, Collective, CostModel, Problem, Schedule, check_rank, predict};
 use std::hint::black_box;
 
 fn ring16k(c: &mut Criterion) {
@@ -28,6 +29,15 @@ fn ring16k(c: &mut Criterion) {
             })
         },
     );
+    let rs = Problem::new(Collective::ReduceScatter, 256 << 20, 16384, 8);
+    let model = CostModel::default();
+    for algorithm in [Algorithm::Hierarchical, Algorithm::Bruck] {
+        let s = Schedule::new(rs, algorithm).unwrap();
+        c.bench_function(
+            &format!("{algorithm:?} reduce_scatter 16384 ranks: predict"),
+            |b| b.iter(|| black_box(predict(black_box(&s), &model).time_us)),
+        );
+    }
 }
 
 criterion_group! {

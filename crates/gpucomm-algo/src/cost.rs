@@ -186,22 +186,47 @@ fn len(p: &Problem, i: isize) -> usize {
     p.block(i.rem_euclid(n) as usize).1
 }
 
-/// Ring phase traffic over blocks `b` (group of m): (sent, recv) of member `pos`.
-fn ring_rs(b: &[usize], pos: usize) -> (usize, usize) {
-    let m = b.len();
-    if m <= 1 {
-        return (0, 0);
-    }
-    let tot: usize = b.iter().sum();
-    (tot - b[pos], tot - b[(pos + m - 1) % m])
+/// The blocks of a ring group: `m` members, member `i` owning `len(i)`
+/// elements, `total` in all. Evaluated lazily so that a rank's traffic
+/// costs O(1) however large the group (the tuner asks it of every rank).
+struct Blocks<F: Fn(usize) -> usize> {
+    m: usize,
+    total: usize,
+    len: F,
 }
-fn ring_ag(b: &[usize], pos: usize) -> (usize, usize) {
-    let m = b.len();
-    if m <= 1 {
-        return (0, 0);
+
+impl<F: Fn(usize) -> usize> Blocks<F> {
+    /// A ring reduce-scatter's traffic of member `pos`: (sent, received).
+    fn rs(&self, pos: usize) -> (usize, usize) {
+        if self.m <= 1 {
+            return (0, 0);
+        }
+        let prev = (pos + self.m - 1) % self.m;
+        (self.total - (self.len)(pos), self.total - (self.len)(prev))
     }
-    let tot: usize = b.iter().sum();
-    (tot - b[(pos + 1) % m], tot - b[pos])
+
+    /// A ring all-gather's traffic of member `pos`: (sent, received).
+    fn ag(&self, pos: usize) -> (usize, usize) {
+        if self.m <= 1 {
+            return (0, 0);
+        }
+        let next = (pos + 1) % self.m;
+        (self.total - (self.len)(next), self.total - (self.len)(pos))
+    }
+
+    /// Both phases (an all-reduce).
+    fn rs_ag(&self, pos: usize) -> (usize, usize) {
+        add(self.rs(pos), self.ag(pos))
+    }
+}
+
+/// `count` cut in `parts` blocks as [`block_partition`] cuts it.
+fn partition(count: usize, parts: usize) -> Blocks<impl Fn(usize) -> usize> {
+    Blocks {
+        m: parts,
+        total: count,
+        len: move |j| block_partition(count, parts, j).1,
+    }
 }
 
 fn add(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
@@ -301,8 +326,17 @@ fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
 /// the reduce-scatter sends `r+d ..` and receives `r ..`.
 fn bruck_traffic(p: &Problem, r: usize, coll: Collective) -> (usize, usize) {
     let n = p.nranks;
-    let run =
-        |first: usize, cnt: usize| (0..cnt).map(|k| p.block((first + k) % n).1).sum::<usize>();
+    // The elements of blocks first .. first + cnt (mod n), from the
+    // blocks' offsets: O(1) however many blocks.
+    let start = |i: usize| if i == n { p.count } else { p.block(i).0 };
+    let run = |first: usize, cnt: usize| {
+        let (a, b) = (first % n, first % n + cnt);
+        if b <= n {
+            start(b) - start(a)
+        } else {
+            p.count - start(a) + start(b - n)
+        }
+    };
     let mut t = (0, 0);
     let mut d = 1;
     while d < n {
@@ -448,21 +482,34 @@ fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (us
     if c == 0 {
         return ((0, 0), (0, 0));
     }
-    let inter_blocks =
-        |j: usize| -> Vec<usize> { (0..nodes).map(|x| p.block(x * l + j).1).collect() };
-    let interleaved: Vec<usize> = (0..l).map(|j| inter_blocks(j).iter().sum()).collect();
+    // Rank j of every node: the elements of blocks j, j + l, j + 2l, ...
+    // (the first `extra` blocks hold one more element).
+    let (base, extra) = (c / n, c % n);
+    let column = move |j: usize| {
+        nodes * base
+            + if j < extra {
+                (extra - j - 1) / l + 1
+            } else {
+                0
+            }
+    };
+    let interleaved = Blocks {
+        m: l,
+        total: c,
+        len: column,
+    };
+    let across = Blocks {
+        m: nodes,
+        total: column(loc),
+        len: |x: usize| p.block(x * l + loc).1,
+    };
     match coll {
         Collective::AllReduce => {
-            let bl: Vec<usize> = (0..l).map(|j| block_partition(c, l, j).1).collect();
-            let intra = add(ring_rs(&bl, loc), ring_ag(&bl, loc));
-            let sub: Vec<usize> = (0..nodes)
-                .map(|j| block_partition(bl[loc], nodes, j).1)
-                .collect();
-            let inter = add(ring_rs(&sub, q), ring_ag(&sub, q));
-            (intra, inter)
+            let mine = block_partition(c, l, loc).1;
+            (partition(c, l).rs_ag(loc), partition(mine, nodes).rs_ag(q))
         }
-        Collective::ReduceScatter => (ring_rs(&interleaved, loc), ring_rs(&inter_blocks(loc), q)),
-        Collective::AllGather => (ring_ag(&interleaved, loc), ring_ag(&inter_blocks(loc), q)),
+        Collective::ReduceScatter => (interleaved.rs(loc), across.rs(q)),
+        Collective::AllGather => (interleaved.ag(loc), across.ag(q)),
         Collective::Broadcast { root } => {
             let (rq, rl) = (root / l, root % l);
             let mut inter = (0, 0);
