@@ -342,6 +342,11 @@ pub struct FlowNet {
     /// so far; re-laid out when a longer one comes), so a slot's links are
     /// contiguous and no flow allocates.
     route: Vec<LinkId>,
+    /// Beside `route`: where the slot sits in each of its links'
+    /// `link_flows`, so a flow leaves a link in O(1) (a search of the
+    /// link's list was quadratic when thousands of flows share a link, as
+    /// a rank's all-to-all flows share its NIC).
+    link_pos: Vec<u32>,
     stride: usize,
     free: Vec<u32>,
     heap: BinaryHeap<Reverse<Ev>>,
@@ -421,6 +426,7 @@ impl FlowNet {
             rate: Vec::new(),
             bott: Vec::new(),
             route: Vec::new(),
+            link_pos: Vec::new(),
             stride: 0,
             free: Vec::new(),
             heap: BinaryHeap::new(),
@@ -562,6 +568,7 @@ impl FlowNet {
                 self.rate.push(0.0);
                 self.bott.push(NONE);
                 self.route.resize(self.flows.len() * self.stride, 0);
+                self.link_pos.resize(self.flows.len() * self.stride, 0);
                 self.in_set.push(0);
                 self.frozen.push(0);
                 self.visited.push(0);
@@ -581,11 +588,12 @@ impl FlowNet {
         self.begin(slot, bytes, latency, tag);
         self.rate[slot as usize] = 0.0;
         self.bott[slot as usize] = NONE;
-        for &l in links {
+        for (h, &l) in links.iter().enumerate() {
             let lf = &mut self.link_flows[l as usize];
             if lf.is_empty() {
                 self.busy_since[l as usize] = now;
             }
+            self.link_pos[base + h] = lf.len() as u32;
             lf.push(slot);
             self.dirty.push(l);
         }
@@ -608,12 +616,15 @@ impl FlowNet {
     /// Widens every slot's route storage to `stride` links.
     fn relayout(&mut self, stride: usize) {
         let mut route = vec![0; self.flows.len() * stride];
+        let mut link_pos = vec![0; self.flows.len() * stride];
         for (f, fl) in self.flows.iter().enumerate() {
             let (old, new) = (f * self.stride, f * stride);
             let hops = fl.hops as usize;
             route[new..new + hops].copy_from_slice(&self.route[old..old + hops]);
+            link_pos[new..new + hops].copy_from_slice(&self.link_pos[old..old + hops]);
         }
         self.route = route;
+        self.link_pos = link_pos;
         self.stride = stride;
     }
 
@@ -650,6 +661,30 @@ impl FlowNet {
         });
     }
 
+    /// Takes the flow whose route entry `h` (an index into `route`) is
+    /// link `l` off that link's list: swaps the list's last flow into its
+    /// place and updates that flow's position there.
+    fn leave(&mut self, l: LinkId, h: usize) {
+        let pos = self.link_pos[h] as usize;
+        let lf = &mut self.link_flows[l as usize];
+        debug_assert_eq!(lf[pos] as usize, h / self.stride, "link_pos out of date");
+        let last = lf.len() - 1;
+        lf.swap_remove(pos);
+        // Off the list: an entry of this route left earlier must not pass
+        // for the moved one below.
+        self.link_pos[h] = NONE;
+        if pos < last {
+            // The moved flow's entry for this link is the one that said
+            // `last` (a route could cross a link twice).
+            let base = lf[pos] as usize * self.stride;
+            let hops = self.flows[lf[pos] as usize].hops as usize;
+            let entry = (base..base + hops)
+                .find(|&e| self.route[e] == l && self.link_pos[e] as usize == last)
+                .expect("the moved flow crosses the link");
+            self.link_pos[entry] = pos as u32;
+        }
+    }
+
     /// Takes the flows that ended and were not taken over off their links.
     fn flush_ended(&mut self) {
         for k in 0..self.ended.len() {
@@ -662,10 +697,8 @@ impl FlowNet {
             let hops = self.flows[slot as usize].hops;
             for h in base..base + hops as usize {
                 let l = self.route[h];
-                let lf = &mut self.link_flows[l as usize];
-                if let Some(pos) = lf.iter().position(|&s| s == slot) {
-                    lf.swap_remove(pos);
-                }
+                self.leave(l, h);
+                let lf = &self.link_flows[l as usize];
                 if lf.is_empty() {
                     let since = self.busy_since[l as usize];
                     self.busy_total[l as usize] += t - since;
