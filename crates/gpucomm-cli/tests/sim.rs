@@ -285,6 +285,18 @@ fn bad_input_is_a_clear_error() {
         (&["rdma", "--size", "0"], "--size must be positive"),
         (&["broadcast", "--average", "median"], "not one of avg, max"),
         (&["broadcast", "--iters", "0"], "at least one iteration"),
+        (
+            &["broadcast", "--root", "8"],
+            "the run has 8 ranks (0 to 7)",
+        ),
+        (
+            &["reduce", "--nodes", "2", "--root", "16"],
+            "the run has 16 ranks",
+        ),
+        (
+            &["all_reduce", "--root", "1"],
+            "applies to broadcast and reduce only",
+        ),
         // NCCL's point-to-point operations run no LL128.
         (
             &["sendrecv", "-b", "1M", "-e", "1M", "-p", "LL128"],
@@ -587,6 +599,45 @@ fn a_chain_reports_nccl_tests_mean_and_its_completion() {
         "1M",
     ]);
     assert_eq!(v["average"], "max", "{v}");
+}
+
+#[test]
+fn the_root_is_where_a_chain_starts_or_ends() {
+    // nccl-tests' `-r`: rank 0 times its own part. As the root of a
+    // broadcast it only sends, so it finishes before the ranks down the
+    // chain; as the root of a reduce it receives the last sum, so it
+    // finishes last. With the root on the other node (rank 8, that node's
+    // GPU 0) the completion is the same: the two nodes are alike.
+    let run = |coll: &str, root: &str| {
+        let v = sim_json(&[
+            coll,
+            "--topology",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "-b",
+            "64M",
+            "-e",
+            "64M",
+            "--average",
+            "rank0",
+            "--root",
+            root,
+        ]);
+        assert_eq!(v["root"].as_u64(), root.parse().ok(), "{v}");
+        let row = &v["results"][0];
+        (f(row, "time_us"), f(row, "completion_us"))
+    };
+    let (own, done) = run("broadcast", "0");
+    let (other, other_done) = run("broadcast", "8");
+    assert!(own < 0.75 * done, "the root's own time {own} vs {done}");
+    assert!(own < other, "{own} vs {other}");
+    assert_eq!(done, other_done);
+    let (own, done) = run("reduce", "0");
+    let (other, other_done) = run("reduce", "8");
+    assert_eq!(own, done);
+    assert!(other < done, "{other} vs {done}");
+    assert_eq!(done, other_done);
 }
 
 #[test]

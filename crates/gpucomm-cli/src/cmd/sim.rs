@@ -40,9 +40,9 @@ enum SimCmd {
     /// ReduceScatter sweep.
     #[command(name = "reduce_scatter", alias = "reduce-scatter")]
     ReduceScatter(CollArgs),
-    /// Broadcast sweep (root 0).
+    /// Broadcast sweep (root: `--root`, 0 by default).
     Broadcast(CollArgs),
-    /// Reduce sweep (root 0).
+    /// Reduce sweep (root: `--root`, 0 by default).
     Reduce(CollArgs),
     /// AllToAll sweep.
     #[command(name = "all_to_all", alias = "alltoall")]
@@ -145,6 +145,11 @@ struct CollArgs {
     /// docs/sim.md, "Back-to-back iterations").
     #[arg(short = 'n', long, default_value_t = 1)]
     iters: u32,
+    /// Root rank of broadcast and reduce, as nccl-tests' `-r` (ranks are
+    /// numbered node by node: rank r is GPU r % GPUs-per-node of node
+    /// r / GPUs-per-node).
+    #[arg(short = 'r', long, default_value_t = 0)]
+    root: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -338,8 +343,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         SimCmd::AllReduce(a) => collective(Collective::AllReduce, a),
         SimCmd::AllGather(a) => collective(Collective::AllGather, a),
         SimCmd::ReduceScatter(a) => collective(Collective::ReduceScatter, a),
-        SimCmd::Broadcast(a) => collective(Collective::Broadcast { root: 0 }, a),
-        SimCmd::Reduce(a) => collective(Collective::Reduce { root: 0 }, a),
+        SimCmd::Broadcast(a) => {
+            let root = a.root;
+            collective(Collective::Broadcast { root }, a)
+        }
+        SimCmd::Reduce(a) => {
+            let root = a.root;
+            collective(Collective::Reduce { root }, a)
+        }
         SimCmd::AllToAll(a) => collective(Collective::AllToAll, a),
         SimCmd::Sendrecv(a) => collective(Collective::SendRecv { shift: 1 }, a),
         SimCmd::P2p(a) => p2p_cmd(a),
@@ -439,6 +450,14 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
     Ok(mach)
 }
 
+/// The root of a rooted collective (broadcast, reduce).
+fn root_of(coll: Collective) -> Option<usize> {
+    match coll {
+        Collective::Broadcast { root } | Collective::Reduce { root } => Some(root),
+        _ => None,
+    }
+}
+
 fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
@@ -459,6 +478,14 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     }
     let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
+    match root_of(coll) {
+        Some(root) if root >= ranks => bail!(
+            "--root {root}: the run has {ranks} ranks (0 to {})",
+            ranks - 1
+        ),
+        None if a.root != 0 => bail!("--root applies to broadcast and reduce only"),
+        _ => {}
+    }
     // Checked before the sweep (its smaller sizes may take minutes).
     if let Some(&largest) = sizes.last() {
         mach.check_device_memory(
@@ -525,19 +552,23 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 v
             })
             .collect();
-        let doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
+        let mut doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
                          "ranks": ranks, "network": network_json(&mach), "tuner": a.tuner.json(), "average": shown.name(),
                          "iterations": a.iters, "results": rows});
+        if let Some(root) = root_of(coll) {
+            doc["root"] = json!(root);
+        }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
             o,
-            "# gpucomm sim {}: {} x {} ({} GPUs per node, {} ranks)",
+            "# gpucomm sim {}: {} x {} ({} GPUs per node, {} ranks){}",
             coll.name(),
             mach.nodes,
             mach.name,
             fabric.ranks_per_node(),
-            ranks
+            ranks,
+            root_of(coll).map_or(String::new(), |r| format!(", root {r}"))
         )?;
         writeln!(
             o,
