@@ -393,12 +393,6 @@ impl Machine {
         nics: Option<usize>,
         nic_speed: Option<gpucomm_topo::LinkKind>,
     ) -> Result<Machine, SimError> {
-        let lower = spec.to_ascii_lowercase();
-        let spec = if gpucomm_topo::is_preset(&lower) {
-            lower.as_str()
-        } else {
-            spec
-        };
         let model = |e: gpucomm_topo::TopoError| SimError::Model(e.to_string());
         // Read (or discovered) once; the NICs are then rebuilt on it.
         let t =

@@ -88,9 +88,9 @@ pub use route::{Hop, PathClass, PathInfo};
 /// Picks a topology from command-line-ish input; used by `gpucomm topo` and
 /// `gpucomm sim` alike.
 ///
-/// `spec` is a preset name (see [`PRESETS`]), `local` (discover this
-/// machine with default options), or the path of a topology file (TOML, or
-/// JSON when it ends in `.json`). Then `opts` applies: `gpus` keeps the
+/// `spec` is a preset name (see [`PRESETS`]; any case), `local` (discover
+/// this machine with default options), or the path of a topology file
+/// (TOML, or JSON when it ends in `.json`). Then `opts` applies: `gpus` keeps the
 /// first N GPUs, `nics` / `nic_speed` change the NICs, and `nodes > 1`
 /// builds a cluster of that many copies joined by `opts.fabric`
 /// ([`cluster`]).
@@ -102,11 +102,13 @@ pub use route::{Hop, PathClass, PathInfo};
 /// assert_eq!(t.gpus().len(), 16);
 /// assert_eq!(t.hosts().len(), 2);
 /// assert!(select("no-such-thing", &opts).is_err());
+/// assert_eq!(select("DGX-A100", &opts).unwrap().gpus().len(), 16);
 /// ```
 pub fn select(spec: &str, opts: &ClusterOptions) -> Result<Topology, TopoError> {
-    let base = if is_preset(spec) {
-        preset(spec)?
-    } else if spec == "local" {
+    let lower = spec.to_ascii_lowercase();
+    let base = if is_preset(&lower) {
+        preset(&lower)?
+    } else if lower == "local" {
         discover(&DiscoverOptions::default())?
     } else if Path::new(spec).is_file() {
         format::load(Path::new(spec))?

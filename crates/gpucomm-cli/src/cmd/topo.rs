@@ -21,10 +21,14 @@ use gpucomm_topo::{
     after_help = "Presets: dgx1-v100, dgx2, dgx-a100, dgx-h100, hgx-h200, gb200-nvl72, pcie-8gpu,\n\
 dgx-b200, workstation-rtx4090, dgx1-p100, hgx-a800, hgx-h800, gh200, quad-gh200\n\
 (aliases: dgx1, dgx-2, hgx-b200, rtx4090).\n\
-Examples:\n  gpucomm topo\n  gpucomm topo --preset dgx1-v100\n  gpucomm topo --preset dgx-h100 --nodes 4 --bandwidth\n  \
+Examples:\n  gpucomm topo\n  gpucomm topo --topology dgx1-v100 (or --preset dgx1-v100)\n  gpucomm topo --preset dgx-h100 --nodes 4 --bandwidth\n  \
 gpucomm topo --file my.toml --path gpu0 gpu3\n  gpucomm topo --preset dgx-a100 --export dgx-a100.toml"
 )]
 pub struct Args {
+    /// Machine: a preset (see --list), `local` (this machine, the default),
+    /// or a topology file: the same option as `gpucomm sim --topology`.
+    #[arg(long, short = 't', conflicts_with_all = ["preset", "file"])]
+    pub topology: Option<String>,
     /// A preset system (see --list).
     #[arg(long, conflicts_with = "file")]
     pub preset: Option<String>,
@@ -32,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Discover from this root directory instead of / (it must hold sys/).
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "file"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["topology", "preset", "file"])]
     pub sysfs_root: Option<PathBuf>,
     /// Do not query NVML during discovery.
     #[arg(long)]
@@ -173,6 +177,14 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
 
 fn load(args: &Args) -> anyhow::Result<Topology> {
     let opts = options(&args.cluster)?;
+    // `local` is discovered below, where --no-nvml applies.
+    if let Some(t) = args
+        .topology
+        .as_ref()
+        .filter(|t| !t.eq_ignore_ascii_case("local"))
+    {
+        return gpucomm_topo::select(t, &opts).with_context(|| format!("--topology {t}"));
+    }
     if let Some(p) = &args.preset {
         return Ok(gpucomm_topo::select(p, &opts)?);
     }

@@ -1,0 +1,64 @@
+//! `gpucomm topo` end to end: it takes the machine as `gpucomm sim` does
+//! (`--topology PRESET|local|FILE`), besides `--preset` and `--file`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{gpucomm, scratch_dir};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn ok(args: &[&str]) -> String {
+    let out = gpucomm(args, LIMIT);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.stdout
+}
+
+#[test]
+fn topology_names_a_preset_or_a_file_as_sim_does() {
+    let by_preset = ok(&["topo", "--preset", "dgx-h100", "--nodes", "2", "--json"]);
+    assert!(
+        by_preset.contains("\"name\": \"dgx-h100x2\""),
+        "{by_preset}"
+    );
+    assert_eq!(
+        ok(&["topo", "--topology", "dgx-h100", "--nodes", "2", "--json"]),
+        by_preset
+    );
+    // Preset names in any case, as `gpucomm sim --topology` takes them.
+    assert_eq!(
+        ok(&["topo", "-t", "DGX-H100", "--nodes", "2", "--json"]),
+        by_preset
+    );
+    assert_eq!(
+        ok(&["topo", "--preset", "Dgx-H100", "--nodes", "2", "--json"]),
+        by_preset
+    );
+    let dir = scratch_dir("topo-topology");
+    let file = dir.join("a100.toml");
+    let file = file.to_str().unwrap();
+    ok(&["topo", "--topology", "dgx-a100", "--export", file]);
+    assert_eq!(
+        ok(&["topo", "--topology", file, "--gpus", "4", "--json"]),
+        ok(&["topo", "--file", file, "--gpus", "4", "--json"])
+    );
+    let nope = gpucomm(&["topo", "--topology", "no-such-machine"], LIMIT);
+    assert_eq!(nope.code, Some(1), "{}", nope.dump());
+    assert!(
+        nope.stderr
+            .contains("--topology no-such-machine: unknown topology"),
+        "{}",
+        nope.dump()
+    );
+    let both = gpucomm(
+        &["topo", "--topology", "dgx-h100", "--preset", "dgx-a100"],
+        LIMIT,
+    );
+    assert_eq!(both.code, Some(2), "{}", both.dump());
+    assert!(
+        both.stderr.contains("cannot be used with"),
+        "{}",
+        both.dump()
+    );
+}
