@@ -602,6 +602,48 @@ fn a_chain_reports_nccl_tests_mean_and_its_completion() {
 }
 
 #[test]
+fn gathers_run_and_print_the_sizes_nccl_tests_does() {
+    // nccl-tests rounds an all_gather's part per rank down to 16 bytes:
+    // on 32 ranks its published 4-node sweep (vpbenchmarking, NCCL 2.24.3)
+    // prints 0 for 8 to 256 B and then 512 B, count 4 (per rank).
+    let args = "sim all_gather --topology dgx-h100 --nodes 4 -b 8 -e 512 -f 2";
+    let text = gpucomm(&args.split(' ').collect::<Vec<_>>(), LIMIT);
+    assert_eq!(text.code, Some(0), "{}", text.dump());
+    let rows: Vec<(u64, u64)> = text
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0].parse().unwrap(), w[1].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rows, [[(0, 0); 6].as_slice(), &[(512, 4)]].concat());
+    // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats) run.
+    let v = sim_json(&[
+        "reduce_scatter",
+        "--topology",
+        "dgx-h100",
+        "-b",
+        "1000",
+        "-e",
+        "1000",
+    ]);
+    assert_eq!(v["results"][0]["bytes"], 896, "{v}");
+    // Other collectives run the size given.
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "-b",
+        "1000",
+        "-e",
+        "1000",
+    ]);
+    assert_eq!(v["results"][0]["bytes"], 1000, "{v}");
+}
+
+#[test]
 fn the_root_is_where_a_chain_starts_or_ends() {
     // nccl-tests' `-r`: rank 0 times its own part. As the root of a
     // broadcast it only sends, so it finishes before the ranks down the

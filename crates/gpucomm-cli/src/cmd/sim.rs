@@ -476,8 +476,12 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     if a.iters == 0 {
         bail!("--iters 0: a loop runs at least one iteration");
     }
-    let sizes = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?;
     let ranks = fabric.ranks();
+    // Each size of the sweep as nccl-tests runs and prints it.
+    let sizes: Vec<u64> = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?
+        .into_iter()
+        .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks))
+        .collect();
     match root_of(coll) {
         Some(root) if root >= ranks => bail!(
             "--root {root}: the run has {ranks} ranks (0 to {})",
@@ -605,12 +609,20 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
         )?;
         for r in &results {
-            let elem = if r.bytes % 4 == 0 { 4 } else { 1 };
+            let elem = gpucomm_sim::collective::element_bytes(r.bytes);
+            // nccl-tests' count: the elements of the call, per rank (per
+            // peer) for the collectives whose ranks each own a part.
+            let per = match coll {
+                Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                    ranks as u64
+                }
+                _ => 1,
+            };
             writeln!(
                 o,
                 "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
                 r.bytes,
-                r.bytes / elem,
+                r.bytes / elem / per,
                 if elem == 4 { "float" } else { "int8" },
                 r.algorithm.name(),
                 protocol_name(r).unwrap_or("-"),
