@@ -1334,7 +1334,7 @@ pub fn simulate(
     let bound = |i: usize, preps: &Preps| -> Option<f64> {
         let (c, p) = jobs[i];
         c.schedule()?;
-        let launch = exec_overheads(fabric, c.name(), p).launch;
+        let launch = exec_overheads(fabric, collective, c.name(), p).launch;
         Some(launch.as_secs_f64() + preps.steady_secs(i)?)
     };
     run_jobs(&hardware, &preps, &mut results);
@@ -1835,13 +1835,29 @@ pub fn exec_config(
 
 /// NCCL's overheads of the algorithm it calls `nccl` under `protocol` on
 /// this fabric ([`model::nccl_overheads`]); PAT's launch adds NCCL's linear
-/// part, [`model::NCCL_PAT_PER_RANK_US`] per rank.
+/// part, [`model::NCCL_PAT_PER_RANK_US`] per rank; a ring all_reduce,
+/// all_gather or reduce_scatter across nodes pays at least the network
+/// post overhead on every step ([`model::nccl_net_post_us`]), inside a
+/// node too.
 fn exec_overheads(
     fabric: &ClusterFabric,
+    collective: Collective,
     nccl: &str,
     protocol: Protocol,
 ) -> crate::exec::Overheads {
     let mut o = model::nccl_overheads(nccl, protocol);
+    let ring_steps = matches!(
+        collective,
+        Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
+    );
+    if nccl == "ring" && ring_steps && fabric.nodes() > 1 {
+        let post = SimTime::from_us(model::nccl_net_post_us(
+            fabric.machine.node.amd_cpu,
+            protocol,
+        ));
+        o.step_nvlink = o.step_nvlink.max(post);
+        o.step_pcie = o.step_pcie.max(post);
+    }
     if nccl == "pat" {
         o.launch = o.launch.saturating_add(SimTime::from_us(
             model::NCCL_PAT_PER_RANK_US * fabric.ranks() as f64,
@@ -1862,7 +1878,7 @@ fn exec_config_named(
 ) -> ExecConfig {
     let bw = protocol_bandwidth(fabric, nccl, protocol);
     ExecConfig {
-        overheads: exec_overheads(fabric, nccl, protocol),
+        overheads: exec_overheads(fabric, collective, nccl, protocol),
         // The cap is on payload (bus) bandwidth; flows carry `factor`
         // bytes per payload byte.
         send_cap_gbps: bw.cap_gbps.map(|c| c * bw.factor),

@@ -958,6 +958,28 @@ pub fn memcpy_gbps(host_mem_gbps: f64) -> f64 {
     host_mem_gbps / 2.0
 }
 
+/// NCCL's network post overhead per ring step, us: "Inter-node rings
+/// still have to launch nsteps * net overhead" (NVIDIA/nccl
+/// `src/graph/tuning.cc`, `getNetOverhead`: 1 us on Intel hosts, 2 on
+/// AMD; three times that under Simple). Across nodes every step of a ring
+/// all_reduce, all_gather and reduce_scatter costs at least this, the
+/// steps inside a node included: the ring advances in lock step, as fast
+/// as its ranks at the network post their sends.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_net_post_us, Protocol};
+/// assert_eq!(nccl_net_post_us(false, Protocol::Ll), 1.0);
+/// assert_eq!(nccl_net_post_us(true, Protocol::Simple), 6.0);
+/// ```
+pub fn nccl_net_post_us(amd_cpu: bool, protocol: Protocol) -> f64 {
+    let post = if amd_cpu { 2.0 } else { 1.0 };
+    if protocol == Protocol::Simple {
+        post * 3.0
+    } else {
+        post
+    }
+}
+
 /// What NCCL's cost model needs to know of a communicator
 /// (NVIDIA/nccl `src/graph/tuning.cc`, `ncclTopoTuneModel`).
 #[derive(Clone, Copy, Debug)]
@@ -1079,14 +1101,11 @@ pub fn nccl_model_latency_us(
             }
         }
         _ => {
-            // "Inter-node rings still have to launch nsteps * net overhead."
-            let mut post = 0.0;
-            if nodes > 1 {
-                post = if comm.amd_cpu { 2.0 } else { 1.0 };
-                if protocol == Protocol::Simple {
-                    post *= 3.0;
-                }
-            }
+            let post = if nodes > 1 {
+                nccl_net_post_us(comm.amd_cpu, protocol)
+            } else {
+                0.0
+            };
             let inter_steps = match (nodes, all_reduce) {
                 (1, _) => 0.0,
                 (_, true) => 2.0 * (nodes - 1) as f64,
