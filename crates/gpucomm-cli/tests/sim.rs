@@ -619,28 +619,13 @@ fn gathers_run_and_print_the_sizes_nccl_tests_does() {
         })
         .collect();
     assert_eq!(rows, [[(0, 0); 6].as_slice(), &[(512, 4)]].concat());
-    // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats) run.
-    let v = sim_json(&[
-        "reduce_scatter",
-        "--topology",
-        "dgx-h100",
-        "-b",
-        "1000",
-        "-e",
-        "1000",
-    ]);
-    assert_eq!(v["results"][0]["bytes"], 896, "{v}");
-    // Other collectives run the size given.
-    let v = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "-b",
-        "1000",
-        "-e",
-        "1000",
-    ]);
-    assert_eq!(v["results"][0]["bytes"], 1000, "{v}");
+    // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats) run; the other
+    // collectives run the size given.
+    for (coll, runs) in [("reduce_scatter", 896), ("all_reduce", 1000)] {
+        let args = format!("{coll} --topology dgx-h100 -b 1000 -e 1000");
+        let v = sim_json(&args.split(' ').collect::<Vec<_>>());
+        assert_eq!(v["results"][0]["bytes"], runs, "{v}");
+    }
 }
 
 #[test]
@@ -651,21 +636,10 @@ fn the_root_is_where_a_chain_starts_or_ends() {
     // finishes last. With the root on the other node (rank 8, that node's
     // GPU 0) the completion is the same: the two nodes are alike.
     let run = |coll: &str, root: &str| {
-        let v = sim_json(&[
-            coll,
-            "--topology",
-            "dgx-h100",
-            "--nodes",
-            "2",
-            "-b",
-            "64M",
-            "-e",
-            "64M",
-            "--average",
-            "rank0",
-            "--root",
-            root,
-        ]);
+        let args = format!(
+            "{coll} --topology dgx-h100 --nodes 2 -b 64M -e 64M --average rank0 --root {root}"
+        );
+        let v = sim_json(&args.split(' ').collect::<Vec<_>>());
         assert_eq!(v["root"].as_u64(), root.parse().ok(), "{v}");
         let row = &v["results"][0];
         (f(row, "time_us"), f(row, "completion_us"))
