@@ -245,8 +245,9 @@ fn an_empty_collective_is_discarded_as_nccl_does() {
     assert_eq!(rows[0]["algorithm"], "none");
     assert!(rows[0]["protocol"].is_null());
     assert_eq!(f(&rows[0], "time_us"), 0.0);
-    // The next size runs.
-    assert!(f(&rows[1], "time_us") > 0.0 && rows[1]["protocol"].is_string());
+    // 1 B is no whole float: empty too, as in nccl-tests; 4 B runs.
+    assert_eq!(rows[1]["bytes"], 0);
+    assert!(f(&rows[2], "time_us") > 0.0 && rows[2]["protocol"].is_string());
 }
 
 #[test]
@@ -619,13 +620,29 @@ fn gathers_run_and_print_the_sizes_nccl_tests_does() {
         })
         .collect();
     assert_eq!(rows, [[(0, 0); 6].as_slice(), &[(512, 4)]].concat());
-    // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats) run; the other
-    // collectives run the size given.
-    for (coll, runs) in [("reduce_scatter", 896), ("all_reduce", 1000)] {
-        let args = format!("{coll} --topology dgx-h100 -b 1000 -e 1000");
+    // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats, 14 doubles)
+    // run; the other collectives run whole elements: 7 B is one float, or
+    // 7 int8s (`-d`, as nccl-tests takes it).
+    for (args, runs, datatype) in [
+        ("reduce_scatter -b 1000 -e 1000", 896, "float"),
+        ("all_gather -b 1000 -e 1000 -d double", 896, "double"),
+        ("all_reduce -b 1000 -e 1000", 1000, "float"),
+        ("all_reduce -b 7 -e 7", 4, "float"),
+        ("all_reduce -b 7 -e 7 -d int8", 7, "int8"),
+        ("broadcast -b 7 -e 7 --datatype bf16", 6, "bfloat16"),
+    ] {
+        let args = format!("{args} --topology dgx-h100");
         let v = sim_json(&args.split(' ').collect::<Vec<_>>());
-        assert_eq!(v["results"][0]["bytes"], runs, "{v}");
+        assert_eq!(v["results"][0]["bytes"], runs, "{args}: {v}");
+        assert_eq!(v["datatype"], datatype, "{args}: {v}");
     }
+    let out = gpucomm(&["sim", "all_reduce", "-d", "fp8"], LIMIT);
+    assert_eq!(out.code, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr.contains("unknown type \"fp8\""),
+        "{}",
+        out.dump()
+    );
 }
 
 #[test]

@@ -689,41 +689,45 @@ fn nvls_eligible(fabric: &ClusterFabric, collective: Collective) -> Result<(), S
     Ok(())
 }
 
-/// Bytes per element of a run of `bytes`: 4-byte floats, or bytes (int8)
-/// when `bytes` is not a whole number of floats.
-pub fn element_bytes(bytes: u64) -> u64 {
+/// Bytes per element of a run of `bytes` in the schedules: 4-byte
+/// elements, or single bytes when `bytes` is not a whole number of them.
+fn element_bytes(bytes: u64) -> u64 {
     if bytes % 4 == 0 { 4 } else { 1 }
 }
 
-/// The size nccl-tests runs for a size of its sweep (`-b`..`-e`), and
-/// prints: all_gather, reduce_scatter and all_to_all move a whole number
-/// of elements per rank (per peer), rounded down to 16 bytes
-/// (NVIDIA/nccl-tests `src/all_gather.cu` and its siblings,
-/// `*GetCollByteCount`: `base = (count/nranks) & ~(16/eltSize - 1)`; the
-/// table shows `max(sendBytes, recvBytes)` = `base * nranks` elements), so
-/// a size under 16 bytes per rank runs empty; the other collectives run the
-/// size as given.
+/// The size nccl-tests runs for a size of its sweep (`-b`..`-e`) in
+/// elements of `elem` bytes (its `-d`; 4 for float), and prints: a whole
+/// number of elements (`count = size / wordSize`); all_gather,
+/// reduce_scatter and all_to_all a whole number per rank (per peer),
+/// rounded down to 16 bytes (NVIDIA/nccl-tests `src/all_gather.cu` and its
+/// siblings, `*GetCollByteCount`: `base = (count/nranks) & ~(16/eltSize -
+/// 1)`; the table shows `max(sendBytes, recvBytes)` = `base * nranks`
+/// elements), so a size under 16 bytes per rank runs empty.
 ///
 /// ```
 /// use gpucomm_algo::Collective;
 /// use gpucomm_sim::collective::nccl_tests_bytes;
 ///
-/// // 32 ranks: 256 B is 8 B per rank, under 16: nothing runs.
-/// assert_eq!(nccl_tests_bytes(Collective::AllGather, 256, 32), 0);
-/// assert_eq!(nccl_tests_bytes(Collective::AllGather, 512, 32), 512);
-/// assert_eq!(nccl_tests_bytes(Collective::ReduceScatter, 1000, 8), 896);
-/// assert_eq!(nccl_tests_bytes(Collective::AllToAll, 1 << 20, 24), 1048320);
-/// assert_eq!(nccl_tests_bytes(Collective::AllReduce, 1000, 8), 1000);
+/// // 32 ranks of floats: 256 B is 8 B per rank, under 16: nothing runs.
+/// assert_eq!(nccl_tests_bytes(Collective::AllGather, 256, 32, 4), 0);
+/// assert_eq!(nccl_tests_bytes(Collective::AllGather, 512, 32, 4), 512);
+/// assert_eq!(nccl_tests_bytes(Collective::ReduceScatter, 1000, 8, 4), 896);
+/// assert_eq!(nccl_tests_bytes(Collective::AllToAll, 1 << 20, 24, 4), 1048320);
+/// // Doubles: 2 per 16 bytes.
+/// assert_eq!(nccl_tests_bytes(Collective::AllGather, 1000, 8, 8), 896);
+/// assert_eq!(nccl_tests_bytes(Collective::AllReduce, 1000, 8, 4), 1000);
+/// assert_eq!(nccl_tests_bytes(Collective::AllReduce, 7, 8, 4), 4);
+/// assert_eq!(nccl_tests_bytes(Collective::Broadcast { root: 0 }, 7, 8, 1), 7);
 /// ```
-pub fn nccl_tests_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
+pub fn nccl_tests_bytes(collective: Collective, bytes: u64, ranks: usize, elem: u64) -> u64 {
+    let elem = elem.clamp(1, 16);
     match collective {
         Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-            let elem = element_bytes(bytes);
             let n = ranks.max(1) as u64;
             let base = (bytes / elem / n) & !(16 / elem - 1);
             base * n * elem
         }
-        _ => bytes,
+        _ => bytes / elem * elem,
     }
 }
 

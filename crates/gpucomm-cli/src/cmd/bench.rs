@@ -29,7 +29,7 @@ use gpucomm::launch::{LaunchConfig, LaunchError, LineSink, Stream, launch_with, 
 use gpucomm_algo::{Algorithm, Collective, ReduceOp};
 use serde::{Deserialize, Serialize};
 
-use super::common::{parse_size, size_sweep};
+use super::common::{parse_dtype, parse_size, size_sweep};
 use super::launch::{parse_algorithm, parse_secs, parse_transport};
 
 mod check;
@@ -252,12 +252,6 @@ fn parse_collective_name(s: &str) -> Result<BenchCollective, String> {
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| format!("{e:#}"))
-}
-
-fn parse_dtype(s: &str) -> Result<gpucomm::DataType, String> {
-    gpucomm::DataType::from_name(s).ok_or_else(|| {
-        format!("unknown type {s:?} (expected f32, f64, f16, bf16, i8, u8, i32, u32, i64 or u64)")
-    })
 }
 
 fn parse_op(s: &str) -> Result<ReduceOp, String> {

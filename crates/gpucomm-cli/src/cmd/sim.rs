@@ -20,7 +20,7 @@ use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
 
-use super::common::{format_bytes, parse_size, size_sweep};
+use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep};
 
 /// Arguments of `gpucomm sim`.
 #[derive(clap::Args, Debug)]
@@ -150,6 +150,12 @@ struct CollArgs {
     /// r / GPUs-per-node).
     #[arg(short = 'r', long, default_value_t = 0)]
     root: usize,
+    /// Data type, as nccl-tests' `-d` (float, half, bfloat16, double,
+    /// int8, int32, ... or gpucomm's f32, f16, bf16...): sizes run as a
+    /// whole number of elements, as nccl-tests runs them; the time depends
+    /// on the bytes alone.
+    #[arg(short = 'd', long, alias = "dtype", default_value = "float", value_parser = parse_dtype)]
+    datatype: gpucomm::DataType,
 }
 
 #[derive(clap::Args, Debug)]
@@ -477,10 +483,11 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         bail!("--iters 0: a loop runs at least one iteration");
     }
     let ranks = fabric.ranks();
+    let elem = a.datatype.size() as u64;
     // Each size of the sweep as nccl-tests runs and prints it.
     let sizes: Vec<u64> = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?
         .into_iter()
-        .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks))
+        .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks, elem))
         .collect();
     match root_of(coll) {
         Some(root) if root >= ranks => bail!(
@@ -558,7 +565,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let mut doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
                          "ranks": ranks, "network": network_json(&mach), "tuner": a.tuner.json(), "average": shown.name(),
-                         "iterations": a.iters, "results": rows});
+                         "iterations": a.iters, "datatype": nccl_type_name(a.datatype), "results": rows});
         if let Some(root) = root_of(coll) {
             doc["root"] = json!(root);
         }
@@ -609,7 +616,6 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
         )?;
         for r in &results {
-            let elem = gpucomm_sim::collective::element_bytes(r.bytes);
             // nccl-tests' count: the elements of the call, per rank (per
             // peer) for the collectives whose ranks each own a part.
             let per = match coll {
@@ -623,7 +629,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
                 r.bytes,
                 r.bytes / elem / per,
-                if elem == 4 { "float" } else { "int8" },
+                nccl_type_name(a.datatype),
                 r.algorithm.name(),
                 protocol_name(r).unwrap_or("-"),
                 r.time.as_us(),

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use gpucomm_algo::{Collective, ReduceOp};
 
+use super::super::common::nccl_type_name;
 use super::{Args, Memory, Plan, Record, check};
 
 /// One output row, combined over ranks.
@@ -222,23 +223,6 @@ impl Printer {
             self.args.collective.name()
         );
         self.write(&s);
-    }
-}
-
-/// nccl-tests' type names (the `type` column).
-pub fn nccl_type_name(t: gpucomm::DataType) -> &'static str {
-    match t.name() {
-        "f32" => "float",
-        "f64" => "double",
-        "f16" => "half",
-        "bf16" => "bfloat16",
-        "i8" => "int8",
-        "u8" => "uint8",
-        "i32" => "int32",
-        "u32" => "uint32",
-        "i64" => "int64",
-        "u64" => "uint64",
-        other => other,
     }
 }
 
