@@ -70,6 +70,34 @@ pub fn format_bytes(b: u64) -> String {
     }
 }
 
+/// Parses a data type as `-d` takes it: gpucomm's names (f32, bf16...) or
+/// nccl-tests' (float, bfloat16, half, int8...).
+pub fn parse_dtype(s: &str) -> Result<gpucomm::DataType, String> {
+    gpucomm::DataType::from_name(s).ok_or_else(|| {
+        format!(
+            "unknown type {s:?} (expected f32, f64, f16, bf16, i8, u8, i32, u32, i64 or u64, \
+             or nccl-tests' float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64)"
+        )
+    })
+}
+
+/// nccl-tests' type names (the `type` column).
+pub fn nccl_type_name(t: gpucomm::DataType) -> &'static str {
+    match t.name() {
+        "f32" => "float",
+        "f64" => "double",
+        "f16" => "half",
+        "bf16" => "bfloat16",
+        "i8" => "int8",
+        "u8" => "uint8",
+        "i32" => "int32",
+        "u32" => "uint32",
+        "i64" => "int64",
+        "u64" => "uint64",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,33 +131,5 @@ mod tests {
         assert_eq!(format_bytes(0), "0 B");
         assert_eq!(format_bytes(1536), "1.5 KiB");
         assert_eq!(format_bytes(64 << 20), "64 MiB");
-    }
-}
-
-/// Parses a data type as `-d` takes it: gpucomm's names (f32, bf16...) or
-/// nccl-tests' (float, bfloat16, half, int8...).
-pub fn parse_dtype(s: &str) -> Result<gpucomm::DataType, String> {
-    gpucomm::DataType::from_name(s).ok_or_else(|| {
-        format!(
-            "unknown type {s:?} (expected f32, f64, f16, bf16, i8, u8, i32, u32, i64 or u64, \
-             or nccl-tests' float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64)"
-        )
-    })
-}
-
-/// nccl-tests' type names (the `type` column).
-pub fn nccl_type_name(t: gpucomm::DataType) -> &'static str {
-    match t.name() {
-        "f32" => "float",
-        "f64" => "double",
-        "f16" => "half",
-        "bf16" => "bfloat16",
-        "i8" => "int8",
-        "u8" => "uint8",
-        "i32" => "int32",
-        "u32" => "uint32",
-        "i64" => "int64",
-        "u64" => "uint64",
-        other => other,
     }
 }
