@@ -409,56 +409,65 @@ impl Mem {
         out
     }
 
+    /// Writes `new` (runs in order) at `off`, replacing what was there.
+    ///
+    /// The run list stays normalized (no run continues the one before
+    /// it), so only the written range and its two borders need merging:
+    /// the runs around it are spliced, not rebuilt (a rebuild compared
+    /// every pair of runs on every write, which made checking a 1024-rank
+    /// ring take half a minute).
     fn write(&mut self, off: usize, new: Vec<Run>) {
         let len: usize = new.iter().map(|r| r.len).sum();
         if len == 0 {
             return;
         }
         let end = off + len;
-        let mut out: Vec<(usize, Run)> = Vec::with_capacity(self.runs.len() + new.len() + 2);
+        // Runs [k0, k1) overlap [off, end).
+        let k0 = self.runs.partition_point(|(s, r)| s + r.len <= off);
+        let k1 = self.runs.partition_point(|(s, _)| *s < end);
+        let mut mid: Vec<(usize, Run)> = Vec::with_capacity(new.len() + 4);
         let push = |out: &mut Vec<(usize, Run)>, start: usize, r: Run| {
-            if let Some((ps, pr)) = out.last_mut() {
+            if let Some((_, pr)) = out.last_mut() {
                 if pr.continues(&r) {
                     pr.len += r.len;
-                    let _ = ps;
                     return;
                 }
             }
             out.push((start, r));
         };
-        let mut placed = false;
-        for (s, r) in std::mem::take(&mut self.runs) {
-            let e = s + r.len;
-            if e <= off || s >= end {
-                if s >= end && !placed {
-                    let mut at = off;
-                    for nr in new.iter() {
-                        let l = nr.len;
-                        push(&mut out, at, nr.clone());
-                        at += l;
-                    }
-                    placed = true;
-                }
-                push(&mut out, s, r);
-                continue;
-            }
-            if s < off {
-                push(&mut out, s, r.clip(0, off - s));
-            }
-            if !placed {
-                let mut at = off;
-                for nr in new.iter() {
-                    let l = nr.len;
-                    push(&mut out, at, nr.clone());
-                    at += l;
-                }
-                placed = true;
-            }
-            if e > end {
-                push(&mut out, end, r.clip(end - s, e - end));
+        // The run ending where the written range starts, to merge with its
+        // first run (a run cut at `off` keeps its own start instead).
+        let starts_at_off = k0 == k1 || self.runs[k0].0 >= off;
+        let lo = if k0 > 0 && starts_at_off { k0 - 1 } else { k0 };
+        if lo < k0 {
+            mid.push(self.runs[lo].clone());
+        }
+        if k0 < k1 {
+            let (s, r) = &self.runs[k0];
+            if *s < off {
+                push(&mut mid, *s, r.clip(0, off - s));
             }
         }
-        self.runs = out;
+        let mut at = off;
+        for nr in new {
+            let l = nr.len;
+            push(&mut mid, at, nr);
+            at += l;
+        }
+        if k0 < k1 {
+            let (s, r) = &self.runs[k1 - 1];
+            let e = s + r.len;
+            if e > end {
+                push(&mut mid, end, r.clip(end - s, e - end));
+            }
+        }
+        // The run after it, to merge with its last run.
+        let mut hi = k1;
+        if k1 < self.runs.len() {
+            push(&mut mid, self.runs[k1].0, self.runs[k1].1.clone());
+            hi = k1 + 1;
+        }
+        self.runs.splice(lo..hi, mid);
     }
 }
 
