@@ -822,6 +822,93 @@ fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), 
 }
 
 /// Any two steps of `rank` whose accesses conflict must be ordered by deps.
+/// The most memory one rank's ancestor sets may take in the race check,
+/// bytes (about 93,000 steps); above it each question is a search.
+const RACE_BITS_BYTES: usize = 1 << 30;
+
+/// Whether one step of a rank happens before another, along the
+/// dependencies. Every step's ancestors are held as a bit set (steps² / 8
+/// bytes) while that fits in `limit` bytes; past it each question is a
+/// search back along the dependencies from the later step, which only
+/// steps after the earlier one can lie on (dependencies point back). The
+/// root of a direct broadcast cut in 64-byte chunks has 245,761 steps: 7
+/// GiB of sets, which ended the process before.
+struct Reach<'a> {
+    steps: &'a [Step],
+    bits: Option<Vec<Vec<u64>>>,
+    mark: Vec<u32>,
+    epoch: u32,
+    stack: Vec<usize>,
+}
+
+impl<'a> Reach<'a> {
+    fn new(steps: &'a [Step], limit: usize) -> Self {
+        let m = steps.len();
+        let words = m.div_ceil(64);
+        let bits = (m.saturating_mul(words).saturating_mul(8) <= limit).then(|| {
+            let mut anc: Vec<Vec<u64>> = Vec::with_capacity(m);
+            for st in steps {
+                let mut a = vec![0u64; words];
+                for &d in &st.deps {
+                    let d = d as usize;
+                    a[d / 64] |= 1 << (d % 64);
+                    for (w, v) in a.iter_mut().zip(&anc[d]) {
+                        *w |= v;
+                    }
+                }
+                anc.push(a);
+            }
+            anc
+        });
+        let mark = if bits.is_some() {
+            Vec::new()
+        } else {
+            vec![0; m]
+        };
+        Reach {
+            steps,
+            bits,
+            mark,
+            epoch: 0,
+            stack: Vec::new(),
+        }
+    }
+
+    /// Whether step `a` happens before step `b` (`a < b`).
+    fn before(&mut self, a: usize, b: usize) -> bool {
+        if let Some(anc) = &self.bits {
+            return anc[b][a / 64] & (1 << (a % 64)) != 0;
+        }
+        let epoch = bump_epoch(&mut self.epoch, &mut self.mark);
+        self.stack.clear();
+        self.stack.push(b);
+        while let Some(x) = self.stack.pop() {
+            for &d in &self.steps[x].deps {
+                let d = d as usize;
+                if d == a {
+                    return true;
+                }
+                if d > a && self.mark[d] != epoch {
+                    self.mark[d] = epoch;
+                    self.stack.push(d);
+                }
+            }
+        }
+        false
+    }
+}
+
+/// A generation counter for "visited in this search" marks, so they never
+/// need clearing (except on wrap-around).
+fn bump_epoch(epoch: &mut u32, marks: &mut [u32]) -> u32 {
+    *epoch = epoch.wrapping_add(1);
+    if *epoch == 0 {
+        marks.iter_mut().for_each(|m| *m = 0);
+        *epoch = 1;
+    }
+    *epoch
+}
+
 fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), CheckError> {
     let m = steps.len();
     if m < 2 {
@@ -850,9 +937,7 @@ fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), 
         }
     }
     acc.sort_unstable();
-    let words = m.div_ceil(64);
-    let mut anc: Vec<Vec<u64>> = Vec::new();
-    let mut built = false;
+    let mut reach: Option<Reach> = None;
     let mut active: Vec<usize> = Vec::new();
     for x in 0..acc.len() {
         let (b, lo, _, sx, wx) = acc[x];
@@ -862,23 +947,9 @@ fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), 
             if sy == sx || !(wx || wy) {
                 continue;
             }
-            if !built {
-                anc = vec![vec![0u64; words]; m];
-                for (i, st) in steps.iter().enumerate() {
-                    let mut a = vec![0u64; words];
-                    for &d in &st.deps {
-                        let d = d as usize;
-                        a[d / 64] |= 1 << (d % 64);
-                        for (w, v) in a.iter_mut().zip(&anc[d]) {
-                            *w |= v;
-                        }
-                    }
-                    anc[i] = a;
-                }
-                built = true;
-            }
+            let reach = reach.get_or_insert_with(|| Reach::new(steps, RACE_BITS_BYTES));
             let (first, second) = (sx.min(sy), sx.max(sy));
-            if anc[second][first / 64] & (1 << (first % 64)) == 0 {
+            if !reach.before(first, second) {
                 let hi = acc[x].2.min(yhi);
                 let lo2 = lo.max(ylo);
                 let name = ["input/output", "output", "scratch"][b];
@@ -901,4 +972,64 @@ fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), 
         active.push(x);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps whose dependencies form a pseudo-random DAG (each step depends
+    /// on up to three earlier ones, some far back).
+    fn dag(m: usize) -> Vec<Step> {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        (0..m)
+            .map(|i| {
+                let mut deps: Vec<u32> = (0..next() % 4)
+                    .filter(|_| i > 0)
+                    .map(|_| {
+                        let back = if next() % 5 == 0 {
+                            next() as usize % i
+                        } else {
+                            next() as usize % 3
+                        };
+                        i.saturating_sub(back + 1) as u32
+                    })
+                    .collect();
+                deps.sort_unstable();
+                deps.dedup();
+                Step {
+                    kind: StepKind::Copy {
+                        src: Slice::new(Buf::Input, 0, 1),
+                        dst: Slice::new(Buf::Output, 0, 1),
+                    },
+                    channel: 0,
+                    deps,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_dependency_search_answers_as_the_ancestor_sets_do() {
+        let steps = dag(300);
+        let mut bits = Reach::new(&steps, usize::MAX);
+        let mut search = Reach::new(&steps, 0);
+        assert!(bits.bits.is_some() && search.bits.is_none());
+        let mut yes = 0;
+        for b in 0..steps.len() {
+            for a in 0..b {
+                let want = bits.before(a, b);
+                assert_eq!(search.before(a, b), want, "{a} before {b}");
+                yes += usize::from(want);
+            }
+        }
+        // Both answers occur.
+        assert!(yes > 1000 && yes < 300 * 299 / 2, "{yes}");
+    }
 }
