@@ -293,6 +293,9 @@ fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             p.nranks
         );
     }
+    // Every step is printed (and held): a 16 MiB ring cut in 64-byte
+    // chunks ran out of memory.
+    guard(&s, 2_000_000, "show")?;
     let steps: Vec<Vec<Step>> = (0..p.nranks).map(|r| s.rank_steps(r)).collect();
     let rep = check(&s);
     let mut out = std::io::stdout().lock();
@@ -598,5 +601,20 @@ mod tests {
         };
         assert_eq!((sends(0), sends(1), sends(2), sends(3)), (16, 4, 16, 0));
         gpucomm_algo::check(&s).unwrap();
+    }
+
+    #[test]
+    fn show_refuses_more_steps_than_it_can_print() {
+        // A 16 MiB ring cut in 64-byte chunks: about 15.7 M steps, which
+        // `show` held and printed until it ran out of memory.
+        let mut a = args("all_reduce");
+        a.ranks = 16;
+        a.bytes = "16M".into();
+        a.chunk = "64".into();
+        let e = show(&a).unwrap_err().to_string();
+        assert!(e.contains("too many to show here"), "{e}");
+        a.bytes = "1M".into();
+        a.chunk = "0".into();
+        assert!(show(&a).is_ok());
     }
 }
