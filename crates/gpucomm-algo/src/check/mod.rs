@@ -821,7 +821,6 @@ fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), 
     Ok(())
 }
 
-/// Any two steps of `rank` whose accesses conflict must be ordered by deps.
 /// The most memory one rank's ancestor sets may take in the race check,
 /// bytes (about 93,000 steps); above it each question is a search.
 const RACE_BITS_BYTES: usize = 1 << 30;
@@ -909,6 +908,7 @@ fn bump_epoch(epoch: &mut u32, marks: &mut [u32]) -> u32 {
     *epoch
 }
 
+/// Any two steps of `rank` whose accesses conflict must be ordered by deps.
 fn races(p: &Problem, rank: usize, steps: &[Step], aliased: bool) -> Result<(), CheckError> {
     let m = steps.len();
     if m < 2 {
