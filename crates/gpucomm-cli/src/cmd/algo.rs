@@ -417,6 +417,13 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             .collect(),
     };
     if algs.is_empty() {
+        // A problem no algorithm can take (a root past the ranks, say)
+        // says why, rather than that no algorithm implements it.
+        if let Err(e @ gpucomm_algo::AlgoError::InvalidProblem(_)) =
+            Schedule::new(p, Algorithm::Ring)
+        {
+            bail!(e);
+        }
         bail!(
             "no algorithm implements {} for this problem",
             p.collective.name()
@@ -613,6 +620,11 @@ mod tests {
         a.chunk = "64".into();
         let e = show(&a).unwrap_err().to_string();
         assert!(e.contains("too many to show here"), "{e}");
+        // A problem no algorithm takes says why.
+        let mut b = args("broadcast");
+        b.root = 9;
+        let e = check_cmd(&b).unwrap_err().to_string();
+        assert!(e.contains("root 9 out of range for 4 ranks"), "{e}");
         a.bytes = "1M".into();
         a.chunk = "0".into();
         assert!(show(&a).is_ok());
