@@ -282,6 +282,49 @@ impl Problem {
         }
     }
 
+    /// Checks that the problem can be scheduled at all, whatever the
+    /// algorithm: at least one rank, rank per node and byte per element,
+    /// a root among the ranks, and a size the schedules can address.
+    ///
+    /// ```
+    /// use gpucomm_algo::{Collective, Problem};
+    ///
+    /// assert!(Problem::new(Collective::AllReduce, 16, 4, 4).validate().is_ok());
+    /// let e = Problem::new(Collective::Broadcast { root: 9 }, 16, 4, 4).validate();
+    /// assert_eq!(e.unwrap_err().to_string(), "invalid problem: root 9 out of range for 4 ranks");
+    /// ```
+    pub fn validate(&self) -> Result<(), crate::AlgoError> {
+        use crate::AlgoError::InvalidProblem;
+        if self.nranks == 0 {
+            return Err(InvalidProblem("nranks must be at least 1".into()));
+        }
+        if self.ranks_per_node == 0 {
+            return Err(InvalidProblem("ranks_per_node must be at least 1".into()));
+        }
+        if self.elem_size == 0 {
+            return Err(InvalidProblem("elem_size must be at least 1".into()));
+        }
+        if let Some(root) = self.collective.root() {
+            if root >= self.nranks {
+                return Err(InvalidProblem(format!(
+                    "root {root} out of range for {} ranks",
+                    self.nranks
+                )));
+            }
+        }
+        let elems = self
+            .count
+            .checked_mul(self.nranks)
+            .and_then(|e| e.checked_mul(self.elem_size));
+        if elems.is_none_or(|e| e > (u32::MAX as usize) << 16) {
+            return Err(InvalidProblem(format!(
+                "count {} x {} ranks x {} bytes is too large",
+                self.count, self.nranks, self.elem_size
+            )));
+        }
+        Ok(())
+    }
+
     /// The same problem with another element size.
     pub const fn with_elem_size(mut self, elem_size: usize) -> Self {
         self.elem_size = elem_size;

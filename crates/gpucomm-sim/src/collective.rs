@@ -721,14 +721,36 @@ fn element_bytes(bytes: u64) -> u64 {
 /// ```
 pub fn nccl_tests_bytes(collective: Collective, bytes: u64, ranks: usize, elem: u64) -> u64 {
     let elem = elem.clamp(1, 16);
-    match collective {
-        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-            let n = ranks.max(1) as u64;
-            let base = (bytes / elem / n) & !(16 / elem - 1);
-            base * n * elem
-        }
-        _ => bytes / elem * elem,
-    }
+    let (parts, align) = match nccl_tests_parts(collective, ranks) {
+        Some(n) => (n, 16 / elem),
+        None => (1, 1),
+    };
+    ((bytes / elem / parts) & !(align - 1)) * parts * elem
+}
+
+/// The count nccl-tests prints beside a size it runs
+/// ([`nccl_tests_bytes`]): the elements of one call, per rank (per peer)
+/// for all_gather, reduce_scatter and all_to_all.
+///
+/// ```
+/// use gpucomm_algo::Collective;
+/// use gpucomm_sim::collective::nccl_tests_count;
+///
+/// assert_eq!(nccl_tests_count(Collective::AllGather, 512, 32, 4), 4);
+/// assert_eq!(nccl_tests_count(Collective::AllReduce, 512, 32, 4), 128);
+/// ```
+pub fn nccl_tests_count(collective: Collective, bytes: u64, ranks: usize, elem: u64) -> u64 {
+    bytes / elem.max(1) / nccl_tests_parts(collective, ranks).unwrap_or(1)
+}
+
+/// The parts nccl-tests cuts a size in for collectives whose ranks (or
+/// peers) each own one, `None` for the others.
+fn nccl_tests_parts(collective: Collective, ranks: usize) -> Option<u64> {
+    matches!(
+        collective,
+        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll
+    )
+    .then_some(ranks.max(1) as u64)
 }
 
 /// Device memory each GPU holds for `collective` of `bytes` on `ranks`

@@ -62,39 +62,7 @@ pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
 }
 
 pub(crate) fn validate(p: &Problem, algorithm: Algorithm) -> Result<(), AlgoError> {
-    if p.nranks == 0 {
-        return Err(AlgoError::InvalidProblem(
-            "nranks must be at least 1".into(),
-        ));
-    }
-    if p.ranks_per_node == 0 {
-        return Err(AlgoError::InvalidProblem(
-            "ranks_per_node must be at least 1".into(),
-        ));
-    }
-    if p.elem_size == 0 {
-        return Err(AlgoError::InvalidProblem(
-            "elem_size must be at least 1".into(),
-        ));
-    }
-    if let Some(root) = p.collective.root() {
-        if root >= p.nranks {
-            return Err(AlgoError::InvalidProblem(format!(
-                "root {root} out of range for {} ranks",
-                p.nranks
-            )));
-        }
-    }
-    let elems = p
-        .count
-        .checked_mul(p.nranks)
-        .and_then(|e| e.checked_mul(p.elem_size));
-    if elems.is_none_or(|e| e > (u32::MAX as usize) << 16) {
-        return Err(AlgoError::InvalidProblem(format!(
-            "count {} x {} ranks x {} bytes is too large",
-            p.count, p.nranks, p.elem_size
-        )));
-    }
+    p.validate()?;
     support(p, algorithm).map_err(|why| AlgoError::Unsupported {
         collective: p.collective.name(),
         algorithm: algorithm.name(),

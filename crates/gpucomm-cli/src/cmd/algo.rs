@@ -172,7 +172,10 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
         _ => bytes / per,
     };
     let rpn = a.ranks_per_node.unwrap_or(a.ranks);
-    Ok(Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size))
+    let p = Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size);
+    // Whatever the algorithm (a root past the ranks, say): said once, here.
+    p.validate()?;
+    Ok(p)
 }
 
 fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
@@ -417,13 +420,6 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             .collect(),
     };
     if algs.is_empty() {
-        // A problem no algorithm can take (a root past the ranks, say)
-        // says why, rather than that no algorithm implements it.
-        if let Err(e @ gpucomm_algo::AlgoError::InvalidProblem(_)) =
-            Schedule::new(p, Algorithm::Ring)
-        {
-            bail!(e);
-        }
         bail!(
             "no algorithm implements {} for this problem",
             p.collective.name()

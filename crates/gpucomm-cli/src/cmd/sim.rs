@@ -616,19 +616,11 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
         )?;
         for r in &results {
-            // nccl-tests' count: the elements of the call, per rank (per
-            // peer) for the collectives whose ranks each own a part.
-            let per = match coll {
-                Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-                    ranks as u64
-                }
-                _ => 1,
-            };
             writeln!(
                 o,
                 "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
                 r.bytes,
-                r.bytes / elem / per,
+                gpucomm_sim::collective::nccl_tests_count(coll, r.bytes, ranks, elem),
                 nccl_type_name(a.datatype),
                 r.algorithm.name(),
                 protocol_name(r).unwrap_or("-"),
