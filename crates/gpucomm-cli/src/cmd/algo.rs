@@ -55,8 +55,8 @@ struct ProblemArgs {
     /// Bytes per element.
     #[arg(long, default_value_t = 4)]
     elem_size: usize,
-    /// Parallel channels.
-    #[arg(long, short = 'c', default_value_t = 1)]
+    /// Parallel channels (0 refused: it ran as 1 without a word).
+    #[arg(long, short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     channels: u16,
     /// Largest piece a step moves, in bytes (0: no chunking).
     #[arg(long, default_value = "0")]
@@ -112,7 +112,7 @@ struct TuneArgs {
     #[arg(long, default_value_t = 10)]
     top: usize,
     /// The most channels the engine can run.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     max_channels: u16,
 }
 
@@ -604,6 +604,24 @@ mod tests {
         };
         assert_eq!((sends(0), sends(1), sends(2), sends(3)), (16, 4, 16, 0));
         gpucomm_algo::check(&s).unwrap();
+    }
+
+    #[test]
+    fn zero_channels_are_refused_not_run_as_one() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: TuneArgs,
+        }
+        use clap::Parser;
+        for bad in ["--channels", "--max-channels"] {
+            let e = T::try_parse_from(["t", "all_reduce", bad, "0"]).err();
+            assert!(
+                e.is_some_and(|e| e.to_string().contains("0 is not in 1..")),
+                "{bad}"
+            );
+        }
+        assert!(T::try_parse_from(["t", "all_reduce", "--channels", "2"]).is_ok());
     }
 
     #[test]
