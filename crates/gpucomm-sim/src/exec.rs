@@ -11,18 +11,19 @@
 //!
 //! # Symmetry
 //!
-//! When the fabric says translating every rank by one node is an
-//! automorphism (identical nodes, every link owned by one node, a
-//! non-blocking core), and the schedule's steps are invariant under the same
-//! translation (checked on the first, middle and last local ranks of nodes 1
-//! and N-1: same kinds, channels and
-//! dependencies, peers shifted by one node; lengths may differ by one
+//! When the fabric says translating every rank by a period of nodes is an
+//! automorphism ([`Fabric::node_orbits`]: one node where nodes are
+//! identical, every link owned by one node and the core non-blocking; a
+//! leaf's nodes behind oversubscribed leaf uplinks), and the schedule's
+//! steps are invariant under the same translation (checked on every rank
+//! of the second period and of the last: same kinds, channels and
+//! dependencies, peers shifted by the period; lengths may differ by one
 //! element, as blocks do when a count does not divide by the rank count),
-//! only the ranks of node 0 are
-//! simulated: a link stands for its whole orbit, a flow for the same flow on
-//! every node. Max-min fairness is preserved because the fair allocation of
-//! a symmetric network is itself symmetric. This is what makes a 16384-rank
-//! ring cheap; [`ExecConfig::symmetry`] turns it off.
+//! only the ranks of the first period are simulated: a link stands for its
+//! whole orbit, a flow for the same flow in every period. Max-min fairness
+//! is preserved because the fair allocation of a symmetric network is
+//! itself symmetric. This is what makes a 16384-rank ring cheap;
+//! [`ExecConfig::symmetry`] turns it off.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -171,8 +172,8 @@ pub struct ExecResult {
     /// When the last rank finished.
     pub time: SimTime,
     /// When each simulated rank finished its last step (a rank without
-    /// steps: at the launch). Under the symmetry reduction, node 0's
-    /// ranks, which stand for every node's.
+    /// steps: at the launch). Under the symmetry reduction, the first
+    /// period's ranks (node 0's, or leaf 0's), which stand for all.
     pub rank_finish: Vec<SimTime>,
     /// When each simulated rank finished each iteration of a
     /// [`Prepared::repeated`] schedule, in order (one per iteration; the
@@ -358,7 +359,8 @@ pub fn run_schedule(
 }
 
 /// A schedule made ready to run on a fabric: the steps of the ranks to
-/// simulate (every rank, or node 0's under the symmetry reduction),
+/// simulate (every rank, or the first period's under the symmetry
+/// reduction: node 0's, or leaf 0's behind oversubscribed leaf uplinks),
 /// compacted, with sends paired to receives. Generating the steps is a
 /// large part of a run at scale; a prepared schedule runs any number of
 /// times, under configurations that differ in overheads, protocol wire
@@ -391,8 +393,9 @@ pub struct Prepared {
 
 impl Prepared {
     /// Generates and compacts the steps `cfg` asks to simulate: with
-    /// `cfg.symmetry` and no trace, node 0's ranks when the fabric and the
-    /// schedule are node-symmetric. Ranks are generated on all cores.
+    /// `cfg.symmetry` and no trace, the first period's ranks when the fabric
+    /// and the schedule are symmetric under translation by that period
+    /// ([`Fabric::node_orbits`]). Ranks are generated on all cores.
     pub fn new(
         schedule: &Schedule,
         fabric: &dyn Fabric,
@@ -411,45 +414,53 @@ impl Prepared {
         // (the compact form is a fraction of the size), and the symmetry
         // check compares compact forms.
         let generate = |r: &usize| compact(*r, &schedule.rank_step_list(*r), elem, n);
+        // The ranks of one period of the fabric's translation symmetry.
         let mut orbit = None;
-        if cfg.symmetry && cfg.trace_ranks == 0 && n > rpn && n % rpn == 0 {
-            orbit = fabric_orbits(fabric);
+        let mut group = n;
+        if cfg.symmetry && cfg.trace_ranks == 0 {
+            if let Some(o) = fabric.node_orbits() {
+                let g = o.period.max(1) * rpn;
+                if n > g && n % g == 0 {
+                    group = g;
+                    orbit = Some(o.rep);
+                }
+            }
         }
         // Ranks compacted so far, by rank.
         let mut have: Vec<(usize, RankState)> = Vec::new();
         if orbit.is_some() {
-            // Node 0's ranks (simulated either way), then every local rank
-            // of node 1 and of the last node against them, a few at a time
-            // and dropped once compared (a ring on 16384 ranks has half a
-            // million steps per rank). Every local rank: a tree whose
-            // chains all start at one GPU (a quad-GH200 node's NVLink
-            // rings) differs between nodes at that head only, and probing
-            // the first, middle and last local rank alone took such a tree
-            // for node-symmetric (and deadlocked on 2 nodes).
-            let locals: Vec<usize> = (0..rpn).collect();
+            // The first period's ranks (simulated either way), then every
+            // rank of the second period and of the last against them, a
+            // few at a time and dropped once compared (a ring on 16384
+            // ranks has half a million steps per rank). Every rank: a tree
+            // whose chains all start at one GPU (a quad-GH200 node's
+            // NVLink rings) differs between nodes at that head only, and
+            // probing the first, middle and last local rank alone took
+            // such a tree for node-symmetric (and deadlocked on 2 nodes).
+            let locals: Vec<usize> = (0..group).collect();
             for (r, st) in locals.iter().zip(par_map(&locals, generate)) {
                 have.push((*r, st?));
             }
-            let nodes = n / rpn;
-            let mut probe_nodes = vec![1];
-            if nodes > 2 {
-                probe_nodes.push(nodes - 1);
+            let periods = n / group;
+            let mut probe_periods = vec![1];
+            if periods > 2 {
+                probe_periods.push(periods - 1);
             }
-            let probes: Vec<usize> = probe_nodes
+            let probes: Vec<usize> = probe_periods
                 .iter()
-                .flat_map(|&node| locals.iter().map(move |&l| node * rpn + l))
+                .flat_map(|&p| locals.iter().map(move |&l| p * group + l))
                 .collect();
             'probe: for batch in probes.chunks(crate::par::threads().max(1)) {
                 for (r, other) in batch.iter().zip(par_map(batch, generate)) {
-                    let base = r - r % rpn;
-                    if !same_up_to_node_shift(&have[r % rpn].1, &other?, base, n, elem) {
+                    let base = r - r % group;
+                    if !same_up_to_node_shift(&have[r % group].1, &other?, base, n, elem) {
                         orbit = None;
                         break 'probe;
                     }
                 }
             }
         }
-        let simulate = if orbit.is_some() { rpn } else { n };
+        let simulate = if orbit.is_some() { group } else { n };
         if simulate > MEMORY_CHECK_RANKS {
             if have.is_empty() {
                 have.push((0, generate(&0)?));
@@ -603,7 +614,8 @@ impl Prepared {
         })
     }
 
-    /// Ranks simulated: node 0's under the symmetry reduction, else all.
+    /// Ranks simulated: the first period's (node 0's, or leaf 0's) under the
+    /// symmetry reduction, else all.
     pub fn simulated_ranks(&self) -> usize {
         self.ranks.len()
     }
@@ -717,12 +729,6 @@ impl Prepared {
             rank_spans: std::mem::take(&mut ex.spans),
         })
     }
-}
-
-/// The orbit representative of every link under node translation, when the
-/// fabric declares one (see [`crate::machine::ClusterFabric`]).
-fn fabric_orbits(fabric: &dyn Fabric) -> Option<Vec<Option<LinkId>>> {
-    fabric.node_orbits()
 }
 
 /// True when `other` (a rank `shift` ranks after `base`'s) has `base`'s

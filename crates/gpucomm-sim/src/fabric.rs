@@ -58,10 +58,24 @@ pub trait Fabric {
     fn route(&self, src: usize, dst: usize, channel: u16) -> Result<Route, SimError>;
     /// Bandwidth of a local copy or reduction on a rank's device, GB/s.
     fn local_gbps(&self, rank: usize) -> f64;
-    /// When translating every rank by one node is an automorphism of the
-    /// fabric: the orbit representative (a link of node 0) of every link.
-    /// `None` (the default) disables the executor's symmetry reduction.
-    fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
+    /// When translating every rank by a whole number of nodes is an
+    /// automorphism of the fabric: that period and the orbit representative
+    /// of every link. `None` (the default) disables the executor's symmetry
+    /// reduction.
+    fn node_orbits(&self) -> Option<NodeOrbits> {
         None
     }
+}
+
+/// A fabric's translation symmetry ([`Fabric::node_orbits`]): moving every
+/// rank by `period` nodes maps links onto links, so the first `period`
+/// nodes stand for all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeOrbits {
+    /// Nodes in one period: 1 where every node is alike, a leaf's nodes
+    /// behind oversubscribed leaf uplinks.
+    pub period: usize,
+    /// The representative of every link (`None`: a link no route of the
+    /// first period's ranks crosses).
+    pub rep: Vec<Option<LinkId>>,
 }

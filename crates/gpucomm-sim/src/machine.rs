@@ -8,7 +8,7 @@
 //! efficiency of the engine that moves the bytes (see [`crate::model`]).
 
 use crate::engine::LinkId;
-use crate::fabric::{Fabric, PathClass, Route};
+use crate::fabric::{Fabric, NodeOrbits, PathClass, Route};
 use crate::model;
 pub use crate::model::Arch;
 use crate::{SimError, SimTime};
@@ -449,8 +449,9 @@ enum Role {
 /// node links, an uplink and a downlink per leaf (capacity: the leaf's NIC
 /// ports over the oversubscription), crossed by every transfer between
 /// leaves and shared max-min fairly with everything else; translating by
-/// one node then moves nodes across leaves, so the symmetry reduction is
-/// off ([`ClusterFabric::node_orbits`] is `None`).
+/// one node then moves nodes across leaves, so the symmetry reduction
+/// takes a whole leaf as its period when every leaf is full
+/// ([`ClusterFabric::node_orbits`]).
 #[derive(Clone, Debug)]
 pub struct ClusterFabric {
     /// The machine.
@@ -1178,18 +1179,35 @@ impl ClusterFabric {
         }
     }
 
-    /// The orbit representative (node 0's copy) of every link; `None` when
-    /// leaf uplinks are modeled (translating by one node moves nodes
-    /// across leaves).
-    pub fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
-        if self.has_uplinks() {
+    /// The fabric's translation symmetry: translating by one node maps
+    /// every node's links onto the next node's (representatives: node
+    /// 0's). Behind oversubscribed leaf uplinks it takes a whole leaf:
+    /// translating by one leaf's nodes maps node links and leaf uplinks
+    /// onto the next leaf's (representatives: the first leaf's), provided
+    /// every leaf is full (`None` otherwise: the last leaf's uplink would be
+    /// narrower).
+    pub fn node_orbits(&self) -> Option<NodeOrbits> {
+        let node_links = self.per_node * self.nodes;
+        if !self.has_uplinks() {
+            return Some(NodeOrbits {
+                period: 1,
+                rep: (0..node_links)
+                    .map(|l| Some((l % self.per_node) as LinkId))
+                    .collect(),
+            });
+        }
+        let period = self.npl.max(1);
+        if self.nodes % period != 0 {
             return None;
         }
-        Some(
-            (0..self.caps.len() * self.nodes)
-                .map(|l| Some((l % self.per_node) as LinkId))
-                .collect(),
-        )
+        let group = self.per_node * period;
+        let mut rep: Vec<Option<LinkId>> = (0..node_links)
+            .map(|l| Some((l % group) as LinkId))
+            .collect();
+        for t in 0..2 * self.trunks.len() {
+            rep.push(Some((node_links + t % 2) as LinkId));
+        }
+        Some(NodeOrbits { period, rep })
     }
 }
 
@@ -1295,7 +1313,7 @@ impl Fabric for ClusterFabric {
         self.machine.node.hbm_gbps / 2.0
     }
 
-    fn node_orbits(&self) -> Option<Vec<Option<LinkId>>> {
+    fn node_orbits(&self) -> Option<NodeOrbits> {
         ClusterFabric::node_orbits(self)
     }
 }

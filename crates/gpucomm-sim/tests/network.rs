@@ -5,6 +5,7 @@ mod common;
 
 use gpucomm_algo::{Algorithm, Collective};
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::engine::LinkId;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::machine::{ClusterFabric, NetLayout};
 use gpucomm_sim::{Engine, Machine, SimError, model};
@@ -306,36 +307,88 @@ fn sharp_sends_one_stream_per_tree_up_each_leaf() {
     assert!(c16 > 1.5 * c1, "{c16} vs {c1}");
 }
 
+/// The reduced run (one period of the fabric's symmetry simulated) and
+/// the run of every rank give the same time.
+fn reduced_equals_full(f: &ClusterFabric, c: Collective, a: Option<Algorithm>, bytes: u64) {
+    let run = |symmetry: bool| {
+        // Simple: with LL128 and 4 of 8 GPUs the reduction and the full
+        // run differ by 0.2% on rails too (block lengths, see exec.rs).
+        let opts = CollOptions {
+            algorithm: a.map(AlgoChoice::Schedule).into(),
+            protocol: Some(model::Protocol::Simple).into(),
+            symmetry,
+            ..Default::default()
+        };
+        simulate(f, c, bytes, &opts).unwrap()
+    };
+    let (s, full) = (run(true), run(false));
+    assert_eq!(full.exec.as_ref().unwrap().simulated_ranks, f.ranks());
+    let rel = (s.time.as_us() - full.time.as_us()).abs() / full.time.as_us();
+    assert!(
+        rel < 1e-9,
+        "{} {a:?}: {} vs {}",
+        c.name(),
+        s.time,
+        full.time
+    );
+}
+
 #[test]
 fn symmetry_reduction_matches_full_simulation_where_it_applies() {
     let mut m = machine("dgx-h100", leaf_spine(2, 1.0));
     m.gpus_used = Some(4);
     let f = m.fabric(Engine::Nccl, 4).unwrap();
-    assert!(f.node_orbits().is_some());
+    assert_eq!(f.node_orbits().unwrap().period, 1);
     for a in [Algorithm::Ring, Algorithm::Tree] {
-        let run = |symmetry: bool| {
-            // Simple: with LL128 and 4 of 8 GPUs the reduction and the full
-            // run differ by 0.2% on rails too (block lengths, see exec.rs).
-            let opts = CollOptions {
-                algorithm: Some(AlgoChoice::Schedule(a)).into(),
-                protocol: Some(model::Protocol::Simple).into(),
-                symmetry,
-                ..Default::default()
-            };
-            simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap()
-        };
-        let (s, full) = (run(true), run(false));
-        let rel = (s.time.as_us() - full.time.as_us()).abs() / full.time.as_us();
-        assert!(rel < 1e-9, "{}: {} vs {}", a.name(), s.time, full.time);
+        reduced_equals_full(&f, Collective::AllReduce, Some(a), 16 << 20);
     }
-    // Oversubscribed leaves break node translation: no reduction offered.
-    let m = machine("dgx-h100", leaf_spine(2, 2.0));
-    let f = m.fabric(Engine::Nccl, 4).unwrap();
-    assert!(f.node_orbits().is_none());
+}
+
+#[test]
+fn oversubscribed_leaves_reduce_to_one_leaf() {
+    // 2:1 uplinks, 2 nodes of 4 GPUs per leaf, 3 leaves: translating by a
+    // leaf is the symmetry, so one leaf's 8 ranks stand for all 24, and
+    // the times are those of every rank simulated (24 MiB: equal blocks).
+    let mut m = machine("dgx-h100", leaf_spine(2, 2.0));
+    m.gpus_used = Some(4);
+    let f = m.fabric(Engine::Nccl, 6).unwrap();
+    assert!(f.has_uplinks());
+    let o = f.node_orbits().unwrap();
+    assert_eq!(o.period, 2);
+    // Leaf 2's uplink stands for itself in leaf 0's.
+    let up = |leaf: usize| {
+        (0..o.rep.len())
+            .find(|&l| f.link_name(l as LinkId) == format!("leaf{leaf}->spine"))
+            .unwrap()
+    };
+    assert_eq!(o.rep[up(2)], Some(up(0) as LinkId));
     let opts = CollOptions {
         algorithm: ring().into(),
         ..Default::default()
     };
+    let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();
+    assert_eq!(r.exec.unwrap().simulated_ranks, 8);
+    for (c, a) in [
+        (Collective::AllReduce, Some(Algorithm::Ring)),
+        (Collective::AllGather, Some(Algorithm::Ring)),
+        (Collective::AllToAll, None),
+        (Collective::SendRecv { shift: 1 }, None),
+    ] {
+        reduced_equals_full(&f, c, a, 24 << 20);
+    }
+    // At 8:1 the uplinks bind, and the reduction still holds.
+    let mut m = machine("dgx-h100", leaf_spine(2, 8.0));
+    m.gpus_used = Some(4);
+    let f8 = m.fabric(Engine::Nccl, 6).unwrap();
+    reduced_equals_full(&f8, Collective::AllToAll, None, 64 << 20);
+    assert!(
+        time_us(&f8, Collective::AllToAll, 64 << 20, None)
+            > 1.5 * time_us(&f, Collective::AllToAll, 64 << 20, None)
+    );
+    // A last leaf with fewer nodes (5 nodes, 2 per leaf) has a narrower
+    // uplink: no reduction, every rank simulated.
+    let f = m.fabric(Engine::Nccl, 5).unwrap();
+    assert!(f.node_orbits().is_none());
     let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();
     assert_eq!(r.exec.unwrap().simulated_ranks, f.ranks());
 }

@@ -705,7 +705,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         if let Some(r) = results.last()
             && let Some(e) = &r.exec
         {
-            link_summary(&mut o, e, ranks, r.simulated_bytes)?;
+            link_summary(&mut o, e, ranks, fabric.ranks_per_node(), r.simulated_bytes)?;
         }
     }
     if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
@@ -744,6 +744,7 @@ fn link_summary(
     o: &mut impl Write,
     e: &ExecResult,
     ranks: usize,
+    ranks_per_node: usize,
     part: Option<u64>,
 ) -> anyhow::Result<()> {
     let secs = e.time.as_secs_f64();
@@ -764,10 +765,10 @@ fn link_summary(
             None => String::new(),
         },
         e.links.len(),
-        if e.simulated_ranks < ranks {
-            ", node 0 stands for every node"
-        } else {
-            ""
+        match e.simulated_ranks.div_ceil(ranks_per_node.max(1)) {
+            _ if e.simulated_ranks >= ranks => String::new(),
+            1 => ", node 0 stands for every node".to_string(),
+            k => format!(", nodes 0-{} (leaf 0) stand for every leaf", k - 1),
         }
     )?;
     writeln!(
