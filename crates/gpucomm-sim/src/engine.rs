@@ -171,7 +171,11 @@ pub struct BusySpan {
     pub end: SimTime,
 }
 
-/// Indexed binary min-heap of ids keyed by `(u64, u64)`, updated in place:
+/// Children per node of [`IndexedHeap`]: a 4-ary heap is half as deep as a
+/// binary one, and a node's children share a cache line or two.
+const ARITY: usize = 4;
+
+/// Indexed 4-ary min-heap of ids keyed by `(u64, u64)`, updated in place:
 /// active flows by `(data-phase end, seq)`, links during a filling by
 /// `(fair share bits, link)` (a positive `f64`'s bits order like the value).
 #[derive(Debug, Default)]
@@ -245,7 +249,7 @@ impl IndexedHeap {
     fn up(&mut self, mut i: usize) {
         let e = self.heap[i];
         while i > 0 {
-            let p = (i - 1) / 2;
+            let p = (i - 1) / ARITY;
             let pe = self.heap[p];
             if (pe.0, pe.1) <= (e.0, e.1) {
                 break;
@@ -262,21 +266,24 @@ impl IndexedHeap {
         let n = self.heap.len();
         let e = self.heap[i];
         loop {
-            let a = 2 * i + 1;
+            let a = ARITY * i + 1;
             if a >= n {
                 break;
             }
-            let b = a + 1;
-            let c = if b < n && (self.heap[b].0, self.heap[b].1) < (self.heap[a].0, self.heap[a].1)
-            {
-                b
-            } else {
-                a
-            };
-            let ce = self.heap[c];
-            if (e.0, e.1) <= (ce.0, ce.1) {
+            // The smallest of up to ARITY children.
+            let mut c = a;
+            let mut ck = (self.heap[a].0, self.heap[a].1);
+            for j in a + 1..(a + ARITY).min(n) {
+                let k = (self.heap[j].0, self.heap[j].1);
+                if k < ck {
+                    c = j;
+                    ck = k;
+                }
+            }
+            if (e.0, e.1) <= ck {
                 break;
             }
+            let ce = self.heap[c];
             self.heap[i] = ce;
             self.pos[ce.2 as usize] = i as u32;
             i = c;
