@@ -787,3 +787,30 @@ fn help_texts_list_every_preset() {
         }
     }
 }
+
+#[test]
+fn timing_says_which_ranks_ran_and_why() {
+    let row = |args: &str| {
+        let v = sim_json(&args.split(' ').collect::<Vec<_>>());
+        v["results"][0].clone()
+    };
+    // Behind 2:1 leaves of 2 nodes, one leaf's 16 ranks stand for 64.
+    let leaf = "all_reduce --topology dgx-h100 --nodes 8 --fabric leaf-spine --nodes-per-leaf 2 \
+                --oversubscription 2 --algorithm ring -b 1M -e 1M --timing";
+    let r = row(leaf);
+    assert_eq!(r["simulated_ranks"], 16, "{r}");
+    assert!(r["every_rank_because"].is_null(), "{r}");
+    // A partial last leaf (7 nodes): every rank, and the reason.
+    let r = row(&leaf.replace("--nodes 8", "--nodes 7"));
+    assert_eq!(r["simulated_ranks"], 56, "{r}");
+    assert!(r["every_rank_because"].as_str().unwrap().contains("fabric"), "{r}");
+    // NCCL's tree differs between nodes.
+    let r = row(&leaf.replace("ring", "tree"));
+    assert_eq!(r["simulated_ranks"], 64, "{r}");
+    assert!(r["every_rank_because"].as_str().unwrap().contains("schedule"), "{r}");
+    let r = row(&format!("{leaf} --no-symmetry"));
+    assert!(r["every_rank_because"].as_str().unwrap().contains("off"), "{r}");
+    // One node: nothing to reduce, nothing to explain.
+    let r = row("all_reduce --topology dgx-h100 -b 1M -e 1M --timing");
+    assert!(r.get("every_rank_because").is_none(), "{r}");
+}

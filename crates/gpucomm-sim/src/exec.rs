@@ -156,6 +156,43 @@ pub struct LinkUsage {
     pub capacity_gbps: f64,
 }
 
+/// Which ranks a run simulated, and why ([`ExecResult::symmetry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Symmetry {
+    /// The first `period` nodes' ranks stood for all (node symmetry; a
+    /// leaf's nodes behind oversubscribed leaf uplinks).
+    Reduced {
+        /// Nodes per period.
+        period: usize,
+    },
+    /// Every rank: the reduction was turned off (`--no-symmetry`, a trace).
+    Off,
+    /// Every rank: the fabric has no translation symmetry that fits the
+    /// ranks (one node; a partial last leaf behind oversubscribed uplinks).
+    Fabric,
+    /// Every rank: the schedule is not invariant under the fabric's
+    /// translation (NCCL's double binary tree, a root).
+    Schedule,
+}
+
+impl Symmetry {
+    /// Why every rank ran, in a few words; `None` when the reduction did.
+    ///
+    /// ```
+    /// use gpucomm_sim::exec::Symmetry;
+    /// assert_eq!(Symmetry::Reduced { period: 1 }.why_every_rank(), None);
+    /// assert!(Symmetry::Schedule.why_every_rank().unwrap().contains("schedule"));
+    /// ```
+    pub fn why_every_rank(self) -> Option<&'static str> {
+        match self {
+            Symmetry::Reduced { .. } => None,
+            Symmetry::Off => Some("symmetry reduction off"),
+            Symmetry::Fabric => Some("the fabric has no translation symmetry over these ranks"),
+            Symmetry::Schedule => Some("the schedule is not the same on every node"),
+        }
+    }
+}
+
 /// The bytes a prepared schedule puts on each link in any run
 /// ([`Prepared::link_load`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -183,6 +220,8 @@ pub struct ExecResult {
     pub stats: EngineStats,
     /// Ranks actually simulated (fewer than the schedule's with symmetry).
     pub simulated_ranks: usize,
+    /// Whether the symmetry reduction ran, or why not.
+    pub symmetry: Symmetry,
     /// Steps executed (of the simulated ranks).
     pub steps: u64,
     /// Links that carried data, by link id.
@@ -385,6 +424,7 @@ pub fn run_schedule(
 pub struct Prepared {
     ranks: Vec<RankState>,
     orbit: Option<Vec<Option<LinkId>>>,
+    symmetry: Symmetry,
     n: usize,
     elem: u64,
     /// Back-to-back iterations of the schedule ([`Prepared::repeated`]).
@@ -417,12 +457,17 @@ impl Prepared {
         // The ranks of one period of the fabric's translation symmetry.
         let mut orbit = None;
         let mut group = n;
+        let mut symmetry = Symmetry::Off;
         if cfg.symmetry && cfg.trace_ranks == 0 {
+            symmetry = Symmetry::Fabric;
             if let Some(o) = fabric.node_orbits() {
                 let g = o.period.max(1) * rpn;
                 if n > g && n % g == 0 {
                     group = g;
                     orbit = Some(o.rep);
+                    symmetry = Symmetry::Reduced {
+                        period: o.period.max(1),
+                    };
                 }
             }
         }
@@ -455,6 +500,7 @@ impl Prepared {
                     let base = r - r % group;
                     if !same_up_to_node_shift(&have[r % group].1, &other?, base, n, elem) {
                         orbit = None;
+                        symmetry = Symmetry::Schedule;
                         break 'probe;
                     }
                 }
@@ -484,6 +530,7 @@ impl Prepared {
         Ok(Prepared {
             ranks,
             orbit,
+            symmetry,
             n,
             elem,
             iterations: 1,
@@ -535,6 +582,7 @@ impl Prepared {
         Prepared {
             ranks,
             orbit: self.orbit.clone(),
+            symmetry: self.symmetry,
             n: self.n,
             elem: self.elem,
             iterations: self.iterations * k,
@@ -717,6 +765,7 @@ impl Prepared {
             iteration_finish,
             stats: ex.net.stats(),
             simulated_ranks: g,
+            symmetry: self.symmetry,
             steps: total_steps,
             links,
             link_spans: ex
@@ -1691,9 +1740,16 @@ mod tests {
             symmetry: false,
             ..ExecConfig::default()
         };
-        assert_eq!(
-            prepared.run(&f, &cfg).unwrap().time,
-            run_schedule(&s, &f, &full).unwrap().time
+        let (reduced, every) = (
+            prepared.run(&f, &cfg).unwrap(),
+            run_schedule(&s, &f, &full).unwrap(),
         );
+        assert_eq!(reduced.time, every.time);
+        assert_eq!(reduced.symmetry, Symmetry::Schedule);
+        assert_eq!(every.symmetry, Symmetry::Off);
+        // The ring is the same on every node: node 0 stands for all.
+        let ring = all_reduce_4m(&f, Algorithm::Ring, 2);
+        let r = run_schedule(&ring, &f, &cfg).unwrap();
+        assert_eq!(r.symmetry, Symmetry::Reduced { period: 1 });
     }
 }

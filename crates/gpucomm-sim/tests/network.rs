@@ -6,6 +6,7 @@ mod common;
 use gpucomm_algo::{Algorithm, Collective};
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
 use gpucomm_sim::engine::LinkId;
+use gpucomm_sim::exec::Symmetry;
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::machine::{ClusterFabric, NetLayout};
 use gpucomm_sim::{Engine, Machine, SimError, model};
@@ -367,7 +368,9 @@ fn oversubscribed_leaves_reduce_to_one_leaf() {
         ..Default::default()
     };
     let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();
-    assert_eq!(r.exec.unwrap().simulated_ranks, 8);
+    let e = r.exec.unwrap();
+    assert_eq!(e.simulated_ranks, 8);
+    assert_eq!(e.symmetry, Symmetry::Reduced { period: 2 });
     for (c, a) in [
         (Collective::AllReduce, Some(Algorithm::Ring)),
         (Collective::AllGather, Some(Algorithm::Ring)),
@@ -390,7 +393,9 @@ fn oversubscribed_leaves_reduce_to_one_leaf() {
     let f = m.fabric(Engine::Nccl, 5).unwrap();
     assert!(f.node_orbits().is_none());
     let r = simulate(&f, Collective::AllReduce, 16 << 20, &opts).unwrap();
-    assert_eq!(r.exec.unwrap().simulated_ranks, f.ranks());
+    let e = r.exec.unwrap();
+    assert_eq!(e.simulated_ranks, f.ranks());
+    assert_eq!(e.symmetry, Symmetry::Fabric);
 }
 
 #[test]

@@ -558,6 +558,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         v["flows"] = json!(e.stats.flows);
                         v["events"] = json!(e.stats.events);
                         v["simulated_ranks"] = json!(e.simulated_ranks);
+                        if ranks > fabric.ranks_per_node() {
+                            v["every_rank_because"] = json!(e.symmetry.why_every_rank());
+                        }
                     }
                 }
                 v
@@ -635,11 +638,16 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 match &r.exec {
                     Some(e) => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows; {} flows took an ended flow's place)",
+                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}{}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows; {} flows took an ended flow's place)",
                         format_bytes(r.bytes),
                         w,
                         e.simulated_ranks,
                         ranks,
+                        e.symmetry
+                            .why_every_rank()
+                            .filter(|_| ranks > fabric.ranks_per_node())
+                            .map(|why| format!(" ({why})"))
+                            .unwrap_or_default(),
                         e.stats.flows,
                         e.stats.events,
                         e.stats.flows as f64 / w.max(1e-9),
