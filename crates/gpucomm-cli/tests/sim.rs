@@ -803,13 +803,25 @@ fn timing_says_which_ranks_ran_and_why() {
     // A partial last leaf (7 nodes): every rank, and the reason.
     let r = row(&leaf.replace("--nodes 8", "--nodes 7"));
     assert_eq!(r["simulated_ranks"], 56, "{r}");
-    assert!(r["every_rank_because"].as_str().unwrap().contains("fabric"), "{r}");
+    assert!(
+        r["every_rank_because"].as_str().unwrap().contains("fabric"),
+        "{r}"
+    );
     // NCCL's tree differs between nodes.
     let r = row(&leaf.replace("ring", "tree"));
     assert_eq!(r["simulated_ranks"], 64, "{r}");
-    assert!(r["every_rank_because"].as_str().unwrap().contains("schedule"), "{r}");
+    assert!(
+        r["every_rank_because"]
+            .as_str()
+            .unwrap()
+            .contains("schedule"),
+        "{r}"
+    );
     let r = row(&format!("{leaf} --no-symmetry"));
-    assert!(r["every_rank_because"].as_str().unwrap().contains("off"), "{r}");
+    assert!(
+        r["every_rank_because"].as_str().unwrap().contains("off"),
+        "{r}"
+    );
     // One node: nothing to reduce, nothing to explain.
     let r = row("all_reduce --topology dgx-h100 -b 1M -e 1M --timing");
     assert!(r.get("every_rank_because").is_none(), "{r}");

@@ -1186,6 +1186,24 @@ impl ClusterFabric {
     /// onto the next leaf's (representatives: the first leaf's), provided
     /// every leaf is full (`None` otherwise: the last leaf's uplink would be
     /// narrower).
+    ///
+    /// ```
+    /// use gpucomm_sim::{Engine, Machine};
+    /// use gpucomm_topo::{ClusterOptions, Fabric};
+    /// let leaves = ClusterOptions {
+    ///     fabric: Fabric::LeafSpine,
+    ///     nodes_per_leaf: 2,
+    ///     oversubscription: 2.0,
+    ///     ..Default::default()
+    /// };
+    /// let m = Machine::preset("dgx-h100").unwrap().with_cluster_options(&leaves).unwrap();
+    /// assert_eq!(m.fabric(Engine::Nccl, 4).unwrap().node_orbits().unwrap().period, 2);
+    /// // Three nodes: the second leaf has one node, and a narrower uplink.
+    /// assert!(m.fabric(Engine::Nccl, 3).unwrap().node_orbits().is_none());
+    /// // Rails: every node is alike.
+    /// let rails = Machine::preset("dgx-h100").unwrap().fabric(Engine::Nccl, 3).unwrap();
+    /// assert_eq!(rails.node_orbits().unwrap().period, 1);
+    /// ```
     pub fn node_orbits(&self) -> Option<NodeOrbits> {
         let node_links = self.per_node * self.nodes;
         if !self.has_uplinks() {
