@@ -61,3 +61,20 @@ pub use dtype::DataType;
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
 pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind, StepList};
+
+/// NCCL's double binary tree over `nodes` nodes (`ncclGetDtree`, the
+/// inter-node part of its tree and of NVLSTree): `(parent, children)` of
+/// `node` in tree `tree` (0, or 1: the first mirrored, or shifted by one
+/// on an odd count). Every node is a leaf in one of the two trees or an
+/// inner node in it.
+///
+/// ```
+/// use gpucomm_algo::nccl_double_tree;
+/// // Four nodes: tree 0 is 0 -> 2 -> {1, 3}; tree 1 mirrors it.
+/// assert_eq!(nccl_double_tree(4, 0, 0), (None, vec![2]));
+/// assert_eq!(nccl_double_tree(4, 0, 2), (Some(0), vec![1, 3]));
+/// assert_eq!(nccl_double_tree(4, 1, 1), (Some(3), vec![2, 0]));
+/// ```
+pub fn nccl_double_tree(nodes: usize, tree: usize, node: usize) -> (Option<usize>, Vec<usize>) {
+    generate::tree::dtree(nodes, tree.min(1), node)
+}

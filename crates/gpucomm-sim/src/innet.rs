@@ -557,30 +557,31 @@ fn nvls_tree_time_at(fabric: &ClusterFabric, bytes: u64, bus: f64) -> SimTime {
 fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let mut caps = fabric.node_caps().to_vec();
     let nvlinks = nvls_links(fabric, &mut caps)?;
-    // Behind leaf uplinks every node of a leaf sends the same: node 0 gets
-    // its share of the slowest leaf's uplink, and all its tree traffic is
-    // taken to cross it (exact with one node per leaf; with more, edges
-    // between nodes of one leaf stay below it and this is an upper bound).
-    let mut uplink = None;
+    let mut flows_caps = caps;
     let nodes = fabric.nodes();
-    let per_leaf = (0..nodes).take_while(|&n| fabric.leaf_of(n) == 0).count();
-    if fabric.has_uplinks() && per_leaf < nodes {
-        let leaves = fabric.leaf_of(nodes - 1) + 1;
-        let slowest = (0..leaves)
-            .filter_map(|l| fabric.uplink_gbps(l))
-            .fold(f64::INFINITY, f64::min);
-        let up = caps.len() as LinkId;
-        caps.push(slowest / per_leaf as f64);
-        caps.push(slowest / per_leaf as f64);
+    // Per head: its NIC sends and receives the tree's traffic, 2 slices
+    // each way (1 on two nodes; every node does the same at once on a
+    // non-blocking network: node 0 stands for all).
+    let per_nic_slices = if nodes == 2 { 1.0 } else { 2.0 };
+    // Behind leaf uplinks the collective also waits for the busiest
+    // leaf's uplink, which carries the tree edges leaving the leaf (until
+    // the thirty-first session a leaf's whole tree traffic, 2 slices per
+    // node, was taken to cross: an upper bound with several nodes per
+    // leaf, and with one where the node has fewer than 4 tree edges).
+    let mut uplink = None;
+    if let Some(worst) = tree_uplink_slices_per_gbps(fabric) {
+        // Node 0's flows carry `per_nic_slices` per head: through a link of
+        // this capacity they take the busiest uplink's time.
+        let cap = per_nic_slices / worst;
+        let up = flows_caps.len() as LinkId;
+        flows_caps.push(cap);
+        flows_caps.push(cap);
         uplink = Some((up, up + 1));
     }
-    let mut flows = FlowNet::new(&caps);
+    let mut flows = FlowNet::new(&flows_caps);
     let hs = heads(fabric);
     let slice = start_nvls_flows(&mut flows, &nvlinks, &hs, bytes as f64);
-    // Per head: its NIC sends and receives the tree's traffic (every node
-    // does the same at once on a non-blocking network: node 0 stands for
-    // all).
-    let per_nic = if nodes == 2 { slice } else { 2.0 * slice };
+    let per_nic = per_nic_slices * slice;
     for (tag, &(k, h)) in hs.iter().enumerate() {
         let (mut out, lat_out) = fabric.gpu_to_net(h, k);
         let (mut back, lat_in) = fabric.net_to_gpu(k, h);
@@ -592,6 +593,36 @@ fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimErr
         flows.start_flow(&back, per_nic, lat_in, tag as u64);
     }
     Ok(run(flows) + nccl_latency(fabric, "nvls_tree", bytes))
+}
+
+/// Behind oversubscribed leaf uplinks: the most tree traffic any leaf's
+/// uplink carries each way, in head slices per GB/s of the uplink. NVLSTree
+/// moves half a head's slice each way on every edge of NCCL's double binary
+/// tree between nodes (two trees, each with half the data), so a leaf's
+/// uplink carries half a slice for every edge with one end in the leaf and
+/// the other outside; edges inside a leaf stay below it. `None` without
+/// uplinks or when one leaf holds every node.
+fn tree_uplink_slices_per_gbps(fabric: &ClusterFabric) -> Option<f64> {
+    let nodes = fabric.nodes();
+    let leaves = fabric.leaf_of(nodes.max(1) - 1) + 1;
+    if !fabric.has_uplinks() || leaves < 2 {
+        return None;
+    }
+    let mut crossing = vec![0usize; leaves];
+    for tree in 0..2 {
+        for v in 0..nodes {
+            if let (Some(p), _) = gpucomm_algo::nccl_double_tree(nodes, tree, v) {
+                let (a, b) = (fabric.leaf_of(v), fabric.leaf_of(p));
+                if a != b {
+                    crossing[a] += 1;
+                    crossing[b] += 1;
+                }
+            }
+        }
+    }
+    (0..leaves)
+        .filter_map(|l| Some(0.5 * crossing[l] as f64 / fabric.uplink_gbps(l)?))
+        .reduce(f64::max)
 }
 
 /// [`nvls_tree_all_reduce`]'s ceiling: NCCL's per-channel bus bandwidth on

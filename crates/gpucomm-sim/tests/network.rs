@@ -519,3 +519,45 @@ fn pat_where_nccl_runs_it() {
     let one = common::fabric_gpus("dgx-h100", 1, 8);
     assert_eq!(pick(&one, Collective::AllGather, 1 << 20), AlgoChoice::Pat);
 }
+
+#[test]
+fn nvls_tree_feels_leaf_uplinks_where_the_tree_crosses_them() {
+    // NVLSTree's traffic between nodes follows NCCL's double binary tree,
+    // as the tree's own schedule (simulated flow by flow on the same
+    // fabric) does: only edges between leaves cross the uplinks. With 4
+    // nodes per leaf, 8 nodes cross each leaf's uplink with 4 edges and are
+    // not slowed at 2:1 or 4:1, only at 8:1; 16 nodes are slowed from 4:1.
+    // Both algorithms show the same onsets (NVLSTree took all of a leaf's
+    // tree traffic to cross before the thirty-first session, and slowed
+    // from 2:1).
+    let t = |nodes: usize, os: f64, algo: AlgoChoice| {
+        let opts = if os > 1.0 {
+            leaf_spine(4, os)
+        } else {
+            ClusterOptions::default()
+        };
+        let f = machine("dgx-h100", opts)
+            .fabric(Engine::Nccl, nodes)
+            .unwrap();
+        let o = CollOptions {
+            algorithm: Some(algo).into(),
+            protocol: Some(model::Protocol::Simple).into(),
+            ..Default::default()
+        };
+        simulate(&f, Collective::AllReduce, GIB, &o)
+            .unwrap()
+            .time
+            .as_us()
+    };
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-3 * b;
+    for algo in [AlgoChoice::NvlsTree, AlgoChoice::Schedule(Algorithm::Tree)] {
+        let rails = t(8, 1.0, algo);
+        for os in [2.0, 4.0] {
+            assert!(same(t(8, os, algo), rails), "{algo:?} 8 nodes {os}:1");
+        }
+        assert!(t(8, 8.0, algo) > 1.3 * rails, "{algo:?} 8 nodes 8:1");
+        let rails = t(16, 1.0, algo);
+        assert!(same(t(16, 2.0, algo), rails), "{algo:?} 16 nodes 2:1");
+        assert!(t(16, 4.0, algo) > 1.1 * rails, "{algo:?} 16 nodes 4:1");
+    }
+}
