@@ -557,7 +557,6 @@ fn nvls_tree_time_at(fabric: &ClusterFabric, bytes: u64, bus: f64) -> SimTime {
 fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimError> {
     let mut caps = fabric.node_caps().to_vec();
     let nvlinks = nvls_links(fabric, &mut caps)?;
-    let mut flows_caps = caps;
     let nodes = fabric.nodes();
     // Per head: its NIC sends and receives the tree's traffic, 2 slices
     // each way (1 on two nodes; every node does the same at once on a
@@ -573,12 +572,12 @@ fn nvls_tree_flows(fabric: &ClusterFabric, bytes: u64) -> Result<SimTime, SimErr
         // Node 0's flows carry `per_nic_slices` per head: through a link of
         // this capacity they take the busiest uplink's time.
         let cap = per_nic_slices / worst;
-        let up = flows_caps.len() as LinkId;
-        flows_caps.push(cap);
-        flows_caps.push(cap);
+        let up = caps.len() as LinkId;
+        caps.push(cap);
+        caps.push(cap);
         uplink = Some((up, up + 1));
     }
-    let mut flows = FlowNet::new(&flows_caps);
+    let mut flows = FlowNet::new(&caps);
     let hs = heads(fabric);
     let slice = start_nvls_flows(&mut flows, &nvlinks, &hs, bytes as f64);
     let per_nic = per_nic_slices * slice;
