@@ -66,7 +66,7 @@ pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind, StepList};
 /// inter-node part of its tree and of NVLSTree): `(parent, children)` of
 /// `node` in tree `tree` (0, or 1: the first mirrored, or shifted by one
 /// on an odd count). Every node is a leaf in one of the two trees or an
-/// inner node in it.
+/// inner node in it. A node outside `0..nodes` has neither.
 ///
 /// ```
 /// use gpucomm_algo::nccl_double_tree;
@@ -74,7 +74,11 @@ pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind, StepList};
 /// assert_eq!(nccl_double_tree(4, 0, 0), (None, vec![2]));
 /// assert_eq!(nccl_double_tree(4, 0, 2), (Some(0), vec![1, 3]));
 /// assert_eq!(nccl_double_tree(4, 1, 1), (Some(3), vec![2, 0]));
+/// assert_eq!(nccl_double_tree(0, 0, 0), (None, vec![]));
 /// ```
 pub fn nccl_double_tree(nodes: usize, tree: usize, node: usize) -> (Option<usize>, Vec<usize>) {
+    if node >= nodes {
+        return (None, Vec::new());
+    }
     generate::tree::dtree(nodes, tree.min(1), node)
 }
