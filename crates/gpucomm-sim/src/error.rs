@@ -67,11 +67,13 @@ pub enum SimError {
     /// simulated (the schedule or the fabric is not node-symmetric) and
     /// the ranks' steps alone would take more than is available.
     #[error(
-        "too large to simulate here: {ranks} ranks simulated one by one ({steps} steps each) would need about {need_gib:.1} GiB of memory, {available_gib:.1} GiB available; simulate fewer nodes, or an algorithm whose nodes are alike (ring)"
+        "too large to simulate here: {ranks} ranks simulated one by one ({why}; {steps} steps each) would need about {need_gib:.1} GiB of memory, {available_gib:.1} GiB available; simulate fewer nodes, an algorithm whose nodes are alike (ring), or, behind oversubscribed leaves, whole leaves"
     )]
     TooLarge {
         /// Ranks that would be simulated.
         ranks: usize,
+        /// Why every rank would be ([`crate::exec::Symmetry::why_every_rank`]).
+        why: &'static str,
         /// Steps of the largest rank generated.
         steps: usize,
         /// Estimated memory, GiB.

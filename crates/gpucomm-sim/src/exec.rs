@@ -516,7 +516,10 @@ impl Prepared {
                 .map(|(_, st)| st)
                 .max_by_key(|st| st.steps.len())
                 .expect("a rank generated");
-            fits_in_memory(simulate, largest, available_memory())?;
+            let why = symmetry
+                .why_every_rank()
+                .unwrap_or("one period of the fabric's symmetry");
+            fits_in_memory(simulate, largest, available_memory(), why)?;
         }
         let rest: Vec<usize> = (0..simulate)
             .filter(|r| have.iter().all(|(h, _)| h != r))
@@ -843,12 +846,14 @@ fn fits_in_memory(
     ranks: usize,
     largest: &RankState,
     available: Option<u64>,
+    why: &'static str,
 ) -> Result<(), SimError> {
     let need =
         ranks as f64 * (largest.bytes() as f64 * RUN_BYTES_PER_STEP_BYTE + RUN_BYTES_PER_RANK);
     match available {
         Some(avail) if need > avail as f64 => Err(SimError::TooLarge {
             ranks,
+            why,
             steps: largest.steps.len(),
             need_gib: need / GIB,
             available_gib: avail as f64 / GIB,
@@ -1457,12 +1462,16 @@ mod tests {
         // A million such ranks need a million times a rank's share.
         let ranks = 1_000_000;
         let need = (ranks as f64 * per_rank) as u64;
-        assert!(fits_in_memory(ranks, &rank, Some(need + 1)).is_ok());
-        assert!(fits_in_memory(ranks, &rank, None).is_ok(), "unknown: runs");
-        let e = fits_in_memory(ranks, &rank, Some(need / 2)).unwrap_err();
+        let why = Symmetry::Schedule.why_every_rank().unwrap();
+        assert!(fits_in_memory(ranks, &rank, Some(need + 1), why).is_ok());
+        assert!(
+            fits_in_memory(ranks, &rank, None, why).is_ok(),
+            "unknown: runs"
+        );
+        let e = fits_in_memory(ranks, &rank, Some(need / 2), why).unwrap_err();
         let msg = e.to_string();
         assert!(
-            msg.contains("1000000 ranks") && msg.contains("GiB"),
+            msg.contains("1000000 ranks") && msg.contains("GiB") && msg.contains(why),
             "{msg}"
         );
         let SimError::TooLarge {
@@ -1470,6 +1479,7 @@ mod tests {
             steps,
             need_gib,
             available_gib,
+            ..
         } = e
         else {
             panic!("{e:?}")
