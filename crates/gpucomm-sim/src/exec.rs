@@ -160,7 +160,8 @@ pub struct LinkUsage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Symmetry {
     /// The first `period` nodes' ranks stood for all (node symmetry; a
-    /// leaf's nodes behind oversubscribed leaf uplinks).
+    /// leaf's nodes behind oversubscribed leaf uplinks; on one node,
+    /// trivially).
     Reduced {
         /// Nodes per period.
         period: usize,
@@ -168,7 +169,7 @@ pub enum Symmetry {
     /// Every rank: the reduction was turned off (`--no-symmetry`, a trace).
     Off,
     /// Every rank: the fabric has no translation symmetry that fits the
-    /// ranks (one node; a partial last leaf behind oversubscribed uplinks).
+    /// ranks (a partial last leaf behind oversubscribed uplinks).
     Fabric,
     /// Every rank: the schedule is not invariant under the fabric's
     /// translation (NCCL's double binary tree, a root).
@@ -457,18 +458,22 @@ impl Prepared {
         // The ranks of one period of the fabric's translation symmetry.
         let mut orbit = None;
         let mut group = n;
-        let mut symmetry = Symmetry::Off;
-        if cfg.symmetry && cfg.trace_ranks == 0 {
-            symmetry = Symmetry::Fabric;
-            if let Some(o) = fabric.node_orbits() {
-                let g = o.period.max(1) * rpn;
-                if n > g && n % g == 0 {
-                    group = g;
-                    orbit = Some(o.rep);
-                    symmetry = Symmetry::Reduced {
-                        period: o.period.max(1),
-                    };
-                }
+        let mut symmetry = if n <= rpn {
+            // One node: nothing to reduce, nothing to explain.
+            Symmetry::Reduced { period: 1 }
+        } else if cfg.symmetry && cfg.trace_ranks == 0 {
+            Symmetry::Fabric
+        } else {
+            Symmetry::Off
+        };
+        if symmetry == Symmetry::Fabric
+            && let Some(o) = fabric.node_orbits()
+        {
+            let period = o.period.max(1);
+            if n % (period * rpn) == 0 && n > period * rpn {
+                group = period * rpn;
+                orbit = Some(o.rep);
+                symmetry = Symmetry::Reduced { period };
             }
         }
         // Ranks compacted so far, by rank.

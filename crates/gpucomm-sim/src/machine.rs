@@ -1205,23 +1205,21 @@ impl ClusterFabric {
     /// assert_eq!(rails.node_orbits().unwrap().period, 1);
     /// ```
     pub fn node_orbits(&self) -> Option<NodeOrbits> {
-        let node_links = self.per_node * self.nodes;
-        if !self.has_uplinks() {
-            return Some(NodeOrbits {
-                period: 1,
-                rep: (0..node_links)
-                    .map(|l| Some((l % self.per_node) as LinkId))
-                    .collect(),
-            });
-        }
-        let period = self.npl.max(1);
+        // Without uplinks every link is a node's (`trunks` is empty).
+        let period = if self.has_uplinks() {
+            self.npl.max(1)
+        } else {
+            1
+        };
         if self.nodes % period != 0 {
             return None;
         }
+        let node_links = self.per_node * self.nodes;
         let group = self.per_node * period;
         let mut rep: Vec<Option<LinkId>> = (0..node_links)
             .map(|l| Some((l % group) as LinkId))
             .collect();
+        // Every leaf's uplink (even ids) and downlink stand in leaf 0's.
         for t in 0..2 * self.trunks.len() {
             rep.push(Some((node_links + t % 2) as LinkId));
         }

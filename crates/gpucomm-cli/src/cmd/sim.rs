@@ -12,7 +12,7 @@ use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{
     AlgoChoice, Average, CollOptions, CollResult, Select, Tuner, simulate,
 };
-use gpucomm_sim::exec::ExecResult;
+use gpucomm_sim::exec::{ExecResult, Symmetry};
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
 use gpucomm_sim::train::{AllReduceTimes, ModelSpec, prefill, step};
@@ -558,6 +558,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         v["flows"] = json!(e.stats.flows);
                         v["events"] = json!(e.stats.events);
                         v["simulated_ranks"] = json!(e.simulated_ranks);
+                        // Multi-node runs only: one node has nothing to reduce.
                         if ranks > fabric.ranks_per_node() {
                             v["every_rank_because"] = json!(e.symmetry.why_every_rank());
                         }
@@ -645,7 +646,6 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         ranks,
                         e.symmetry
                             .why_every_rank()
-                            .filter(|_| ranks > fabric.ranks_per_node())
                             .map(|why| format!(" ({why})"))
                             .unwrap_or_default(),
                         e.stats.flows,
@@ -713,7 +713,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         if let Some(r) = results.last()
             && let Some(e) = &r.exec
         {
-            link_summary(&mut o, e, ranks, fabric.ranks_per_node(), r.simulated_bytes)?;
+            link_summary(&mut o, e, ranks, r.simulated_bytes)?;
         }
     }
     if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
@@ -752,7 +752,6 @@ fn link_summary(
     o: &mut impl Write,
     e: &ExecResult,
     ranks: usize,
-    ranks_per_node: usize,
     part: Option<u64>,
 ) -> anyhow::Result<()> {
     let secs = e.time.as_secs_f64();
@@ -773,10 +772,13 @@ fn link_summary(
             None => String::new(),
         },
         e.links.len(),
-        match e.simulated_ranks.div_ceil(ranks_per_node.max(1)) {
+        match e.symmetry {
             _ if e.simulated_ranks >= ranks => String::new(),
-            1 => ", node 0 stands for every node".to_string(),
-            k => format!(", nodes 0-{} (leaf 0) stand for every leaf", k - 1),
+            Symmetry::Reduced { period: 1 } => ", node 0 stands for every node".to_string(),
+            Symmetry::Reduced { period } => {
+                format!(", nodes 0-{} (leaf 0) stand for every leaf", period - 1)
+            }
+            _ => String::new(),
         }
     )?;
     writeln!(
