@@ -217,31 +217,14 @@ fn no_check_prints_na() {
 #[test]
 fn bad_arguments_fail_cleanly() {
     let out = gpucomm(&["bench", "broadcast", "--root", "5"], LIMIT);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(
-        out.stderr
-            .contains("--root 5 is not a rank of a 2-rank job"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(1, "--root 5 is not a rank of a 2-rank job");
     let out = gpucomm(&["bench", "all_reduce", "-b", "1M", "-e", "1K"], LIMIT);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(
-        out.stderr.contains("larger than max bytes"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(1, "larger than max bytes");
     let out = gpucomm(&["bench", "gather"], LIMIT);
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert!(out.stderr.contains("unknown collective"), "{}", out.dump());
+    out.assert_fails(2, "unknown collective");
     // A worker started by hand, outside any launcher, says why it cannot run.
     let out = gpucomm(&["bench", "--worker"], LIMIT);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(
-        out.stderr.contains("no launcher environment found"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(1, "no launcher environment found");
 }
 
 /// Runs a bench with an injected fault; it must fail within `within`.

@@ -29,8 +29,7 @@ fn memory_device_without_a_gpu_says_so_with_exit_3() {
         return;
     }
     let out = gpucomm(&["bench", "--memory", "device", "-e", "1K"], LIMIT);
-    assert_eq!(out.code, Some(3), "{}", out.dump());
-    assert!(out.stderr.contains("no GPU: "), "{}", out.dump());
+    out.assert_fails(3, "no GPU: ");
     assert!(
         out.stderr.contains("--memory device needs one"),
         "{}",
@@ -175,18 +174,12 @@ fn pinned_host_memory_without_a_gpu() {
 #[test]
 fn bad_memory_arguments_are_errors() {
     let out = gpucomm(&["bench", "--memory", "hbm"], LIMIT);
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert!(
-        out.stderr.contains("expected host, pinned or device"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(2, "expected host, pinned or device");
     let out = gpucomm(
         &["bench", "--memory", "device", "--gpu-path", "nvlink"],
         LIMIT,
     );
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert!(out.stderr.contains("auto, ipc or staged"), "{}", out.dump());
+    out.assert_fails(2, "auto, ipc or staged");
     let out = gpucomm(
         &[
             "bench",

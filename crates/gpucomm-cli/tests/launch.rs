@@ -87,13 +87,7 @@ fn names_the_rank_that_failed_first_and_stops_the_others() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(9), "{}", out.dump());
-    assert!(
-        out.stderr
-            .contains("rank 2 failed first: it exited with code 9"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(9, "rank 2 failed first: it exited with code 9");
     assert!(
         out.stderr.contains("stopped rank(s) 0, 1"),
         "{}",
@@ -131,36 +125,21 @@ fn the_timeout_stops_a_hung_job() {
         &["launch", "-n", "2", "--timeout", "0.5", "--", "sleep", "60"],
         LIMIT,
     );
-    assert_eq!(out.code, Some(124), "{}", out.dump());
-    assert!(
-        out.stderr
-            .contains("timed out after 0.5 s with rank(s) 0, 1 still running"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(124, "timed out after 0.5 s with rank(s) 0, 1 still running");
     assert!(out.elapsed < Duration::from_secs(10), "{}", out.dump());
 }
 
 #[test]
 fn bad_invocations_are_clear_errors() {
     let out = gpucomm(&["launch", "-n", "2"], LIMIT);
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert!(out.stderr.contains("<PROGRAM>"), "{}", out.dump());
+    out.assert_fails(2, "<PROGRAM>");
     let out = gpucomm(&["launch", "-n", "0", "--", "true"], LIMIT);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(out.stderr.contains("at least 1"), "{}", out.dump());
+    out.assert_fails(1, "at least 1");
     let out = gpucomm(&["launch", "-n", "2", "--", "/nonexistent/program"], LIMIT);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(
-        out.stderr
-            .contains("cannot start rank 0 (/nonexistent/program)"),
-        "{}",
-        out.dump()
-    );
+    out.assert_fails(1, "cannot start rank 0 (/nonexistent/program)");
     let out = gpucomm(
         &["launch", "-n", "2", "--transport", "ib", "--", "true"],
         LIMIT,
     );
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert!(out.stderr.contains("auto, shm or tcp"), "{}", out.dump());
+    out.assert_fails(2, "auto, shm or tcp");
 }

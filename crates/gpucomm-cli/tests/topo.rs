@@ -44,21 +44,10 @@ fn topology_names_a_preset_or_a_file_as_sim_does() {
         ok(&["topo", "--file", file, "--gpus", "4", "--json"])
     );
     let nope = gpucomm(&["topo", "--topology", "no-such-machine"], LIMIT);
-    assert_eq!(nope.code, Some(1), "{}", nope.dump());
-    assert!(
-        nope.stderr
-            .contains("--topology no-such-machine: unknown topology"),
-        "{}",
-        nope.dump()
-    );
+    nope.assert_fails(1, "--topology no-such-machine: unknown topology");
     let both = gpucomm(
         &["topo", "--topology", "dgx-h100", "--preset", "dgx-a100"],
         LIMIT,
     );
-    assert_eq!(both.code, Some(2), "{}", both.dump());
-    assert!(
-        both.stderr.contains("cannot be used with"),
-        "{}",
-        both.dump()
-    );
+    both.assert_fails(2, "cannot be used with");
 }

@@ -21,6 +21,12 @@ pub struct Output {
 }
 
 impl Output {
+    /// Asserts the run exited with `code` and said `says` on stderr.
+    pub fn assert_fails(&self, code: i32, says: &str) {
+        assert_eq!(self.code, Some(code), "{}", self.dump());
+        assert!(self.stderr.contains(says), "{}", self.dump());
+    }
+
     /// Everything, for assertion messages.
     pub fn dump(&self) -> String {
         format!(
