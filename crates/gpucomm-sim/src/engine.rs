@@ -20,12 +20,16 @@
 //! frozen on a link where a held flow is faster, and a held flow whose
 //! bottleneck is no longer saturated or no longer its fastest, join the set
 //! and the filling runs again. The set only grows, so this ends; when it
-//! passes half the active flows (or after a few rounds) the set is closed
-//! over its connected component of links and flows and filled in full,
-//! which is the textbook algorithm. A passed check means the allocation is
-//! the max-min fair one (to a relative 1e-9, the tolerance of the
-//! saturation and "no faster flow" tests: far below the picosecond
-//! resolution of event times for any realistic flow).
+//! passes half the active flows, or when its rounds have refilled more
+//! flows in all than are active (what one fill of the whole component
+//! would cost at most), the set is closed over its connected component of
+//! links and flows and filled in full, which is the textbook algorithm. A
+//! passed check means the allocation is the max-min fair one (to a
+//! relative 1e-9, the tolerance of the saturation and "no faster flow"
+//! tests: far below the picosecond resolution of event times for any
+//! realistic flow; but where two events tie, a picosecond decides their
+//! order, so the two fills can give runs a chunk's time apart: docs/sim.md,
+//! Engine).
 //!
 //! The set is filled piece by piece (its connected components, given the
 //! held flows): small pieces by scanning their links, large ones with an
@@ -79,9 +83,6 @@ struct Ended {
 
 /// Relative tolerance of the optimality check (saturation, fastest flow).
 const EPS: f64 = 1e-9;
-
-/// Rounds of the incremental check before the set is closed over its component.
-const MAX_ROUNDS: u32 = 6;
 
 /// Components with more links than this are filled with a heap, not scans.
 const SCAN_LINKS: usize = 64;
@@ -835,12 +836,16 @@ impl FlowNet {
         if self.set.is_empty() {
             return;
         }
+        // Each round refills the whole set, so the rounds cost the sum of
+        // the set's sizes; once that passes the active flows, one fill of
+        // the component (at most every active flow) would not have cost
+        // more, and the set is closed over it.
         let mut closed = false;
-        let mut rounds = 0;
+        let mut work = 0u64;
         loop {
-            rounds += 1;
+            work += self.set.len() as u64;
             if !closed
-                && (self.full || rounds > MAX_ROUNDS || 2 * self.set.len() as u64 > self.active)
+                && (self.full || work > self.active || 2 * self.set.len() as u64 > self.active)
             {
                 self.close_over_component();
                 self.stats.component_fills += 1;

@@ -387,3 +387,65 @@ fn a_flow_started_on_the_route_of_one_that_just_ended_takes_its_place() {
     // One at the start, one when the last flows end; none at A's end.
     assert_eq!(st.recomputations, 2);
 }
+
+#[test]
+fn a_long_cascade_is_refilled_flow_by_flow_not_by_component() {
+    // A staircase: in each of `k` chains, flow i crosses links c_i and
+    // c_(i+1); c_0 (1 GB/s) carries only flow 0, c_i (2i + 1 GB/s) flows
+    // i - 1 and i, so flow i gets i + 1, held by c_i. Every flow also
+    // crosses one wide link, so the chains are one component. A flow
+    // started on chain 0's c_0 halves flow 0, which frees room for flow 1,
+    // which takes room from flow 2, ...: every rate of chain 0 moves, one
+    // more per round of the incremental check, and no other rate does.
+    // The rounds refill about m^2 / 2 flows, far fewer than the component's
+    // k m, so the check runs to the end of the chain instead of falling
+    // back to the component (it fell back after six rounds before the
+    // thirty-second session).
+    let (k, m) = (40u32, 20u32);
+    let wide = k * (m + 1);
+    let mut caps = Vec::new();
+    for _ in 0..k {
+        caps.push(1.0);
+        caps.extend((1..m).map(|i| f64::from(2 * i + 1)));
+        caps.push(1000.0);
+    }
+    caps.push(1e6);
+    let mut net = FlowNet::new(&caps);
+    let mut routes = Vec::new();
+    for c in 0..k {
+        for i in 0..m {
+            let base = c * (m + 1);
+            let route = vec![base + i, base + i + 1, wide];
+            net.start_flow(&route, 1e12, SimTime::ZERO, u64::from(c * m + i));
+            routes.push(route);
+        }
+    }
+    let before = net.rates_by_tag();
+    for (tag, r) in &before {
+        assert!(
+            (r - f64::from(*tag as u32 % m + 1)).abs() < 1e-9,
+            "{tag}: {r}"
+        );
+    }
+    let s1 = net.stats();
+    net.start_flow(&[0, wide], 1e12, SimTime::ZERO, u64::from(k * m));
+    routes.push(vec![0, wide]);
+    let after = net.rates_by_tag();
+    let s2 = net.stats();
+    let want = water_filling(&caps, &routes);
+    for ((tag, r), w) in after.iter().zip(&want) {
+        assert!((r - w).abs() <= 1e-9 * w, "flow {tag}: {r} GB/s, want {w}");
+    }
+    let moved = before
+        .iter()
+        .zip(&after)
+        .filter(|((_, a), (_, b))| (a - b).abs() > 1e-9)
+        .count();
+    assert_eq!(moved, m as usize, "chain 0's flows, and only they, move");
+    assert_eq!(s2.component_fills, s1.component_fills, "{s2:?}");
+    let refilled = s2.flows_recomputed - s1.flows_recomputed;
+    assert!(
+        refilled < u64::from(k * m) / 2,
+        "{refilled} flows refilled for a change of {m}"
+    );
+}
