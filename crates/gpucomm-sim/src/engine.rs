@@ -27,9 +27,9 @@
 //! passed check means the allocation is the max-min fair one (to a
 //! relative 1e-9, the tolerance of the saturation and "no faster flow"
 //! tests: far below the picosecond resolution of event times for any
-//! realistic flow; but where two events tie, a picosecond decides their
-//! order, so the two fills can give runs a chunk's time apart: docs/sim.md,
-//! Engine).
+//! realistic flow; but a schedule's pipelines can amplify a picosecond's
+//! difference in when a transfer starts to tenths of a percent of a run:
+//! docs/sim.md, Engine).
 //!
 //! The set is filled piece by piece (its connected components, given the
 //! held flows): small pieces by scanning their links, large ones with an

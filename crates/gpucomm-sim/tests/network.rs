@@ -549,8 +549,9 @@ fn nvls_tree_feels_leaf_uplinks_where_the_tree_crosses_them() {
             .time
             .as_us()
     };
-    // "Not slowed" allows for ties taken differently (docs/sim.md, Engine:
-    // a chunk's time on a NIC, 0.14% here); the slowdowns are 10% and more.
+    // "Not slowed" allows for a picosecond's difference amplified by the
+    // pipelines (docs/sim.md, Engine: 0.14% here); the slowdowns are 10%
+    // and more.
     let same = |a: f64, b: f64| (a - b).abs() <= 5e-3 * b;
     for algo in [AlgoChoice::NvlsTree, AlgoChoice::Schedule(Algorithm::Tree)] {
         let rails = t(8, 1.0, algo);
