@@ -45,6 +45,10 @@ fn topology_names_a_preset_or_a_file_as_sim_does() {
     );
     let nope = gpucomm(&["topo", "--topology", "no-such-machine"], LIMIT);
     nope.assert_fails(1, "--topology no-such-machine: unknown topology");
+    // A path that exists but is no topology file says what it is.
+    let dir_arg = dir.to_str().unwrap();
+    let not_a_file = gpucomm(&["topo", "--topology", dir_arg], LIMIT);
+    not_a_file.assert_fails(1, &format!("--topology {dir_arg}: {dir_arg}: "));
     let both = gpucomm(
         &["topo", "--topology", "dgx-h100", "--preset", "dgx-a100"],
         LIMIT,

@@ -110,7 +110,9 @@ pub fn select(spec: &str, opts: &ClusterOptions) -> Result<Topology, TopoError> 
         preset(&lower)?
     } else if lower == "local" {
         discover(&DiscoverOptions::default())?
-    } else if Path::new(spec).is_file() {
+    } else if Path::new(spec).exists() {
+        // Not only regular files: a directory or a device says what is
+        // wrong with it when read, rather than "no such file".
         format::load(Path::new(spec))?
     } else {
         return Err(TopoError::UnknownTopology {
