@@ -72,7 +72,11 @@ impl ModelSpec {
         Ok(m)
     }
 
-    fn validate(&self) -> Result<(), SimError> {
+    /// Checks what [`ModelSpec::from_toml`] checks (at least one layer,
+    /// finite non-negative times, a positive `bytes_per_param`, a step and
+    /// its gradient bytes within the simulator's ranges); [`step`] and
+    /// [`prefill`] check it too, for a model built in code.
+    pub fn validate(&self) -> Result<(), SimError> {
         if self.layers.is_empty() {
             return Err(SimError::Model(format!("model {} has no layer", self.name)));
         }
@@ -87,6 +91,27 @@ impl ModelSpec {
         }
         if self.bytes_per_param == 0 {
             return Err(SimError::Model("bytes_per_param must be positive".into()));
+        }
+        // A step's times are picoseconds in a u64 (about 213 days): a
+        // longer one would saturate and print a wrong step time.
+        let compute_ms: f64 = self.layers.iter().map(|l| l.fwd_ms + l.bwd_ms).sum();
+        let max_ms = SimTime::MAX.as_secs_f64() * 1e3 / 2.0;
+        if compute_ms > max_ms {
+            return Err(SimError::Model(format!(
+                "model {}: a step's compute ({compute_ms:.3e} ms) is beyond the simulator's time range (at most {max_ms:.3e} ms: half of 2^64 ps, leaving room for the communication)",
+                self.name
+            )));
+        }
+        let grad_bytes = self.layers.iter().try_fold(0u64, |sum, l| {
+            l.params
+                .checked_mul(self.bytes_per_param)
+                .and_then(|b| sum.checked_add(b))
+        });
+        if grad_bytes.is_none() {
+            return Err(SimError::Model(format!(
+                "model {}: the gradients (params x bytes_per_param) overflow 64-bit byte counts",
+                self.name
+            )));
         }
         Ok(())
     }
@@ -308,6 +333,7 @@ pub fn prefill(
     bucket_bytes: u64,
     cache: &mut AllReduceTimes,
 ) -> Result<(), SimError> {
+    model.validate()?;
     let sizes: Vec<u64> = buckets(model, bucket_bytes.max(1))
         .into_iter()
         .map(|(b, _)| b)
@@ -355,6 +381,7 @@ pub fn step(
             "a training step needs at least one node".into(),
         ));
     }
+    model.validate()?;
     // (The fabric is built, and the machine checked, where an all_reduce
     // is simulated: in `prefill`.)
     let gpus = machine.gpus_per_node() * nodes;
@@ -441,6 +468,14 @@ mod tests {
         assert_eq!(m.params(), 1000);
         assert!(ModelSpec::from_toml("name = \"x\"\nlayer = []\n").is_err());
         assert!(ModelSpec::from_toml("garbage").is_err());
+        // Beyond the simulator's range: refused, not saturated into a
+        // wrong step time or a wrapped byte count.
+        let long = ok.replace("fwd_ms = 1.0", "fwd_ms = 1e300");
+        let e = ModelSpec::from_toml(&long).unwrap_err().to_string();
+        assert!(e.contains("beyond the simulator's time range"), "{e}");
+        let big = ok.replace("params = 1000", "params = 18446744073709551615");
+        let e = ModelSpec::from_toml(&big).unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{e}");
         assert!(ModelSpec::preset("nope").is_err());
     }
 }
