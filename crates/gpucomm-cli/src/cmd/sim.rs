@@ -456,14 +456,6 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
     Ok(mach)
 }
 
-/// The root of a rooted collective (broadcast, reduce).
-fn root_of(coll: Collective) -> Option<usize> {
-    match coll {
-        Collective::Broadcast { root } | Collective::Reduce { root } => Some(root),
-        _ => None,
-    }
-}
-
 fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
@@ -489,7 +481,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks, elem))
         .collect();
-    match root_of(coll) {
+    match coll.root() {
         Some(root) if root >= ranks => bail!(
             "--root {root}: the run has {ranks} ranks (0 to {})",
             ranks - 1
@@ -570,7 +562,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         let mut doc = json!({"collective": coll.name(), "topology": mach.name, "nodes": mach.nodes,
                          "ranks": ranks, "network": network_json(&mach), "tuner": a.tuner.json(), "average": shown.name(),
                          "iterations": a.iters, "datatype": nccl_type_name(a.datatype), "results": rows});
-        if let Some(root) = root_of(coll) {
+        if let Some(root) = coll.root() {
             doc["root"] = json!(root);
         }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -583,7 +575,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             mach.name,
             fabric.ranks_per_node(),
             ranks,
-            root_of(coll).map_or(String::new(), |r| format!(", root {r}"))
+            coll.root().map_or(String::new(), |r| format!(", root {r}"))
         )?;
         writeln!(
             o,
