@@ -157,7 +157,7 @@ fn the_table_is_in_nccl_tests_format() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(
         lines.iter().any(|l| l.starts_with(
@@ -208,7 +208,7 @@ fn no_check_prints_na() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     let row = out.stdout.lines().find(|l| !l.starts_with('#')).unwrap();
     assert_eq!(row.matches("N/A").count(), 2, "{row}");
     assert!(row.contains("  none       1"), "{row}");

@@ -115,7 +115,7 @@ fn device_table_names_the_device_and_path() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     assert!(out.stdout.contains("memory device"), "{}", out.dump());
     assert!(
         out.stdout
@@ -153,7 +153,7 @@ fn pinned_host_memory_without_a_gpu() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     assert!(out.stdout.contains("memory pinned"), "{}", out.dump());
     let rows = json_rows(&[
         "--memory",
@@ -223,7 +223,7 @@ fn gpu_bench_memory_device_prints_its_table() {
             ],
             Duration::from_secs(300),
         );
-        assert_eq!(out.code, Some(0), "{}", out.dump());
+        out.assert_ok();
         assert!(
             out.stdout.contains(&format!("path {path}")),
             "{}",

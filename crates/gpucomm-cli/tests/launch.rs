@@ -21,7 +21,7 @@ fn prefixes_every_line_with_its_rank() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     for r in 0..3 {
         assert!(
             out.stdout.contains(&format!("[{r}] out {r} of 3\n")),
@@ -58,7 +58,7 @@ fn every_rank_sees_the_same_store_and_token() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     let rest: Vec<&str> = out
         .stdout
         .lines()

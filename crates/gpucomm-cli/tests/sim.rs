@@ -17,7 +17,7 @@ fn sim_json(args: &[&str]) -> Value {
     all.extend_from_slice(args);
     all.push("--json");
     let out = gpucomm(&all, LIMIT);
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.dump()))
 }
 
@@ -169,7 +169,7 @@ fn trace_is_a_chrome_trace_with_rank_and_link_tracks() {
         ],
         LIMIT,
     );
-    assert_eq!(out.code, Some(0), "{}", out.dump());
+    out.assert_ok();
     assert!(out.stdout.contains("link utilisation"), "{}", out.dump());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().expect("traceEvents");
@@ -492,7 +492,7 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
         .chain([file])
         .collect();
     let exported = gpucomm(&export, LIMIT);
-    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    exported.assert_ok();
     let from_file = with(&[file, "--nodes", "2"]);
     assert_eq!(from_file["results"], four["results"]);
 
@@ -511,7 +511,7 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
         ],
         LIMIT,
     );
-    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    exported.assert_ok();
     assert_eq!(
         with(&[two_nics, "--nodes", "2"])["results"],
         half["results"]
@@ -536,7 +536,7 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
         ],
         LIMIT,
     );
-    assert_eq!(exported.code, Some(0), "{}", exported.dump());
+    exported.assert_ok();
     let out = gpucomm(
         &["sim", "all_reduce", "--topology", two, "--nics", "4"],
         LIMIT,
@@ -603,9 +603,8 @@ fn gathers_run_and_print_the_sizes_nccl_tests_does() {
     // prints 0 for 8 to 256 B and then 512 B, count 4 (per rank).
     let args = "sim all_gather --topology dgx-h100 --nodes 4 -b 8 -e 512 -f 2";
     let text = gpucomm(&args.split(' ').collect::<Vec<_>>(), LIMIT);
-    assert_eq!(text.code, Some(0), "{}", text.dump());
     let rows: Vec<(u64, u64)> = text
-        .stdout
+        .assert_ok()
         .lines()
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
@@ -724,9 +723,8 @@ fn device_memory_bounds_only_what_a_gpu_holds() {
 /// The words of `gpucomm ARGS --help` (letters, digits, dashes and
 /// underscores: preset and algorithm names).
 fn help_words(args: &[&str]) -> std::collections::BTreeSet<String> {
-    let out = gpucomm(args, Duration::from_secs(30));
-    assert_eq!(out.code, Some(0), "{}", out.dump());
-    out.stdout
+    gpucomm(args, Duration::from_secs(30))
+        .assert_ok()
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
         .map(str::to_owned)
         .collect()

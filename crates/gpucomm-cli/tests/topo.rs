@@ -10,9 +10,7 @@ use common::{gpucomm, scratch_dir};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn ok(args: &[&str]) -> String {
-    let out = gpucomm(args, LIMIT);
-    assert_eq!(out.code, Some(0), "{}", out.dump());
-    out.stdout
+    gpucomm(args, LIMIT).assert_ok().to_string()
 }
 
 #[test]

@@ -21,6 +21,12 @@ pub struct Output {
 }
 
 impl Output {
+    /// Asserts the run exited with 0; its stdout.
+    pub fn assert_ok(&self) -> &str {
+        assert_eq!(self.code, Some(0), "{}", self.dump());
+        &self.stdout
+    }
+
     /// Asserts the run exited with `code` and said `says` on stderr.
     pub fn assert_fails(&self, code: i32, says: &str) {
         assert_eq!(self.code, Some(code), "{}", self.dump());
