@@ -16,6 +16,7 @@ use crate::buffer::{Buffer, MemorySpace, Segment};
 use crate::dtype::{DataType, Element, Reducer};
 use crate::engine::{self, Exec, ExecState, Plan};
 use crate::error::{Error, OpContext, TransportKind};
+use crate::transport::doorbell::Bell;
 use crate::transport::ring::{Region, STATE_ABORTED, STATE_CLOSED};
 use crate::transport::{Link, OpDesc, ZeroCopy};
 
@@ -274,8 +275,8 @@ impl Inner {
         self.poison(format!("aborted: {why}"), STATE_ABORTED);
         if let Some(r) = &self.region {
             // Wake our own engine if it sleeps on the doorbell.
-            r.doorbell().fetch_add(1, Ordering::SeqCst);
-            crate::transport::ring::wake_all(r);
+            r.bump();
+            r.wake_all();
         }
     }
 
@@ -337,7 +338,7 @@ impl Inner {
             let _ =
                 r.state()
                     .compare_exchange(0, STATE_CLOSED, Ordering::AcqRel, Ordering::Relaxed);
-            crate::transport::ring::wake_all(r);
+            r.wake_all();
         }
     }
 }

@@ -20,6 +20,7 @@ use gpucomm_algo::{Buf, Schedule, Slice, Step, StepKind};
 
 use crate::dtype::Reducer;
 use crate::error::{Error, Failure, LinkError, OpContext};
+use crate::transport::doorbell;
 use crate::transport::ring::Region;
 use crate::transport::{
     CHANNELS, Link, MsgKind, OpDesc, RecvReq, SendReq, WaitHandle, XferState, ZeroCopy,
@@ -429,20 +430,11 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
         if uses_fd {
             poll_fds(plan, ex, state, nap.min(Duration::from_micros(500)));
         } else if let Some(region) = ex.region {
-            region.sleepers().fetch_add(1, Ordering::SeqCst);
-            let v = region.doorbell().load(Ordering::SeqCst);
-            let r = pass(plan, ex, state, &mut remaining);
-            let moved = match r {
-                Ok(m) => m,
-                Err(e) => {
-                    region.sleepers().fetch_sub(1, Ordering::SeqCst);
-                    return Err(e);
-                }
-            };
-            if !moved && remaining > 0 && !ex.abort.load(Ordering::Acquire) {
-                futex_wait_on(region, v, nap);
-            }
-            region.sleepers().fetch_sub(1, Ordering::SeqCst);
+            let moved = doorbell::nap(region, nap, || {
+                let moved = pass(plan, ex, state, &mut remaining)?;
+                let sleep = !moved && remaining > 0 && !ex.abort.load(Ordering::Acquire);
+                Ok::<_, Error>((moved, sleep))
+            })?;
             if moved {
                 idle_since = None;
             }
@@ -450,10 +442,6 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-}
-
-fn futex_wait_on(region: &Region, v: u32, nap: Duration) {
-    region.sleep_at(v, nap);
 }
 
 /// True when a stream with `peer` has its head step ready (dependencies met).

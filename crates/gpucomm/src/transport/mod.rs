@@ -16,6 +16,7 @@
 //! | shm | same host id (hostname, boot id, namespaces) | ring of slots in a memfd; `alloc`ed buffers read in place |
 //! | tcp | always (the fallback) | copied through sockets |
 
+pub(crate) mod doorbell;
 pub(crate) mod fault;
 pub(crate) mod ring;
 pub(crate) mod tcp;

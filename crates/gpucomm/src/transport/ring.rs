@@ -22,7 +22,8 @@
 //! Waiting: the engine spins first, then sleeps on its region's doorbell futex
 //! after announcing itself in `sleepers`; whoever publishes or frees a slot
 //! bumps the peer's doorbell and wakes it only if it sleeps, so the hot path
-//! has no system call.
+//! has no system call (the handshake, and the loom model that checks it, are
+//! in `doorbell.rs`).
 
 #![allow(unsafe_code)]
 
@@ -32,6 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
 
+use super::doorbell::{self, Bell};
 use super::{CHANNELS, Link, MsgKind, OpDesc, RecvReq, SendReq, WaitHandle, XferState, ZeroCopy};
 use crate::buffer::Segment;
 use crate::error::{LinkError, TransportKind};
@@ -104,19 +106,38 @@ impl Region {
         }
     }
 
-    /// Wakes the owner of this region if it sleeps on its doorbell.
+    /// Wakes the owner of this region if it sleeps on its doorbell (after
+    /// a release store that gave it work; [`doorbell::ring`]).
     pub fn wake(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleepers().load(Ordering::Relaxed) > 0 {
-            self.doorbell().fetch_add(1, Ordering::SeqCst);
-            futex_wake(self.doorbell());
-        }
+        doorbell::ring(self);
     }
+}
 
-    /// Sleeps on the doorbell for at most `max` unless it no longer holds `v`
-    /// (the caller announced itself in `sleepers` before reading `v`).
-    pub fn sleep_at(&self, v: u32, max: Duration) {
+/// The region's doorbell words, with futex system calls.
+impl Bell for Region {
+    fn announce(&self) {
+        self.sleepers().fetch_add(1, Ordering::SeqCst);
+    }
+    fn retire(&self) {
+        self.sleepers().fetch_sub(1, Ordering::SeqCst);
+    }
+    fn sleepers(&self) -> u32 {
+        Region::sleepers(self).load(Ordering::Relaxed)
+    }
+    fn bell(&self) -> u32 {
+        self.doorbell().load(Ordering::SeqCst)
+    }
+    fn bump(&self) {
+        self.doorbell().fetch_add(1, Ordering::SeqCst);
+    }
+    fn fence(&self) {
+        fence(Ordering::SeqCst);
+    }
+    fn wait(&self, v: u32, max: Duration) {
         futex_wait(self.doorbell(), v, max);
+    }
+    fn wake_all(&self) {
+        futex_wake(self.doorbell());
     }
 }
 
@@ -652,11 +673,6 @@ fn cma_copy(pid: u32, dst: *mut u8, addr: usize, n: usize) -> std::io::Result<()
         done += r as usize;
     }
     Ok(())
-}
-
-/// Wakes every sleeper on `r`'s doorbell unconditionally (abort, close).
-pub(crate) fn wake_all(r: &Region) {
-    futex_wake(r.doorbell());
 }
 
 /// Opens a pidfd for a peer process (None if the kernel refuses).
