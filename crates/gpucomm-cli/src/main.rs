@@ -53,8 +53,64 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("gpucomm: error: {e:#}");
+            eprintln!("gpucomm: error: {}", chain_message(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// The error and its causes, outer first, joined by ": " as anyhow's `{:#}`
+/// joins them, but each said once: where a message already ends with its
+/// cause's text (an error type that both prints its source and returns it,
+/// as `std::io::Error` wrappers often do), the cause is not repeated.
+fn chain_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if msg.ends_with(&s) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&s);
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_message;
+    use anyhow::Context;
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_said_once() {
+        #[derive(Debug)]
+        struct Wrapped {
+            path: String,
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}: {}", self.path, self.source)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let io = std::io::Error::from_raw_os_error(libc::EISDIR);
+        let text = io.to_string();
+        let e = Err::<(), _>(Wrapped {
+            path: "/".into(),
+            source: io,
+        })
+        .context("--topology /")
+        .unwrap_err();
+        assert_eq!(chain_message(&e), format!("--topology /: /: {text}"));
+        // Distinct causes are all kept.
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(chain_message(&e), "outer: inner");
     }
 }

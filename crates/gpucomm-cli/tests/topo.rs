@@ -53,3 +53,46 @@ fn topology_names_a_preset_or_a_file_as_sim_does() {
     );
     both.assert_fails(2, "cannot be used with");
 }
+
+#[test]
+fn a_cluster_or_matrix_too_large_is_refused_at_once() {
+    // It built the cluster until the kernel killed it (24 GB).
+    let huge = gpucomm(
+        &[
+            "topo",
+            "--preset",
+            "dgx-a100",
+            "--nodes",
+            "18446744073709551615",
+        ],
+        LIMIT,
+    );
+    huge.assert_fails(1, "--nodes 18446744073709551615: ");
+    // --all on 4800 devices built a 4800 x 4800 grid of strings.
+    let all = gpucomm(
+        &["topo", "--preset", "dgx-h100", "--nodes", "300", "--all"],
+        LIMIT,
+    );
+    all.assert_fails(
+        1,
+        "--all: 4800 GPUs and NICs would make a 4800 x 4800 matrix",
+    );
+    // Under the cap it prints every host.
+    let out = ok(&["topo", "--preset", "dgx-h100", "--nodes", "3", "--all"]);
+    assert!(out.contains("n2.host0.GPU7"), "{out}");
+}
+
+#[test]
+fn file_says_what_is_wrong_with_a_path_that_is_not_a_topology_file() {
+    let dir = scratch_dir("topo-file");
+    let d = dir.to_str().unwrap();
+    // Once, not "Is a directory (os error 21): Is a directory (os error 21)".
+    let out = gpucomm(&["topo", "--file", d], LIMIT);
+    out.assert_fails(
+        1,
+        &format!("gpucomm: error: {d}: Is a directory (os error 21)\n"),
+    );
+    let missing = dir.join("missing.toml");
+    let m = missing.to_str().unwrap();
+    gpucomm(&["topo", "--file", m], LIMIT).assert_fails(1, &format!("--file {m}: no such file"));
+}

@@ -524,7 +524,12 @@ impl Prepared {
             let why = symmetry
                 .why_every_rank()
                 .unwrap_or("one period of the fabric's symmetry");
-            fits_in_memory(simulate, largest, available_memory(), why)?;
+            fits_in_memory(
+                simulate,
+                largest,
+                gpucomm_topo::discover::available_memory(),
+                why,
+            )?;
         }
         let rest: Vec<usize> = (0..simulate)
             .filter(|r| have.iter().all(|(h, _)| h != r))
@@ -868,34 +873,6 @@ fn fits_in_memory(
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
-
-/// Memory this process may still take, bytes: the kernel's
-/// `MemAvailable`, or less where a cgroup (v2) limit is closer; `None`
-/// where neither can be read (not Linux).
-fn available_memory() -> Option<u64> {
-    let mut avail = meminfo_bytes("MemAvailable")?;
-    let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok();
-    if let (Some(max), Some(cur)) = (read("memory.max"), read("memory.current")) {
-        if let (Ok(max), Ok(cur)) = (max.trim().parse::<u64>(), cur.trim().parse::<u64>()) {
-            avail = avail.min(max.saturating_sub(cur));
-        }
-    }
-    Some(avail)
-}
-
-/// Field `key` of `/proc/meminfo` (given in kB), bytes.
-fn meminfo_bytes(key: &str) -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(kib * 1024)
-}
 
 /// Pairs every send with its receive before the run: the `k`-th send from
 /// `a` to `b` on channel `c` meets the `k`-th receive of `b` from `a` on
@@ -1493,11 +1470,6 @@ mod tests {
         assert!((need_gib / available_gib - 2.0).abs() < 1e-6);
         // A rank's steps count in its bytes.
         assert!(rank.bytes() >= rank.steps.len() * std::mem::size_of::<CStep>());
-        // This machine's figure, where it has one, is read in bytes from
-        // the kernel's kB: some memory, no more than the machine has.
-        if let (Some(avail), Some(total)) = (available_memory(), meminfo_bytes("MemTotal")) {
-            assert!(avail > 0 && avail <= total, "{avail} of {total}");
-        }
     }
 
     #[test]

@@ -55,6 +55,44 @@ impl DiscoverOptions {
     }
 }
 
+/// Memory this process may still take, bytes (what the simulator and
+/// `cluster` check a large job against before building it): the kernel's
+/// `MemAvailable`, or less where a cgroup (v2) limit is closer; `None`
+/// where neither can be read (not Linux).
+pub fn available_memory() -> Option<u64> {
+    let mut avail = meminfo_bytes("MemAvailable")?;
+    let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok();
+    if let (Some(max), Some(cur)) = (read("memory.max"), read("memory.current")) {
+        if let (Ok(max), Ok(cur)) = (max.trim().parse::<u64>(), cur.trim().parse::<u64>()) {
+            avail = avail.min(max.saturating_sub(cur));
+        }
+    }
+    Some(avail)
+}
+
+/// Field `key` of `/proc/meminfo` (given in kB), bytes.
+///
+/// ```
+/// // Read in bytes from the kernel's kB: some memory, no more than the
+/// // machine has.
+/// if let Some(total) = gpucomm_topo::discover::meminfo_bytes("MemTotal") {
+///     let avail = gpucomm_topo::discover::available_memory().unwrap();
+///     assert!(avail > 0 && avail <= total, "{avail} of {total}");
+/// }
+/// ```
+pub fn meminfo_bytes(key: &str) -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 fn read(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }

@@ -102,6 +102,10 @@ pub struct ClusterArgs {
     pub sharp: bool,
 }
 
+/// The most GPUs and NICs `--all` prints matrices for (128 DGX nodes): the
+/// rows are built whole, so a 16384-device cluster would take gigabytes.
+const MAX_ALL_DEVICES: usize = 2048;
+
 /// Runs `gpucomm topo`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -132,6 +136,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.path {
         print_path(&mut out, &t, &p[0], &p[1])?;
         return Ok(ExitCode::SUCCESS);
+    }
+    let devices = t.gpus().len() + t.nodes_of_kind(NodeKind::Nic).count();
+    if args.all && devices > MAX_ALL_DEVICES {
+        bail!(
+            "--all: {devices} GPUs and NICs would make a {devices} x {devices} matrix; \
+             --all prints at most {MAX_ALL_DEVICES} (--path A B shows one pair, --json the whole topology)"
+        );
     }
     print_summary(&mut out, &t)?;
     writeln!(out)?;
@@ -189,7 +200,9 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
         return Ok(gpucomm_topo::select(p, &opts)?);
     }
     if let Some(f) = &args.file {
-        if !f.is_file() {
+        // A path that exists but is not a file (a directory, /dev/null)
+        // is read below, which says what is wrong with it.
+        if !f.exists() {
             bail!("--file {}: no such file", f.display());
         }
         let s = f.to_str().context("--file: the path is not valid UTF-8")?;
