@@ -54,7 +54,12 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("gpucomm: error: {}", chain_message(&e));
-            ExitCode::from(1)
+            // A bad command line exits 2, as clap's usage errors do.
+            if e.chain().any(|c| c.is::<cmd::common::Usage>()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

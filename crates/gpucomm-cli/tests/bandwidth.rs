@@ -80,7 +80,24 @@ fn bad_arguments_are_errors_not_panics() {
     let (code, _, err) = gpucomm(&["bandwidth", "-t", "h2d"]);
     assert_eq!(code, Some(2), "clap's usage error: {err}");
     assert!(err.contains("unknown test"), "{err}");
+    // Exit 2 is a bad command line, as the help says, whoever finds it.
     let (code, _, err) = gpucomm(&["bandwidth", "-b", "64M", "-e", "1M"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("larger than max"), "{err}");
+    // -n 0 measured nothing and exited 0; --latency-iters 0 ran 1.
+    for bad in [&["-n", "0"][..], &["--latency-iters", "0"], &["-f", "1"]] {
+        let argv: Vec<&str> = ["bandwidth"].iter().chain(bad).copied().collect();
+        let (code, _, err) = gpucomm(&argv);
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+        assert!(err.contains("is not in"), "{bad:?}: {err}");
+    }
+    // A driver library that is not there, or no name: said, not "()".
+    let (code, _, err) = gpucomm(&["bandwidth", "--cuda-driver", "/nonexistent/libcuda.so"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("no such file: /nonexistent/libcuda.so"),
+        "{err}"
+    );
+    let (_, _, err) = gpucomm(&["bandwidth", "--cuda-driver", ""]);
+    assert!(err.contains("an empty library name"), "{err}");
 }

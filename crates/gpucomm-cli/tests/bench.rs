@@ -216,10 +216,25 @@ fn no_check_prints_na() {
 
 #[test]
 fn bad_arguments_fail_cleanly() {
+    // A bad command line exits 2 whether clap or the bench finds it.
     let out = gpucomm(&["bench", "broadcast", "--root", "5"], LIMIT);
-    out.assert_fails(1, "--root 5 is not a rank of a 2-rank job");
+    out.assert_fails(2, "--root 5 is not a rank of a 2-rank job");
     let out = gpucomm(&["bench", "all_reduce", "-b", "1M", "-e", "1K"], LIMIT);
-    out.assert_fails(1, "larger than max bytes");
+    out.assert_fails(2, "larger than max bytes");
+    gpucomm(&["bench", "-f", "0"], LIMIT).assert_fails(2, "step factor must be at least 2");
+    gpucomm(&["bench", "-n", "0"], LIMIT).assert_fails(2, "--iters must be at least 1");
+    gpucomm(&["bench", "--ranks", "0"], LIMIT).assert_fails(2, "--ranks must be at least 1");
+    gpucomm(&["bench", "--algorithm", "foo"], LIMIT).assert_fails(2, "expected auto or one of");
+    // Buffers beyond the host's memory: refused before any rank starts
+    // (each rank mapped 3 TiB and ran row by row towards the OOM killer).
+    let out = gpucomm(
+        &["bench", "-b", "1G", "-e", "1T", "-n", "1", "-w", "0"],
+        LIMIT,
+    );
+    out.assert_fails(
+        1,
+        "all_reduce of 1 TiB on 2 ranks needs about 6144.0 GiB of host memory",
+    );
     let out = gpucomm(&["bench", "gather"], LIMIT);
     out.assert_fails(2, "unknown collective");
     // A worker started by hand, outside any launcher, says why it cannot run.
@@ -480,4 +495,38 @@ fn threads_instead_of_processes() {
             "{rows:?}"
         );
     }
+}
+
+#[test]
+fn the_environment_algorithm_is_used_or_refused_as_such() {
+    let env = |v: &str, args: &[&str]| {
+        let out = std::process::Command::new(common::exe())
+            .args(args)
+            .env("GPUCOMM_ALGORITHM", v)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // It blamed "the bench worker runs under the bench coordinator".
+    let (code, _, err) = env("foo", &["bench", "-b", "8", "-e", "8"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("GPUCOMM_ALGORITHM=\"foo\" (environment): unknown algorithm"),
+        "{err}"
+    );
+    // A valid one was silently ignored; it is the bench's algorithm now.
+    let (code, out, err) = env("bruck", &["bench", "all_gather", "-b", "8", "-e", "64"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("algorithm bruck"), "{out}");
+    // --algorithm wins over the environment.
+    let (code, out, err) = env(
+        "bruck",
+        &["bench", "-b", "8", "-e", "64", "--algorithm", "ring"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("algorithm ring"), "{out}");
 }

@@ -122,6 +122,11 @@ impl Library {
     fn open_any(names: &[&str]) -> Result<Library, String> {
         let mut tried = Vec::new();
         for name in names {
+            // dlopen("") returns the program itself, not a library.
+            if name.is_empty() {
+                tried.push("an empty library name".to_string());
+                continue;
+            }
             let c = CString::new(*name).map_err(|_| format!("bad library name {name:?}"))?;
             // SAFETY: `c` is a valid C string; dlopen has no other precondition.
             // Loading runs the library's initialisers, which is what we ask for.
@@ -139,6 +144,10 @@ impl Library {
                     name: (*name).to_string(),
                 });
             }
+        }
+        if tried.is_empty() {
+            // Every name was a path that does not exist.
+            return Err(format!("no such file: {}", names.join(", ")));
         }
         Err(tried.join("; "))
     }
@@ -357,6 +366,18 @@ mod tests {
             .unwrap();
         assert!(!e.contains("/nonexistent/"), "{e}");
         assert!(e.contains("libgpucomm-nonexistent.so"), "{e}");
+    }
+
+    #[test]
+    fn only_missing_paths_or_an_empty_name_still_say_what_was_tried() {
+        // `--cuda-driver /nonexistent.so` said "cannot load the CUDA driver ()".
+        let e = Library::open_any(&["/nonexistent/gpucomm/libx.so"])
+            .err()
+            .unwrap();
+        assert_eq!(e, "no such file: /nonexistent/gpucomm/libx.so");
+        // `--cuda-driver ''` opened the program itself and found no cuInit.
+        let e = load_driver(&[""]).err().unwrap();
+        assert!(e.contains("an empty library name"), "{e}");
     }
 
     #[test]

@@ -37,10 +37,10 @@ pub struct Args {
     #[arg(short = 'e', long, default_value = "256M", value_parser = parse_size_arg)]
     pub max_bytes: u64,
     /// Multiply the size by this from one row to the next.
-    #[arg(short = 'f', long, default_value_t = 4)]
+    #[arg(short = 'f', long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..))]
     pub step_factor: u64,
     /// Timed copies per size (default: about 1 GiB per size, 5 to 1000).
-    #[arg(short = 'n', long)]
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: Option<u32>,
     /// Untimed copies before the timed ones.
     #[arg(short = 'w', long, default_value_t = 3)]
@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, default_value = "8", value_parser = parse_size_arg)]
     pub latency_bytes: u64,
     /// Timed copies of the latency test.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub latency_iters: u32,
     /// Device of the single-device tests.
     #[arg(long, default_value_t = 0)]
@@ -180,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 dev,
                 args.latency_bytes as usize,
                 args.warmup.max(10),
-                args.latency_iters.max(1),
+                args.latency_iters,
                 Timing::RoundTrip,
             ) {
                 Ok(m) => latency.push(m),

@@ -29,7 +29,7 @@ use gpucomm::launch::{LaunchConfig, LaunchError, LineSink, Stream, launch_with, 
 use gpucomm_algo::{Algorithm, Collective, ReduceOp};
 use serde::{Deserialize, Serialize};
 
-use super::common::{parse_dtype, parse_size, size_sweep};
+use super::common::{parse_dtype, parse_size, size_sweep, usage};
 use super::launch::{parse_algorithm, parse_secs, parse_transport};
 
 mod check;
@@ -275,7 +275,9 @@ fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmArg, String> {
     if s.eq_ignore_ascii_case("auto") {
         Ok(AlgorithmArg(None))
     } else {
-        parse_algorithm(s).map(|a| AlgorithmArg(Some(a)))
+        parse_algorithm(s)
+            .map(|a| AlgorithmArg(Some(a)))
+            .map_err(|e| e.replace("(expected one of ", "(expected auto or one of "))
     }
 }
 
@@ -383,14 +385,44 @@ pub struct Plan {
     pub check: bool,
 }
 
+/// Refuses a sweep whose buffers would not fit in the host memory left
+/// (`avail` bytes; `None`: unknown, not checked): each rank holds a send,
+/// a receive and an in-place buffer at the largest size (`worker.rs`; the
+/// checker computes expected values on the fly), so a 1 TiB sweep fails
+/// here, not by the kernel's out-of-memory killer rows later.
+fn check_host_memory(
+    collective: Collective,
+    largest: u64,
+    elem: usize,
+    ranks: usize,
+    avail: Option<u64>,
+) -> anyhow::Result<()> {
+    let l = check::Layout::new(collective, largest, elem, ranks);
+    let per_rank = (l.send as u128 + l.recv as u128 + l.in_place_len() as u128) * elem as u128;
+    let need = per_rank * ranks as u128;
+    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+    match avail {
+        Some(avail) if need > u128::from(avail) => bail!(
+            "{} of {} on {ranks} ranks needs about {:.1} GiB of host memory for its buffers \
+             ({:.1} GiB per rank), {:.1} GiB available: lower -e/--maxbytes or --ranks",
+            collective.name(),
+            super::common::format_bytes(largest),
+            gib(need),
+            gib(per_rank),
+            gib(u128::from(avail))
+        ),
+        _ => Ok(()),
+    }
+}
+
 impl Args {
     /// The sizes and settings every rank uses.
     pub fn plan(&self) -> anyhow::Result<Plan> {
         if self.ranks == 0 {
-            bail!("--ranks must be at least 1");
+            usage!("--ranks must be at least 1");
         }
         if self.ranks > gpucomm::launch::MAX_LOCAL_RANKS {
-            bail!(
+            usage!(
                 "--ranks {} is more than gpucomm starts on one host ({})",
                 self.ranks,
                 gpucomm::launch::MAX_LOCAL_RANKS
@@ -399,7 +431,7 @@ impl Args {
         let collective = self.collective.collective(self.root);
         if let Some(root) = collective.root() {
             if root >= self.ranks {
-                bail!("--root {root} is not a rank of a {}-rank job", self.ranks);
+                usage!("--root {root} is not a rank of a {}-rank job", self.ranks);
             }
         }
         let sizes = if collective == Collective::Barrier {
@@ -408,8 +440,9 @@ impl Args {
             size_sweep(self.min_bytes, self.max_bytes, self.step_factor)?
         };
         if self.iters == Some(0) {
-            bail!("--iters must be at least 1");
+            usage!("--iters must be at least 1");
         }
+
         if let Some(a) = self.algorithm.0 {
             // Refused here, once, rather than by every rank's first call.
             let implements = |a| {
@@ -422,7 +455,7 @@ impl Args {
                     .filter(|&b| implements(b))
                     .map(|b| b.name())
                     .collect();
-                bail!(
+                usage!(
                     "--algorithm {} does not implement {} (on {} ranks: {})",
                     a.name(),
                     collective.name(),
@@ -559,10 +592,35 @@ pub enum Record {
 }
 
 /// Runs `gpucomm bench`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let plan = args.plan()?;
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    // GPUCOMM_ALGORITHM picks the algorithm where --algorithm is auto, as
+    // NCCL_ALGO does for nccl-tests; the workers get it as --algorithm.
+    let mut from_env = None;
+    if args.algorithm.0.is_none() && !args.worker {
+        if let Some(v) = std::env::var_os("GPUCOMM_ALGORITHM") {
+            let value = v.to_string_lossy();
+            let what = format!("GPUCOMM_ALGORITHM={value:?} (environment)");
+            args.algorithm =
+                parse_algorithm_or_auto(&value).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            from_env = Some(what);
+        }
+    }
+    let plan = match (args.plan(), from_env) {
+        (Err(e), Some(v)) => return Err(e.context(v)),
+        (plan, _) => plan?,
+    };
     if args.worker {
         return worker::run(&args, &plan);
+    }
+    // Checked once, here: a worker would see the memory its peers took.
+    if args.memory != Memory::Device {
+        check_host_memory(
+            plan.collective,
+            plan.sizes.iter().copied().max().unwrap_or(0),
+            args.dtype.size(),
+            args.ranks,
+            gpucomm_topo::discover::available_memory(),
+        )?;
     }
     if args.memory == Memory::Device {
         if args.fault.is_some() {
@@ -759,6 +817,26 @@ pub(crate) fn parse_args(argv: &[&str]) -> Result<Args, clap::Error> {
 mod tests {
     use super::*;
     use parse_args as parse;
+
+    #[test]
+    fn a_sweep_beyond_host_memory_is_refused_before_any_rank_starts() {
+        // all_reduce: send, receive and in-place buffers of the size each.
+        let gib = 1u64 << 30;
+        let fits = check_host_memory(Collective::AllReduce, gib, 4, 2, Some(6 * gib));
+        assert!(fits.is_ok());
+        let e = check_host_memory(Collective::AllReduce, gib, 4, 2, Some(6 * gib - 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("needs about 6.0 GiB") && e.contains("3.0 GiB per rank"),
+            "{e}"
+        );
+        // all_gather: a rank's input is a block, its output the whole size.
+        let g = check_host_memory(Collective::AllGather, 4 * gib, 4, 4, Some(0)).unwrap_err();
+        assert!(g.to_string().contains("needs about 36.0 GiB"), "{g}");
+        // Unknown memory: not checked.
+        assert!(check_host_memory(Collective::AllReduce, u64::MAX, 1, 1024, None).is_ok());
+    }
 
     #[test]
     fn defaults_are_the_readme_command() {

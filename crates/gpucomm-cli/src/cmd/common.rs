@@ -1,7 +1,7 @@
 //! Helpers shared by subcommands: sizes with K/M/G suffixes, nccl-tests-style
 //! sweeps and data type names.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 /// Parses a byte size as nccl-tests does: a number with an optional suffix
 /// K, M, G or T (powers of 1024; a trailing `B` or `iB` is accepted).
@@ -30,12 +30,34 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
 /// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
 /// until past `max` (`max` itself always included when the sweep is not
 /// empty). `factor` must be at least 2.
+/// A bad command line found after parsing (values that conflict, or a
+/// range clap cannot state): `main` exits 2 for it, as for clap's own
+/// usage errors, and 1 for failures of the run.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Returns early with a [`Usage`] error (exit status 2).
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cmd::common::Usage(format!($($t)*))))
+    };
+}
+pub(crate) use usage;
+
 pub fn size_sweep(min: u64, max: u64, factor: u64) -> anyhow::Result<Vec<u64>> {
     if factor < 2 {
-        bail!("step factor must be at least 2 (got {factor})");
+        usage!("step factor must be at least 2 (got {factor})");
     }
     if min > max {
-        bail!("min bytes ({min}) is larger than max bytes ({max})");
+        usage!("min bytes ({min}) is larger than max bytes ({max})");
     }
     let mut sizes = Vec::new();
     let mut s = min;
