@@ -15,8 +15,8 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use comfy_table::Table;
 use gpucomm_algo::{
-    Algorithm, Buf, CheckReport, Collective, CostModel, LinkClass, Problem, Schedule, Slice, Step,
-    StepKind, TuneOptions, candidates_with, check, critical_path, predict, tune_with,
+    Algorithm, Buf, CheckReport, Collective, CostModel, LinkClass, Prediction, Problem, Schedule,
+    Slice, Step, StepKind, TuneOptions, candidates_with, check, critical_path, predict,
 };
 
 use super::common::{format_bytes, parse_size};
@@ -31,9 +31,9 @@ pub struct Args {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Print a schedule as a table of steps, then the checker's report.
-    Show(Box<ProblemArgs>),
+    Show(Box<ShowArgs>),
     /// Check a schedule (every algorithm for the collective if none given).
-    Check(Box<ProblemArgs>),
+    Check(Box<ShowArgs>),
     /// Rank algorithm, channel and chunk choices under the cost model.
     Tune(Box<TuneArgs>),
 }
@@ -43,7 +43,9 @@ enum Cmd {
 struct ProblemArgs {
     /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier.
     collective: String,
-    /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical, bruck.
+    /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical, bruck
+    /// (show: ring if not given; check: every algorithm that implements the
+    /// collective; tune: ranks only this one).
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
     /// Number of ranks.
@@ -55,12 +57,16 @@ struct ProblemArgs {
     /// Bytes per element.
     #[arg(long, default_value_t = 4)]
     elem_size: usize,
-    /// Parallel channels (0 refused: it ran as 1 without a word).
-    #[arg(long, short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
-    channels: u16,
-    /// Largest piece a step moves, in bytes (0: no chunking).
-    #[arg(long, default_value = "0")]
-    chunk: String,
+    /// Parallel channels, 1 to 65535; 0 is refused (show, check: 1 if not
+    /// given; tune: ranks only this count, at most --max-channels, instead
+    /// of trying 1, 2, 4 ... up to --max-channels).
+    #[arg(long, short = 'c', value_parser = clap::value_parser!(u16).range(1..))]
+    channels: Option<u16>,
+    /// Largest piece a step moves, in bytes; 0: no chunking (show, check:
+    /// 0 if not given; tune: ranks only this chunk, instead of trying none
+    /// and 64K to 16M).
+    #[arg(long)]
+    chunk: Option<String>,
     /// Parts a ring broadcast's or reduce's hop inside a node cuts each
     /// piece in (hops between nodes move whole pieces; NCCL's LL protocol
     /// streams lines through a node, its network proxy whole steps).
@@ -78,8 +84,15 @@ struct ProblemArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Show at most this many ranks as columns (show).
-    #[arg(long, default_value_t = 16)]
+}
+
+/// `show` and `check`: the problem, and how `show` prints it.
+#[derive(clap::Args, Debug)]
+struct ShowArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    /// Show at most this many ranks as columns, at least 1 (show).
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_ranks: usize,
     /// Show each step's dependencies (show).
     #[arg(long)]
@@ -90,22 +103,22 @@ struct ProblemArgs {
 struct TuneArgs {
     #[command(flatten)]
     problem: ProblemArgs,
-    /// Intra-node latency per hop, microseconds.
+    /// Intra-node latency per hop, microseconds (finite, at least 0).
     #[arg(long)]
     intra_latency_us: Option<f64>,
-    /// Intra-node bandwidth per direction, GB/s.
+    /// Intra-node bandwidth per direction, GB/s (finite, above 0).
     #[arg(long)]
     intra_gbps: Option<f64>,
-    /// Inter-node latency per hop, microseconds.
+    /// Inter-node latency per hop, microseconds (finite, at least 0).
     #[arg(long)]
     inter_latency_us: Option<f64>,
-    /// Inter-node bandwidth per direction, GB/s.
+    /// Inter-node bandwidth per direction, GB/s (finite, above 0).
     #[arg(long)]
     inter_gbps: Option<f64>,
-    /// Software overhead per step, microseconds.
+    /// Software overhead per step, microseconds (finite, at least 0).
     #[arg(long)]
     overhead_us: Option<f64>,
-    /// Bandwidth one channel drives, GB/s.
+    /// Bandwidth one channel drives, GB/s (finite, above 0).
     #[arg(long)]
     channel_gbps: Option<f64>,
     /// Candidates to list.
@@ -120,7 +133,7 @@ struct TuneArgs {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Show(a) => show(&a),
-        Cmd::Check(a) => check_cmd(&a),
+        Cmd::Check(a) => check_cmd(&a.problem),
         Cmd::Tune(a) => tune_cmd(&a),
     }
 }
@@ -178,11 +191,21 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     Ok(p)
 }
 
+/// `--chunk` in elements of `p` (`None` when not given).
+fn chunk_elems(a: &ProblemArgs, p: &Problem) -> anyhow::Result<Option<usize>> {
+    let Some(chunk) = &a.chunk else {
+        return Ok(None);
+    };
+    let chunk_bytes = usize::try_from(parse_size(chunk)?).context("--chunk too large")?;
+    Ok(Some(chunk_bytes.div_ceil(p.elem_size)))
+}
+
+/// The schedule `--algorithm` names (`alg`), with the channels, chunk and
+/// intra-node parts given; fails when `alg` does not implement the problem.
 fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
-    let chunk_bytes = usize::try_from(parse_size(&a.chunk)?).context("--chunk too large")?;
     Ok(Schedule::new(p, alg)?
-        .with_channels(a.channels)
-        .with_chunk_elems(chunk_bytes.div_ceil(p.elem_size))
+        .with_channels(a.channels.unwrap_or(1))
+        .with_chunk_elems(chunk_elems(a, &p)?.unwrap_or(0))
         .with_intra_slices(a.intra_slices as usize))
 }
 
@@ -286,7 +309,8 @@ fn report_table(p: &Problem, rep: &CheckReport) -> Table {
     t
 }
 
-fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
+fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
+    let a = &sa.problem;
     let p = problem(a)?;
     let alg = parse_algorithm(a.algorithm.as_deref().unwrap_or("ring"))?;
     let s = schedule(a, p, alg)?;
@@ -318,7 +342,7 @@ fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(2)
         });
     }
-    let shown = p.nranks.min(a.max_ranks.max(1));
+    let shown = p.nranks.min(sa.max_ranks);
     writeln!(
         out,
         "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), chunk {} elements{}{}",
@@ -352,7 +376,7 @@ fn show(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
         for (r, list) in steps.iter().enumerate().take(shown) {
             row.push(
                 list.get(i)
-                    .map(|st| cell(&p, r, st, multi, a.deps))
+                    .map(|st| cell(&p, r, st, multi, sa.deps))
                     .unwrap_or_default(),
             );
         }
@@ -454,36 +478,159 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
-    let p = problem(&a.problem)?;
+/// A model figure: `given`, else the default model's `default`; finite,
+/// and above 0 (`positive`, a bandwidth) or at least 0 (a latency or an
+/// overhead).
+fn model_figure(
+    option: &str,
+    given: Option<f64>,
+    default: f64,
+    positive: bool,
+) -> anyhow::Result<f64> {
+    let v = given.unwrap_or(default);
+    let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
+    if !ok {
+        bail!(
+            "--{option} must be a finite number {} (got {v})",
+            if positive { "above 0" } else { "at least 0" }
+        );
+    }
+    Ok(v)
+}
+
+/// The model `tune` ranks under: the default one, with the figures given.
+fn tune_model(a: &TuneArgs) -> anyhow::Result<CostModel> {
     let d = CostModel::default();
     let mut m = CostModel::new(
         LinkClass {
-            latency_us: a.intra_latency_us.unwrap_or(d.intra.latency_us),
-            bandwidth_gbps: a.intra_gbps.unwrap_or(d.intra.bandwidth_gbps),
+            latency_us: model_figure(
+                "intra-latency-us",
+                a.intra_latency_us,
+                d.intra.latency_us,
+                false,
+            )?,
+            bandwidth_gbps: model_figure("intra-gbps", a.intra_gbps, d.intra.bandwidth_gbps, true)?,
         },
         LinkClass {
-            latency_us: a.inter_latency_us.unwrap_or(d.inter.latency_us),
-            bandwidth_gbps: a.inter_gbps.unwrap_or(d.inter.bandwidth_gbps),
+            latency_us: model_figure(
+                "inter-latency-us",
+                a.inter_latency_us,
+                d.inter.latency_us,
+                false,
+            )?,
+            bandwidth_gbps: model_figure("inter-gbps", a.inter_gbps, d.inter.bandwidth_gbps, true)?,
         },
     );
-    m.step_overhead_us = a.overhead_us.unwrap_or(d.step_overhead_us);
-    m.channel_gbps = a.channel_gbps.unwrap_or(d.channel_gbps);
-    for (name, v) in [
-        ("intra bandwidth", m.intra.bandwidth_gbps),
-        ("inter bandwidth", m.inter.bandwidth_gbps),
-        ("channel bandwidth", m.channel_gbps),
-    ] {
-        if !(v > 0.0 && v.is_finite()) {
-            bail!("{name} must be positive (got {v})");
-        }
+    m.step_overhead_us = model_figure("overhead-us", a.overhead_us, d.step_overhead_us, false)?;
+    m.channel_gbps = model_figure("channel-gbps", a.channel_gbps, d.channel_gbps, true)?;
+    Ok(m)
+}
+
+/// The most ranks `tune` ranks candidates for: the model asks every rank's
+/// traffic of every candidate (about 5 s at this size on a 2-core machine).
+const TUNE_MAX_RANKS: usize = 1 << 16;
+/// The most ranks x ranks per node `tune` takes where the tree all_reduce is
+/// a candidate: its model walks a node's chain for every rank of every
+/// channel (quadratic on one node: 10000 ranks took 6 s, 100000 ran past 60 s).
+const TUNE_MAX_TREE_PAIRS: usize = 1 << 24;
+
+/// Refuses problems the tuner would take too long to rank (`show` and
+/// `check` bound the steps they generate; the tuner generates none, but
+/// its model's work grows with the ranks).
+fn tune_guard(p: &Problem, algorithms: &[Algorithm]) -> anyhow::Result<()> {
+    let (n, rpn) = (p.nranks, p.ranks_per_node);
+    if n > TUNE_MAX_RANKS {
+        bail!(
+            "{} on {n} ranks: too many to tune here (at most {TUNE_MAX_RANKS} ranks)",
+            p.collective.name()
+        );
     }
-    let opts = TuneOptions {
-        max_channels: a.max_channels,
-        ..TuneOptions::default()
+    let tree = p.collective == Collective::AllReduce
+        && (algorithms.is_empty() || algorithms.contains(&Algorithm::Tree));
+    if tree && n.saturating_mul(rpn) > TUNE_MAX_TREE_PAIRS {
+        bail!(
+            "tree all_reduce on {n} ranks, {rpn} per node: too many to tune here \
+             (ranks x ranks per node at most {TUNE_MAX_TREE_PAIRS}; give --ranks-per-node, \
+             fewer ranks, or another --algorithm)"
+        );
+    }
+    Ok(())
+}
+
+/// The tuner's candidates for `p`, fastest first, within what the options
+/// allow: `--algorithm`, `--channels` and `--chunk` fix that choice
+/// (validated as `show` and `check` validate them), `--intra-slices` applies
+/// to every candidate.
+fn tune_candidates(
+    a: &TuneArgs,
+    p: &Problem,
+    m: &CostModel,
+) -> anyhow::Result<Vec<(Schedule, Prediction)>> {
+    let pa = &a.problem;
+    let algorithms = match &pa.algorithm {
+        // Refused, as `show` and `check` refuse it, when it does not
+        // implement the problem.
+        Some(name) => vec![schedule(pa, *p, parse_algorithm(name)?)?.algorithm],
+        None => Vec::new(),
     };
-    let best = tune_with(&p, &m, &opts)?;
-    let all = candidates_with(&p, &m, &opts);
+    tune_guard(p, &algorithms)?;
+    if let Some(c) = pa.channels
+        && c > a.max_channels
+    {
+        bail!(
+            "--channels {c} is more than --max-channels {}",
+            a.max_channels
+        );
+    }
+    let chunk = chunk_elems(pa, p)?;
+    let opts = TuneOptions {
+        max_channels: pa.channels.unwrap_or(a.max_channels),
+        algorithms,
+        chunking: chunk.is_none(),
+    };
+    let mut all = candidates_with(p, m, &opts);
+    if pa.channels.is_none() && chunk.is_none() && pa.intra_slices == 1 {
+        return Ok(all);
+    }
+    if let Some(c) = pa.channels {
+        // With `max_channels: c` the tuner tries `c` itself when it is at
+        // most 32 (its largest count), else 32: keep those rows (predicted
+        // again at `c` below).
+        let most = all.iter().map(|(s, _)| s.channels).max().unwrap_or(c);
+        all.retain(|(s, _)| s.channels == most);
+    }
+    for (s, pr) in &mut all {
+        let mut t = s.clone().with_intra_slices(pa.intra_slices as usize);
+        if let Some(c) = pa.channels {
+            t = t.with_channels(c);
+        }
+        if let Some(k) = chunk {
+            t = t.with_chunk_elems(k);
+        }
+        *pr = predict(&t, m);
+        *s = t;
+    }
+    // The tuner's order.
+    all.sort_by(|x, y| {
+        x.1.time_us
+            .total_cmp(&y.1.time_us)
+            .then(x.0.channels.cmp(&y.0.channels))
+            .then(x.0.algorithm.cmp(&y.0.algorithm))
+            .then(x.0.chunk_elems.cmp(&y.0.chunk_elems))
+    });
+    Ok(all)
+}
+
+fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
+    let p = problem(&a.problem)?;
+    let m = tune_model(a)?;
+    let all = tune_candidates(a, &p, &m)?;
+    let Some((best, _)) = all.first() else {
+        bail!(
+            "no algorithm implements {} for this problem",
+            p.collective.name()
+        );
+    };
     let mut out = std::io::stdout().lock();
     if a.problem.json {
         let top: Vec<_> = all.iter().take(a.top).map(|(_, pr)| pr).collect();
@@ -545,13 +692,19 @@ mod tests {
             ranks: 4,
             bytes: "1024".into(),
             elem_size: 4,
-            channels: 1,
-            chunk: "0".into(),
+            channels: None,
+            chunk: None,
             intra_slices: 1,
             ranks_per_node: None,
             root: 0,
             shift: 1,
             json: false,
+        }
+    }
+
+    fn show_args(a: ProblemArgs) -> ShowArgs {
+        ShowArgs {
+            problem: a,
             max_ranks: 16,
             deps: false,
         }
@@ -590,7 +743,7 @@ mod tests {
         // pieces to rank 2 on the next node.
         let mut a = args("broadcast");
         a.bytes = "256".into();
-        a.chunk = "64".into();
+        a.chunk = Some("64".into());
         a.ranks_per_node = Some(2);
         a.intra_slices = 4;
         let p = problem(&a).unwrap();
@@ -631,16 +784,18 @@ mod tests {
         let mut a = args("all_reduce");
         a.ranks = 16;
         a.bytes = "16M".into();
-        a.chunk = "64".into();
-        let e = show(&a).unwrap_err().to_string();
+        a.chunk = Some("64".into());
+        let e = show(&show_args(a)).unwrap_err().to_string();
         assert!(e.contains("too many to show here"), "{e}");
         // A problem no algorithm takes says why.
         let mut b = args("broadcast");
         b.root = 9;
         let e = check_cmd(&b).unwrap_err().to_string();
         assert!(e.contains("root 9 out of range for 4 ranks"), "{e}");
+        let mut a = args("all_reduce");
+        a.ranks = 16;
         a.bytes = "1M".into();
-        a.chunk = "0".into();
-        assert!(show(&a).is_ok());
+        a.chunk = Some("0".into());
+        assert!(show(&show_args(a)).is_ok());
     }
 }

@@ -1,0 +1,227 @@
+//! `gpucomm algo` end to end: bad input is refused with a clear message,
+//! and every option `tune` offers changes what it ranks.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Output, gpucomm};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn run(args: &[&str]) -> Output {
+    gpucomm(args, LIMIT)
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = run(args);
+    let text = out.assert_ok();
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}\n{}", out.dump()))
+}
+
+/// `algo tune ARGS --json --top 1000`: the best schedule and every
+/// candidate's prediction.
+fn tune(args: &[&str]) -> (Value, Vec<Value>) {
+    let mut argv = vec!["algo", "tune"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--json", "--top", "1000"]);
+    let v = json(&argv);
+    let rows = v["candidates"].as_array().expect("candidates").clone();
+    assert!(!rows.is_empty(), "{argv:?}: {v}");
+    (v["best"].clone(), rows)
+}
+
+#[test]
+fn tune_ranks_only_the_algorithm_channels_and_chunk_given() {
+    // All three pinned: one candidate, the schedule `show` builds from the
+    // same options, with the same prediction.
+    let (best, rows) = tune(&["all_reduce", "-a", "ring", "-c", "2", "--chunk", "256"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(best["algorithm"], "ring", "{best}");
+    assert_eq!(best["channels"], 2, "{best}");
+    assert_eq!(best["chunk_elems"], 64, "{best}");
+    let shown = json(&[
+        "algo",
+        "show",
+        "all_reduce",
+        "-a",
+        "ring",
+        "-c",
+        "2",
+        "--chunk",
+        "256",
+        "--json",
+    ]);
+    assert_eq!(rows[0], shown["prediction"]);
+    let text = run(&[
+        "algo",
+        "tune",
+        "all_reduce",
+        "-a",
+        "ring",
+        "-c",
+        "2",
+        "--chunk",
+        "256",
+    ]);
+    assert!(
+        text.assert_ok()
+            .contains("best: ring with 2 channel(s), chunk 64 elements"),
+        "{}",
+        text.dump()
+    );
+
+    // Each alone restricts its own choice and leaves the others free.
+    let (best, rows) = tune(&["all_reduce", "-n", "8", "-b", "64M", "-a", "tree"]);
+    assert_eq!(best["algorithm"], "tree");
+    assert!(rows.iter().all(|r| r["algorithm"] == "tree"), "{rows:?}");
+    assert!(rows.iter().any(|r| r["channels"] != rows[0]["channels"]));
+    assert!(
+        rows.iter()
+            .any(|r| r["chunk_elems"] != rows[0]["chunk_elems"])
+    );
+
+    let (best, rows) = tune(&["all_reduce", "-n", "8", "-b", "64M", "--chunk", "1M"]);
+    assert_eq!(best["chunk_elems"], 1 << 18);
+    assert!(rows.iter().all(|r| r["chunk_elems"] == 1 << 18), "{rows:?}");
+    assert!(rows.iter().any(|r| r["algorithm"] != rows[0]["algorithm"]));
+    let (_, rows) = tune(&["all_reduce", "-n", "8", "-b", "64M", "--chunk", "0"]);
+    assert!(rows.iter().all(|r| r["chunk_elems"] == 0), "{rows:?}");
+
+    // Channels given: exactly the rows the free tuner has for that count.
+    let free = tune(&["all_reduce", "-n", "8", "-b", "64M"]).1;
+    for c in [2u64, 3, 32] {
+        let cs = c.to_string();
+        let (best, rows) = tune(&["all_reduce", "-n", "8", "-b", "64M", "-c", &cs]);
+        assert_eq!(best["channels"], c);
+        let want: Vec<&Value> = free.iter().filter(|r| r["channels"] == c).collect();
+        if c != 3 {
+            assert_eq!(rows.iter().collect::<Vec<_>>(), want, "-c {c}");
+        }
+        assert!(rows.iter().all(|r| r["channels"] == c), "{rows:?}");
+    }
+    // More than the tuner tries, within --max-channels.
+    let (best, rows) = tune(&["all_reduce", "-n", "8", "-c", "64", "--max-channels", "64"]);
+    assert_eq!(best["channels"], 64);
+    assert!(rows.iter().all(|r| r["channels"] == 64), "{rows:?}");
+    // Intra-node parts reach the prediction (a ring broadcast on two nodes).
+    let args = [
+        "broadcast",
+        "-n",
+        "4",
+        "--ranks-per-node",
+        "2",
+        "-b",
+        "256",
+        "--chunk",
+        "64",
+        "-a",
+        "ring",
+        "-c",
+        "1",
+    ];
+    let (_, one) = tune(&args);
+    let mut sliced = args.to_vec();
+    sliced.extend_from_slice(&["--intra-slices", "4"]);
+    let (best, four) = tune(&sliced);
+    assert_eq!(best["intra_slices"], 4, "{best}");
+    assert_ne!(one[0]["steps"], four[0]["steps"]);
+    let shown = json(&[
+        "algo",
+        "show",
+        "broadcast",
+        "-n",
+        "4",
+        "--ranks-per-node",
+        "2",
+        "-b",
+        "256",
+        "--chunk",
+        "64",
+        "-a",
+        "ring",
+        "--intra-slices",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(four[0], shown["prediction"]);
+}
+
+#[test]
+fn tune_refuses_what_show_and_check_refuse() {
+    for cmd in ["show", "check", "tune"] {
+        run(&["algo", cmd, "all_reduce", "-a", "bruck"])
+            .assert_fails(1, "algorithm bruck does not implement all_reduce");
+        run(&["algo", cmd, "all_reduce", "-a", "nosuch"]).assert_fails(1, "unknown algorithm");
+        run(&["algo", cmd, "all_reduce", "--chunk", "1X"]).assert_fails(1, "1X");
+        run(&["algo", cmd, "all_reduce", "-c", "0"]).assert_fails(2, "0 is not in 1..");
+    }
+    // More channels than the engine runs.
+    run(&["algo", "tune", "all_reduce", "-c", "64"])
+        .assert_fails(1, "--channels 64 is more than --max-channels 32");
+    // Options that only `show` reads are not offered to tune.
+    run(&["algo", "tune", "all_reduce", "--deps"]).assert_fails(2, "--deps");
+    run(&["algo", "tune", "all_reduce", "--max-ranks", "2"]).assert_fails(2, "--max-ranks");
+}
+
+#[test]
+fn tune_refuses_model_figures_that_are_not_finite() {
+    let lat = ["--intra-latency-us", "--inter-latency-us", "--overhead-us"];
+    let bw = ["--intra-gbps", "--inter-gbps", "--channel-gbps"];
+    for opt in lat.iter().chain(&bw) {
+        for bad in ["nan", "NaN", "inf", "-inf", "-1"] {
+            let arg = format!("{opt}={bad}");
+            run(&["algo", "tune", "all_reduce", &arg]).assert_fails(1, opt);
+        }
+    }
+    for opt in bw {
+        run(&["algo", "tune", "all_reduce", &format!("{opt}=0")]).assert_fails(1, opt);
+    }
+    // Zero latency and overhead are a model (a bandwidth-only one).
+    let (_, rows) = tune(&[
+        "all_reduce",
+        "--ranks-per-node",
+        "2",
+        "--intra-latency-us",
+        "0",
+        "--inter-latency-us",
+        "0",
+        "--overhead-us",
+        "0",
+    ]);
+    for r in &rows {
+        let t = r["time_us"].as_f64().unwrap_or_else(|| panic!("{r}"));
+        assert!(t.is_finite() && t >= 0.0, "{r}");
+    }
+}
+
+#[test]
+fn tune_refuses_oversized_problems_at_once() {
+    for args in [
+        &["all_reduce", "-n", "100000"][..],
+        &["all_reduce", "-n", "1000000", "--ranks-per-node", "8"][..],
+        &["all_reduce", "-n", "10000"][..],
+    ] {
+        let mut argv = vec!["algo", "tune"];
+        argv.extend_from_slice(args);
+        let out = run(&argv);
+        out.assert_fails(1, "too many to tune here");
+        assert!(out.elapsed < Duration::from_secs(5), "{}", out.dump());
+    }
+}
+
+#[test]
+fn show_says_what_max_ranks_does() {
+    run(&["algo", "show", "all_reduce", "--max-ranks", "0"]).assert_fails(2, "--max-ranks");
+    let out = run(&["algo", "show", "all_reduce", "--max-ranks", "2"]);
+    assert!(
+        out.assert_ok().contains("(first 2 ranks shown)"),
+        "{}",
+        out.dump()
+    );
+    let help = run(&["algo", "show", "--help"]);
+    let help = help.assert_ok();
+    assert!(!help.contains("without a word"), "{help}");
+    assert!(help.contains("0 is refused"), "{help}");
+}
