@@ -879,14 +879,29 @@ pub fn candidates_with(
             && later.1.steps == first.1.steps
             && later.1.time_us == first.1.time_us
     });
-    out.sort_by(|x, y| {
-        x.1.time_us
-            .total_cmp(&y.1.time_us)
-            .then(x.0.channels.cmp(&y.0.channels))
-            .then(x.0.algorithm.cmp(&y.0.algorithm))
-            .then(x.0.chunk_elems.cmp(&y.0.chunk_elems))
-    });
+    out.sort_by(tuner_order);
     out
+}
+
+/// The order [`candidates_with`] ranks its candidates in: predicted time,
+/// then fewer channels, then the algorithm and the chunk (deterministic).
+///
+/// ```
+/// use gpucomm_algo::{Algorithm, Collective, CostModel, Problem, Schedule, predict, tuner_order};
+/// let p = Problem::new(Collective::AllReduce, 8, 8, 1 << 20);
+/// let m = CostModel::default();
+/// let mut c: Vec<_> = [Algorithm::Ring, Algorithm::Direct]
+///     .map(|a| { let s = Schedule::new(p, a).unwrap(); let pr = predict(&s, &m); (s, pr) })
+///     .into();
+/// c.sort_by(tuner_order);
+/// assert!(c[0].1.time_us <= c[1].1.time_us);
+/// ```
+pub fn tuner_order(x: &(Schedule, Prediction), y: &(Schedule, Prediction)) -> std::cmp::Ordering {
+    x.1.time_us
+        .total_cmp(&y.1.time_us)
+        .then(x.0.channels.cmp(&y.0.channels))
+        .then(x.0.algorithm.cmp(&y.0.algorithm))
+        .then(x.0.chunk_elems.cmp(&y.0.chunk_elems))
 }
 
 /// Picks the algorithm, channels and chunk size the model predicts fastest.

@@ -611,13 +611,7 @@ fn tune_candidates(
         *s = t;
     }
     // The tuner's order.
-    all.sort_by(|x, y| {
-        x.1.time_us
-            .total_cmp(&y.1.time_us)
-            .then(x.0.channels.cmp(&y.0.channels))
-            .then(x.0.algorithm.cmp(&y.0.algorithm))
-            .then(x.0.chunk_elems.cmp(&y.0.chunk_elems))
-    });
+    all.sort_by(gpucomm_algo::tuner_order);
     Ok(all)
 }
 
