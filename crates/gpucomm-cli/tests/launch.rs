@@ -1,9 +1,13 @@
-//! `gpucomm launch`: environment, output prefixes, failure propagation.
+//! `gpucomm launch`: environment, output prefixes, failure propagation,
+//! process groups (nothing a rank started outlives the job), signals to the
+//! launcher, output errors.
 
 mod common;
 
 use common::gpucomm;
-use std::time::Duration;
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -142,4 +146,233 @@ fn bad_invocations_are_clear_errors() {
         LIMIT,
     );
     out.assert_fails(2, "auto, shm or tcp");
+}
+
+/// A `sleep` argument no other process has: the seconds encode this test
+/// process and the test (`n`), so leftovers can be found in `/proc`.
+fn unique_sleep(n: u32) -> String {
+    format!("{}.{}{n:02}", 80 + n, std::process::id())
+}
+
+/// The pids of the live processes with `arg` among their arguments.
+fn processes_with_arg(arg: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A zombie's cmdline is empty: only the living match.
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).any(|a| a == arg.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Asserts that no process with `arg` is left (within a moment: a killed
+/// process takes a little while to go); kills any that is, by pid.
+fn assert_none_left(arg: &str, what: &str) {
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut left = processes_with_arg(arg);
+    while !left.is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        left = processes_with_arg(arg);
+    }
+    for pid in &left {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "{what}: `sleep {arg}` left running (pids {left:?})"
+    );
+}
+
+/// Runs `gpucomm ARGS` with its stdout on `stdout`: exit code and stderr.
+fn gpucomm_with_stdout(args: &[&str], stdout: Stdio) -> (Option<i32>, String) {
+    let mut child = Command::new(common::exe())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gpucomm");
+    let status = wait_at_most(&mut child, LIMIT);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code(), err)
+}
+
+fn wait_at_most(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gpucomm still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_timeout_stops_what_the_ranks_started() {
+    // The ranks ignore SIGTERM (and so does their child): SIGKILL after the
+    // grace must reach the child too, not only the rank's shell.
+    let tag = unique_sleep(1);
+    let script = format!(r#"trap "" TERM; sleep {tag} & wait"#);
+    let out = gpucomm(
+        &[
+            "launch",
+            "-n",
+            "2",
+            "--timeout",
+            "1",
+            "--grace",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        LIMIT,
+    );
+    out.assert_fails(124, "timed out after 1.0 s with rank(s) 0, 1 still running");
+    assert_none_left(&tag, "after --timeout");
+    assert!(out.elapsed < Duration::from_secs(10), "{}", out.dump());
+}
+
+#[test]
+fn a_failure_stops_what_every_rank_started() {
+    // Rank 0 fails, leaving a child behind; rank 1's shell is stopped while
+    // its child runs. Neither child may outlive the job.
+    let (left_by_0, child_of_1) = (unique_sleep(2), unique_sleep(3));
+    let script = format!(
+        r#"if [ "$GPUCOMM_RANK" = 0 ]; then sleep {left_by_0} & exit 3; fi; sleep {child_of_1}"#
+    );
+    let out = gpucomm(&["launch", "-n", "2", "--", "sh", "-c", &script], LIMIT);
+    out.assert_fails(3, "rank 0 failed first: it exited with code 3");
+    assert!(out.stderr.contains("stopped rank(s) 1"), "{}", out.dump());
+    assert_none_left(&left_by_0, "the failed rank's child");
+    assert_none_left(&child_of_1, "the stopped rank's child");
+    assert!(out.elapsed < Duration::from_secs(10), "{}", out.dump());
+}
+
+#[test]
+fn a_sigterm_to_the_launcher_is_forwarded_to_every_rank_group() {
+    let tag = unique_sleep(4);
+    let script = format!("sleep {tag}; echo not stopped");
+    let mut child = Command::new(common::exe())
+        .args(["launch", "-n", "2", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gpucomm");
+    let until = Instant::now() + Duration::from_secs(10);
+    while processes_with_arg(&tag).len() < 2 {
+        assert!(Instant::now() < until, "the ranks did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = wait_at_most(&mut child, LIMIT);
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_none_left(&tag, "after SIGTERM to the launcher");
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}\n{out}\n{err}");
+    assert!(
+        err.contains("interrupted by SIGTERM; forwarded it to rank(s) 0, 1"),
+        "{err}"
+    );
+    assert!(!out.contains("not stopped"), "{out}");
+}
+
+#[test]
+fn output_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("opening /dev/full"),
+        )
+    };
+    let (code, err) =
+        gpucomm_with_stdout(&["launch", "-n", "2", "--", "sh", "-c", "echo hi"], full());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("cannot write the ranks' output to stdout: No space left on device"),
+        "{err}"
+    );
+    // A failed rank's code still wins.
+    let (code, err) = gpucomm_with_stdout(
+        &["launch", "-n", "2", "--", "sh", "-c", "echo hi; exit 4"],
+        full(),
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("rank 0 failed first") || err.contains("rank 1 failed first"),
+        "{err}"
+    );
+    // A reader that went away (`| head`): quiet, as before.
+    let mut child = Command::new(common::exe())
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.2; echo hi; echo again",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gpucomm");
+    drop(child.stdout.take());
+    let status = wait_at_most(&mut child, LIMIT);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
 }

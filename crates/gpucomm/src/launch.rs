@@ -5,16 +5,37 @@
 //! environment that [`BootstrapConfig::from_env`](crate::env::BootstrapConfig::from_env)
 //! reads (rank, world size, local rank, a free port on 127.0.0.1 for rank 0's
 //! store, a fresh random token), forwards every line they print with the rank
-//! in front (`[1] hello`), and waits for all of them.
+//! in front (`[1] hello`), and waits for all of them. When the ranks succeed
+//! but their output could not be written (a full disk), [`launch`] says so
+//! ([`LaunchError::Output`]); a closed pipe (`| head`) is not an error.
 //!
 //! If a rank fails (exits with a non-zero code or is killed by a signal), the
 //! others are stopped: after [`LaunchConfig::term_delay`] (default 0) they get
 //! `SIGTERM`, and `SIGKILL` after [`LaunchConfig::grace`] more. The result then
 //! names the rank that failed first and how ([`LaunchError::RankFailed`]). An
 //! optional overall [`LaunchConfig::timeout`] bounds the whole job
-//! ([`LaunchError::Timeout`]). Ranks get `SIGKILL` if the launching thread
-//! dies (Linux `PR_SET_PDEATHSIG`), so a killed launcher leaves no orphans;
-//! start ranks from a thread that lives until [`launch`] returns.
+//! ([`LaunchError::Timeout`]).
+//!
+//! Each rank runs in a process group of its own (its pid is the group id), and
+//! stopping a rank signals that whole group, so what a rank started (a shell's
+//! children, a data loader's workers) is stopped with it. When a job is torn
+//! down (a failure, the timeout, a signal), the groups of the ranks that have
+//! already exited are signalled too, in case they left children behind; a
+//! job whose ranks all succeed leaves what they left running alone.
+//!
+//! Being in their own groups, the ranks do not get the terminal's `SIGINT`
+//! (Ctrl-C) or `SIGHUP` themselves: while [`launch`] runs, the launcher
+//! forwards the `SIGINT`, `SIGTERM` and `SIGHUP` it receives to every rank's
+//! group, gives them [`LaunchConfig::grace`] to exit, then sends `SIGKILL`
+//! (at once on a second signal), and returns [`LaunchError::Interrupted`]
+//! ([`LaunchConfig::forward_signals`]; a signal this process ignores or
+//! handles itself is left alone).
+//!
+//! Ranks get `SIGKILL` if the launching thread dies (Linux
+//! `PR_SET_PDEATHSIG`); start ranks from a thread that lives until [`launch`]
+//! returns. The kernel sends that signal to the rank's own process only: a
+//! launcher killed with `SIGKILL` (which it cannot catch) leaves the ranks'
+//! children running. Stop a launcher with `SIGTERM` or `SIGINT`.
 //!
 //! "First" is the order in which the launcher observed the exits: each rank
 //! has a thread blocked in `waitpid`, which stamps the time it returned. A
@@ -40,8 +61,8 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -86,6 +107,15 @@ pub struct LaunchConfig {
     pub store_host: String,
     /// Extra environment for every rank.
     pub env: Vec<(OsString, OsString)>,
+    /// While the job runs, forward the `SIGINT`, `SIGTERM` and `SIGHUP` this
+    /// process receives to every rank's process group, then stop the job
+    /// ([`LaunchError::Interrupted`]) instead of dying (default `true`). The
+    /// ranks run in process groups of their own, so without this a Ctrl-C
+    /// at a terminal reaches only this process. Signals whose disposition is
+    /// not the default when the job starts (ignored, as under `nohup`, or
+    /// handled by the program) are left alone; the previous dispositions are
+    /// restored when the last running job ends.
+    pub forward_signals: bool,
 }
 
 impl LaunchConfig {
@@ -104,6 +134,7 @@ impl LaunchConfig {
             grace: Duration::from_secs(3),
             store_host: "127.0.0.1".into(),
             env: Vec::new(),
+            forward_signals: true,
         }
     }
 
@@ -193,8 +224,8 @@ pub struct RankExit {
     pub kind: ExitKind,
     /// When, counted from the start of the job.
     pub after: Duration,
-    /// True when the launcher stopped it (after another rank failed, or at
-    /// the overall timeout).
+    /// True when the launcher stopped it (after another rank failed, at the
+    /// overall timeout, or forwarding a signal).
     pub stopped: bool,
 }
 
@@ -266,15 +297,40 @@ pub enum LaunchError {
         /// Every rank's end, by rank.
         exits: Vec<RankExit>,
     },
+    /// This process got `SIGINT`, `SIGTERM` or `SIGHUP` while the job ran
+    /// ([`LaunchConfig::forward_signals`]); it was forwarded to every rank.
+    #[error("{}", describe_interrupt(*.signal, .running))]
+    Interrupted {
+        /// The signal (the last one, when several came).
+        signal: i32,
+        /// The ranks that were still running when it came.
+        running: Vec<usize>,
+        /// Every rank's end, by rank.
+        exits: Vec<RankExit>,
+    },
+    /// Every rank succeeded, but their output could not all be written to
+    /// this process's stdout or stderr (a full disk, ...). A closed pipe is
+    /// not an error: the output is just dropped.
+    #[error("cannot write the ranks' output to {}: {source}", stream_name(*.stream))]
+    Output {
+        /// The stream that failed (the first, when both did).
+        stream: Stream,
+        /// The write error.
+        source: io::Error,
+        /// Every rank's exit.
+        report: LaunchReport,
+    },
 }
 
 impl LaunchError {
     /// The exit code `gpucomm launch` uses for this error: the first failed
-    /// rank's code (128 + signal for a signal), 124 for a timeout, 1 otherwise.
+    /// rank's code (128 + signal for a signal), 124 for a timeout, 128 + the
+    /// signal when interrupted, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             LaunchError::RankFailed { first, .. } => first.kind.shell_code().clamp(1, 255),
             LaunchError::Timeout { .. } => 124,
+            LaunchError::Interrupted { signal, .. } => (128 + signal).clamp(1, 255),
             _ => 1,
         }
     }
@@ -285,6 +341,24 @@ fn join_ranks(r: &[usize]) -> String {
         .map(|r| r.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+fn stream_name(s: Stream) -> &'static str {
+    match s {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+fn describe_interrupt(signal: i32, running: &[usize]) -> String {
+    let mut s = format!("interrupted by {}", signal_name(signal));
+    if !running.is_empty() {
+        s.push_str(&format!(
+            "; forwarded it to rank(s) {} and stopped them",
+            join_ranks(running)
+        ));
+    }
+    s
 }
 
 fn describe_failure(first: &RankExit, others: &[RankExit]) -> String {
@@ -311,23 +385,73 @@ fn describe_failure(first: &RankExit, others: &[RankExit]) -> String {
 
 /// The default line sink: `[rank] line` to this process's stdout or stderr,
 /// one write per line so that lines of different ranks never interleave.
+/// Write errors are ignored ([`checked_prefix_sink`] keeps them).
 pub fn prefix_sink() -> LineSink {
-    Arc::new(|rank, stream, line| {
+    checked_prefix_sink().0
+}
+
+/// The first error [`checked_prefix_sink`] met writing a line.
+#[derive(Clone, Debug, Default)]
+pub struct OutputErrors(Arc<Mutex<Option<(Stream, io::Error)>>>);
+
+impl OutputErrors {
+    /// Keeps `e` unless an error is already kept or `e` is a closed pipe
+    /// (a reader that has seen enough, `| head`, is not a failure).
+    pub fn record(&self, stream: Stream, e: io::Error) {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            return;
+        }
+        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some((stream, e));
+        }
+    }
+
+    /// The first error kept, if any (and forgets it).
+    pub fn take(&self) -> Option<(Stream, io::Error)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// [`prefix_sink`], keeping the first write error other than a closed pipe.
+/// A failed line does not stop the forwarding: the ranks' pipes are always
+/// drained, so that a rank never blocks on a full pipe.
+pub fn checked_prefix_sink() -> (LineSink, OutputErrors) {
+    let errors = OutputErrors::default();
+    let kept = errors.clone();
+    let sink: LineSink = Arc::new(move |rank, stream, line| {
         let mut buf = Vec::with_capacity(line.len() + 8);
         buf.extend_from_slice(format!("[{rank}] ").as_bytes());
         buf.extend_from_slice(line);
         buf.push(b'\n');
-        // A closed stdout must not stop the draining of the rank's pipe.
-        let _ = match stream {
-            Stream::Stdout => io::stdout().lock().write_all(&buf),
+        let written = match stream {
+            Stream::Stdout => {
+                let mut out = io::stdout().lock();
+                out.write_all(&buf).and_then(|()| out.flush())
+            }
             Stream::Stderr => io::stderr().lock().write_all(&buf),
         };
-    })
+        if let Err(e) = written {
+            kept.record(stream, e);
+        }
+    });
+    (sink, errors)
 }
 
-/// Runs the job, prefixing every line with its rank ([`prefix_sink`]).
+/// Runs the job, prefixing every line with its rank ([`prefix_sink`]). A
+/// job whose ranks succeeded but whose output could not be written ends
+/// in [`LaunchError::Output`].
 pub fn launch(cfg: &LaunchConfig) -> Result<LaunchReport, LaunchError> {
-    launch_with(cfg, prefix_sink())
+    let (sink, errors) = checked_prefix_sink();
+    let result = launch_with(cfg, sink);
+    match (result, errors.take()) {
+        (Ok(report), Some((stream, source))) => Err(LaunchError::Output {
+            stream,
+            source,
+            report,
+        }),
+        (result, _) => result,
+    }
 }
 
 /// A fresh 128-bit token from the OS's random source, as 32 hex digits.
@@ -404,6 +528,16 @@ pub fn free_port(host: &str) -> io::Result<u16> {
 /// How long a failure with an exit code waits for a signal death to explain it.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// During a teardown whose ranks have all exited, how often the launcher
+/// looks whether their process groups still have members.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// How often a job that forwards signals looks whether one came.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// A wait with nothing to wake for (looked at again after it).
+const LONG_WAIT: Duration = Duration::from_secs(3600);
+
 enum Event {
     Exited(usize, ExitKind, Instant),
 }
@@ -439,10 +573,23 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     let token = random_token();
     let start = Instant::now();
     let (tx, rx) = mpsc::channel::<Event>();
+    // Counting this process's SIGINT, SIGTERM and SIGHUP from before the
+    // first rank starts; this thread forwards them (a handler only counts).
+    let mut forwarding = cfg.forward_signals.then(forward::Guard::install);
+    let mut new_signals = move || forwarding.as_mut().and_then(forward::Guard::take);
+    // Every rank's pid, which is also its process group's id.
     let mut pids: Vec<u32> = Vec::with_capacity(cfg.nranks);
     let mut readers = Vec::new();
+    let mut interrupt: Option<i32> = None;
+    let mut kill_now = false;
 
     for rank in 0..cfg.nranks {
+        if let Some((sig, n)) = new_signals() {
+            // Interrupted while starting: start no more, stop those started.
+            interrupt = Some(sig);
+            kill_now = n > 1;
+            break;
+        }
         let mut cmd = Command::new(&cfg.program);
         cmd.args(&cfg.args)
             .envs(cfg.env.iter().map(|(k, v)| (k, v)))
@@ -464,13 +611,16 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         if let Some(t) = cfg.rank_timeout {
             cmd.env("GPUCOMM_TIMEOUT_MS", t.as_millis().max(1).to_string());
         }
+        // A process group of its own (set in the child before exec, so
+        // before `spawn` returns): stopping the rank stops what it started.
+        cmd.process_group(0);
         die_with_parent(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(source) => {
                 // Stop what was started, then report.
                 for &pid in &pids {
-                    signal(pid, rustix::process::Signal::KILL);
+                    signal_group(pid, rustix::process::Signal::KILL);
                 }
                 drop(tx);
                 for _exited in rx.iter().take(pids.len()) {}
@@ -496,34 +646,50 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     let mut exits: Vec<Option<RankExit>> = vec![None; cfg.nranks];
     let mut first_failure: Option<usize> = None;
     let mut timed_out = false;
-    let mut remaining = cfg.nranks;
-    // Phase 1: wait for every rank, or the first failure, or the deadline.
-    while remaining > 0 {
-        let ev = match deadline {
-            Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-                Ok(ev) => ev,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
+    let mut remaining = pids.len();
+    // With signals to look for, no wait is longer than SIGNAL_POLL.
+    let forwards = cfg.forward_signals;
+    let wait_until = move |wake: Instant| {
+        let now = Instant::now();
+        let wake = if forwards {
+            wake.min(now + SIGNAL_POLL)
+        } else {
+            wake
+        };
+        wake.saturating_duration_since(now)
+    };
+    // Phase 1: wait for every rank, or the first failure, or the deadline,
+    // or a signal.
+    while remaining > 0 && interrupt.is_none() {
+        if let Some((sig, n)) = new_signals() {
+            interrupt = Some(sig);
+            kill_now = n > 1;
+            break;
+        }
+        // Past the deadline this still takes the exits already reported
+        // (starting many ranks can take longer than the timeout).
+        let wake = deadline.unwrap_or_else(|| Instant::now() + LONG_WAIT);
+        match rx.recv_timeout(wait_until(wake)) {
+            Ok(Event::Exited(rank, kind, at)) => {
+                exits[rank] = Some(RankExit {
+                    rank,
+                    kind,
+                    after: at - start,
+                    stopped: false,
+                });
+                remaining -= 1;
+                if !kind.success() {
+                    first_failure = Some(rank);
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     timed_out = true;
                     break;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
-            None => match rx.recv() {
-                Ok(ev) => ev,
-                Err(_) => break,
-            },
-        };
-        let Event::Exited(rank, kind, at) = ev;
-        exits[rank] = Some(RankExit {
-            rank,
-            kind,
-            after: at - start,
-            stopped: false,
-        });
-        remaining -= 1;
-        if !kind.success() {
-            first_failure = Some(rank);
-            break;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
 
@@ -558,53 +724,67 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         }
     }
 
-    // Phase 2: stop the others (after the term delay, which is bounded by the deadline).
-    if remaining > 0 {
-        let mut stop_at = Instant::now();
+    // Phase 2, the teardown: stop the ranks still running (after the term
+    // delay, which is bounded by the deadline), and what the ranks that
+    // already exited left running in their groups. Every signal goes to a
+    // whole process group.
+    if first_failure.is_some() || timed_out || interrupt.is_some() {
+        let now = Instant::now();
+        let mut stop_at = now;
         if first_failure.is_some() {
             stop_at += cfg.term_delay;
             if let Some(d) = deadline {
-                stop_at = stop_at.min(d.max(Instant::now()));
+                stop_at = stop_at.min(d.max(now));
             }
         }
-        let mut signalled_term = false;
-        let mut kill_at: Option<Instant> = None;
-        let mut stopped = vec![false; cfg.nranks];
-        while remaining > 0 {
+        let mut td = Teardown::new(&pids, cfg.grace);
+        if let Some(sig) = interrupt {
+            td.forward(sig, kill_now, &exits);
+        }
+        loop {
+            if let Some((sig, n)) = new_signals() {
+                interrupt.get_or_insert(sig);
+                td.forward(sig, n > 1, &exits);
+            }
             let now = Instant::now();
-            if !signalled_term && now >= stop_at {
-                for (r, e) in exits.iter().enumerate() {
-                    if e.is_none() {
-                        signal(pids[r], rustix::process::Signal::TERM);
-                        stopped[r] = true;
-                    }
+            if remaining == 0 {
+                if td.killed || !any_group_alive(&pids) {
+                    break;
                 }
-                signalled_term = true;
-                kill_at = Some(now + cfg.grace);
+                // Only what exited ranks left behind: nothing to wait for.
+                stop_at = stop_at.min(now);
             }
-            if kill_at.is_some_and(|k| now >= k) {
-                for (r, e) in exits.iter().enumerate() {
-                    if e.is_none() {
-                        signal(pids[r], rustix::process::Signal::KILL);
-                    }
-                }
-                kill_at = None;
+            if !td.signalled && now >= stop_at {
+                td.first_signal(rustix::process::Signal::TERM, &exits);
             }
-            let wake = if !signalled_term {
+            if td.kill_at.is_some_and(|k| now >= k) {
+                td.kill();
+                continue;
+            }
+            let wake = if !td.signalled {
                 stop_at
             } else {
-                kill_at.unwrap_or(now + Duration::from_secs(3600))
+                td.kill_at.unwrap_or(now + LONG_WAIT)
             };
-            match rx.recv_timeout(wake.saturating_duration_since(now)) {
+            if remaining == 0 {
+                // No waiter is left to wake this thread: poll the groups.
+                thread::sleep(wait_until(wake.min(now + GROUP_POLL)));
+                continue;
+            }
+            match rx.recv_timeout(wait_until(wake)) {
                 Ok(Event::Exited(rank, kind, at)) => {
                     exits[rank] = Some(RankExit {
                         rank,
                         kind,
                         after: at - start,
-                        stopped: stopped[rank],
+                        stopped: td.stopped[rank],
                     });
                     remaining -= 1;
-                    if first_failure.is_none() && !timed_out && !kind.success() {
+                    if first_failure.is_none()
+                        && !timed_out
+                        && interrupt.is_none()
+                        && !kind.success()
+                    {
                         first_failure = Some(rank);
                     }
                 }
@@ -624,6 +804,19 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         {
             let _ = handle.join();
         }
+    }
+    if interrupt.is_none()
+        && first_failure.is_none()
+        && !timed_out
+        && let Some((sig, _)) = new_signals()
+    {
+        // Came after the ranks ended: forward it to what they left running.
+        if let Some(s) = rustix::process::Signal::from_named_raw(sig) {
+            for &pid in &pids {
+                signal_group(pid, s);
+            }
+        }
+        interrupt = Some(sig);
     }
 
     let elapsed = start.elapsed();
@@ -652,17 +845,149 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
             exits,
         });
     }
+    if let Some(signal) = interrupt {
+        let running = exits.iter().filter(|e| e.stopped).map(|e| e.rank).collect();
+        return Err(LaunchError::Interrupted {
+            signal,
+            running,
+            exits,
+        });
+    }
     Ok(LaunchReport {
         ranks: exits,
         elapsed,
     })
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-        // ESRCH (already gone) is fine.
-        let _ = rustix::process::kill_process(pid, sig);
+/// The signals of a teardown, each to every rank's process group: a first
+/// one (`SIGTERM`, or the signal this process got), then `SIGKILL` after the
+/// grace.
+struct Teardown<'a> {
+    /// Every rank's pid, its group's id.
+    pids: &'a [u32],
+    grace: Duration,
+    /// The ranks that were running at the first signal, by rank.
+    stopped: Vec<bool>,
+    /// Whether the first signal went out.
+    signalled: bool,
+    /// When `SIGKILL` is due.
+    kill_at: Option<Instant>,
+    /// Whether `SIGKILL` went out.
+    killed: bool,
+}
+
+impl<'a> Teardown<'a> {
+    fn new(pids: &'a [u32], grace: Duration) -> Self {
+        Teardown {
+            pids,
+            grace,
+            stopped: vec![false; pids.len()],
+            signalled: false,
+            kill_at: None,
+            killed: false,
+        }
     }
+
+    fn signal_all(&self, sig: rustix::process::Signal) {
+        for &pid in self.pids {
+            signal_group(pid, sig);
+        }
+    }
+
+    /// `sig` to every group; the ranks still running are marked stopped;
+    /// `SIGKILL` is due after the grace.
+    fn first_signal(&mut self, sig: rustix::process::Signal, exits: &[Option<RankExit>]) {
+        self.signal_all(sig);
+        for (r, stopped) in self.stopped.iter_mut().enumerate() {
+            *stopped = exits[r].is_none();
+        }
+        self.signalled = true;
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    /// This process got `sig` (`many`: more than once): forwarded as the
+    /// first signal; once that went out, `SIGKILL` is due at once.
+    fn forward(&mut self, sig: i32, many: bool, exits: &[Option<RankExit>]) {
+        if !self.signalled {
+            let sig = rustix::process::Signal::from_named_raw(sig)
+                .unwrap_or(rustix::process::Signal::TERM);
+            self.first_signal(sig, exits);
+            if !many {
+                return;
+            }
+        }
+        if !self.killed {
+            self.kill_at = Some(Instant::now());
+        }
+    }
+
+    fn kill(&mut self) {
+        self.signal_all(rustix::process::Signal::KILL);
+        self.kill_at = None;
+        self.killed = true;
+    }
+}
+
+/// Sends `sig` to the process group `pgid` (a rank's pid, its group's id).
+/// A group with no member left (ESRCH) is fine.
+fn signal_group(pgid: u32, sig: rustix::process::Signal) {
+    if let Some(pgid) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pgid, sig);
+    }
+}
+
+/// True while the process group `pgid` has a member this process may
+/// signal (a zombie counts).
+fn group_alive(pgid: u32) -> bool {
+    i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|p| rustix::process::test_kill_process_group(p).is_ok())
+}
+
+/// True while one of the process groups `pgids` has a live member. A zombie
+/// is not one: it is dead, waiting for its parent to reap it, and an orphan's
+/// new parent (a container's init) may take its time or never do it. Groups
+/// that `kill(2)` finds are looked up in `/proc`; without `/proc`, they count.
+fn any_group_alive(pgids: &[u32]) -> bool {
+    let mut found: Vec<u32> = pgids.iter().copied().filter(|&g| group_alive(g)).collect();
+    if found.is_empty() {
+        return false;
+    }
+    found.sort_unstable();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...", where comm may hold anything.
+        let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+            continue;
+        };
+        let rest = String::from_utf8_lossy(&stat[close + 1..]);
+        let mut fields = rest.split_ascii_whitespace();
+        let (Some(state), Some(_ppid), Some(pgrp)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if !matches!(state, "Z" | "X" | "x")
+            && pgrp
+                .parse::<u32>()
+                .is_ok_and(|g| found.binary_search(&g).is_ok())
+        {
+            return true;
+        }
+    }
+    false
 }
 
 fn spawn_waiter(rank: usize, mut child: Child, tx: mpsc::Sender<Event>) {
@@ -711,7 +1036,10 @@ fn spawn_reader(
 }
 
 /// Makes the child get `SIGKILL` when the thread that started it dies, so a
-/// launcher killed by a signal leaves no orphaned ranks.
+/// launcher killed by a signal leaves no orphaned ranks. The kernel signals
+/// the rank's own process only, not the rest of its group: a launcher that
+/// can run its teardown (`SIGINT`, `SIGTERM`, `SIGHUP`: [`forward`]) stops
+/// the groups itself; one killed by `SIGKILL` cannot.
 #[allow(unsafe_code)]
 fn die_with_parent(cmd: &mut Command) {
     let parent = rustix::process::getpid();
@@ -728,6 +1056,123 @@ fn die_with_parent(cmd: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// This process's `SIGINT`, `SIGTERM` and `SIGHUP` while a job runs
+/// ([`LaunchConfig::forward_signals`]). The handler only counts them (lock-free
+/// atomics, which is async-signal-safe); each running job's launching thread
+/// looks at the count every [`SIGNAL_POLL`] and forwards the signal to its
+/// ranks' groups itself.
+mod forward {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+    const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+    /// Signals received while the handler was installed.
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    /// The last of them.
+    static LAST: AtomicI32 = AtomicI32::new(0);
+    static INSTALLED: Mutex<Installed> = Mutex::new(Installed {
+        jobs: 0,
+        previous: Vec::new(),
+    });
+
+    struct Installed {
+        /// Running jobs that forward signals.
+        jobs: usize,
+        /// The actions the handler replaced, put back when the last job ends.
+        previous: Vec<(libc::c_int, libc::sigaction)>,
+    }
+
+    extern "C" fn on_signal(sig: libc::c_int) {
+        LAST.store(sig, Ordering::SeqCst);
+        COUNT.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One job's view of the signals; the handler stays installed while
+    /// any job holds one.
+    pub(super) struct Guard {
+        seen: usize,
+    }
+
+    impl Guard {
+        /// Installs the handler for each of the signals whose action is the
+        /// default (one that is ignored or handled by the program is left
+        /// alone), unless another running job did.
+        pub(super) fn install() -> Guard {
+            let mut st = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+            if st.jobs == 0 {
+                for sig in SIGNALS {
+                    if let Some(previous) = install_handler(sig) {
+                        st.previous.push((sig, previous));
+                    }
+                }
+            }
+            st.jobs += 1;
+            Guard {
+                seen: COUNT.load(Ordering::SeqCst),
+            }
+        }
+
+        /// The last signal that came since the previous call, and how many
+        /// came; `None` when none did.
+        pub(super) fn take(&mut self) -> Option<(i32, usize)> {
+            let count = COUNT.load(Ordering::SeqCst);
+            let n = count.wrapping_sub(self.seen);
+            if n == 0 {
+                return None;
+            }
+            self.seen = count;
+            Some((LAST.load(Ordering::SeqCst), n))
+        }
+    }
+
+    impl Drop for Guard {
+        #[allow(unsafe_code)]
+        fn drop(&mut self) {
+            let mut st = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+            st.jobs = st.jobs.saturating_sub(1);
+            if st.jobs == 0 {
+                for (sig, previous) in st.previous.drain(..) {
+                    // SAFETY: puts back the action that `install_handler` read
+                    // for this signal, unchanged; a null old-action pointer is
+                    // allowed.
+                    unsafe { libc::sigaction(sig, &previous, std::ptr::null_mut()) };
+                }
+            }
+        }
+    }
+
+    /// Installs [`on_signal`] for `sig` if its action is the default; the
+    /// action it replaced.
+    #[allow(unsafe_code)]
+    fn install_handler(sig: libc::c_int) -> Option<libc::sigaction> {
+        // SAFETY: `sigaction` is a plain C struct, valid all zeroes (no
+        // handler, empty mask, no flags).
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: with a null new action, sigaction only writes the current
+        // action into `old`, which is valid for writes.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            return None;
+        }
+        // SAFETY: as above.
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // Interrupted system calls in other threads resume.
+        new.sa_flags = libc::SA_RESTART;
+        // SAFETY: `new` is fully initialised (empty mask, SA_RESTART, a
+        // handler with the signature sigaction expects without SA_SIGINFO)
+        // and `on_signal` only touches lock-free atomics, which is
+        // async-signal-safe; `old` is valid for writes.
+        let ok = unsafe {
+            libc::sigemptyset(&mut new.sa_mask);
+            libc::sigaction(sig, &new, &mut old)
+        } == 0;
+        ok.then_some(old)
     }
 }
 
@@ -977,6 +1422,40 @@ mod tests {
         let a = random_token();
         assert_eq!(a.len(), 32);
         assert_ne!(a, random_token());
+    }
+
+    #[test]
+    fn interrupts_and_output_errors_say_what_happened() {
+        let err = LaunchError::Interrupted {
+            signal: libc::SIGINT,
+            running: vec![0, 2],
+            exits: Vec::new(),
+        };
+        assert_eq!(err.exit_code(), 130);
+        assert_eq!(
+            err.to_string(),
+            "interrupted by SIGINT; forwarded it to rank(s) 0, 2 and stopped them"
+        );
+        let errors = OutputErrors::default();
+        errors.record(Stream::Stdout, io::ErrorKind::BrokenPipe.into());
+        assert!(errors.take().is_none(), "a closed pipe is not an error");
+        errors.record(Stream::Stderr, io::Error::from_raw_os_error(libc::ENOSPC));
+        errors.record(Stream::Stdout, io::Error::from_raw_os_error(libc::EIO));
+        let (stream, source) = errors.take().unwrap();
+        let err = LaunchError::Output {
+            stream,
+            source,
+            report: LaunchReport {
+                ranks: Vec::new(),
+                elapsed: Duration::ZERO,
+            },
+        };
+        assert_eq!(err.exit_code(), 1);
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("cannot write the ranks' output to stderr: "),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -793,6 +793,7 @@ fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
             let code = e.exit_code().clamp(1, 255) as u8;
             let what = match &e {
                 LaunchError::RankFailed { .. } | LaunchError::Timeout { .. } => "bench failed",
+                LaunchError::Interrupted { .. } => "bench stopped",
                 _ => "cannot start the ranks",
             };
             eprintln!("gpucomm bench: {what}: {e}");

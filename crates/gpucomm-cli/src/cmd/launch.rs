@@ -5,9 +5,13 @@
 //!
 //! Exit codes: 0 when every rank succeeded; the first failed rank's exit code
 //! (128 + signal number when a signal killed it); 124 when `--timeout`
-//! expired; 1 when the ranks could not be started.
+//! expired; 128 + N when this process got signal N (SIGINT, SIGTERM, SIGHUP:
+//! forwarded to every rank's process group); 1 when the ranks could not be
+//! started or their output could not be written (a full disk; a closed pipe
+//! is not an error).
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -116,7 +120,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match launch(&cfg) {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("gpucomm launch: {e}");
+            // Not eprintln!, which panics when stderr cannot be written (the
+            // exit code still tells).
+            let _ = writeln!(std::io::stderr(), "gpucomm launch: {e}");
             Ok(ExitCode::from(e.exit_code().clamp(1, 255) as u8))
         }
     }
