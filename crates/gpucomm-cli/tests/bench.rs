@@ -530,3 +530,22 @@ fn the_environment_algorithm_is_used_or_refused_as_such() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("algorithm ring"), "{out}");
 }
+
+#[test]
+fn threads_refuse_what_only_processes_can_honour() {
+    // --transport tcp ran in-process and said so only in the header.
+    for transport in ["tcp", "shm", "auto"] {
+        let out = gpucomm(
+            &["bench", "--threads", "--transport", transport, "-e", "64"],
+            LIMIT,
+        );
+        out.assert_fails(2, "--transport");
+        assert!(out.stdout.is_empty(), "{}", out.dump());
+    }
+    // The internal fault injection, refused at the same place.
+    let out = gpucomm(
+        &["bench", "--threads", "--fault", "kill", "-e", "64"],
+        LIMIT,
+    );
+    out.assert_fails(2, "--fault");
+}

@@ -79,8 +79,9 @@ pub struct Args {
     /// Untimed iterations before the timed ones (default: 5, 2 for large sizes).
     #[arg(short = 'w', long)]
     pub warmup: Option<usize>,
-    /// Transport between the ranks.
-    #[arg(long, default_value = "shm", value_parser = parse_transport)]
+    /// Transport between the ranks (not with `--threads`: threads use the
+    /// in-process transport).
+    #[arg(long, default_value = "shm", value_parser = parse_transport, conflicts_with = "threads")]
     pub transport: TransportChoice,
     /// Algorithm: auto (the tuner chooses per size), ring, tree,
     /// halving_doubling, recursive_doubling, direct, hierarchical, bruck.
@@ -130,7 +131,8 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub worker: bool,
     /// (internal, tests) Inject a fault: kill, exit, abort, mismatch, hang, garbage-store, bad-token.
-    #[arg(long, hide = true, value_parser = parse_fault)]
+    /// Needs separate processes (not with `--threads`).
+    #[arg(long, hide = true, value_parser = parse_fault, conflicts_with = "threads")]
     pub fault: Option<Fault>,
     /// (internal, tests) The rank that injects the fault.
     #[arg(long, hide = true, default_value_t = 1)]
@@ -702,6 +704,7 @@ fn finish(printer: &Mutex<Printer>, plan: &Plan) -> anyhow::Result<ExitCode> {
 /// `--threads`: every rank a thread of this process, joined by the runtime's
 /// in-process transport.
 fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    // Refused by clap (conflicts_with); kept for callers that build Args.
     if args.fault.is_some() {
         bail!("fault injection needs separate processes (drop --threads)");
     }
