@@ -549,3 +549,38 @@ fn threads_refuse_what_only_processes_can_honour() {
     );
     out.assert_fails(2, "--fault");
 }
+
+#[test]
+fn a_bad_gpu_path_names_where_it_came_from() {
+    // The flag's error named GPUCOMM_GPU_PATH=foo, which was not set.
+    let out = gpucomm(&["bench", "--gpu-path", "foo"], LIMIT);
+    out.assert_fails(2, "--gpu-path");
+    assert!(
+        out.stderr
+            .contains("\"foo\" (expected auto, ipc or staged)")
+            && !out.stderr.contains("GPUCOMM_GPU_PATH"),
+        "{}",
+        out.dump()
+    );
+    // From the environment, the error names the variable.
+    let out = std::process::Command::new(common::exe())
+        .args([
+            "bench",
+            "--memory",
+            "device",
+            "--fake-gpu",
+            "-e",
+            "64",
+            "--timeout",
+            "30",
+        ])
+        .env("GPUCOMM_GPU_PATH", "foo")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("GPUCOMM_GPU_PATH=foo: expected auto, ipc or staged"),
+        "{err}"
+    );
+}

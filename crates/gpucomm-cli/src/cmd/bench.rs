@@ -175,8 +175,10 @@ fn parse_memory(s: &str) -> Result<Memory, String> {
     }
 }
 
+/// `--gpu-path`. `GpuPath::parse`'s error names `GPUCOMM_GPU_PATH` (right
+/// where the value comes from the environment): the flag's says its own.
 fn parse_gpu_path(s: &str) -> Result<GpuPath, String> {
-    GpuPath::parse(s).map_err(|e| e.to_string())
+    GpuPath::parse(s).map_err(|_| format!("unknown GPU path {s:?} (expected auto, ipc or staged)"))
 }
 
 /// A collective as named on the command line.
@@ -946,6 +948,7 @@ mod tests {
             (&["--transport", "ib"][..], "auto, shm or tcp"),
             (&["--algorithm", "magic"][..], "unknown algorithm"),
             (&["-a", "median"][..], "unknown average"),
+            (&["--gpu-path", "nvlink"][..], "unknown GPU path \"nvlink\""),
         ] {
             let e = parse(argv)
                 .err()
