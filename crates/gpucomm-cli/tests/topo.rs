@@ -96,3 +96,30 @@ fn file_says_what_is_wrong_with_a_path_that_is_not_a_topology_file() {
     let m = missing.to_str().unwrap();
     gpucomm(&["topo", "--file", m], LIMIT).assert_fails(1, &format!("--file {m}: no such file"));
 }
+
+#[test]
+fn a_bad_oversubscription_is_refused_as_typed() {
+    // The error wrote 1e-300 back as a 302-character decimal.
+    for (value, preset) in [
+        ("1e-300", None),
+        ("1e-300", Some("dgx-h100")),
+        ("0.5", Some("dgx-h100")),
+        ("-3", Some("dgx-h100")),
+        ("nan", Some("dgx-h100")),
+        ("inf", Some("dgx-h100")),
+        ("four", Some("dgx-h100")),
+    ] {
+        let flag = format!("--oversubscription={value}");
+        let mut argv = vec!["topo", "--nodes", "2", "--fabric", "leaf-spine", &flag];
+        if let Some(p) = preset {
+            argv.extend(["--preset", p]);
+        }
+        let out = gpucomm(&argv, LIMIT);
+        out.assert_fails(
+            2,
+            &format!("invalid value '{value}' for '--oversubscription"),
+        );
+        assert!(out.stderr.contains("at least 1"), "{}", out.dump());
+        assert!(out.stderr.len() < 400, "{}", out.dump());
+    }
+}

@@ -198,6 +198,18 @@ fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<To
     b.build()
 }
 
+/// A number for messages: `{}` (which writes every digit of an `f64`,
+/// 301 of them for 1e-300) where that is short, scientific notation for
+/// the tiny and the huge.
+fn number(x: f64) -> String {
+    let a = x.abs();
+    if a == 0.0 || !a.is_finite() || (1e-3..1e9).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// Bytes a cluster takes per node and link it holds, with its routing
 /// cache's share: a 20000-node DGX A100 cluster (32 nodes and 45 links
 /// each) peaks at 299 MB in `gpucomm topo`, 194 bytes per element.
@@ -241,7 +253,7 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
     if !(opts.oversubscription.is_finite() && opts.oversubscription >= 1.0) {
         return Err(TopoError::Options(format!(
             "--oversubscription must be at least 1 (got {})",
-            opts.oversubscription
+            number(opts.oversubscription)
         )));
     }
     if opts.fabric == Fabric::LeafSpine && opts.nodes_per_leaf == 0 {
@@ -297,7 +309,7 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
         unit.name(),
         opts.fabric.name(),
         if opts.oversubscription > 1.0 {
-            format!(", {}:1 oversubscribed", opts.oversubscription)
+            format!(", {}:1 oversubscribed", number(opts.oversubscription))
         } else {
             String::new()
         }
@@ -392,6 +404,43 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oversubscription_is_written_readably() {
+        let unit = crate::preset("dgx-h100").unwrap();
+        let opts = |nodes, oversubscription| ClusterOptions {
+            nodes,
+            oversubscription,
+            ..ClusterOptions::default()
+        };
+        // It printed 0.000...0001, 301 characters.
+        for (x, shown) in [
+            (1e-300, "1e-300"),
+            (0.5, "0.5"),
+            (-3.0, "-3"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            let e = cluster(&unit, &opts(2, x)).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("--oversubscription must be at least 1 (got {shown})")
+            );
+        }
+        // Accepted, the description says it briefly too.
+        let t = cluster(&unit, &opts(2, 1e300)).unwrap();
+        assert!(
+            t.description().ends_with(", 1e300:1 oversubscribed)"),
+            "{}",
+            t.description()
+        );
+        let t = cluster(&unit, &opts(2, 2.5)).unwrap();
+        assert!(
+            t.description().ends_with(", 2.5:1 oversubscribed)"),
+            "{}",
+            t.description()
+        );
+    }
 
     #[test]
     fn a_cluster_too_large_for_memory_or_indexes_is_refused_before_building() {

@@ -92,7 +92,7 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "rail")]
     pub fabric: String,
     /// Leaf-to-spine oversubscription (1 = non-blocking).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse_oversubscription)]
     pub oversubscription: f64,
     /// Nodes per leaf switch (leaf-spine fabric).
     #[arg(long, default_value_t = 4)]
@@ -100,6 +100,15 @@ pub struct ClusterArgs {
     /// Network switches support in-network reduction (SHARP).
     #[arg(long)]
     pub sharp: bool,
+}
+
+/// `--oversubscription`: a finite number of at least 1, refused as typed
+/// (an `f64` written back with `{}` can take 300 digits).
+fn parse_oversubscription(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 1.0 => Ok(x),
+        _ => Err("expected a number of at least 1 (downlink over uplink bandwidth: 1 = non-blocking, 2 = half the bandwidth up)".into()),
+    }
 }
 
 /// The most GPUs and NICs `--all` prints matrices for (128 DGX nodes): the
