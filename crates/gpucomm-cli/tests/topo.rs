@@ -123,3 +123,36 @@ fn a_bad_oversubscription_is_refused_as_typed() {
         assert!(out.stderr.len() < 400, "{}", out.dump());
     }
 }
+
+#[test]
+fn catalog_and_list_print_json_with_json() {
+    // --json was ignored: the text table came out.
+    let text = ok(&["topo", "--catalog", "--json"]);
+    let rows: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let rows = rows.as_array().unwrap();
+    let table = ok(&["topo", "--catalog"]);
+    // One object per row of the table (header and rule aside).
+    assert_eq!(rows.len(), table.lines().count() - 2, "{text}");
+    let ndr = rows
+        .iter()
+        .find(|r| r["generation"] == "InfiniBand NDR")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(ndr["gbps_per_direction"], 50.0);
+    assert_eq!(ndr["gbps_bidirectional"], 100.0);
+    assert_eq!(ndr["lanes"], "4");
+    for key in ["signaling", "products", "source"] {
+        assert!(ndr[key].is_string(), "{key}: {ndr}");
+    }
+    let list = ok(&["topo", "--list", "--json"]);
+    let presets: serde_json::Value =
+        serde_json::from_str(&list).unwrap_or_else(|e| panic!("{e}: {list}"));
+    let presets = presets.as_array().unwrap();
+    assert_eq!(presets.len(), ok(&["topo", "--list"]).lines().count());
+    assert!(
+        presets
+            .iter()
+            .any(|p| p["name"] == "dgx-h100" && p["description"].as_str().unwrap().contains("H100")),
+        "{list}"
+    );
+}

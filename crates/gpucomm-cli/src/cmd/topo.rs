@@ -58,7 +58,8 @@ pub struct Args {
     /// Write the topology to this file (TOML, or JSON for .json).
     #[arg(long, value_name = "FILE")]
     pub export: Option<PathBuf>,
-    /// Print the topology as JSON (the file format) instead of text.
+    /// Print the topology as JSON (the file format) instead of text; with
+    /// --list or --catalog, their rows as JSON objects.
     #[arg(long)]
     pub json: bool,
     /// List the presets.
@@ -119,13 +120,25 @@ const MAX_ALL_DEVICES: usize = 2048;
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.list {
-        for (name, desc) in PRESETS {
-            writeln!(out, "{name:<19} {desc}")?;
+        if args.json {
+            let presets: Vec<_> = PRESETS
+                .iter()
+                .map(|(name, desc)| serde_json::json!({ "name": name, "description": desc }))
+                .collect();
+            writeln!(out, "{}", serde_json::to_string_pretty(&presets)?)?;
+        } else {
+            for (name, desc) in PRESETS {
+                writeln!(out, "{name:<19} {desc}")?;
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
     if args.catalog {
-        writeln!(out, "{}", catalog_table())?;
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&catalog_json())?)?;
+        } else {
+            writeln!(out, "{}", catalog_table())?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let t = load(&args)?;
@@ -256,6 +269,24 @@ fn catalog_table() -> Table {
         ]);
     }
     t
+}
+
+/// `--catalog --json`: the table's rows as objects, the bandwidths unrounded.
+fn catalog_json() -> serde_json::Value {
+    catalog::entries()
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "generation": e.generation,
+                "signaling": e.signaling,
+                "lanes": e.lanes,
+                "gbps_per_direction": e.kind.bandwidth(),
+                "gbps_bidirectional": e.kind.bidirectional(),
+                "products": e.products,
+                "source": e.source.to_string(),
+            })
+        })
+        .collect()
 }
 
 fn bw(g: f64) -> String {
