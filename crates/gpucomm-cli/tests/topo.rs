@@ -156,3 +156,93 @@ fn catalog_and_list_print_json_with_json() {
         "{list}"
     );
 }
+
+#[test]
+fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
+    // Each was accepted and changed nothing (or, on rails, the unused spine).
+    for (argv, says) in [
+        (
+            &["--nodes", "2", "--nodes-per-leaf", "0"][..],
+            "--nodes-per-leaf 0 needs --fabric leaf-spine",
+        ),
+        (
+            &["--nodes", "2", "--nodes-per-leaf", "2", "--fabric", "rail"][..],
+            "--nodes-per-leaf 2 needs --fabric leaf-spine",
+        ),
+        (
+            &["--nodes", "2", "--oversubscription", "4"][..],
+            "--oversubscription 4 needs --fabric leaf-spine",
+        ),
+        (
+            &[
+                "--nodes",
+                "2",
+                "--oversubscription",
+                "4",
+                "--fabric",
+                "single",
+            ][..],
+            "--oversubscription 4 needs --fabric leaf-spine",
+        ),
+        (
+            &["--oversubscription", "4", "--fabric", "leaf-spine"][..],
+            "--oversubscription 4 needs more than one node",
+        ),
+        (
+            &["--nodes-per-leaf", "1", "--fabric", "leaf-spine"][..],
+            "--nodes-per-leaf 1 needs more than one node",
+        ),
+        // Named briefly, not with 301 digits.
+        (
+            &["--nodes", "2", "--oversubscription", "1e300"][..],
+            "--oversubscription 1e300 needs --fabric leaf-spine",
+        ),
+    ] {
+        let mut full = vec!["topo", "--preset", "dgx-h100"];
+        full.extend_from_slice(argv);
+        gpucomm(&full, LIMIT).assert_fails(2, says);
+    }
+    // What they are for still works; non-blocking (1) is what every fabric is.
+    let out = ok(&[
+        "topo",
+        "--preset",
+        "dgx-a100",
+        "--nodes",
+        "8",
+        "--fabric",
+        "leaf-spine",
+        "--nodes-per-leaf",
+        "4",
+        "--oversubscription",
+        "2",
+    ]);
+    assert!(
+        out.contains("leaf-spine fabric, 2:1 oversubscribed"),
+        "{out}"
+    );
+    ok(&["topo", "--preset", "dgx-h100", "--oversubscription", "1"]);
+    ok(&[
+        "topo",
+        "--preset",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--oversubscription",
+        "1",
+    ]);
+    gpucomm(
+        &[
+            "topo",
+            "--preset",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--fabric",
+            "leaf-spine",
+            "--nodes-per-leaf",
+            "0",
+        ],
+        LIMIT,
+    )
+    .assert_fails(2, "--nodes-per-leaf must be at least 1");
+}

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+
+use super::common::usage;
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
 use gpucomm_topo::catalog::{self, LinkKind, parse_port};
 use gpucomm_topo::format::{self, Format};
@@ -92,12 +94,14 @@ pub struct ClusterArgs {
     /// Inter-node fabric: rail, single, leaf-spine.
     #[arg(long, default_value = "rail")]
     pub fabric: String,
-    /// Leaf-to-spine oversubscription (1 = non-blocking).
-    #[arg(long, default_value_t = 1.0, value_parser = parse_oversubscription)]
-    pub oversubscription: f64,
-    /// Nodes per leaf switch (leaf-spine fabric).
-    #[arg(long, default_value_t = 4)]
-    pub nodes_per_leaf: usize,
+    /// Leaf-to-spine oversubscription (default 1 = non-blocking; above 1
+    /// needs --fabric leaf-spine and --nodes above 1).
+    #[arg(long, value_parser = parse_oversubscription)]
+    pub oversubscription: Option<f64>,
+    /// Nodes per leaf switch (default 4; needs --fabric leaf-spine and
+    /// --nodes above 1).
+    #[arg(long)]
+    pub nodes_per_leaf: Option<usize>,
     /// Network switches support in-network reduction (SHARP).
     #[arg(long)]
     pub sharp: bool,
@@ -109,6 +113,17 @@ fn parse_oversubscription(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 1.0 => Ok(x),
         _ => Err("expected a number of at least 1 (downlink over uplink bandwidth: 1 = non-blocking, 2 = half the bandwidth up)".into()),
+    }
+}
+
+/// A number for messages: `{}` where that is short, `{:e}` for the tiny
+/// and the huge (`{}` writes 1e300 with all its 301 digits).
+fn number(x: f64) -> String {
+    let a = x.abs();
+    if a == 0.0 || !a.is_finite() || (1e-3..1e9).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
     }
 }
 
@@ -196,14 +211,49 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
         )
     })?;
     let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
+    let defaults = ClusterOptions::default();
+    // The leaves' options shape the uplinks of a leaf-spine fabric between
+    // nodes: anywhere else they were taken and changed nothing (on rails,
+    // the spine no transfer crosses, as `gpucomm sim` refuses it).
+    let oversubscribed = args.oversubscription.filter(|&x| x > 1.0);
+    for (flag, value, what) in [
+        (
+            "--nodes-per-leaf",
+            args.nodes_per_leaf.map(|n| n.to_string()),
+            "it sizes the leaves of nodes",
+        ),
+        (
+            "--oversubscription",
+            oversubscribed.map(number),
+            "it narrows the leaves' uplinks to the spine; on rails every transfer stays on \
+             its rail switch, and one switch has no uplinks",
+        ),
+    ] {
+        let Some(value) = value else { continue };
+        if fabric != Fabric::LeafSpine {
+            usage!(
+                "{flag} {value} needs --fabric leaf-spine ({what}; the fabric is {})",
+                fabric.name()
+            );
+        }
+        if args.nodes <= 1 {
+            usage!(
+                "{flag} {value} needs more than one node (--nodes N): it shapes the network \
+                 between nodes"
+            );
+        }
+    }
+    if args.nodes_per_leaf == Some(0) {
+        usage!("--nodes-per-leaf must be at least 1");
+    }
     Ok(ClusterOptions {
         nodes: args.nodes,
         gpus: args.gpus,
         nics: args.nics,
         nic_speed,
         fabric,
-        oversubscription: args.oversubscription,
-        nodes_per_leaf: args.nodes_per_leaf,
+        oversubscription: args.oversubscription.unwrap_or(defaults.oversubscription),
+        nodes_per_leaf: args.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
         sharp: args.sharp,
     })
 }
@@ -889,8 +939,8 @@ mod tests {
             nics: None,
             nic_speed: Some("fast".into()),
             fabric: "rail".into(),
-            oversubscription: 1.0,
-            nodes_per_leaf: 4,
+            oversubscription: None,
+            nodes_per_leaf: None,
             sharp: false,
         };
         assert!(
