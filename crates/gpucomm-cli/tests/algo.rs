@@ -225,3 +225,24 @@ fn show_says_what_max_ranks_does() {
     assert!(!help.contains("without a word"), "{help}");
     assert!(help.contains("0 is refused"), "{help}");
 }
+
+#[test]
+fn tune_refuses_to_list_no_candidates() {
+    // --top 0 printed an empty table, then a best nobody was shown.
+    for extra in [&[][..], &["--json"][..]] {
+        let mut argv = vec!["algo", "tune", "all_reduce", "--top", "0"];
+        argv.extend_from_slice(extra);
+        let out = run(&argv);
+        out.assert_fails(2, "--top");
+        assert!(out.stderr.contains("0 is not in 1.."), "{}", out.dump());
+        assert!(out.stdout.is_empty(), "{}", out.dump());
+    }
+    let (_, rows) = tune(&["all_reduce"]);
+    let mut argv = vec!["algo", "tune", "all_reduce", "--top", "1", "--json"];
+    let one = json(&argv);
+    assert_eq!(one["candidates"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["candidates"][0], rows[0]);
+    argv.pop();
+    let text = run(&argv);
+    assert!(text.assert_ok().contains("best: "), "{}", text.dump());
+}

@@ -121,8 +121,8 @@ struct TuneArgs {
     /// Bandwidth one channel drives, GB/s (finite, above 0).
     #[arg(long)]
     channel_gbps: Option<f64>,
-    /// Candidates to list.
-    #[arg(long, default_value_t = 10)]
+    /// Candidates to list, the best first (at least 1: 0 is refused).
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     top: usize,
     /// The most channels the engine can run.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
