@@ -246,3 +246,19 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
     )
     .assert_fails(2, "--nodes-per-leaf must be at least 1");
 }
+
+#[test]
+fn one_path_of_a_large_cluster_is_quick() {
+    // It took more than 60 s at 10,000 nodes (rails were assigned in
+    // quadratic time), 0.25 s at 1,000.
+    let out = gpucomm(
+        &[
+            "topo", "--preset", "dgx-h100", "--nodes", "10000", "--path", "n0.gpu0", "n1.gpu7",
+        ],
+        LIMIT,
+    );
+    let text = out.assert_ok();
+    assert!(text.starts_with("n0.gpu0 -> n1.gpu7: NET"), "{text}");
+    assert!(text.contains("GPUDirect RDMA: yes"), "{text}");
+    assert!(out.elapsed < Duration::from_secs(20), "{}", out.dump());
+}

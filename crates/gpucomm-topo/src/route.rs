@@ -607,9 +607,21 @@ pub(crate) fn assign_rails(t: &Topology) -> Vec<Option<NodeIx>> {
     let mut out = vec![None; t.gpus().len()];
     let mut load = vec![0usize; t.nodes().len()];
     let mut hops = Vec::new();
+    // Every host's NICs in node order, gathered in one pass: asking
+    // `nodes_in_host` per GPU scanned every node for every GPU, quadratic
+    // in the cluster (80,000 GPUs of 10,000 DGX H100s: over a minute).
+    let mut host_nics: std::collections::HashMap<NodeIx, Vec<NodeIx>> =
+        std::collections::HashMap::new();
+    for n in t.nodes_of_kind(NodeKind::Nic) {
+        if let Some(h) = t.node(n).host {
+            host_nics.entry(h).or_default().push(n);
+        }
+    }
     for (rank, &g) in t.gpus().iter().enumerate() {
         let Some(host) = t.node(g).host else { continue };
-        let nics = t.nodes_in_host(host, NodeKind::Nic);
+        let Some(nics) = host_nics.get(&host) else {
+            continue;
+        };
         let costs: Vec<(NodeIx, f64)> = nics
             .iter()
             .filter_map(|&n| {
