@@ -148,11 +148,11 @@ fn topology_is_send_sync_and_exposes_channels() {
 }
 
 #[test]
-fn rails_of_a_large_cluster_are_assigned_in_linear_time() {
-    // Assigning rails asked every GPU's host for its NICs by scanning every
-    // node: 4,000 DGX H100s took 5 s (release), 10,000 over a minute.
+fn rails_of_a_large_cluster_follow_the_gpus() {
+    // Rails of a cluster this size (assigning them was quadratic: 5 s at
+    // 4,000 DGX H100s in release, over a minute at 10,000; the speed is
+    // `examples/route_speed.rs`'s to show, not a test's).
     let t = cluster("dgx-h100", 4000, Fabric::RailOptimized);
-    let start = std::time::Instant::now();
     let g = t.gpus();
     // GPU j of every host on NIC j (rail j), as on one host.
     for rank in [0, 7, 8 * 1999 + 3, g.len() - 1] {
@@ -167,6 +167,4 @@ fn rails_of_a_large_cluster_are_assigned_in_linear_time() {
     }
     let p = t.path(g[0], g[g.len() - 1]).unwrap();
     assert_eq!(p.class, PathClass::Net);
-    let took = start.elapsed();
-    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
 }
