@@ -389,25 +389,30 @@ pub struct Plan {
     pub check: bool,
 }
 
-/// Refuses a sweep whose buffers would not fit in the host memory left
-/// (`avail` bytes; `None`: unknown, not checked): each rank holds a send,
-/// a receive and an in-place buffer at the largest size (`worker.rs`; the
-/// checker computes expected values on the fly), so a 1 TiB sweep fails
-/// here, not by the kernel's out-of-memory killer rows later.
-fn check_host_memory(
+/// Refuses a sweep whose buffers would not fit in the memory left (`avail`
+/// bytes of `place`, "host memory" or a GPU's; `None`: unknown, not
+/// checked), so that a 1 TiB sweep fails here, not by the kernel's
+/// out-of-memory killer (or the GPU's allocator) rows later. Each rank holds
+/// a send and a receive buffer at the largest size, and with `in_place` an
+/// in-place one too (host memory: `worker.rs`; the checker computes expected
+/// values on the fly).
+fn check_memory(
+    place: &str,
     collective: Collective,
     largest: u64,
     elem: usize,
     ranks: usize,
+    in_place: bool,
     avail: Option<u64>,
 ) -> anyhow::Result<()> {
     let l = check::Layout::new(collective, largest, elem, ranks);
-    let per_rank = (l.send as u128 + l.recv as u128 + l.in_place_len() as u128) * elem as u128;
+    let in_place = if in_place { l.in_place_len() } else { 0 };
+    let per_rank = (l.send as u128 + l.recv as u128 + in_place as u128) * elem as u128;
     let need = per_rank * ranks as u128;
     let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
     match avail {
         Some(avail) if need > u128::from(avail) => bail!(
-            "{} of {} on {ranks} ranks needs about {:.1} GiB of host memory for its buffers \
+            "{} of {} on {ranks} ranks needs about {:.1} GiB of {place} for its buffers \
              ({:.1} GiB per rank), {:.1} GiB available: lower -e/--maxbytes or --ranks",
             collective.name(),
             super::common::format_bytes(largest),
@@ -617,14 +622,34 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return worker::run(&args, &plan);
     }
     // Checked once, here: a worker would see the memory its peers took.
-    if args.memory != Memory::Device {
-        check_host_memory(
+    // With --memory device a rank stages each size's send and receive data
+    // in host vectors and holds them in device buffers (`device.rs`).
+    let device = args.memory == Memory::Device;
+    let largest = plan.sizes.iter().copied().max().unwrap_or(0);
+    let fits = |place: &str, in_place: bool, avail: Option<u64>| {
+        let elem = args.dtype.size();
+        check_memory(
+            place,
             plan.collective,
-            plan.sizes.iter().copied().max().unwrap_or(0),
-            args.dtype.size(),
+            largest,
+            elem,
             args.ranks,
-            gpucomm_topo::discover::available_memory(),
-        )?;
+            in_place,
+            avail,
+        )
+    };
+    fits(
+        "host memory",
+        !device,
+        gpucomm_topo::discover::available_memory(),
+    )?;
+    if device && !args.fake_gpu {
+        // Every rank on GPU --device: its total memory bounds them all.
+        let total = gpucomm_cuda::Gpu::probe()
+            .and_then(|g| g.device(args.device))
+            .map(|d| d.info().total_memory)
+            .ok();
+        fits(&format!("memory of GPU {}", args.device), false, total)?;
     }
     if args.memory == Memory::Device {
         if args.fault.is_some() {
@@ -826,22 +851,38 @@ mod tests {
 
     #[test]
     fn a_sweep_beyond_host_memory_is_refused_before_any_rank_starts() {
+        let host = |c, bytes, ranks, in_place, avail| {
+            check_memory("host memory", c, bytes, 4, ranks, in_place, avail)
+        };
         // all_reduce: send, receive and in-place buffers of the size each.
         let gib = 1u64 << 30;
-        let fits = check_host_memory(Collective::AllReduce, gib, 4, 2, Some(6 * gib));
-        assert!(fits.is_ok());
-        let e = check_host_memory(Collective::AllReduce, gib, 4, 2, Some(6 * gib - 1))
+        assert!(host(Collective::AllReduce, gib, 2, true, Some(6 * gib)).is_ok());
+        let e = host(Collective::AllReduce, gib, 2, true, Some(6 * gib - 1))
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("needs about 6.0 GiB") && e.contains("3.0 GiB per rank"),
-            "{e}"
-        );
+        assert!(e.contains("needs about 6.0 GiB of host memory"), "{e}");
+        assert!(e.contains("3.0 GiB per rank"), "{e}");
         // all_gather: a rank's input is a block, its output the whole size.
-        let g = check_host_memory(Collective::AllGather, 4 * gib, 4, 4, Some(0)).unwrap_err();
+        let g = host(Collective::AllGather, 4 * gib, 4, true, Some(0)).unwrap_err();
         assert!(g.to_string().contains("needs about 36.0 GiB"), "{g}");
+        // Device buffers: send and receive (each size's own, freed after).
+        let d = check_memory(
+            "memory of GPU 0",
+            Collective::AllReduce,
+            40 * gib,
+            1,
+            2,
+            false,
+            Some(80 * gib),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            d.contains("needs about 160.0 GiB of memory of GPU 0"),
+            "{d}"
+        );
         // Unknown memory: not checked.
-        assert!(check_host_memory(Collective::AllReduce, u64::MAX, 1, 1024, None).is_ok());
+        assert!(host(Collective::AllReduce, u64::MAX, 1024, true, None).is_ok());
     }
 
     #[test]
