@@ -20,7 +20,7 @@ use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
 
-use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep};
+use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage};
 
 /// Arguments of `gpucomm sim`.
 #[derive(clap::Args, Debug)]
@@ -90,7 +90,7 @@ struct Machine_ {
     #[arg(long)]
     fabric: Option<String>,
     /// Leaf-to-spine oversubscription (1 = non-blocking; leaf-spine fabric).
-    #[arg(long)]
+    #[arg(long, value_parser = super::topo::parse_oversubscription)]
     oversubscription: Option<f64>,
     /// Nodes per leaf switch (leaf-spine fabric; default 4).
     #[arg(long)]
@@ -432,11 +432,20 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
             sharp: m.sharp,
             ..defaults
         };
+        // Bad command lines (exit 2), as `gpucomm topo` refuses them.
         if opts.oversubscription > 1.0 && opts.fabric != gpucomm_topo::Fabric::LeafSpine {
-            bail!(
+            usage!(
                 "--oversubscription {} needs --fabric leaf-spine (on rails every transfer stays on its rail switch, \
                  and one switch has no uplinks)",
                 opts.oversubscription
+            );
+        }
+        if let Some(n) = m.nodes_per_leaf
+            && opts.fabric != gpucomm_topo::Fabric::LeafSpine
+        {
+            usage!(
+                "--nodes-per-leaf {n} needs --fabric leaf-spine (it sizes the leaves of nodes; the fabric is {})",
+                opts.fabric.name()
             );
         }
         mach = mach
@@ -1207,6 +1216,15 @@ mod tests {
         a.oversubscription = Some(0.5);
         assert!(format!("{:#}", machine(&a).unwrap_err()).contains("at least 1"));
         a.oversubscription = None;
+        // Leaves without a leaf-spine fabric were taken and changed nothing.
+        a.fabric = None;
+        a.nodes_per_leaf = Some(0);
+        let e = machine(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("--nodes-per-leaf 0 needs --fabric leaf-spine"),
+            "{e}"
+        );
+        a.nodes_per_leaf = None;
         a.fabric = Some("torus".into());
         assert!(machine(&a).unwrap_err().to_string().contains("torus"));
         // A multi-node topology file describes its own network.

@@ -109,7 +109,7 @@ pub struct ClusterArgs {
 
 /// `--oversubscription`: a finite number of at least 1, refused as typed
 /// (an `f64` written back with `{}` can take 300 digits).
-fn parse_oversubscription(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 1.0 => Ok(x),
         _ => Err("expected a number of at least 1 (downlink over uplink bandwidth: 1 = non-blocking, 2 = half the bandwidth up)".into()),
