@@ -198,6 +198,16 @@ fn assert_none_left(arg: &str, what: &str) {
 
 /// Runs `gpucomm ARGS` with its stdout on `stdout`: exit code and stderr.
 fn gpucomm_with_stdout(args: &[&str], stdout: Stdio) -> (Option<i32>, String) {
+    gpucomm_reading(args, stdout, |_| {})
+}
+
+/// Runs gpucomm with `stdout`, after `then` (given the child) has run;
+/// returns its exit code and stderr.
+fn gpucomm_reading(
+    args: &[&str],
+    stdout: Stdio,
+    then: impl FnOnce(&mut Child),
+) -> (Option<i32>, String) {
     let mut child = Command::new(common::exe())
         .args(args)
         .stdin(Stdio::null())
@@ -205,6 +215,7 @@ fn gpucomm_with_stdout(args: &[&str], stdout: Stdio) -> (Option<i32>, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting gpucomm");
+    then(&mut child);
     let status = wait_at_most(&mut child, LIMIT);
     let mut err = String::new();
     child
@@ -349,8 +360,8 @@ fn output_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
         "{err}"
     );
     // A reader that went away (`| head`): quiet, as before.
-    let mut child = Command::new(common::exe())
-        .args([
+    let (code, err) = gpucomm_reading(
+        &[
             "launch",
             "-n",
             "2",
@@ -358,21 +369,10 @@ fn output_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
             "sh",
             "-c",
             "sleep 0.2; echo hi; echo again",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting gpucomm");
-    drop(child.stdout.take());
-    let status = wait_at_most(&mut child, LIMIT);
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(0), "{err}");
+        ],
+        Stdio::piped(),
+        |child| drop(child.stdout.take()),
+    );
+    assert_eq!(code, Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
 }

@@ -201,7 +201,12 @@ fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<To
 /// A number for messages: `{}` (which writes every digit of an `f64`,
 /// 301 of them for 1e-300) where that is short, scientific notation for
 /// the tiny and the huge.
-fn number(x: f64) -> String {
+///
+/// ```
+/// use gpucomm_topo::readable_number as n;
+/// assert_eq!((n(2.0), n(0.5), n(1e-300), n(1e300)), ("2".into(), "0.5".into(), "1e-300".into(), "1e300".into()));
+/// ```
+pub fn readable_number(x: f64) -> String {
     let a = x.abs();
     if a == 0.0 || !a.is_finite() || (1e-3..1e9).contains(&a) {
         format!("{x}")
@@ -253,7 +258,7 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
     if !(opts.oversubscription.is_finite() && opts.oversubscription >= 1.0) {
         return Err(TopoError::Options(format!(
             "--oversubscription must be at least 1 (got {})",
-            number(opts.oversubscription)
+            readable_number(opts.oversubscription)
         )));
     }
     if opts.fabric == Fabric::LeafSpine && opts.nodes_per_leaf == 0 {
@@ -309,7 +314,10 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
         unit.name(),
         opts.fabric.name(),
         if opts.oversubscription > 1.0 {
-            format!(", {}:1 oversubscribed", number(opts.oversubscription))
+            format!(
+                ", {}:1 oversubscribed",
+                readable_number(opts.oversubscription)
+            )
         } else {
             String::new()
         }

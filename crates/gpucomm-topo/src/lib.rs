@@ -77,7 +77,7 @@ mod route;
 use std::path::Path;
 
 pub use catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen};
-pub use cluster::{ClusterOptions, Fabric, MAX_NICS, cluster, first_gpus};
+pub use cluster::{ClusterOptions, Fabric, MAX_NICS, cluster, first_gpus, readable_number};
 pub use discover::{DiscoverOptions, discover};
 pub use error::TopoError;
 pub use hardware::GpuArch;

@@ -671,12 +671,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         let wake = deadline.unwrap_or_else(|| Instant::now() + LONG_WAIT);
         match rx.recv_timeout(wait_until(wake)) {
             Ok(Event::Exited(rank, kind, at)) => {
-                exits[rank] = Some(RankExit {
-                    rank,
-                    kind,
-                    after: at - start,
-                    stopped: false,
-                });
+                record(&mut exits, rank, kind, at - start, false);
                 remaining -= 1;
                 if !kind.success() {
                     first_failure = Some(rank);
@@ -707,12 +702,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         while remaining > 0 {
             match rx.recv_timeout(settle_end.saturating_duration_since(Instant::now())) {
                 Ok(Event::Exited(rank, kind, at)) => {
-                    exits[rank] = Some(RankExit {
-                        rank,
-                        kind,
-                        after: at - start,
-                        stopped: false,
-                    });
+                    record(&mut exits, rank, kind, at - start, false);
                     remaining -= 1;
                     if matches!(kind, ExitKind::Signal(_)) && first_failure == Some(f) {
                         first_failure = Some(rank);
@@ -773,12 +763,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
             }
             match rx.recv_timeout(wait_until(wake)) {
                 Ok(Event::Exited(rank, kind, at)) => {
-                    exits[rank] = Some(RankExit {
-                        rank,
-                        kind,
-                        after: at - start,
-                        stopped: td.stopped[rank],
-                    });
+                    record(&mut exits, rank, kind, at - start, td.stopped[rank]);
                     remaining -= 1;
                     if first_failure.is_none()
                         && !timed_out
@@ -988,6 +973,22 @@ fn any_group_alive(pgids: &[u32]) -> bool {
         }
     }
     false
+}
+
+/// Records rank `rank`'s exit in `exits`.
+fn record(
+    exits: &mut [Option<RankExit>],
+    rank: usize,
+    kind: ExitKind,
+    after: Duration,
+    stopped: bool,
+) {
+    exits[rank] = Some(RankExit {
+        rank,
+        kind,
+        after,
+        stopped,
+    });
 }
 
 fn spawn_waiter(rank: usize, mut child: Child, tx: mpsc::Sender<Event>) {

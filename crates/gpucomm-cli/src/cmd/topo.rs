@@ -116,17 +116,6 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
     }
 }
 
-/// A number for messages: `{}` where that is short, `{:e}` for the tiny
-/// and the huge (`{}` writes 1e300 with all its 301 digits).
-fn number(x: f64) -> String {
-    let a = x.abs();
-    if a == 0.0 || !a.is_finite() || (1e-3..1e9).contains(&a) {
-        format!("{x}")
-    } else {
-        format!("{x:e}")
-    }
-}
-
 /// The most GPUs and NICs `--all` prints matrices for (128 DGX nodes): the
 /// rows are built whole, so a 16384-device cluster would take gigabytes.
 const MAX_ALL_DEVICES: usize = 2048;
@@ -224,7 +213,7 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
         ),
         (
             "--oversubscription",
-            oversubscribed.map(number),
+            oversubscribed.map(gpucomm_topo::readable_number),
             "it narrows the leaves' uplinks to the spine; on rails every transfer stays on \
              its rail switch, and one switch has no uplinks",
         ),
