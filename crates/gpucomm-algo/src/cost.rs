@@ -807,6 +807,14 @@ pub struct TuneOptions {
     pub algorithms: Vec<Algorithm>,
     /// Try the chunk sizes in [`TUNE_CHUNK_BYTES`] besides no chunking.
     pub chunking: bool,
+    /// Try this channel count only (at most `max_channels`), instead of
+    /// [`TUNE_CHANNELS`] up to `max_channels`.
+    pub channels: Option<u16>,
+    /// Try this chunk only, in elements (0: no chunking), instead of what
+    /// `chunking` says.
+    pub chunk_elems: Option<usize>,
+    /// Every candidate's [`Schedule::intra_slices`] (at least 1).
+    pub intra_slices: usize,
 }
 
 impl Default for TuneOptions {
@@ -815,6 +823,9 @@ impl Default for TuneOptions {
             max_channels: u16::MAX,
             algorithms: Vec::new(),
             chunking: true,
+            channels: None,
+            chunk_elems: None,
+            intra_slices: 1,
         }
     }
 }
@@ -832,14 +843,31 @@ pub fn candidates_with(
     opts: &TuneOptions,
 ) -> Vec<(Schedule, Prediction)> {
     let max_ch = opts.max_channels.max(1);
-    let mut channels: Vec<u16> = TUNE_CHANNELS
-        .iter()
-        .copied()
-        .filter(|&c| c <= max_ch)
-        .collect();
-    if max_ch < 32 && !channels.contains(&max_ch) {
-        channels.push(max_ch);
-    }
+    let channels: Vec<u16> = match opts.channels {
+        Some(c) => vec![c.clamp(1, max_ch)],
+        None => {
+            let mut v: Vec<u16> = TUNE_CHANNELS
+                .iter()
+                .copied()
+                .filter(|&c| c <= max_ch)
+                .collect();
+            if max_ch < 32 && !v.contains(&max_ch) {
+                v.push(max_ch);
+            }
+            v
+        }
+    };
+    let chunks: Vec<usize> = match opts.chunk_elems {
+        Some(k) => vec![k],
+        None if opts.chunking => std::iter::once(0)
+            .chain(
+                TUNE_CHUNK_BYTES
+                    .iter()
+                    .map(|b| (b / p.elem_size.max(1)).max(1)),
+            )
+            .collect(),
+        None => vec![0],
+    };
     let mut out = Vec::new();
     for a in Algorithm::ALL {
         if !opts.algorithms.is_empty() && !opts.algorithms.contains(&a) {
@@ -849,16 +877,12 @@ pub fn candidates_with(
             continue;
         };
         for &ch in &channels {
-            let mut chunks = vec![0usize];
-            if opts.chunking {
-                chunks.extend(
-                    TUNE_CHUNK_BYTES
-                        .iter()
-                        .map(|b| (b / p.elem_size.max(1)).max(1)),
-                );
-            }
-            for chunk in chunks {
-                let s = base.clone().with_channels(ch).with_chunk_elems(chunk);
+            for &chunk in &chunks {
+                let s = base
+                    .clone()
+                    .with_channels(ch)
+                    .with_chunk_elems(chunk)
+                    .with_intra_slices(opts.intra_slices.max(1));
                 let pred = predict(&s, model);
                 out.push((s, pred));
             }
@@ -885,18 +909,7 @@ pub fn candidates_with(
 
 /// The order [`candidates_with`] ranks its candidates in: predicted time,
 /// then fewer channels, then the algorithm and the chunk (deterministic).
-///
-/// ```
-/// use gpucomm_algo::{Algorithm, Collective, CostModel, Problem, Schedule, predict, tuner_order};
-/// let p = Problem::new(Collective::AllReduce, 8, 8, 1 << 20);
-/// let m = CostModel::default();
-/// let mut c: Vec<_> = [Algorithm::Ring, Algorithm::Direct]
-///     .map(|a| { let s = Schedule::new(p, a).unwrap(); let pr = predict(&s, &m); (s, pr) })
-///     .into();
-/// c.sort_by(tuner_order);
-/// assert!(c[0].1.time_us <= c[1].1.time_us);
-/// ```
-pub fn tuner_order(x: &(Schedule, Prediction), y: &(Schedule, Prediction)) -> std::cmp::Ordering {
+fn tuner_order(x: &(Schedule, Prediction), y: &(Schedule, Prediction)) -> std::cmp::Ordering {
     x.1.time_us
         .total_cmp(&y.1.time_us)
         .then(x.0.channels.cmp(&y.0.channels))

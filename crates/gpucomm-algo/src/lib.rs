@@ -55,7 +55,7 @@ pub use check::{
 };
 pub use cost::{
     CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, TuneOptions, candidates,
-    candidates_with, critical_path, predict, traffic, tune, tune_with, tuner_order,
+    candidates_with, critical_path, predict, traffic, tune, tune_with,
 };
 pub use dtype::DataType;
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};

@@ -224,6 +224,21 @@ fn tuner_respects_engine_limits() {
         tune_with(&p, &m, &only_ring).unwrap().algorithm,
         Algorithm::Ring
     );
+    // A fixed channel count, chunk and intra-node cut: every candidate has
+    // them, and is predicted as built with them.
+    let fixed = TuneOptions {
+        channels: Some(64),
+        max_channels: 64,
+        chunk_elems: Some(1024),
+        intra_slices: 4,
+        ..TuneOptions::default()
+    };
+    let all = gpucomm_algo::candidates_with(&p, &m, &fixed);
+    assert!(!all.is_empty());
+    for (s, pr) in &all {
+        assert_eq!((s.channels, s.chunk_elems, s.intra_slices), (64, 1024, 4));
+        assert_eq!(pr.time_us, gpucomm_algo::predict(s, &m).time_us);
+    }
     let none = TuneOptions {
         algorithms: vec![Algorithm::Tree],
         ..TuneOptions::default()

@@ -409,8 +409,8 @@ pub(crate) fn choose_algorithm(problem: &Problem) -> Vec<Algorithm> {
     let model = cost_model().with_local_gbps(LOCAL_GBPS);
     let engine = gpucomm_algo::TuneOptions {
         max_channels: 1,
-        algorithms: Vec::new(),
         chunking: false,
+        ..gpucomm_algo::TuneOptions::default()
     };
     let mut v: Vec<Algorithm> = gpucomm_algo::candidates_with(problem, &model, &engine)
         .into_iter()

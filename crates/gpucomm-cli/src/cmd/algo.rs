@@ -582,37 +582,15 @@ fn tune_candidates(
             a.max_channels
         );
     }
-    let chunk = chunk_elems(pa, p)?;
     let opts = TuneOptions {
-        max_channels: pa.channels.unwrap_or(a.max_channels),
+        max_channels: a.max_channels,
         algorithms,
-        chunking: chunk.is_none(),
+        channels: pa.channels,
+        chunk_elems: chunk_elems(pa, p)?,
+        intra_slices: pa.intra_slices as usize,
+        ..TuneOptions::default()
     };
-    let mut all = candidates_with(p, m, &opts);
-    if pa.channels.is_none() && chunk.is_none() && pa.intra_slices == 1 {
-        return Ok(all);
-    }
-    if let Some(c) = pa.channels {
-        // With `max_channels: c` the tuner tries `c` itself when it is at
-        // most 32 (its largest count), else 32: keep those rows (predicted
-        // again at `c` below).
-        let most = all.iter().map(|(s, _)| s.channels).max().unwrap_or(c);
-        all.retain(|(s, _)| s.channels == most);
-    }
-    for (s, pr) in &mut all {
-        let mut t = s.clone().with_intra_slices(pa.intra_slices as usize);
-        if let Some(c) = pa.channels {
-            t = t.with_channels(c);
-        }
-        if let Some(k) = chunk {
-            t = t.with_chunk_elems(k);
-        }
-        *pr = predict(&t, m);
-        *s = t;
-    }
-    // The tuner's order.
-    all.sort_by(gpucomm_algo::tuner_order);
-    Ok(all)
+    Ok(candidates_with(p, m, &opts))
 }
 
 fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
