@@ -20,7 +20,7 @@ use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
 
-use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage};
+use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep};
 
 /// Arguments of `gpucomm sim`.
 #[derive(clap::Args, Debug)]
@@ -433,21 +433,12 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
             ..defaults
         };
         // Bad command lines (exit 2), as `gpucomm topo` refuses them.
-        if opts.oversubscription > 1.0 && opts.fabric != gpucomm_topo::Fabric::LeafSpine {
-            usage!(
-                "--oversubscription {} needs --fabric leaf-spine (on rails every transfer stays on its rail switch, \
-                 and one switch has no uplinks)",
-                opts.oversubscription
-            );
-        }
-        if let Some(n) = m.nodes_per_leaf
-            && opts.fabric != gpucomm_topo::Fabric::LeafSpine
-        {
-            usage!(
-                "--nodes-per-leaf {n} needs --fabric leaf-spine (it sizes the leaves of nodes; the fabric is {})",
-                opts.fabric.name()
-            );
-        }
+        super::topo::check_leaf_options(
+            fabric,
+            m.nodes.unwrap_or(mach.nodes),
+            m.nodes_per_leaf,
+            m.oversubscription,
+        )?;
         mach = mach
             .with_cluster_options(&opts)
             .context("network options")?;

@@ -116,6 +116,51 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Checks the leaf options as given (`gpucomm topo` and `gpucomm sim`):
+/// `--nodes-per-leaf` and an `--oversubscription` above 1 shape the uplinks
+/// of a leaf-spine fabric between nodes; anywhere else they would be taken
+/// and change nothing (on rails, the spine no transfer crosses). Usage
+/// errors (exit 2).
+pub(crate) fn check_leaf_options(
+    fabric: Fabric,
+    nodes: usize,
+    nodes_per_leaf: Option<usize>,
+    oversubscription: Option<f64>,
+) -> anyhow::Result<()> {
+    let oversubscribed = oversubscription.filter(|&x| x > 1.0);
+    for (flag, value, what) in [
+        (
+            "--nodes-per-leaf",
+            nodes_per_leaf.map(|n| n.to_string()),
+            "it sizes the leaves of nodes",
+        ),
+        (
+            "--oversubscription",
+            oversubscribed.map(gpucomm_topo::readable_number),
+            "it narrows the leaves' uplinks to the spine; on rails every transfer stays on \
+             its rail switch, and one switch has no uplinks",
+        ),
+    ] {
+        let Some(value) = value else { continue };
+        if fabric != Fabric::LeafSpine {
+            usage!(
+                "{flag} {value} needs --fabric leaf-spine ({what}; the fabric is {})",
+                fabric.name()
+            );
+        }
+        if nodes <= 1 {
+            usage!(
+                "{flag} {value} needs more than one node (--nodes N): it shapes the network \
+                 between nodes"
+            );
+        }
+    }
+    if nodes_per_leaf == Some(0) {
+        usage!("--nodes-per-leaf must be at least 1");
+    }
+    Ok(())
+}
+
 /// The most GPUs and NICs `--all` prints matrices for (128 DGX nodes): the
 /// rows are built whole, so a 16384-device cluster would take gigabytes.
 const MAX_ALL_DEVICES: usize = 2048;
@@ -201,40 +246,12 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
     })?;
     let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
     let defaults = ClusterOptions::default();
-    // The leaves' options shape the uplinks of a leaf-spine fabric between
-    // nodes: anywhere else they were taken and changed nothing (on rails,
-    // the spine no transfer crosses, as `gpucomm sim` refuses it).
-    let oversubscribed = args.oversubscription.filter(|&x| x > 1.0);
-    for (flag, value, what) in [
-        (
-            "--nodes-per-leaf",
-            args.nodes_per_leaf.map(|n| n.to_string()),
-            "it sizes the leaves of nodes",
-        ),
-        (
-            "--oversubscription",
-            oversubscribed.map(gpucomm_topo::readable_number),
-            "it narrows the leaves' uplinks to the spine; on rails every transfer stays on \
-             its rail switch, and one switch has no uplinks",
-        ),
-    ] {
-        let Some(value) = value else { continue };
-        if fabric != Fabric::LeafSpine {
-            usage!(
-                "{flag} {value} needs --fabric leaf-spine ({what}; the fabric is {})",
-                fabric.name()
-            );
-        }
-        if args.nodes <= 1 {
-            usage!(
-                "{flag} {value} needs more than one node (--nodes N): it shapes the network \
-                 between nodes"
-            );
-        }
-    }
-    if args.nodes_per_leaf == Some(0) {
-        usage!("--nodes-per-leaf must be at least 1");
-    }
+    check_leaf_options(
+        fabric,
+        args.nodes,
+        args.nodes_per_leaf,
+        args.oversubscription,
+    )?;
     Ok(ClusterOptions {
         nodes: args.nodes,
         gpus: args.gpus,
