@@ -183,7 +183,7 @@ impl Network {
         if !(opts.oversubscription.is_finite() && opts.oversubscription >= 1.0) {
             return Err(SimError::Model(format!(
                 "oversubscription must be at least 1 (got {})",
-                opts.oversubscription
+                gpucomm_topo::readable_number(opts.oversubscription)
             )));
         }
         let layout = match opts.fabric {
@@ -645,7 +645,7 @@ impl ClusterFabric {
             if !(net.oversubscription.is_finite() && net.oversubscription >= 1.0) {
                 return Err(SimError::Model(format!(
                     "oversubscription must be at least 1 (got {})",
-                    net.oversubscription
+                    gpucomm_topo::readable_number(net.oversubscription)
                 )));
             }
             let leaves = nodes.div_ceil(nodes_per_leaf);
