@@ -433,12 +433,7 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
             ..defaults
         };
         // Bad command lines (exit 2), as `gpucomm topo` refuses them.
-        super::topo::check_leaf_options(
-            fabric,
-            m.nodes.unwrap_or(mach.nodes),
-            m.nodes_per_leaf,
-            m.oversubscription,
-        )?;
+        super::topo::check_leaf_options(fabric, m.nodes, m.nodes_per_leaf, m.oversubscription)?;
         mach = mach
             .with_cluster_options(&opts)
             .context("network options")?;
@@ -1215,6 +1210,15 @@ mod tests {
             e.contains("--nodes-per-leaf 0 needs --fabric leaf-spine"),
             "{e}"
         );
+        // One node given: refused, as `gpucomm topo` refuses it; no node
+        // count (a train sweep's come later): taken.
+        let mut one = args("dgx-h100", Some(1));
+        one.fabric = Some("leaf-spine".into());
+        one.nodes_per_leaf = Some(1);
+        let e = machine(&one).unwrap_err().to_string();
+        assert!(e.contains("needs more than one node"), "{e}");
+        one.nodes = None;
+        assert!(machine(&one).is_ok());
         a.nodes_per_leaf = None;
         a.fabric = Some("torus".into());
         assert!(machine(&a).unwrap_err().to_string().contains("torus"));

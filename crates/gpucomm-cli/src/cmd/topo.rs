@@ -120,10 +120,11 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
 /// `--nodes-per-leaf` and an `--oversubscription` above 1 shape the uplinks
 /// of a leaf-spine fabric between nodes; anywhere else they would be taken
 /// and change nothing (on rails, the spine no transfer crosses). Usage
-/// errors (exit 2).
+/// errors (exit 2). `nodes`: `None` where the node counts are not known
+/// here (`gpucomm sim train --sweep-nodes`).
 pub(crate) fn check_leaf_options(
     fabric: Fabric,
-    nodes: usize,
+    nodes: Option<usize>,
     nodes_per_leaf: Option<usize>,
     oversubscription: Option<f64>,
 ) -> anyhow::Result<()> {
@@ -148,7 +149,7 @@ pub(crate) fn check_leaf_options(
                 fabric.name()
             );
         }
-        if nodes <= 1 {
+        if nodes.is_some_and(|n| n <= 1) {
             usage!(
                 "{flag} {value} needs more than one node (--nodes N): it shapes the network \
                  between nodes"
@@ -248,7 +249,7 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
     let defaults = ClusterOptions::default();
     check_leaf_options(
         fabric,
-        args.nodes,
+        Some(args.nodes),
         args.nodes_per_leaf,
         args.oversubscription,
     )?;
