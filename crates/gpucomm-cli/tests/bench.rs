@@ -532,6 +532,31 @@ fn the_environment_algorithm_is_used_or_refused_as_such() {
 }
 
 #[test]
+fn threads_are_bound_by_the_run_timeout() {
+    // --threads ignored --timeout: only each wait was bounded, so a long
+    // sweep ran on past the run's bound. 500 all_reduces of 64 MiB take
+    // seconds at any memory bandwidth; the bound is a fifth of one.
+    let out = gpucomm(
+        &[
+            "bench",
+            "--threads",
+            "--ranks",
+            "2",
+            "-b",
+            "64M",
+            "-e",
+            "64M",
+            "-n",
+            "500",
+            "--timeout",
+            "0.2",
+        ],
+        LIMIT,
+    );
+    out.assert_fails(124, "timed out after 0.2 s with rank(s) 0, 1 still running");
+}
+
+#[test]
 fn threads_refuse_what_only_processes_can_honour() {
     // --transport tcp ran in-process and said so only in the header.
     for transport in ["tcp", "shm", "auto"] {

@@ -123,7 +123,8 @@ pub struct Args {
     /// Each rank's bound on every wait, in seconds.
     #[arg(long, value_parser = parse_secs, default_value = "60")]
     pub rank_timeout: Duration,
-    /// Bound on the whole run, in seconds.
+    /// Bound on the whole run, in seconds (exit status 124 past it; with
+    /// `--threads` the process exits, as threads cannot be stopped).
     #[arg(long, value_parser = parse_secs, default_value = "600")]
     pub timeout: Duration,
 
@@ -744,14 +745,20 @@ fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     // Ranks of one process share one device backend.
     let gpu = backend(args)?;
     let printer = new_printer(args, plan);
+    let deadline = std::time::Instant::now() + args.timeout;
     let errors: Vec<anyhow::Error> = std::thread::scope(|s| {
+        // Each rank says when it ends (a panic included), so the run's
+        // bound holds even though a thread cannot be stopped.
+        let (done, ended) = std::sync::mpsc::channel::<usize>();
         let handles: Vec<_> = comms
             .into_iter()
             .map(|comm| {
                 let printer = printer.clone();
                 let gpu = gpu.clone();
+                let done = done.clone();
                 s.spawn(move || {
                     let rank = comm.rank();
+                    let _ended = Ended(rank, done);
                     let sink = move |rec: &Record| -> anyhow::Result<()> {
                         printer
                             .lock()
@@ -764,6 +771,19 @@ fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
+        drop(done);
+        let mut running = vec![true; handles.len()];
+        while running.iter().any(|&r| r) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match ended.recv_timeout(left) {
+                Ok(rank) => running[rank] = false,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let still: Vec<usize> = (0..running.len()).filter(|&r| running[r]).collect();
+                    timed_out(args.timeout, &still)
+                }
+            }
+        }
         handles
             .into_iter()
             .filter_map(|h| match h.join() {
@@ -777,6 +797,33 @@ fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
         return Err(first);
     }
     finish(&printer, plan)
+}
+
+/// Tells the `--threads` coordinator that a rank's thread ended, however
+/// it ended (dropped on return and on a panic's unwinding).
+struct Ended(usize, std::sync::mpsc::Sender<usize>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        // The coordinator may have stopped listening (it is exiting).
+        let _ = self.1.send(self.0);
+    }
+}
+
+/// `--threads` past `--timeout`: a thread cannot be stopped, so the
+/// process ends, with the status a timed-out launch has (124) and the
+/// ranks still running named, as separate processes' timeout names them.
+fn timed_out(after: Duration, running: &[usize]) -> ! {
+    use std::io::Write;
+    let ranks: Vec<String> = running.iter().map(usize::to_string).collect();
+    // Rows already printed stay; a partial line is flushed.
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "gpucomm bench: bench failed: timed out after {:.1} s with rank(s) {} still running (threads cannot be stopped; exiting)",
+        after.as_secs_f64(),
+        ranks.join(", ")
+    );
+    std::process::exit(124)
 }
 
 fn coordinate(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
