@@ -192,6 +192,12 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
             &["--nodes-per-leaf", "1", "--fabric", "leaf-spine"][..],
             "--nodes-per-leaf 1 needs more than one node",
         ),
+        // The network between nodes, on one node: taken and unused.
+        (&["--sharp"][..], "--sharp needs more than one node"),
+        (
+            &["--fabric", "single"][..],
+            "--fabric single-switch needs more than one node",
+        ),
         // Named briefly, not with 301 digits.
         (
             &["--nodes", "2", "--oversubscription", "1e300"][..],

@@ -388,7 +388,10 @@ fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn machine(m: &Machine_) -> anyhow::Result<Machine> {
+/// The machine the options describe. `nodes_later`: the command gives the
+/// node count itself (`train --sweep-nodes`, `rdma`'s two nodes), so the
+/// network options are not checked against `--nodes` here.
+fn machine(m: &Machine_, nodes_later: bool) -> anyhow::Result<Machine> {
     let nic_speed = m
         .nic_speed
         .as_deref()
@@ -420,20 +423,33 @@ fn machine(m: &Machine_) -> anyhow::Result<Machine> {
             );
         }
         let defaults = gpucomm_topo::ClusterOptions::default();
-        let fabric = match &m.fabric {
-            None => defaults.fabric,
-            Some(f) => gpucomm_topo::Fabric::parse(f)
-                .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))?,
-        };
-        let opts = gpucomm_topo::ClusterOptions {
+        let fabric = m
+            .fabric
+            .as_deref()
+            .map(|f| {
+                gpucomm_topo::Fabric::parse(f)
+                    .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
+            })
+            .transpose()?;
+        // Bad command lines (exit 2), as `gpucomm topo` refuses them.
+        super::topo::check_network_options(&super::topo::NetworkFlags {
             fabric,
+            nodes: if nodes_later {
+                None
+            } else {
+                Some(m.nodes.unwrap_or(1))
+            },
+            nodes_per_leaf: m.nodes_per_leaf,
+            oversubscription: m.oversubscription,
+            sharp: m.sharp,
+        })?;
+        let opts = gpucomm_topo::ClusterOptions {
+            fabric: fabric.unwrap_or(defaults.fabric),
             oversubscription: m.oversubscription.unwrap_or(defaults.oversubscription),
             nodes_per_leaf: m.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
             sharp: m.sharp,
             ..defaults
         };
-        // Bad command lines (exit 2), as `gpucomm topo` refuses them.
-        super::topo::check_leaf_options(fabric, m.nodes, m.nodes_per_leaf, m.oversubscription)?;
         mach = mach
             .with_cluster_options(&opts)
             .context("network options")?;
@@ -456,7 +472,7 @@ fn out() -> std::io::StdoutLock<'static> {
 }
 
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m)?;
+    let mach = machine(&a.m, false)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let base = a.tuner.options()?;
     let average = match &a.average {
@@ -791,7 +807,7 @@ fn link_summary(
 }
 
 fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m)?;
+    let mach = machine(&a.m, false)?;
     let (x, y) = a
         .pair
         .split_once(',')
@@ -880,7 +896,7 @@ fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
 }
 
 fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m)?;
+    let mach = machine(&a.m, false)?;
     let size = copy_size(&a.size)?;
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
     // The GPU end's buffer (storage to host memory holds none).
@@ -911,7 +927,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m)?;
+    let mach = machine(&a.m, true)?;
     let size = copy_size(&a.size)?;
     mach.check_device_memory(size, &format!("a transfer of {}", format_bytes(size)))?;
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
@@ -937,7 +953,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m)?;
+    let mach = machine(&a.m, !a.sweep_nodes.is_empty())?;
     let model = if std::path::Path::new(&a.model).exists() {
         let text =
             std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
@@ -1180,14 +1196,14 @@ mod tests {
         a.oversubscription = Some(2.0);
         a.nodes_per_leaf = Some(2);
         a.sharp = true;
-        let m = machine(&a).unwrap();
+        let m = machine(&a, false).unwrap();
         assert_eq!(m.nodes, 8);
         assert_eq!(m.network.layout, NetLayout::LeafSpine { nodes_per_leaf: 2 });
         assert_eq!(m.network.oversubscription, 2.0);
         assert!(m.network.sharp);
         assert!(m.network.describe().contains("2:1 oversubscribed"));
         // Without flags: rails, non-blocking, no SHARP.
-        let plain = machine(&args("dgx-h100", Some(8))).unwrap();
+        let plain = machine(&args("dgx-h100", Some(8)), false).unwrap();
         assert_eq!(plain.network.layout, NetLayout::Rails);
         assert!(!plain.network.sharp);
     }
@@ -1196,32 +1212,55 @@ mod tests {
     fn bad_network_flags_are_clear_errors() {
         let mut a = args("dgx-h100", Some(4));
         a.oversubscription = Some(2.0);
-        let e = machine(&a).unwrap_err().to_string();
+        let e = machine(&a, false).unwrap_err().to_string();
         assert!(e.contains("--fabric leaf-spine"), "{e}");
         a.fabric = Some("leaf-spine".into());
         a.oversubscription = Some(0.5);
-        assert!(format!("{:#}", machine(&a).unwrap_err()).contains("at least 1"));
+        assert!(format!("{:#}", machine(&a, false).unwrap_err()).contains("at least 1"));
         a.oversubscription = None;
         // Leaves without a leaf-spine fabric were taken and changed nothing.
         a.fabric = None;
         a.nodes_per_leaf = Some(0);
-        let e = machine(&a).unwrap_err().to_string();
+        let e = machine(&a, false).unwrap_err().to_string();
         assert!(
             e.contains("--nodes-per-leaf 0 needs --fabric leaf-spine"),
             "{e}"
         );
-        // One node given: refused, as `gpucomm topo` refuses it; no node
-        // count (a train sweep's come later): taken.
+        // One node (given or not): refused, as `gpucomm topo` refuses it;
+        // node counts that come later (a train sweep's): taken.
         let mut one = args("dgx-h100", Some(1));
         one.fabric = Some("leaf-spine".into());
         one.nodes_per_leaf = Some(1);
-        let e = machine(&one).unwrap_err().to_string();
-        assert!(e.contains("needs more than one node"), "{e}");
+        let e = machine(&one, false).unwrap_err().to_string();
+        assert!(
+            e.contains("--nodes-per-leaf 1 needs more than one node"),
+            "{e}"
+        );
         one.nodes = None;
-        assert!(machine(&one).is_ok());
+        assert!(machine(&one, false).is_err());
+        assert!(machine(&one, true).is_ok());
+        // --sharp and --fabric on one node changed nothing and said nothing.
+        let mut sharp = args("dgx-h100", None);
+        sharp.sharp = true;
+        let e = machine(&sharp, false).unwrap_err().to_string();
+        assert!(e.contains("--sharp needs more than one node"), "{e}");
+        sharp.sharp = false;
+        sharp.fabric = Some("single".into());
+        let e = machine(&sharp, false).unwrap_err().to_string();
+        assert!(
+            e.contains("--fabric single-switch needs more than one node"),
+            "{e}"
+        );
+        sharp.nodes = Some(2);
+        assert!(machine(&sharp, false).is_ok());
         a.nodes_per_leaf = None;
         a.fabric = Some("torus".into());
-        assert!(machine(&a).unwrap_err().to_string().contains("torus"));
+        assert!(
+            machine(&a, false)
+                .unwrap_err()
+                .to_string()
+                .contains("torus")
+        );
         // A multi-node topology file describes its own network.
         let dir = std::env::temp_dir().join(format!("gpucomm-sim-net-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1237,12 +1276,12 @@ mod tests {
         .unwrap();
         gpucomm_topo::format::save(&t, &file).unwrap();
         let f = file.to_str().unwrap();
-        let m = machine(&args(f, None)).unwrap();
+        let m = machine(&args(f, None), false).unwrap();
         assert!(m.network.sharp && m.nodes == 2);
         let mut a = args(f, None);
         a.sharp = true;
         assert!(
-            machine(&a)
+            machine(&a, false)
                 .unwrap_err()
                 .to_string()
                 .contains("describes its own network")

@@ -91,9 +91,9 @@ pub struct ClusterArgs {
     /// NIC port speed: edr, hdr, hdr100, ndr, ndr200, xdr, roce400, eth100...
     #[arg(long)]
     pub nic_speed: Option<String>,
-    /// Inter-node fabric: rail, single, leaf-spine.
-    #[arg(long, default_value = "rail")]
-    pub fabric: String,
+    /// Inter-node fabric: rail (default), single, leaf-spine.
+    #[arg(long)]
+    pub fabric: Option<String>,
     /// Leaf-to-spine oversubscription (default 1 = non-blocking; above 1
     /// needs --fabric leaf-spine and --nodes above 1).
     #[arg(long, value_parser = parse_oversubscription)]
@@ -116,23 +116,31 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Checks the leaf options as given (`gpucomm topo` and `gpucomm sim`):
+/// The network options as given on a command line (`gpucomm topo` and
+/// `gpucomm sim`), for [`check_network_options`].
+pub(crate) struct NetworkFlags {
+    /// `--fabric`, where given.
+    pub fabric: Option<Fabric>,
+    /// The node count, where known here (`None` for `gpucomm sim train
+    /// --sweep-nodes`, whose counts come later).
+    pub nodes: Option<usize>,
+    pub nodes_per_leaf: Option<usize>,
+    pub oversubscription: Option<f64>,
+    pub sharp: bool,
+}
+
+/// Checks the network options as given: each shapes the network between
+/// nodes, so on one node it would be taken and change nothing; and
 /// `--nodes-per-leaf` and an `--oversubscription` above 1 shape the uplinks
-/// of a leaf-spine fabric between nodes; anywhere else they would be taken
-/// and change nothing (on rails, the spine no transfer crosses). Usage
-/// errors (exit 2). `nodes`: `None` where the node counts are not known
-/// here (`gpucomm sim train --sweep-nodes`).
-pub(crate) fn check_leaf_options(
-    fabric: Fabric,
-    nodes: Option<usize>,
-    nodes_per_leaf: Option<usize>,
-    oversubscription: Option<f64>,
-) -> anyhow::Result<()> {
-    let oversubscribed = oversubscription.filter(|&x| x > 1.0);
-    for (flag, value, what) in [
+/// of a leaf-spine fabric (on rails, the spine no transfer crosses). Usage
+/// errors (exit 2).
+pub(crate) fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
+    let fabric = f.fabric.unwrap_or(ClusterOptions::default().fabric);
+    let oversubscribed = f.oversubscription.filter(|&x| x > 1.0);
+    let leaf = [
         (
             "--nodes-per-leaf",
-            nodes_per_leaf.map(|n| n.to_string()),
+            f.nodes_per_leaf.map(|n| n.to_string()),
             "it sizes the leaves of nodes",
         ),
         (
@@ -141,7 +149,8 @@ pub(crate) fn check_leaf_options(
             "it narrows the leaves' uplinks to the spine; on rails every transfer stays on \
              its rail switch, and one switch has no uplinks",
         ),
-    ] {
+    ];
+    for (flag, value, what) in &leaf {
         let Some(value) = value else { continue };
         if fabric != Fabric::LeafSpine {
             usage!(
@@ -149,14 +158,22 @@ pub(crate) fn check_leaf_options(
                 fabric.name()
             );
         }
-        if nodes.is_some_and(|n| n <= 1) {
+    }
+    if f.nodes.is_some_and(|n| n <= 1) {
+        let first = leaf
+            .into_iter()
+            .filter_map(|(flag, value, _)| Some(format!("{flag} {}", value?)))
+            .chain(f.fabric.map(|x| format!("--fabric {}", x.name())))
+            .chain(f.sharp.then(|| "--sharp".to_string()))
+            .next();
+        if let Some(flag) = first {
             usage!(
-                "{flag} {value} needs more than one node (--nodes N): it shapes the network \
-                 between nodes"
+                "{flag} needs more than one node (--nodes N): it shapes the network between \
+                 nodes"
             );
         }
     }
-    if nodes_per_leaf == Some(0) {
+    if f.nodes_per_leaf == Some(0) {
         usage!("--nodes-per-leaf must be at least 1");
     }
     Ok(())
@@ -239,26 +256,29 @@ pub fn nic_speed(s: &str) -> anyhow::Result<LinkKind> {
 
 /// Converts the cluster arguments to [`ClusterOptions`].
 pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
-    let fabric = Fabric::parse(&args.fabric).with_context(|| {
-        format!(
-            "--fabric {:?}: expected rail, single or leaf-spine",
-            args.fabric
-        )
-    })?;
+    let fabric = args
+        .fabric
+        .as_deref()
+        .map(|f| {
+            Fabric::parse(f)
+                .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
+        })
+        .transpose()?;
     let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
     let defaults = ClusterOptions::default();
-    check_leaf_options(
+    check_network_options(&NetworkFlags {
         fabric,
-        Some(args.nodes),
-        args.nodes_per_leaf,
-        args.oversubscription,
-    )?;
+        nodes: Some(args.nodes),
+        nodes_per_leaf: args.nodes_per_leaf,
+        oversubscription: args.oversubscription,
+        sharp: args.sharp,
+    })?;
     Ok(ClusterOptions {
         nodes: args.nodes,
         gpus: args.gpus,
         nics: args.nics,
         nic_speed,
-        fabric,
+        fabric: fabric.unwrap_or(defaults.fabric),
         oversubscription: args.oversubscription.unwrap_or(defaults.oversubscription),
         nodes_per_leaf: args.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
         sharp: args.sharp,
@@ -945,7 +965,7 @@ mod tests {
             gpus: None,
             nics: None,
             nic_speed: Some("fast".into()),
-            fabric: "rail".into(),
+            fabric: None,
             oversubscription: None,
             nodes_per_leaf: None,
             sharp: false,
