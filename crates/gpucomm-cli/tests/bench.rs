@@ -602,10 +602,13 @@ fn a_bad_gpu_path_names_where_it_came_from() {
         .env("GPUCOMM_GPU_PATH", "foo")
         .output()
         .unwrap();
+    // Once, before any rank starts (each of the ranks said it).
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("GPUCOMM_GPU_PATH=foo: expected auto, ipc or staged"),
+        err.contains("GPUCOMM_GPU_PATH=\"foo\" (environment): unknown GPU path"),
         "{err}"
     );
+    assert_eq!(err.matches("GPUCOMM_GPU_PATH").count(), 1, "{err}");
+    assert!(!err.contains("rank"), "{err}");
 }

@@ -182,6 +182,23 @@ fn parse_gpu_path(s: &str) -> Result<GpuPath, String> {
     GpuPath::parse(s).map_err(|_| format!("unknown GPU path {s:?} (expected auto, ipc or staged)"))
 }
 
+/// An environment variable that stands for a flag, parsed as the flag is:
+/// the value and how to name it in errors (`VAR="value" (environment)`).
+fn env_flag<T>(
+    var: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> anyhow::Result<Option<(T, String)>> {
+    let Some(v) = std::env::var_os(var) else {
+        return Ok(None);
+    };
+    let value = v.to_string_lossy();
+    let what = format!("{var}={value:?} (environment)");
+    match parse(&value) {
+        Ok(t) => Ok(Some((t, what))),
+        Err(e) => bail!("{what}: {e}"),
+    }
+}
+
 /// A collective as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BenchCollective {
@@ -604,15 +621,20 @@ pub enum Record {
 /// Runs `gpucomm bench`.
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // GPUCOMM_ALGORITHM picks the algorithm where --algorithm is auto, as
-    // NCCL_ALGO does for nccl-tests; the workers get it as --algorithm.
+    // NCCL_ALGO does for nccl-tests; GPUCOMM_GPU_PATH the device path where
+    // --gpu-path is not given. Read once, here, by the flags' parsers (a
+    // bad value is one error, not one per rank); the workers get them as
+    // flags.
     let mut from_env = None;
-    if args.algorithm.0.is_none() && !args.worker {
-        if let Some(v) = std::env::var_os("GPUCOMM_ALGORITHM") {
-            let value = v.to_string_lossy();
-            let what = format!("GPUCOMM_ALGORITHM={value:?} (environment)");
-            args.algorithm =
-                parse_algorithm_or_auto(&value).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-            from_env = Some(what);
+    if !args.worker {
+        if args.algorithm.0.is_none() {
+            if let Some((a, what)) = env_flag("GPUCOMM_ALGORITHM", parse_algorithm_or_auto)? {
+                args.algorithm = a;
+                from_env = Some(what);
+            }
+        }
+        if args.memory == Memory::Device && args.gpu_path.is_none() {
+            args.gpu_path = env_flag(gpucomm::device::GPU_PATH_ENV, parse_gpu_path)?.map(|p| p.0);
         }
     }
     let plan = match (args.plan(), from_env) {
