@@ -34,7 +34,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cmd::sim::collective_spelled(std::env::args_os().collect()));
     let result = match cli.command {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Algo(a) => cmd::algo::run(a),

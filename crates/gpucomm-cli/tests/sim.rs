@@ -238,6 +238,27 @@ fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
 }
 
 #[test]
+fn collectives_are_spelled_as_bench_and_algo_take_them() {
+    // `gpucomm bench allreduce` ran; `gpucomm sim allreduce` was refused.
+    let same = |spelled: &str, name: &str| {
+        let a = sim_json(&[spelled, "-b", "1M", "-e", "1M"]);
+        let b = sim_json(&[name, "-b", "1M", "-e", "1M"]);
+        assert_eq!(a, b, "{spelled} is not {name}");
+    };
+    same("allreduce", "all_reduce");
+    same("AllGather", "all_gather");
+    same("reduce_scatter_perf", "reduce_scatter");
+    same("all-to-all", "all_to_all");
+    same("bcast", "broadcast");
+    // A word that names no collective, or none the simulator runs, is
+    // still clap's error.
+    for word in ["allreduces", "barrier"] {
+        let out = gpucomm(&["sim", word], LIMIT);
+        out.assert_fails(2, "unrecognized subcommand");
+    }
+}
+
+#[test]
 fn an_empty_collective_is_discarded_as_nccl_does() {
     let v = sim_json(&["all_reduce", "-b", "0", "-e", "4", "-f", "4"]);
     let rows = v["results"].as_array().unwrap();

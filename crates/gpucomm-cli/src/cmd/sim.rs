@@ -29,23 +29,44 @@ pub struct Args {
     cmd: SimCmd,
 }
 
+/// `gpucomm sim COLLECTIVE` takes a collective spelled as `gpucomm bench`
+/// and `gpucomm algo` take it ([`Collective::from_name`]: `allreduce`,
+/// `AllGather`, `all-to-all`, `all_reduce_perf`, `bcast`): the command
+/// line with that word written as the subcommand's name. Anything else is
+/// left for clap to parse (and refuse).
+pub fn collective_spelled(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if argv.get(1).is_some_and(|a| a == "sim") {
+        if let Some(word) = argv.get_mut(2) {
+            let name = word
+                .to_str()
+                .filter(|w| !w.starts_with('-'))
+                .and_then(Collective::from_name)
+                .map(|c| c.name());
+            if let Some(name) = name {
+                *word = name.into();
+            }
+        }
+    }
+    argv
+}
+
 #[derive(Subcommand, Debug)]
 enum SimCmd {
     /// AllReduce sweep, nccl-tests style.
-    #[command(name = "all_reduce", alias = "all-reduce")]
+    #[command(name = "all_reduce")]
     AllReduce(CollArgs),
     /// AllGather sweep.
-    #[command(name = "all_gather", alias = "all-gather")]
+    #[command(name = "all_gather")]
     AllGather(CollArgs),
     /// ReduceScatter sweep.
-    #[command(name = "reduce_scatter", alias = "reduce-scatter")]
+    #[command(name = "reduce_scatter")]
     ReduceScatter(CollArgs),
     /// Broadcast sweep (root: `--root`, 0 by default).
     Broadcast(CollArgs),
     /// Reduce sweep (root: `--root`, 0 by default).
     Reduce(CollArgs),
     /// AllToAll sweep.
-    #[command(name = "all_to_all", alias = "alltoall")]
+    #[command(name = "all_to_all")]
     AllToAll(CollArgs),
     /// SendRecv ring shift by one.
     Sendrecv(CollArgs),
