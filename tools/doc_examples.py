@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Re-runs the `$ gpucomm sim ...` examples of a Markdown file and lists the
+"""Re-runs the `$ gpucomm sim ...` and `$ gpucomm algo ...` examples (their
+output depends on nothing but the command) of a Markdown file and lists the
 lines of their printed output that a fresh run no longer prints.
 
     python3 tools/doc_examples.py docs/sim.md [path/to/gpucomm]
 
-An example is a fenced block line starting with `$ gpucomm sim`, followed
+An example is a fenced block line starting with `$ gpucomm sim` or `$
+gpucomm algo`, followed
 by the output the docs show, up to the next example or the end of the
 block. Examples with `--timing` are skipped (their wall times vary), and
 so are lines giving wall times (`(wall ...)`, `... s wall`). Exits 1 when
@@ -29,7 +31,7 @@ def examples(lines):
                 yield cur
                 cur = None
             continue
-        if fenced and line.startswith("$ gpucomm sim"):
+        if fenced and line.startswith(("$ gpucomm sim", "$ gpucomm algo")):
             if cur:
                 yield cur
             cur = (i + 1, line[2:], [])

@@ -345,7 +345,7 @@ fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
     let shown = p.nranks.min(sa.max_ranks);
     writeln!(
         out,
-        "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), chunk {} elements{}{}",
+        "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), {}{}{}",
         alg.name(),
         p.collective.name(),
         p.nranks,
@@ -353,7 +353,7 @@ fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
         p.count,
         p.elem_size,
         s.channels,
-        s.chunk_elems,
+        chunk_text(s.chunk_elems),
         if s.intra_slices > 1 {
             format!(", {} parts per piece inside a node", s.intra_slices)
         } else {
@@ -645,12 +645,22 @@ fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "{t}")?;
     writeln!(
         out,
-        "best: {} with {} channel(s), chunk {} elements",
+        "best: {} with {} channel(s), {}",
         best.algorithm.name(),
         best.channels,
-        best.chunk_elems
+        chunk_text(best.chunk_elems)
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A schedule's chunk as the headers say it (`chunk_elems` 0: each step
+/// moves its whole piece).
+fn chunk_text(chunk_elems: usize) -> String {
+    if chunk_elems == 0 {
+        "no chunking".to_string()
+    } else {
+        format!("chunk {chunk_elems} elements")
+    }
 }
 
 #[cfg(test)]
