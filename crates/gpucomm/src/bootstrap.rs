@@ -14,6 +14,7 @@
 //! 5. A store barrier; then the job runs without the store.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
@@ -22,6 +23,7 @@ use crate::buffer::Segment;
 use crate::comm::InnerParts;
 use crate::env::{BootstrapConfig, TransportChoice};
 use crate::error::{Error, TransportKind};
+use crate::split::Origin;
 use crate::store::{StoreClient, StoreServer};
 use crate::transport::ring::{Liveness, Region, RingLink, pidfd, region_bytes};
 use crate::transport::tcp::{TcpLink, connect_retry, encode_hello, read_hello, tune_socket};
@@ -85,9 +87,12 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
-    match join(cfg, &mut store, deadline) {
+    match join(cfg, &mut store, deadline, "") {
         Ok(mut parts) => {
-            parts.store = Some(store);
+            parts.origin = Some(Origin::Store {
+                config: cfg.clone(),
+                store: Arc::new(Mutex::new(store)),
+            });
             parts.server = server;
             Ok(parts)
         }
@@ -98,7 +103,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
             // went away").
             if me == 0 {
                 let linger = (Instant::now() + Duration::from_secs(2)).min(deadline);
-                while Instant::now() < linger && left_count(&mut store) + 1 < n {
+                while Instant::now() < linger && left_count(&mut store, "") + 1 < n {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             } else {
@@ -109,10 +114,11 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
     }
 }
 
-/// How many ranks other than the store's host have counted themselves out.
-fn left_count(store: &mut StoreClient) -> usize {
+/// How many ranks other than the store's host have counted themselves out
+/// of the job whose keys are under `ns`.
+fn left_count(store: &mut StoreClient, ns: &str) -> usize {
     store
-        .get("init/left")
+        .get(&format!("{ns}init/left"))
         .ok()
         .flatten()
         .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
@@ -122,10 +128,13 @@ fn left_count(store: &mut StoreClient) -> usize {
 }
 
 /// Everything after the store connection: publish, read the peers, connect.
-fn join(
+/// The job's keys are under `ns` (empty for a job, a group's namespace for a
+/// split: `crate::split`).
+pub(crate) fn join(
     cfg: &BootstrapConfig,
     store: &mut StoreClient,
     deadline: Instant,
+    ns: &str,
 ) -> Result<InnerParts, Error> {
     let (me, n) = (cfg.rank, cfg.world_size);
     let fail = |d: String| Error::Bootstrap {
@@ -166,7 +175,7 @@ fn join(
         cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
-    store.set(&format!("info/{me}"), &json)?;
+    store.set(&format!("{ns}info/{me}"), &json)?;
     let mut infos: Vec<Option<Info>> = (0..n).map(|_| None).collect();
     for (p, slot) in infos.iter_mut().enumerate() {
         if p == me {
@@ -174,7 +183,7 @@ fn join(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let v = store
-            .wait(&format!("info/{p}"), left)
+            .wait(&format!("{ns}info/{p}"), left)
             .map_err(|e| fail(format!("rank {p} did not join within {timeout:?}: {e}")))?;
         *slot = Some(
             serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?,
@@ -306,13 +315,13 @@ fn join(
     }
     let left = deadline.saturating_duration_since(Instant::now());
     store
-        .barrier("init", n, left)
+        .barrier(&format!("{ns}init"), n, left)
         .map_err(|e| fail(format!("init barrier: {e}")))?;
     // Rank 0 hosts the store: it must not return (and maybe exit) before
     // every other rank is done with the store.
     if me == 0 {
         loop {
-            let left = left_count(store);
+            let left = left_count(store, ns);
             if left >= n - 1 {
                 break;
             }
@@ -325,7 +334,7 @@ fn join(
             std::thread::sleep(Duration::from_micros(200));
         }
     } else {
-        store.add("init/left", 1)?;
+        store.add(&format!("{ns}init/left"), 1)?;
     }
     // Ranks per node for the schedules: hosts must hold equal, contiguous
     // groups of ranks; otherwise (and when TCP is forced) the job is flat.
@@ -357,7 +366,8 @@ fn join(
         timeout,
         algorithm: cfg.algorithm,
         sockets,
-        store: None,
+        origin: None,
         server: None,
+        id: ns.to_string(),
     })
 }

@@ -150,10 +150,17 @@ pub(crate) struct Inner {
     /// Segments peers may read in place (shm): allocations and the arena.
     segments: Mutex<Vec<Weak<Segment>>>,
     pub sockets: Vec<socket2::Socket>,
-    /// Kept open for the job's lifetime (rank 0's store serves until the end).
-    #[allow(dead_code)]
-    pub store: Option<Mutex<crate::store::StoreClient>>,
+    /// How this communicator was made (its groups are made the same way);
+    /// the store client stays open for the job's lifetime.
+    pub origin: Option<crate::split::Origin>,
+    /// Rank 0 of a job made by `Communicator::new` hosts the store until the
+    /// end.
     pub _server: Option<crate::store::StoreServer>,
+    /// The namespace of this communicator's keys in the store (empty for a
+    /// job's own; `split<N>.<color>/` appended for each split).
+    pub id: String,
+    /// Splits so far (every rank counts alike: a split is collective).
+    pub splits: AtomicU64,
     queue: Queue,
 }
 
@@ -179,8 +186,9 @@ pub(crate) struct InnerParts {
     pub timeout: Duration,
     pub algorithm: Option<Algorithm>,
     pub sockets: Vec<socket2::Socket>,
-    pub store: Option<crate::store::StoreClient>,
+    pub origin: Option<crate::split::Origin>,
     pub server: Option<crate::store::StoreServer>,
+    pub id: String,
 }
 
 impl Inner {
@@ -213,8 +221,10 @@ impl Inner {
             algorithm: p.algorithm,
             segments: Mutex::new(Vec::new()),
             sockets: p.sockets,
-            store: p.store.map(Mutex::new),
+            origin: p.origin,
             _server: p.server,
+            id: p.id,
+            splits: AtomicU64::new(0),
             queue: Queue::default(),
         }
     }

@@ -35,6 +35,8 @@
 //!   failure the communicator is poisoned (peers are told) and must be dropped.
 //! * **Async**: [`Communicator::start`] queues an operation on a progress
 //!   thread and returns a [`Request`]; operations complete in issue order.
+//! * **Groups**: [`Communicator::split`] makes a communicator per color, as
+//!   `MPI_Comm_split` and `ncclCommSplit` do, connected as a job is.
 //!
 //! * **Device memory** ([`device`]): [`device::DeviceComm`] runs every call
 //!   on [`device::DeviceBuffer`]s in stream order, over CUDA IPC (peers'
@@ -61,6 +63,7 @@ mod engine;
 pub mod env;
 mod error;
 pub mod launch;
+mod split;
 pub mod store;
 pub mod transport;
 
@@ -160,10 +163,13 @@ impl Communicator {
     /// store), connecting every peer over shared memory or TCP. Blocks until
     /// every rank has joined, at most `config.timeout`.
     pub fn new(config: &BootstrapConfig) -> Result<Communicator, Error> {
-        let parts = bootstrap::bootstrap(config)?;
-        Ok(Communicator {
+        Ok(Communicator::from_parts(bootstrap::bootstrap(config)?))
+    }
+
+    pub(crate) fn from_parts(parts: comm::InnerParts) -> Communicator {
+        Communicator {
             inner: Arc::new(Inner::new(parts)),
-        })
+        }
     }
 
     /// `n` ranks as communicators of this process (move each to its own thread).
@@ -182,6 +188,8 @@ impl Communicator {
         let regions: Vec<Region> = (0..n)
             .map(|_| Region::create(n))
             .collect::<Result<_, _>>()?;
+        // Where these ranks meet when they split.
+        let hub = Arc::new(split::Hub::default());
         let mut out = Vec::with_capacity(n);
         for me in 0..n {
             let mut links: Vec<Option<Box<dyn transport::Link>>> = Vec::with_capacity(n);
@@ -215,12 +223,11 @@ impl Communicator {
                 timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
                 algorithm: opts.algorithm,
                 sockets: Vec::new(),
-                store: None,
+                origin: Some(split::Origin::InProcess(hub.clone())),
                 server: None,
+                id: String::new(),
             };
-            out.push(Communicator {
-                inner: Arc::new(Inner::new(parts)),
-            });
+            out.push(Communicator::from_parts(parts));
         }
         Ok(out)
     }
@@ -464,6 +471,51 @@ impl Communicator {
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<(), Error> {
         self.run::<u8>(Call::Barrier, None, &mut [], &CallOptions::default())
+    }
+
+    /// Splits the ranks into groups, each with a communicator of its own, as
+    /// `MPI_Comm_split` and `ncclCommSplit` do (tensor- and data-parallel
+    /// groups, `torch.distributed.new_group`). Collective: every rank calls
+    /// it, in the same order as its other calls. The ranks that give the
+    /// same `color` form a group, numbered by `key` and then by their rank
+    /// here; a rank that gives `None` joins no group and gets `None`.
+    ///
+    /// A group connects as a job does (shared memory on one host, TCP
+    /// between hosts, in-process ranks in-process), through the job's
+    /// rendezvous store, which the job's rank 0 hosts: that rank's root
+    /// communicator must live while groups are being made (a split of a
+    /// split included). The group keeps this communicator's timeout and
+    /// forced algorithm. The groups are independent of this communicator
+    /// and of each other afterwards. A split that fails on one rank aborts
+    /// this communicator, so the others fail at once.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::{Communicator, ReduceOp};
+    ///
+    /// // Four ranks: evens and odds, each group numbered in reverse.
+    /// let comms = Communicator::in_process(4).unwrap();
+    /// let sums: Vec<(usize, usize, f32)> = std::thread::scope(|s| {
+    ///     let hs: Vec<_> = comms
+    ///         .iter()
+    ///         .map(|c| {
+    ///             s.spawn(move || {
+    ///                 let r = c.rank();
+    ///                 let g = c.split(Some(r as u32 % 2), -(r as i64)).unwrap().unwrap();
+    ///                 let mut x = [r as f32];
+    ///                 g.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap();
+    ///                 (g.rank(), g.world_size(), x[0])
+    ///             })
+    ///         })
+    ///         .collect();
+    ///     hs.into_iter().map(|h| h.join().unwrap()).collect()
+    /// });
+    /// // Rank 2 is rank 0 of the evens (keys 0 and -2), whose sum is 0 + 2.
+    /// assert_eq!(sums, vec![(1, 2, 2.0), (1, 2, 4.0), (0, 2, 2.0), (0, 2, 4.0)]);
+    /// ```
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>, Error> {
+        split::split(self, color, key)
     }
 }
 

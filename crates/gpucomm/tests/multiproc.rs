@@ -222,6 +222,16 @@ fn worker() {
                 std::thread::sleep(Duration::from_millis(1500));
             }
         }
+        "split" => {
+            let g = common::split_checks(&c).unwrap_or_else(|e| panic!("{e}"));
+            // The group outlives the job's communicator, whose rank 0
+            // hosted the store the group joined through.
+            drop(c);
+            let mut v = [1u32];
+            g.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+            assert_eq!(v[0] as usize, g.world_size());
+            println!("rank {rank}: split checked");
+        }
         other => panic!("unknown scenario {other}"),
     }
     println!("WORKER-OK");
@@ -263,6 +273,18 @@ fn tcp_4_ranks() {
 #[test]
 fn tcp_8_ranks() {
     collectives(8, "tcp");
+}
+
+#[test]
+fn split_shm() {
+    for n in [2, 5] {
+        all_ok(&Job::spawn("split", n, "shm", 30_000).wait(Duration::from_secs(120)));
+    }
+}
+
+#[test]
+fn split_tcp() {
+    all_ok(&Job::spawn("split", 4, "tcp", 30_000).wait(Duration::from_secs(120)));
 }
 
 fn failure(scenario: &str, n: usize, transport: &str, timeout_ms: u64, expect_ok: &[usize]) {

@@ -308,3 +308,79 @@ pub fn all_ok(res: &[(i32, String)]) {
 pub fn free_port() -> u16 {
     gpucomm::launch::free_port("127.0.0.1").unwrap()
 }
+
+/// [`Communicator::split`] checked on every rank of `c` (collective: each
+/// rank calls this once): parity groups numbered in reverse, a split that
+/// leaves rank 0 out, a split of a split, and the parent still working.
+/// Returns the parity group, for the caller to use once the parent is gone.
+pub fn split_checks(c: &Communicator) -> Result<Communicator, String> {
+    let (r, n) = (c.rank(), c.world_size());
+    let e = |e: gpucomm::Error| format!("rank {r}: {e}");
+    let sum = |g: &Communicator, x: u64| -> Result<u64, String> {
+        let mut v = [x];
+        g.all_reduce_in_place(&mut v, ReduceOp::Sum).map_err(e)?;
+        Ok(v[0])
+    };
+    // Parity groups; key -rank numbers each group from its highest rank.
+    let g = c
+        .split(Some((r % 2) as u32), -(r as i64))
+        .map_err(e)?
+        .ok_or(format!("rank {r}: no parity group"))?;
+    let members: Vec<usize> = (0..n).filter(|p| p % 2 == r % 2).rev().collect();
+    if g.world_size() != members.len() || members[g.rank()] != r {
+        return Err(format!(
+            "rank {r}: parity group rank {} of {}, expected {:?}",
+            g.rank(),
+            g.world_size(),
+            members
+        ));
+    }
+    let mut got = vec![0u64; g.world_size()];
+    g.all_gather(&[r as u64], &mut got).map_err(e)?;
+    if got != members.iter().map(|&p| p as u64).collect::<Vec<_>>() {
+        return Err(format!("rank {r}: parity group gathered {got:?}"));
+    }
+    for (q, &p) in members.iter().enumerate() {
+        if p != r && g.transport_to(q) != c.transport_to(p) {
+            return Err(format!(
+                "rank {r}: group peer {q} (rank {p}) on another transport"
+            ));
+        }
+    }
+    // Rank 0 stays out; the others are one group in rank order.
+    let rest = c.split(if r == 0 { None } else { Some(7) }, 0).map_err(e)?;
+    match (r, &rest) {
+        (0, None) => {}
+        (0, Some(_)) => return Err("rank 0 got a group it stayed out of".into()),
+        (_, None) => return Err(format!("rank {r}: no group")),
+        (_, Some(h)) => {
+            if (h.rank(), h.world_size()) != (r - 1, n - 1) {
+                return Err(format!("rank {r}: rank {} of {}", h.rank(), h.world_size()));
+            }
+            let s = sum(h, r as u64)?;
+            if s != (n * (n - 1) / 2) as u64 {
+                return Err(format!("rank {r}: sum over ranks 1.. was {s}"));
+            }
+        }
+    }
+    // A split of a split: the parity group in pairs of its own ranks.
+    let pair = g
+        .split(Some((g.rank() / 2) as u32), 0)
+        .map_err(e)?
+        .ok_or(format!("rank {r}: no pair"))?;
+    let first = g.rank() / 2 * 2;
+    let want: u64 = members[first..(first + 2).min(members.len())]
+        .iter()
+        .map(|&p| p as u64)
+        .sum();
+    let s = sum(&pair, r as u64)?;
+    if s != want {
+        return Err(format!("rank {r}: pair sum {s}, expected {want}"));
+    }
+    // The parent is still whole.
+    let s = sum(c, 1)?;
+    if s != n as u64 {
+        return Err(format!("rank {r}: parent sum {s}"));
+    }
+    Ok(g)
+}

@@ -1,0 +1,200 @@
+//! Splitting a communicator into groups ([`crate::Communicator::split`]), as
+//! `MPI_Comm_split` and `ncclCommSplit` do.
+//!
+//! Every rank of the parent calls `split(color, key)`. One all-gather over
+//! the parent tells each rank the colors and keys of all; the ranks of one
+//! color form a group, numbered by key and then by parent rank. The group
+//! then connects as a job of its own, by the mechanism that made the parent:
+//!
+//! - ranks that joined through the rendezvous store (processes) join again
+//!   through the same store, their keys under the group's own namespace
+//!   (`split<N>.<color>/` after the parent's), so the group's transports
+//!   (shared memory, TCP) are set up exactly as a job's are;
+//! - in-process ranks meet in their [`Hub`]: the group's rank 0 creates the
+//!   group's in-process communicators and the others take theirs.
+//!
+//! A parent barrier ends the split, so no rank (the store's host among them)
+//! returns, and may drop the parent, while another group still reads the
+//! store. A split that fails on one rank aborts the parent, so the other
+//! ranks fail at once rather than at their timeout.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crate::comm::{InProcessOptions, Inner};
+use crate::env::BootstrapConfig;
+use crate::error::Error;
+use crate::store::StoreClient;
+use crate::{Communicator, bootstrap};
+
+/// How a communicator was made, so that its groups are made the same way.
+pub(crate) enum Origin {
+    /// Joined through the rendezvous store (hosted by the root job's rank 0).
+    Store {
+        config: BootstrapConfig,
+        store: Arc<Mutex<StoreClient>>,
+    },
+    /// One of [`Communicator::in_process`]'s ranks.
+    InProcess(Arc<Hub>),
+}
+
+/// A group's communicators, each waiting for its rank to take it, or why
+/// the group's rank 0 could not make them.
+type Made = Result<Vec<Option<Communicator>>, String>;
+
+/// Where in-process ranks meet to split, by the group's namespace.
+#[derive(Default)]
+pub(crate) struct Hub {
+    groups: Mutex<HashMap<String, Made>>,
+    ready: Condvar,
+}
+
+impl Hub {
+    /// The group's rank 0: publishes the group's communicators (or why it
+    /// could not make them) and takes its own.
+    fn publish(
+        &self,
+        ns: &str,
+        made: Result<Vec<Communicator>, Error>,
+    ) -> Result<Communicator, Error> {
+        let mut groups = self.groups.lock().expect("hub lock");
+        let result = match made {
+            Ok(comms) => {
+                let mut slots: Vec<Option<Communicator>> = comms.into_iter().map(Some).collect();
+                let mine = slots[0].take().expect("rank 0's communicator");
+                if slots.len() > 1 {
+                    groups.insert(ns.to_string(), Ok(slots));
+                }
+                Ok(mine)
+            }
+            Err(e) => {
+                groups.insert(ns.to_string(), Err(e.to_string()));
+                Err(e)
+            }
+        };
+        self.ready.notify_all();
+        result
+    }
+
+    /// Any other rank of the group: takes its communicator once rank 0 has
+    /// published the group, waiting at most until `deadline`.
+    fn take(&self, ns: &str, rank: usize, deadline: Instant) -> Result<Communicator, Error> {
+        let fail = |detail: String| Error::Bootstrap { rank, detail };
+        let mut groups = self.groups.lock().expect("hub lock");
+        loop {
+            if let Some(group) = groups.get_mut(ns) {
+                let taken = match group {
+                    Ok(slots) => {
+                        let mine = slots.get_mut(rank).and_then(Option::take);
+                        if slots.iter().all(Option::is_none) {
+                            groups.remove(ns);
+                        }
+                        mine.ok_or_else(|| {
+                            fail(format!("split {ns}: no communicator for rank {rank}"))
+                        })
+                    }
+                    Err(why) => Err(fail(format!(
+                        "split {ns}: the group's rank 0 failed: {why}"
+                    ))),
+                };
+                return taken;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fail(format!(
+                    "split {ns}: the group's rank 0 did not create it in time"
+                )));
+            }
+            groups = self.ready.wait_timeout(groups, left).expect("hub lock").0;
+        }
+    }
+}
+
+/// [`Communicator::split`].
+pub(crate) fn split(
+    comm: &Communicator,
+    color: Option<u32>,
+    key: i64,
+) -> Result<Option<Communicator>, Error> {
+    let inner = &comm.inner;
+    let n = inner.world;
+    // Every rank counts its splits alike (a split is a collective call).
+    let seq = inner.splits.fetch_add(1, Ordering::Relaxed);
+    let mine = [color.map_or(-1, i64::from), key];
+    let mut all = vec![0i64; 2 * n];
+    comm.all_gather(&mine, &mut all)?;
+    let made = match color {
+        None => Ok(None),
+        Some(color) => {
+            let mut members: Vec<(i64, usize)> = (0..n)
+                .filter(|&r| all[2 * r] == i64::from(color))
+                .map(|r| (all[2 * r + 1], r))
+                .collect();
+            members.sort_unstable();
+            let me = members
+                .iter()
+                .position(|&(_, r)| r == inner.rank)
+                .expect("this rank has its own color");
+            let ns = format!("{}split{seq}.{color}/", inner.id);
+            group(inner, &ns, me, members.len()).map(Some)
+        }
+    };
+    match made {
+        Ok(child) => {
+            comm.barrier()?;
+            Ok(child)
+        }
+        Err(e) => {
+            inner.abort(&format!("split failed on rank {}: {e}", inner.rank));
+            Err(e)
+        }
+    }
+}
+
+/// This rank's communicator of the group `ns` (rank `me` of `size`).
+fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator, Error> {
+    let timeout = inner.timeout();
+    let deadline = Instant::now() + timeout;
+    match &inner.origin {
+        Some(Origin::Store { config, store }) => {
+            let config = BootstrapConfig {
+                rank: me,
+                world_size: size,
+                // The launcher's figures are the parent job's.
+                local_rank: None,
+                local_world_size: None,
+                algorithm: inner.algorithm,
+                timeout,
+                ..config.clone()
+            };
+            let mut parts = {
+                let mut client = store.lock().expect("store lock");
+                bootstrap::join(&config, &mut client, deadline, ns)?
+            };
+            parts.origin = Some(Origin::Store {
+                config,
+                store: store.clone(),
+            });
+            parts.id = ns.to_string();
+            Ok(Communicator::from_parts(parts))
+        }
+        Some(Origin::InProcess(hub)) => {
+            if me == 0 {
+                let opts = InProcessOptions {
+                    timeout: Some(timeout),
+                    algorithm: inner.algorithm,
+                    faults: Vec::new(),
+                };
+                hub.publish(ns, Communicator::in_process_with(size, &opts))
+            } else {
+                hub.take(ns, me, deadline)
+            }
+        }
+        None => Err(Error::InvalidArgument(
+            "this communicator cannot be split (it was not made by Communicator::new or in_process)"
+                .into(),
+        )),
+    }
+}
