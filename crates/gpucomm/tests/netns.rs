@@ -532,6 +532,12 @@ fn worker() {
                 n - 1
             );
         }
+        "split" => {
+            // Groups across hosts: each peer on its parent's transport
+            // (checked by split_checks), shared memory inside a namespace.
+            common::split_checks(&c).unwrap_or_else(|e| panic!("{e}"));
+            println!("rank {rank}: split checked");
+        }
         "linkdown" | "killed" => {
             // All-reduces checked element by element until the test breaks
             // the network or kills a rank; the error must name the peer
@@ -646,6 +652,18 @@ fn mixed_two_ranks_per_host() {
 fn mixed_uneven_placement() {
     let Some(net) = setup(2) else { return };
     collectives(&net, &[0, 1, 0], 1);
+}
+
+/// `Communicator::split` across hosts: groups of ranks on one host and on
+/// several, each peer on the transport the job picked for it.
+#[test]
+fn split_across_hosts() {
+    let Some(net) = setup(2) else { return };
+    let mut job = Job::spawn(&net, "split", &[0, 0, 1, 1, 0], 1, Duration::from_secs(30));
+    let res = job.wait(Duration::from_secs(90));
+    for (r, o) in res.iter().enumerate() {
+        assert_ok(r, o);
+    }
 }
 
 /// `TransportChoice::Shm` forced for ranks on different hosts: every rank
