@@ -354,7 +354,7 @@ impl Inner {
 }
 
 /// A type-erased call: raw pointers and element counts.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct RawCall {
     pub call: Call,
     pub dtype: DataType,
@@ -362,6 +362,17 @@ pub(crate) struct RawCall {
     pub recv: (*mut u8, usize),
     pub opts: CallOptions,
     pub space: MemorySpace,
+    /// An all-to-all's blocks when they differ in size
+    /// ([`crate::Communicator::all_to_all_v`]).
+    pub blocks: Option<Blocks>,
+}
+
+/// Element counts of an all-to-all's blocks, by peer: what this rank sends
+/// to each and receives from each.
+#[derive(Clone)]
+pub(crate) struct Blocks {
+    pub send: Vec<usize>,
+    pub recv: Vec<usize>,
 }
 
 // SAFETY: the pointers are only dereferenced while the owner of the memory
@@ -383,6 +394,7 @@ pub(crate) fn raw_call<T: Element>(
         recv: (recv.as_mut_ptr() as *mut u8, recv.len()),
         opts: *opts,
         space: MemorySpace::HostPageable,
+        blocks: None,
     }
 }
 
@@ -466,8 +478,24 @@ impl Inner {
             dtype: rc.dtype,
             op: rc.call.op().unwrap_or(ReduceOp::Sum),
         };
-        // Point-to-point calls: one hand-made step.
+        // Point-to-point calls and all-to-alls of blocks of any size: steps
+        // made by hand.
         let (plan, count, algo_code, coll) = match rc.call {
+            Call::AllToAll if rc.blocks.is_some() => {
+                let b = rc.blocks.as_ref().expect("guarded");
+                let Some((_, send_len)) = rc.send else {
+                    return bad("blocks of any size need a send buffer (not in place)".into());
+                };
+                (
+                    Arc::new(
+                        blocks_plan(b, me, n, send_len, recv_len)
+                            .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?,
+                    ),
+                    0,
+                    0u8,
+                    None,
+                )
+            }
             Call::Send { peer } | Call::Recv { peer } => {
                 if peer >= n || peer == me {
                     return bad(format!("peer {peer} invalid on rank {me} of {n}"));
@@ -631,6 +659,8 @@ impl Inner {
         };
         let (ccode, arg) = match coll {
             Some((c, _)) => OpDesc::coll_code(&c),
+            // All-to-all (6), of blocks of any size (1).
+            None if rc.blocks.is_some() => (6, 1),
             None => (9, 0),
         };
         let desc = OpDesc {
@@ -751,6 +781,73 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// The steps of an all-to-all whose blocks differ in size: block p of the
+/// input (`b.send[p]` elements, blocks packed in rank order) to rank p, and
+/// block q of the output from rank q, every send and receive at once; this
+/// rank's own block is a copy. The receiver checks each message's length
+/// against its count, so counts that do not pair up end in an error.
+fn blocks_plan(
+    b: &Blocks,
+    me: usize,
+    n: usize,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<Plan, String> {
+    if b.send.len() != n || b.recv.len() != n {
+        return Err(format!(
+            "{} send counts and {} receive counts for {n} ranks",
+            b.send.len(),
+            b.recv.len()
+        ));
+    }
+    let offsets = |counts: &[usize], len: usize, what: &str| -> Result<Vec<usize>, String> {
+        let mut off = Vec::with_capacity(n);
+        let mut at = 0usize;
+        for &c in counts {
+            off.push(at);
+            at = at.checked_add(c).ok_or(format!("{what} counts overflow"))?;
+        }
+        if at != len {
+            return Err(format!(
+                "{what} counts add up to {at} elements, the {what} buffer has {len}"
+            ));
+        }
+        Ok(off)
+    };
+    let so = offsets(&b.send, send_len, "send")?;
+    let ro = offsets(&b.recv, recv_len, "receive")?;
+    if b.send[me] != b.recv[me] {
+        return Err(format!(
+            "rank {me} sends itself {} elements and receives {}",
+            b.send[me], b.recv[me]
+        ));
+    }
+    use gpucomm_algo::Buf;
+    let step = |kind| Step {
+        kind,
+        channel: 0,
+        deps: vec![],
+    };
+    let mut steps = Vec::with_capacity(2 * n);
+    for p in (0..n).filter(|&p| p != me) {
+        steps.push(step(StepKind::Send {
+            peer: p,
+            src: Slice::new(Buf::Input, so[p], b.send[p]),
+        }));
+        steps.push(step(StepKind::Recv {
+            peer: p,
+            dst: Slice::new(Buf::Output, ro[p], b.recv[p]),
+        }));
+    }
+    if b.send[me] > 0 {
+        steps.push(step(StepKind::Copy {
+            src: Slice::new(Buf::Input, so[me], b.send[me]),
+            dst: Slice::new(Buf::Output, ro[me], b.recv[me]),
+        }));
+    }
+    Plan::from_steps(&steps, me, n, [send_len, recv_len, 0], false).map_err(|e| e.to_string())
 }
 
 fn unsafe_add(p: *mut u8, off: usize) -> *mut u8 {

@@ -438,6 +438,54 @@ impl Communicator {
         self.run(Call::AllToAll, Some(send), recv, &CallOptions::default())
     }
 
+    /// All-to-all with blocks of any size, as `MPI_Alltoallv` and PyTorch's
+    /// `all_to_all_single` with split sizes (mixture-of-experts token
+    /// routing): `send` holds this rank's blocks for ranks 0, 1, ... packed
+    /// in order, `send_counts[p]` elements for rank p; `recv` receives rank
+    /// q's block for this rank at its place in rank order,
+    /// `recv_counts[q]` elements. Each count list has one entry per rank and
+    /// adds up to its buffer's length; `recv_counts[q]` must equal what rank
+    /// q sends here: a message of another length is an error on the
+    /// receiving rank, whose communicator is then poisoned, so the others'
+    /// next call fails too.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// // Rank r sends p + 1 copies of r to each rank p.
+    /// let comms = Communicator::in_process(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let (r, n) = (c.rank(), c.world_size());
+    ///             let send_counts: Vec<usize> = (0..n).map(|p| p + 1).collect();
+    ///             let send: Vec<u32> = (0..n).flat_map(|p| vec![r as u32; p + 1]).collect();
+    ///             let recv_counts = vec![r + 1; n];
+    ///             let mut recv = vec![0u32; n * (r + 1)];
+    ///             c.all_to_all_v(&send, &send_counts, &mut recv, &recv_counts).unwrap();
+    ///             let want: Vec<u32> = (0..n).flat_map(|q| vec![q as u32; r + 1]).collect();
+    ///             assert_eq!(recv, want);
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<(), Error> {
+        let mut rc = comm::raw_call(Call::AllToAll, Some(send), recv, &CallOptions::default());
+        rc.blocks = Some(comm::Blocks {
+            send: send_counts.to_vec(),
+            recv: recv_counts.to_vec(),
+        });
+        comm::run_blocking(&self.inner, rc)
+    }
+
     /// Sends `send` to rank `rank + shift` and receives `recv` from `rank - shift`.
     pub fn sendrecv<T: Element>(
         &self,

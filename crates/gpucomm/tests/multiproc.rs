@@ -222,6 +222,13 @@ fn worker() {
                 std::thread::sleep(Duration::from_millis(1500));
             }
         }
+        "alltoallv" => {
+            // Twice, with a block of 2 MiB: large messages over each transport.
+            for big in [262_147, 3] {
+                let got = common::all_to_all_v_checks(&c, big).unwrap_or_else(|e| panic!("{e}"));
+                println!("rank {rank}: all_to_all_v, {got} elements checked");
+            }
+        }
         "split" => {
             let g = common::split_checks(&c).unwrap_or_else(|e| panic!("{e}"));
             // The group outlives the job's communicator, whose rank 0
@@ -273,6 +280,13 @@ fn tcp_4_ranks() {
 #[test]
 fn tcp_8_ranks() {
     collectives(8, "tcp");
+}
+
+#[test]
+fn all_to_all_v_shm_and_tcp() {
+    for (n, transport) in [(3, "shm"), (5, "shm"), (4, "tcp")] {
+        all_ok(&Job::spawn("alltoallv", n, transport, 30_000).wait(Duration::from_secs(120)));
+    }
 }
 
 #[test]

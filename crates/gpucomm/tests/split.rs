@@ -6,20 +6,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use gpucomm::{Communicator, InProcessOptions, ReduceOp};
-
-fn on_threads<T: Send>(comms: Vec<Communicator>, f: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
-    std::thread::scope(|s| {
-        let f = &f;
-        let hs: Vec<_> = comms.into_iter().map(|c| s.spawn(move || f(c))).collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
+use common::on_threads;
+use gpucomm::ReduceOp;
 
 #[test]
 fn groups_of_in_process_ranks() {
     for n in [1, 2, 3, 5, 8] {
-        let results = on_threads(Communicator::in_process(n).unwrap(), |c| {
+        let results = on_threads(n, Duration::from_secs(60), |c| {
             let g = common::split_checks(&c)?;
             // The group outlives its parent.
             drop(c);
@@ -40,12 +33,9 @@ fn groups_of_in_process_ranks() {
 fn a_split_that_meets_another_call_fails_on_every_rank() {
     // Rank 0 splits while the others reduce: both calls must end in an
     // error within the timeout, not a hang.
-    let opts = InProcessOptions {
-        timeout: Some(Duration::from_secs(2)),
-        ..Default::default()
-    };
+    let timeout = Duration::from_secs(2);
     let t = Instant::now();
-    let results = on_threads(Communicator::in_process_with(3, &opts).unwrap(), |c| {
+    let results = on_threads(3, timeout, |c| {
         if c.rank() == 0 {
             c.split(Some(0), 0).map(|_| ())
         } else {

@@ -384,3 +384,55 @@ pub fn split_checks(c: &Communicator) -> Result<Communicator, String> {
     }
     Ok(g)
 }
+
+/// [`Communicator::all_to_all_v`] checked on every rank of `c` (collective):
+/// blocks of sizes that differ by sender and receiver, empty ones, one of
+/// `big` elements (the transports' large-message paths), element by element.
+pub fn all_to_all_v_checks(c: &Communicator, big: usize) -> Result<usize, String> {
+    let (r, n) = (c.rank(), c.world_size());
+    // Rank s sends rank d a block of count(s, d) elements, each saying
+    // where it came from and where it stands.
+    let count = |s: usize, d: usize| match (s + 2 * d) % 5 {
+        0 => 0,
+        1 if s == 1 && d + 1 == n => big,
+        k => k * 7 + s,
+    };
+    let value = |s: usize, d: usize, i: usize| (s * 1_000_003 + d * 10_007 + i) as u64;
+    let send_counts: Vec<usize> = (0..n).map(|d| count(r, d)).collect();
+    let recv_counts: Vec<usize> = (0..n).map(|s| count(s, r)).collect();
+    let send: Vec<u64> = (0..n)
+        .flat_map(|d| (0..count(r, d)).map(move |i| value(r, d, i)))
+        .collect();
+    let mut recv = vec![u64::MAX; recv_counts.iter().sum()];
+    c.all_to_all_v(&send, &send_counts, &mut recv, &recv_counts)
+        .map_err(|e| format!("rank {r}: {e}"))?;
+    let want: Vec<u64> = (0..n)
+        .flat_map(|s| (0..count(s, r)).map(move |i| value(s, r, i)))
+        .collect();
+    if recv != want {
+        let at = recv.iter().zip(&want).position(|(a, b)| a != b);
+        return Err(format!("rank {r}: wrong element at {at:?}"));
+    }
+    Ok(recv.len())
+}
+
+/// Runs `f` on each of `n` in-process ranks (each bounding its waits by
+/// `timeout`), one thread per rank; the results by rank.
+pub fn on_threads<T: Send>(
+    n: usize,
+    timeout: std::time::Duration,
+    f: impl Fn(Communicator) -> T + Sync,
+) -> Vec<T> {
+    let opts = gpucomm::InProcessOptions {
+        timeout: Some(timeout),
+        ..Default::default()
+    };
+    let comms = Communicator::in_process_with(n, &opts).expect("in-process ranks");
+    std::thread::scope(|s| {
+        let f = &f;
+        let hs: Vec<_> = comms.into_iter().map(|c| s.spawn(move || f(c))).collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    })
+}
