@@ -64,6 +64,16 @@ pub enum Call {
         /// Source.
         peer: usize,
     },
+    /// Send to `to` and receive from `from` at once, as `MPI_Sendrecv`
+    /// (`to` and `from` may be the same rank). Each half matches a
+    /// [`Call::Send`], [`Call::Recv`] or the other half of an exchange on
+    /// that peer, so two ranks exchanging never wait for each other.
+    Exchange {
+        /// Destination of the send buffer.
+        to: usize,
+        /// Source of the receive buffer.
+        from: usize,
+    },
 }
 
 impl Call {
@@ -72,6 +82,7 @@ impl Call {
         match self {
             Call::Send { .. } => "send",
             Call::Recv { .. } => "recv",
+            Call::Exchange { .. } => "exchange",
             c => c.collective().map(|c| c.name()).unwrap_or("?"),
         }
     }
@@ -87,7 +98,7 @@ impl Call {
             Call::AllToAll => Collective::AllToAll,
             Call::SendRecv { shift } => Collective::SendRecv { shift },
             Call::Barrier => Collective::Barrier,
-            Call::Send { .. } | Call::Recv { .. } => return None,
+            Call::Send { .. } | Call::Recv { .. } | Call::Exchange { .. } => return None,
         })
     }
 
@@ -496,6 +507,37 @@ impl Inner {
                     None,
                 )
             }
+            Call::Exchange { to, from } => {
+                for peer in [to, from] {
+                    if peer >= n || peer == me {
+                        return bad(format!("peer {peer} invalid on rank {me} of {n}"));
+                    }
+                }
+                let Some((_, sent)) = rc.send else {
+                    return bad("exchange needs a send buffer".into());
+                };
+                let step = |kind| Step {
+                    kind,
+                    channel: 0,
+                    deps: vec![],
+                };
+                let steps = [
+                    step(StepKind::Send {
+                        peer: to,
+                        src: Slice::new(gpucomm_algo::Buf::Input, 0, sent),
+                    }),
+                    step(StepKind::Recv {
+                        peer: from,
+                        dst: Slice::new(gpucomm_algo::Buf::Output, 0, recv_len),
+                    }),
+                ];
+                (
+                    Arc::new(Plan::from_steps(&steps, me, n, [sent, recv_len, 0], false)?),
+                    0,
+                    0u8,
+                    None,
+                )
+            }
             Call::Send { peer } | Call::Recv { peer } => {
                 if peer >= n || peer == me {
                     return bad(format!("peer {peer} invalid on rank {me} of {n}"));
@@ -752,6 +794,9 @@ impl Inner {
                 transport: None,
             },
             desc,
+            // Point-to-point messages each say their own length, so every
+            // half of an exchange matches a send or receive of its size.
+            count_per_message: coll.is_none() && rc.blocks.is_none(),
             elem: es,
             reducer,
             bases: [input, output, arena],

@@ -276,6 +276,9 @@ impl Plan {
 pub(crate) struct Exec<'a> {
     pub ctx: OpContext,
     pub desc: OpDesc,
+    /// Each message's descriptor counts that message's elements (point to
+    /// point), not the call's.
+    pub count_per_message: bool,
     pub elem: usize,
     pub reducer: Reducer,
     /// Base pointers of input, output, scratch.
@@ -574,7 +577,14 @@ fn step_transfer(
     st: &mut XferState,
 ) -> Result<bool, Error> {
     let peer = s.peer;
-    let (seq, desc) = (ex.ctx.seq, ex.desc);
+    let (seq, mut desc) = (ex.ctx.seq, ex.desc);
+    if ex.count_per_message {
+        let elems = match it.kind {
+            ItemKind::Send => it.src.len,
+            _ => it.dst.len,
+        };
+        desc.count = elems as u64;
+    }
     let r = match it.kind {
         ItemKind::Send | ItemKind::DescSend => {
             let (data, len, kind) = if it.kind == ItemKind::Send {

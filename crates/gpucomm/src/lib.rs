@@ -516,6 +516,48 @@ impl Communicator {
         self.run(Call::Recv { peer }, None, data, &CallOptions::default())
     }
 
+    /// Sends `send` to rank `to` and receives `recv` from rank `from` at
+    /// once, as `MPI_Sendrecv` (the pattern of pipeline-parallel stages,
+    /// which send activations on and take gradients back): each half
+    /// matches a [`Communicator::send`] or [`Communicator::recv`] of its
+    /// length on that peer, or the other half of its `exchange`. Two ranks
+    /// that each `send` and then `recv` a large message wait for each other
+    /// until their timeout; two that `exchange` do not.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// // A ring: each rank passes 1 MiB on and takes its neighbour's.
+    /// let comms = Communicator::in_process(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let (r, n) = (c.rank(), c.world_size());
+    ///             let mine = vec![r as u8; 1 << 20];
+    ///             let mut theirs = vec![0u8; 1 << 20];
+    ///             c.exchange(&mine, (r + 1) % n, &mut theirs, (r + n - 1) % n).unwrap();
+    ///             assert!(theirs.iter().all(|&x| x as usize == (r + n - 1) % n));
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn exchange<T: Element>(
+        &self,
+        send: &[T],
+        to: usize,
+        recv: &mut [T],
+        from: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::Exchange { to, from },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<(), Error> {
         self.run::<u8>(Call::Barrier, None, &mut [], &CallOptions::default())

@@ -222,6 +222,41 @@ fn worker() {
                 std::thread::sleep(Duration::from_millis(1500));
             }
         }
+        "exchange" => {
+            // Pass 4 MiB around the ring, from vectors, then from shared
+            // buffers with a non-blocking exchange (the zero-copy path).
+            let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+            let len = 1 << 20;
+            let mine: Vec<u32> = (0..len as u32).map(|i| i ^ rank as u32).collect();
+            let mut got = vec![0u32; len];
+            c.exchange(&mine, next, &mut got, prev).unwrap();
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &x)| x == i as u32 ^ prev as u32)
+            );
+            let mut send = c.alloc::<u32>(len).unwrap();
+            send.copy_from_slice(&mine);
+            let recv = c.alloc::<u32>(len).unwrap();
+            let req = c
+                .start(
+                    gpucomm::Call::Exchange {
+                        to: next,
+                        from: prev,
+                    },
+                    Some(send),
+                    recv,
+                    gpucomm::CallOptions::default(),
+                )
+                .unwrap();
+            let (_, recv) = req.wait_both().unwrap();
+            assert!(
+                recv.iter()
+                    .enumerate()
+                    .all(|(i, &x)| x == i as u32 ^ prev as u32)
+            );
+            println!("rank {rank}: exchanges checked");
+        }
         "alltoallv" => {
             // Twice, with a block of 2 MiB: large messages over each transport.
             for big in [262_147, 3] {
@@ -280,6 +315,13 @@ fn tcp_4_ranks() {
 #[test]
 fn tcp_8_ranks() {
     collectives(8, "tcp");
+}
+
+#[test]
+fn exchange_shm_and_tcp() {
+    for (n, transport) in [(2, "shm"), (3, "shm"), (3, "tcp")] {
+        all_ok(&Job::spawn("exchange", n, transport, 30_000).wait(Duration::from_secs(120)));
+    }
 }
 
 #[test]

@@ -134,3 +134,122 @@ fn injected_link_failure_ends_in_errors_on_both_sides() {
     });
     assert!(t.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn exchange_both_ways_at_once() {
+    // Each rank sends 16 MiB and then receives: they wait for each other
+    // until the timeout. Exchanging, they do not, with sizes that differ
+    // by direction.
+    let comms = pair(2_000);
+    let big = 4 << 20;
+    let sizes = |r: usize| if r == 0 { (big, 3) } else { (3, big) };
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let r = c.rank();
+                    let (out, inn) = sizes(r);
+                    let mine: Vec<u32> = (0..out as u32).map(|i| i ^ r as u32).collect();
+                    let mut theirs = vec![0u32; inn];
+                    c.exchange(&mine, 1 - r, &mut theirs, 1 - r)
+                        .map_err(|e| e.to_string())?;
+                    let ok = theirs
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &x)| x == i as u32 ^ (1 - r) as u32);
+                    ok.then_some(()).ok_or(format!("rank {r}: wrong data"))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // The same with send then recv on both sides: a timeout, not a hang.
+    let comms = pair(300);
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let other = 1 - c.rank();
+                    c.send(&vec![1u8; 16 << 20], other)?;
+                    c.recv(&mut vec![0u8; 16 << 20], other)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().all(Result::is_err), "{results:?}");
+}
+
+#[test]
+fn exchange_halves_match_sends_and_receives() {
+    // Three ranks in a ring, each speaking differently: rank 0 exchanges,
+    // rank 1 receives then sends, rank 2 sends then receives.
+    let comms = Communicator::in_process_with(
+        3,
+        &InProcessOptions {
+            timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let results: Vec<Result<u64, gpucomm::Error>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let r = c.rank();
+                    let (next, prev) = ((r + 1) % 3, (r + 2) % 3);
+                    let mine = vec![r as u64 + 1; 300_000];
+                    let mut got = vec![0u64; 300_000];
+                    match r {
+                        0 => c.exchange(&mine, next, &mut got, prev)?,
+                        1 => {
+                            c.recv(&mut got, prev)?;
+                            c.send(&mine, next)?;
+                        }
+                        _ => {
+                            c.send(&mine, next)?;
+                            c.recv(&mut got, prev)?;
+                        }
+                    }
+                    Ok(got.iter().sum())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let sums: Vec<u64> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(sums, vec![3 * 300_000, 300_000, 2 * 300_000]);
+}
+
+#[test]
+fn exchange_errors() {
+    let comms = pair(2_000);
+    let c = &comms[0];
+    let mut v = [0u8; 4];
+    for (to, from) in [(0, 1), (1, 0), (2, 1), (1, 5)] {
+        let e = c.exchange(&[1u8; 4], to, &mut v, from).unwrap_err();
+        assert!(
+            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains("invalid"),
+            "{e}"
+        );
+    }
+    // A half whose length the peer does not expect: a mismatch naming the peer.
+    let comms = pair(2_000);
+    std::thread::scope(|s| {
+        let (a, b) = (&comms[0], &comms[1]);
+        s.spawn(move || {
+            let _ = a.exchange(&[1u8; 10], 1, &mut [0u8; 10], 1);
+        });
+        let h = s.spawn(move || {
+            let mut v = [0u8; 11];
+            b.recv(&mut v, 0)
+        });
+        let e = h.join().unwrap().unwrap_err();
+        assert_eq!(e.context().unwrap().peer, Some(0));
+        assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
+    });
+}

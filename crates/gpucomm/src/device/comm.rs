@@ -1323,6 +1323,9 @@ fn counts(
             Ok(recv / n)
         }
         Call::Barrier => Ok(0),
+        Call::Exchange { .. } => Err(Error::Unsupported(
+            "exchange on device buffers (use send and recv, or a host exchange)".into(),
+        )),
     }
 }
 
