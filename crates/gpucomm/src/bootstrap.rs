@@ -14,7 +14,6 @@
 //! 5. A store barrier; then the job runs without the store.
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
@@ -87,11 +86,19 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
-    match join(cfg, &mut store, deadline, "") {
+    match join(cfg, &mut store, deadline, "").and_then(|parts| {
+        leave(&mut store, me, n, deadline, timeout)?;
+        Ok(parts)
+    }) {
         Ok(mut parts) => {
+            // The store is not needed after this; splits connect anew, to
+            // the address as resolved.
+            drop(store);
             parts.origin = Some(Origin::Store {
-                config: cfg.clone(),
-                store: Arc::new(Mutex::new(store)),
+                config: BootstrapConfig {
+                    store_addr,
+                    ..cfg.clone()
+                },
             });
             parts.server = server;
             Ok(parts)
@@ -103,7 +110,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
             // went away").
             if me == 0 {
                 let linger = (Instant::now() + Duration::from_secs(2)).min(deadline);
-                while Instant::now() < linger && left_count(&mut store, "") + 1 < n {
+                while Instant::now() < linger && left_count(&mut store) + 1 < n {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             } else {
@@ -114,11 +121,43 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
     }
 }
 
-/// How many ranks other than the store's host have counted themselves out
-/// of the job whose keys are under `ns`.
-fn left_count(store: &mut StoreClient, ns: &str) -> usize {
+/// After the job's init barrier: rank 0 hosts the store, so it must not
+/// return (and maybe exit) before every other rank is done with the store;
+/// the others count themselves out. (A split's groups need none of this:
+/// the split's closing barrier on the parent keeps the store's host.)
+fn leave(
+    store: &mut StoreClient,
+    me: usize,
+    n: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(), Error> {
+    if me != 0 {
+        store.add("init/left", 1)?;
+        return Ok(());
+    }
+    loop {
+        let left = left_count(store);
+        if left >= n - 1 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Bootstrap {
+                rank: me,
+                detail: format!(
+                    "only {left} of {} ranks left the init barrier within {timeout:?}",
+                    n - 1
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// How many ranks other than the store's host have counted themselves out.
+fn left_count(store: &mut StoreClient) -> usize {
     store
-        .get(&format!("{ns}init/left"))
+        .get("init/left")
         .ok()
         .flatten()
         .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
@@ -317,25 +356,6 @@ pub(crate) fn join(
     store
         .barrier(&format!("{ns}init"), n, left)
         .map_err(|e| fail(format!("init barrier: {e}")))?;
-    // Rank 0 hosts the store: it must not return (and maybe exit) before
-    // every other rank is done with the store.
-    if me == 0 {
-        loop {
-            let left = left_count(store, ns);
-            if left >= n - 1 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(fail(format!(
-                    "only {left} of {} ranks left the init barrier within {timeout:?}",
-                    n - 1
-                )));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    } else {
-        store.add(&format!("{ns}init/left"), 1)?;
-    }
     // Ranks per node for the schedules: hosts must hold equal, contiguous
     // groups of ranks; otherwise (and when TCP is forced) the job is flat.
     let hosts: Vec<&str> = (0..n)

@@ -574,10 +574,13 @@ impl Communicator {
     /// between hosts, in-process ranks in-process), through the job's
     /// rendezvous store, which the job's rank 0 hosts: that rank's root
     /// communicator must live while groups are being made (a split of a
-    /// split included). The group keeps this communicator's timeout and
-    /// forced algorithm. The groups are independent of this communicator
-    /// and of each other afterwards. A split that fails on one rank aborts
-    /// this communicator, so the others fail at once.
+    /// split included: end the splits with a barrier on the root before
+    /// dropping it). The group keeps this rank's timeout and this
+    /// communicator's forced algorithm. The groups are independent of this
+    /// communicator and of each other afterwards; threads may split several
+    /// communicators of one rank at once. A split that fails on one rank
+    /// aborts this communicator, so the others fail at once (those of its
+    /// group waiting for it in the store: at their timeout).
     ///
     /// # Example
     ///

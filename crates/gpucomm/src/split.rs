@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::comm::{InProcessOptions, Inner};
 use crate::env::BootstrapConfig;
@@ -29,13 +29,16 @@ use crate::error::Error;
 use crate::store::StoreClient;
 use crate::{Communicator, bootstrap};
 
+/// How long a split retries connecting to the store, at most.
+const STORE_RECONNECT: Duration = Duration::from_secs(2);
+
 /// How a communicator was made, so that its groups are made the same way.
 pub(crate) enum Origin {
-    /// Joined through the rendezvous store (hosted by the root job's rank 0).
-    Store {
-        config: BootstrapConfig,
-        store: Arc<Mutex<StoreClient>>,
-    },
+    /// Joined through the rendezvous store (hosted by the root job's rank
+    /// 0), whose address `config` holds as resolved. Each split connects
+    /// anew: splits of several communicators of one rank may run at once
+    /// (on several threads), and a connection's failure stays its own.
+    Store { config: BootstrapConfig },
     /// One of [`Communicator::in_process`]'s ranks.
     InProcess(Arc<Hub>),
 }
@@ -158,7 +161,7 @@ fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator
     let timeout = inner.timeout();
     let deadline = Instant::now() + timeout;
     match &inner.origin {
-        Some(Origin::Store { config, store }) => {
+        Some(Origin::Store { config }) => {
             let config = BootstrapConfig {
                 rank: me,
                 world_size: size,
@@ -169,14 +172,15 @@ fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator
                 timeout,
                 ..config.clone()
             };
-            let mut parts = {
-                let mut client = store.lock().expect("store lock");
-                bootstrap::join(&config, &mut client, deadline, ns)?
-            };
-            parts.origin = Some(Origin::Store {
-                config,
-                store: store.clone(),
-            });
+            // The store is up (the root job's rank 0 serves it): a refused
+            // connection means it is gone, so do not retry for long.
+            let mut client = StoreClient::connect(
+                &config.store_addr,
+                &config.token,
+                timeout.min(STORE_RECONNECT),
+            )?;
+            let mut parts = bootstrap::join(&config, &mut client, deadline, ns)?;
+            parts.origin = Some(Origin::Store { config });
             parts.id = ns.to_string();
             Ok(Communicator::from_parts(parts))
         }
@@ -189,7 +193,10 @@ fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator
                 };
                 hub.publish(ns, Communicator::in_process_with(size, &opts))
             } else {
-                hub.take(ns, me, deadline)
+                // Rank 0 made the group with its timeout; this rank's own.
+                let c = hub.take(ns, me, deadline)?;
+                c.set_timeout(timeout);
+                Ok(c)
             }
         }
         None => Err(Error::InvalidArgument(

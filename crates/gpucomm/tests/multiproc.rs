@@ -257,6 +257,21 @@ fn worker() {
             );
             println!("rank {rank}: exchanges checked");
         }
+        "concurrentsplit" => {
+            // Two threads of each rank split two communicators at once (the
+            // job's and a group of it), as MPI allows: they used to share
+            // one store connection and wait for each other's keys.
+            let g = c.split(Some(0), 0).unwrap().unwrap();
+            for _ in 0..20 {
+                let (a, b) = std::thread::scope(|s| {
+                    let a = s.spawn(|| c.split(Some((rank % 2) as u32), 0).map(|x| x.is_some()));
+                    let b = s.spawn(|| g.split(Some(0), -(rank as i64)).map(|x| x.is_some()));
+                    (a.join().unwrap(), b.join().unwrap())
+                });
+                assert_eq!((a.unwrap(), b.unwrap()), (true, true));
+            }
+            println!("rank {rank}: concurrent splits checked");
+        }
         "alltoallv" => {
             // Twice, with a block of 2 MiB: large messages over each transport.
             for big in [262_147, 3] {
@@ -336,6 +351,11 @@ fn split_shm() {
     for n in [2, 5] {
         all_ok(&Job::spawn("split", n, "shm", 30_000).wait(Duration::from_secs(120)));
     }
+}
+
+#[test]
+fn concurrent_splits_of_two_communicators() {
+    all_ok(&Job::spawn("concurrentsplit", 3, "auto", 10_000).wait(Duration::from_secs(120)));
 }
 
 #[test]
