@@ -14,6 +14,7 @@
 //! 5. A store barrier; then the job runs without the store.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
@@ -86,7 +87,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
-    match join(cfg, &mut store, deadline, "").and_then(|parts| {
+    match join(cfg, &mut store, deadline, "", None).and_then(|parts| {
         leave(&mut store, me, n, deadline, timeout)?;
         Ok(parts)
     }) {
@@ -117,6 +118,67 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
                 let _ = store.add("init/left", 1);
             }
             Err(e)
+        }
+    }
+}
+
+/// How often a group's join looks whether to give up.
+const WATCH_SLICE: Duration = Duration::from_millis(100);
+
+/// What a group's join (a split, `crate::split`) watches while it waits:
+/// a member that failed (its reason under `{ns}failed`) or the parent
+/// communicator aborted. A job's own join (`ns` empty) watches nothing.
+struct Watch<'a> {
+    ns: &'a str,
+    abort: Option<&'a AtomicBool>,
+}
+
+/// Why a watched wait ended early.
+enum Stop {
+    /// The store's own error (a timeout at the deadline, a lost connection).
+    Store(Error),
+    /// The group gave up.
+    Watch(String),
+}
+
+impl Watch<'_> {
+    fn watching(&self) -> bool {
+        !self.ns.is_empty() || self.abort.is_some()
+    }
+
+    fn check(&self, store: &mut StoreClient) -> Result<(), Stop> {
+        if self.abort.is_some_and(|a| a.load(Ordering::Acquire)) {
+            return Err(Stop::Watch("the parent communicator was aborted".into()));
+        }
+        if !self.ns.is_empty()
+            && let Some(why) = store
+                .get(&format!("{}failed", self.ns))
+                .map_err(Stop::Store)?
+        {
+            return Err(Stop::Watch(format!(
+                "a member of the group failed: {}",
+                String::from_utf8_lossy(&why)
+            )));
+        }
+        Ok(())
+    }
+
+    /// `store.wait(key)` until `deadline`, in slices when watching.
+    fn wait(&self, store: &mut StoreClient, key: &str, deadline: Instant) -> Result<Vec<u8>, Stop> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = if self.watching() {
+                left.min(WATCH_SLICE)
+            } else {
+                left
+            };
+            match store.wait(key, slice) {
+                Ok(v) => return Ok(v),
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::TimedOut && slice < left => {}
+                Err(e) => return Err(Stop::Store(e)),
+            }
+            self.check(store)?;
         }
     }
 }
@@ -174,7 +236,9 @@ pub(crate) fn join(
     store: &mut StoreClient,
     deadline: Instant,
     ns: &str,
+    abort: Option<&AtomicBool>,
 ) -> Result<InnerParts, Error> {
+    let watch = Watch { ns, abort };
     let (me, n) = (cfg.rank, cfg.world_size);
     let fail = |d: String| Error::Bootstrap {
         rank: me,
@@ -220,10 +284,12 @@ pub(crate) fn join(
         if p == me {
             continue;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let v = store
-            .wait(&format!("{ns}info/{p}"), left)
-            .map_err(|e| fail(format!("rank {p} did not join within {timeout:?}: {e}")))?;
+        let v = watch
+            .wait(store, &format!("{ns}info/{p}"), deadline)
+            .map_err(|e| match e {
+                Stop::Store(e) => fail(format!("rank {p} did not join within {timeout:?}: {e}")),
+                Stop::Watch(why) => fail(why),
+            })?;
         *slot = Some(
             serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?,
         );
@@ -299,11 +365,19 @@ pub(crate) fn join(
         }
         // Accept from higher ranks; drop strangers.
         let mut missing = tcp_peers.iter().filter(|&&p| p > me).count() * CHANNELS;
+        let mut looked = Instant::now();
         while missing > 0 {
             if Instant::now() >= deadline {
                 return Err(fail(format!(
                     "{missing} TCP connection(s) from higher ranks missing after {timeout:?}"
                 )));
+            }
+            if looked.elapsed() >= WATCH_SLICE {
+                watch.check(store).map_err(|e| match e {
+                    Stop::Store(e) => e,
+                    Stop::Watch(why) => fail(why),
+                })?;
+                looked = Instant::now();
             }
             match listener.accept() {
                 Ok((s, _)) => {
@@ -352,10 +426,16 @@ pub(crate) fn join(
             links[p] = Some(Box::new(TcpLink::new(p, chans)));
         }
     }
-    let left = deadline.saturating_duration_since(Instant::now());
-    store
-        .barrier(&format!("{ns}init"), n, left)
-        .map_err(|e| fail(format!("init barrier: {e}")))?;
+    let key = format!("barrier/{ns}init");
+    if store.add(&key, 1)? as usize == n {
+        store.set(&format!("{key}/done"), b"1")?;
+    }
+    watch
+        .wait(store, &format!("{key}/done"), deadline)
+        .map_err(|e| match e {
+            Stop::Store(e) => fail(format!("init barrier: {e}")),
+            Stop::Watch(why) => fail(why),
+        })?;
     // Ranks per node for the schedules: hosts must hold equal, contiguous
     // groups of ranks; otherwise (and when TCP is forced) the job is flat.
     let hosts: Vec<&str> = (0..n)
@@ -390,4 +470,60 @@ pub(crate) fn join(
         server: None,
         id: ns.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreServer;
+
+    /// Rank 0 of a two-rank group joins alone: its peer never comes, and
+    /// `stop` (run after 200 ms) gives the join its reason to give up.
+    fn lone_join(ns: &str, stop: impl FnOnce(&str, &AtomicBool) + Send) -> (String, Duration) {
+        let server = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+        let addr = server.addr().to_string();
+        let cfg = BootstrapConfig {
+            rank: 0,
+            world_size: 2,
+            local_rank: None,
+            local_world_size: None,
+            store_addr: addr.clone(),
+            token: "tok".into(),
+            transport: TransportChoice::Auto,
+            algorithm: None,
+            timeout: Duration::from_secs(30),
+        };
+        let abort = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                stop(&addr, &abort);
+            });
+            let mut client = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+            let t = Instant::now();
+            let e = join(&cfg, &mut client, t + cfg.timeout, ns, Some(&abort))
+                .err()
+                .expect("the peer never joins");
+            (e.to_string(), t.elapsed())
+        })
+    }
+
+    #[test]
+    fn a_group_join_gives_up_when_a_member_failed_or_the_parent_aborted() {
+        // A member's reason, set where the group's keys are.
+        let (e, took) = lone_join("split0.3/", |addr, _| {
+            let mut c = StoreClient::connect(addr, "tok", Duration::from_secs(5)).unwrap();
+            c.set("split0.3/failed", b"rank 1: no memory").unwrap();
+        });
+        assert!(
+            e.contains("a member of the group failed: rank 1: no memory"),
+            "{e}"
+        );
+        // Well before the 30 s timeout it would otherwise wait out.
+        assert!(took < Duration::from_secs(15), "{took:?}");
+        // abort() on the parent from another thread.
+        let (e, took) = lone_join("split0.3/", |_, abort| abort.store(true, Ordering::Release));
+        assert!(e.contains("the parent communicator was aborted"), "{e}");
+        assert!(took < Duration::from_secs(15), "{took:?}");
+    }
 }

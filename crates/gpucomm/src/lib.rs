@@ -579,8 +579,8 @@ impl Communicator {
     /// communicator's forced algorithm. The groups are independent of this
     /// communicator and of each other afterwards; threads may split several
     /// communicators of one rank at once. A split that fails on one rank
-    /// aborts this communicator, so the others fail at once (those of its
-    /// group waiting for it in the store: at their timeout).
+    /// aborts this communicator and tells its group, so the others fail at
+    /// once (within 100 ms for those waiting for it in the store).
     ///
     /// # Example
     ///

@@ -179,7 +179,14 @@ fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator
                 &config.token,
                 timeout.min(STORE_RECONNECT),
             )?;
-            let mut parts = bootstrap::join(&config, &mut client, deadline, ns)?;
+            let mut parts = bootstrap::join(&config, &mut client, deadline, ns, Some(&inner.abort))
+                .inspect_err(|e| {
+                    // The group's other members stop waiting for this one.
+                    let failed = format!("{ns}failed");
+                    if client.get(&failed).ok().flatten().is_none() {
+                        let _ = client.set(&failed, format!("rank {me}: {e}").as_bytes());
+                    }
+                })?;
             parts.origin = Some(Origin::Store { config });
             parts.id = ns.to_string();
             Ok(Communicator::from_parts(parts))
