@@ -64,6 +64,18 @@ pub enum Call {
         /// Source.
         peer: usize,
     },
+    /// The root gets every rank's block, in rank order (`MPI_Gather`): each
+    /// rank sends `count` elements, the root receives `n * count`.
+    Gather {
+        /// Receiving rank.
+        root: usize,
+    },
+    /// Rank r gets block r of the root's input (`MPI_Scatter`): the root
+    /// sends `n * count` elements, each rank receives `count`.
+    Scatter {
+        /// Sending rank.
+        root: usize,
+    },
     /// Send to `to` and receive from `from` at once, as `MPI_Sendrecv`
     /// (`to` and `from` may be the same rank). Each half matches a
     /// [`Call::Send`], [`Call::Recv`] or the other half of an exchange on
@@ -83,6 +95,8 @@ impl Call {
             Call::Send { .. } => "send",
             Call::Recv { .. } => "recv",
             Call::Exchange { .. } => "exchange",
+            Call::Gather { .. } => "gather",
+            Call::Scatter { .. } => "scatter",
             c => c.collective().map(|c| c.name()).unwrap_or("?"),
         }
     }
@@ -98,7 +112,11 @@ impl Call {
             Call::AllToAll => Collective::AllToAll,
             Call::SendRecv { shift } => Collective::SendRecv { shift },
             Call::Barrier => Collective::Barrier,
-            Call::Send { .. } | Call::Recv { .. } | Call::Exchange { .. } => return None,
+            Call::Send { .. }
+            | Call::Recv { .. }
+            | Call::Exchange { .. }
+            | Call::Gather { .. }
+            | Call::Scatter { .. } => return None,
         })
     }
 
@@ -489,97 +507,17 @@ impl Inner {
             dtype: rc.dtype,
             op: rc.call.op().unwrap_or(ReduceOp::Sum),
         };
-        // Point-to-point calls and all-to-alls of blocks of any size: steps
-        // made by hand.
-        let (plan, count, algo_code, coll) = match rc.call {
-            Call::AllToAll if rc.blocks.is_some() => {
-                let b = rc.blocks.as_ref().expect("guarded");
-                let Some((_, send_len)) = rc.send else {
-                    return bad("blocks of any size need a send buffer (not in place)".into());
-                };
-                (
-                    Arc::new(
-                        blocks_plan(b, me, n, send_len, recv_len)
-                            .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?,
-                    ),
-                    0,
-                    0u8,
-                    None,
-                )
-            }
-            Call::Exchange { to, from } => {
-                for peer in [to, from] {
-                    if peer >= n || peer == me {
-                        return bad(format!("peer {peer} invalid on rank {me} of {n}"));
-                    }
-                }
-                let Some((_, sent)) = rc.send else {
-                    return bad("exchange needs a send buffer".into());
-                };
-                let step = |kind| Step {
-                    kind,
-                    channel: 0,
-                    deps: vec![],
-                };
-                let steps = [
-                    step(StepKind::Send {
-                        peer: to,
-                        src: Slice::new(gpucomm_algo::Buf::Input, 0, sent),
-                    }),
-                    step(StepKind::Recv {
-                        peer: from,
-                        dst: Slice::new(gpucomm_algo::Buf::Output, 0, recv_len),
-                    }),
-                ];
-                (
-                    Arc::new(Plan::from_steps(&steps, me, n, [sent, recv_len, 0], false)?),
-                    0,
-                    0u8,
-                    None,
-                )
-            }
-            Call::Send { peer } | Call::Recv { peer } => {
-                if peer >= n || peer == me {
-                    return bad(format!("peer {peer} invalid on rank {me} of {n}"));
-                }
-                let is_send = matches!(rc.call, Call::Send { .. });
-                let count = if is_send {
-                    match rc.send {
-                        Some((_, l)) => l,
-                        None => return bad("send needs a send buffer".into()),
-                    }
-                } else {
-                    recv_len
-                };
-                let kind = if is_send {
-                    StepKind::Send {
-                        peer,
-                        src: Slice::new(gpucomm_algo::Buf::Input, 0, count),
-                    }
-                } else {
-                    StepKind::Recv {
-                        peer,
-                        dst: Slice::new(gpucomm_algo::Buf::Output, 0, count),
-                    }
-                };
-                let steps = [Step {
-                    kind,
-                    channel: 0,
-                    deps: vec![],
-                }];
-                let lens = if is_send {
-                    [count, 0, 0]
-                } else {
-                    [0, count, 0]
-                };
-                (
-                    Arc::new(Plan::from_steps(&steps, me, n, lens, false)?),
-                    count,
-                    0u8,
-                    None,
-                )
-            }
-            call => {
+        // Calls without a schedule in gpucomm-algo: steps made by hand.
+        let hand =
+            hand_made(&rc, me, n).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
+        let (plan, count, algo_code, coll) = match (&hand, rc.call) {
+            (Some(h), _) => (
+                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, false)?),
+                h.count,
+                0u8,
+                None,
+            ),
+            (None, call) => {
                 let coll = call.collective().expect("collective");
                 // Element counts per the table in gpucomm_algo::Collective.
                 let count = match coll {
@@ -699,11 +637,10 @@ impl Inner {
                 }
             }
         };
-        let (ccode, arg) = match coll {
-            Some((c, _)) => OpDesc::coll_code(&c),
-            // All-to-all (6), of blocks of any size (1).
-            None if rc.blocks.is_some() => (6, 1),
-            None => (9, 0),
+        let (ccode, arg) = match (coll, &hand) {
+            (Some((c, _)), _) => OpDesc::coll_code(&c),
+            (None, Some(h)) => h.code,
+            (None, None) => unreachable!("a call is either scheduled or made by hand"),
         };
         let desc = OpDesc {
             coll: ccode,
@@ -796,7 +733,7 @@ impl Inner {
             desc,
             // Point-to-point messages each say their own length, so every
             // half of an exchange matches a send or receive of its size.
-            count_per_message: coll.is_none() && rc.blocks.is_none(),
+            count_per_message: hand.as_ref().is_some_and(|h| h.count_per_message),
             elem: es,
             reducer,
             bases: [input, output, arena],
@@ -828,18 +765,183 @@ impl Inner {
     }
 }
 
-/// The steps of an all-to-all whose blocks differ in size: block p of the
-/// input (`b.send[p]` elements, blocks packed in rank order) to rank p, and
-/// block q of the output from rank q, every send and receive at once; this
-/// rank's own block is a copy. The receiver checks each message's length
-/// against its count, so counts that do not pair up end in an error.
-fn blocks_plan(
+/// A call whose steps are made here, not by a gpucomm-algo schedule.
+struct HandMade {
+    steps: Vec<Step>,
+    /// Input, output and scratch lengths, in elements.
+    lens: [usize; 3],
+    /// The descriptor's collective code and argument.
+    code: (u8, u32),
+    /// The descriptor's count.
+    count: usize,
+    /// Each message's descriptor counts that message's elements instead.
+    count_per_message: bool,
+}
+
+fn step(kind: StepKind) -> Step {
+    Step {
+        kind,
+        channel: 0,
+        deps: vec![],
+    }
+}
+
+fn input(offset: usize, len: usize) -> Slice {
+    Slice::new(gpucomm_algo::Buf::Input, offset, len)
+}
+
+fn output(offset: usize, len: usize) -> Slice {
+    Slice::new(gpucomm_algo::Buf::Output, offset, len)
+}
+
+/// The steps of the calls gpucomm-algo has no schedule for (`None` for the
+/// others): point-to-point calls (each message's descriptor counting its
+/// own elements, so an exchange's halves match sends and receives), gather
+/// and scatter, and all-to-alls whose blocks differ in size. Every send and
+/// receive of a call may run at once. A receive checks the incoming length
+/// against its own, so counts that do not pair up end in an error.
+fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, String> {
+    let recv_len = rc.recv.1;
+    let send_len = rc.send.map(|s| s.1);
+    let peer_ok = |p: usize| {
+        if p >= n || p == me {
+            Err(format!("peer {p} invalid on rank {me} of {n}"))
+        } else {
+            Ok(())
+        }
+    };
+    let p2p = |steps: Vec<Step>, lens| HandMade {
+        steps,
+        lens,
+        code: (9, 0),
+        count: 0,
+        count_per_message: true,
+    };
+    Ok(Some(match rc.call {
+        Call::AllToAll if rc.blocks.is_some() => {
+            let b = rc.blocks.as_ref().expect("guarded");
+            let send_len =
+                send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
+            blocks(b, me, n, send_len, recv_len)?
+        }
+        Call::Send { peer } => {
+            peer_ok(peer)?;
+            let len = send_len.ok_or("send needs a send buffer")?;
+            p2p(
+                vec![step(StepKind::Send {
+                    peer,
+                    src: input(0, len),
+                })],
+                [len, 0, 0],
+            )
+        }
+        Call::Recv { peer } => {
+            peer_ok(peer)?;
+            p2p(
+                vec![step(StepKind::Recv {
+                    peer,
+                    dst: output(0, recv_len),
+                })],
+                [0, recv_len, 0],
+            )
+        }
+        Call::Exchange { to, from } => {
+            peer_ok(to)?;
+            peer_ok(from)?;
+            let len = send_len.ok_or("exchange needs a send buffer")?;
+            p2p(
+                vec![
+                    step(StepKind::Send {
+                        peer: to,
+                        src: input(0, len),
+                    }),
+                    step(StepKind::Recv {
+                        peer: from,
+                        dst: output(0, recv_len),
+                    }),
+                ],
+                [len, recv_len, 0],
+            )
+        }
+        Call::Gather { root } | Call::Scatter { root } => {
+            if root >= n {
+                return Err(format!("root {root} out of range for {n} ranks"));
+            }
+            // A gather is a scatter run backwards: every rank's block, the
+            // root's whole of n blocks in rank order.
+            let gather = matches!(rc.call, Call::Gather { .. });
+            let (what, c, whole_len) = if gather {
+                let c = send_len.ok_or("gather needs a send buffer")?;
+                ("recv", c, recv_len)
+            } else {
+                ("send", recv_len, send_len.unwrap_or(0))
+            };
+            let (block, whole) = if gather {
+                (input(0, c), output as fn(usize, usize) -> Slice)
+            } else {
+                (output(0, c), input as fn(usize, usize) -> Slice)
+            };
+            let mut steps = Vec::with_capacity(n);
+            let lens = if me == root {
+                let want = c.checked_mul(n).ok_or("counts overflow")?;
+                if whole_len != want {
+                    return Err(format!(
+                        "the root's {what} has {whole_len} elements, {n} blocks of {c} need {want}"
+                    ));
+                }
+                for p in (0..n).filter(|&p| p != me) {
+                    let part = whole(p * c, c);
+                    steps.push(step(if gather {
+                        StepKind::Recv { peer: p, dst: part }
+                    } else {
+                        StepKind::Send { peer: p, src: part }
+                    }));
+                }
+                if c > 0 {
+                    let (src, dst) = if gather {
+                        (block, whole(me * c, c))
+                    } else {
+                        (whole(me * c, c), block)
+                    };
+                    steps.push(step(StepKind::Copy { src, dst }));
+                }
+                if gather { [c, want, 0] } else { [want, c, 0] }
+            } else {
+                steps.push(step(if gather {
+                    StepKind::Send {
+                        peer: root,
+                        src: block,
+                    }
+                } else {
+                    StepKind::Recv {
+                        peer: root,
+                        dst: block,
+                    }
+                }));
+                if gather { [c, 0, 0] } else { [0, c, 0] }
+            };
+            HandMade {
+                steps,
+                lens,
+                code: (if gather { 10 } else { 11 }, root as u32),
+                count: c,
+                count_per_message: false,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// An all-to-all whose blocks differ in size: block p of the input
+/// (`b.send[p]` elements, blocks packed in rank order) to rank p, and
+/// block q of the output from rank q; this rank's own block is a copy.
+fn blocks(
     b: &Blocks,
     me: usize,
     n: usize,
     send_len: usize,
     recv_len: usize,
-) -> Result<Plan, String> {
+) -> Result<HandMade, String> {
     if b.send.len() != n || b.recv.len() != n {
         return Err(format!(
             "{} send counts and {} receive counts for {n} ranks",
@@ -869,30 +971,31 @@ fn blocks_plan(
             b.send[me], b.recv[me]
         ));
     }
-    use gpucomm_algo::Buf;
-    let step = |kind| Step {
-        kind,
-        channel: 0,
-        deps: vec![],
-    };
     let mut steps = Vec::with_capacity(2 * n);
     for p in (0..n).filter(|&p| p != me) {
         steps.push(step(StepKind::Send {
             peer: p,
-            src: Slice::new(Buf::Input, so[p], b.send[p]),
+            src: input(so[p], b.send[p]),
         }));
         steps.push(step(StepKind::Recv {
             peer: p,
-            dst: Slice::new(Buf::Output, ro[p], b.recv[p]),
+            dst: output(ro[p], b.recv[p]),
         }));
     }
     if b.send[me] > 0 {
         steps.push(step(StepKind::Copy {
-            src: Slice::new(Buf::Input, so[me], b.send[me]),
-            dst: Slice::new(Buf::Output, ro[me], b.recv[me]),
+            src: input(so[me], b.send[me]),
+            dst: output(ro[me], b.recv[me]),
         }));
     }
-    Plan::from_steps(&steps, me, n, [send_len, recv_len, 0], false).map_err(|e| e.to_string())
+    // All-to-all (6), of blocks of any size (1).
+    Ok(HandMade {
+        steps,
+        lens: [send_len, recv_len, 0],
+        code: (6, 1),
+        count: 0,
+        count_per_message: false,
+    })
 }
 
 fn unsafe_add(p: *mut u8, off: usize) -> *mut u8 {

@@ -516,6 +516,55 @@ impl Communicator {
         self.run(Call::Recv { peer }, None, data, &CallOptions::default())
     }
 
+    /// The root gets every rank's `send` (all of one length), in rank order
+    /// in its `recv` (`n * send.len()` elements), as `MPI_Gather`; the other
+    /// ranks' `recv` is not used (pass an empty slice).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// let comms = Communicator::in_process(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let r = c.rank() as i32;
+    ///             let mut all = vec![0i32; if r == 1 { 6 } else { 0 }];
+    ///             c.gather(&[r, -r], &mut all, 1).unwrap();
+    ///             if r == 1 {
+    ///                 assert_eq!(all, [0, 0, 1, -1, 2, -2]);
+    ///             }
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<(), Error> {
+        self.run(
+            Call::Gather { root },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
+    /// Rank r gets block r of the root's `send` (`n * recv.len()` elements)
+    /// in its `recv`, as `MPI_Scatter`; the other ranks' `send` is not used
+    /// (pass an empty slice).
+    pub fn scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run(
+            Call::Scatter { root },
+            Some(send),
+            recv,
+            &CallOptions::default(),
+        )
+    }
+
     /// Sends `send` to rank `to` and receives `recv` from rank `from` at
     /// once, as `MPI_Sendrecv` (the pattern of pipeline-parallel stages,
     /// which send activations on and take gradients back): each half

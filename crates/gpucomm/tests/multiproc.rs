@@ -272,6 +272,12 @@ fn worker() {
             }
             println!("rank {rank}: concurrent splits checked");
         }
+        "gatherscatter" => {
+            for len in [262_147, 5, 0] {
+                common::gather_scatter_checks(&c, len).unwrap_or_else(|e| panic!("{e}"));
+            }
+            println!("rank {rank}: gather and scatter checked");
+        }
         "alltoallv" => {
             // Twice, with a block of 2 MiB: large messages over each transport.
             for big in [262_147, 3] {
@@ -336,6 +342,13 @@ fn tcp_8_ranks() {
 fn exchange_shm_and_tcp() {
     for (n, transport) in [(2, "shm"), (3, "shm"), (3, "tcp")] {
         all_ok(&Job::spawn("exchange", n, transport, 30_000).wait(Duration::from_secs(120)));
+    }
+}
+
+#[test]
+fn gather_scatter_shm_and_tcp() {
+    for (n, transport) in [(3, "shm"), (4, "tcp")] {
+        all_ok(&Job::spawn("gatherscatter", n, transport, 30_000).wait(Duration::from_secs(120)));
     }
 }
 

@@ -1323,9 +1323,11 @@ fn counts(
             Ok(recv / n)
         }
         Call::Barrier => Ok(0),
-        Call::Exchange { .. } => Err(Error::Unsupported(
-            "exchange on device buffers (use send and recv, or a host exchange)".into(),
-        )),
+        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => {
+            Err(Error::Unsupported(format!(
+                "{name} on device buffers (not yet: run it on host buffers)"
+            )))
+        }
     }
 }
 

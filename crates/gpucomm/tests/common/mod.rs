@@ -436,3 +436,33 @@ pub fn on_threads<T: Send>(
             .collect()
     })
 }
+
+/// [`Communicator::gather`] and [`Communicator::scatter`] checked on every
+/// rank of `c` (collective), with every rank as the root in turn and blocks
+/// of `len` elements, element by element.
+pub fn gather_scatter_checks(c: &Communicator, len: usize) -> Result<(), String> {
+    let (r, n) = (c.rank(), c.world_size());
+    let value = |s: usize, i: usize| (s * 7_919 + i) as i64 - 3;
+    for root in 0..n {
+        let mine: Vec<i64> = (0..len).map(|i| value(r, i)).collect();
+        let mut all = vec![0i64; if r == root { n * len } else { 0 }];
+        c.gather(&mine, &mut all, root)
+            .map_err(|e| format!("rank {r}, gather to {root}: {e}"))?;
+        if r == root {
+            let want: Vec<i64> = (0..n)
+                .flat_map(|s| (0..len).map(move |i| value(s, i)))
+                .collect();
+            if all != want {
+                return Err(format!("rank {r}: gather to {root} wrong"));
+            }
+        }
+        // The root scatters what it gathered (block s back to rank s).
+        let mut back = vec![0i64; len];
+        c.scatter(&all, &mut back, root)
+            .map_err(|e| format!("rank {r}, scatter from {root}: {e}"))?;
+        if back != mine {
+            return Err(format!("rank {r}: scatter from {root} wrong"));
+        }
+    }
+    Ok(())
+}

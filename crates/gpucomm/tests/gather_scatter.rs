@@ -1,0 +1,70 @@
+//! `Communicator::gather` and `scatter` on in-process ranks (processes over
+//! shared memory and TCP in `multiproc.rs`), and their errors.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::on_threads;
+use gpucomm::{Communicator, Failure};
+
+#[test]
+fn every_root_and_size() {
+    for n in 1..=5 {
+        for len in [0, 1, 1000, 300_000] {
+            let results = on_threads(n, Duration::from_secs(60), |c| {
+                common::gather_scatter_checks(&c, len)
+            });
+            for (r, res) in results.iter().enumerate() {
+                assert!(res.is_ok(), "{n} ranks, {len} elements, rank {r}: {res:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let comms = Communicator::in_process(2).unwrap();
+    let c = &comms[0];
+    let cases: [(&str, Result<(), gpucomm::Error>); 4] = [
+        ("root 2 out of range", c.gather(&[1u8], &mut [], 2)),
+        (
+            "the root's recv has 3 elements, 2 blocks of 1 need 2",
+            c.gather(&[1u8], &mut [0; 3], 0),
+        ),
+        ("root 9 out of range", c.scatter(&[1u8], &mut [0], 9)),
+        (
+            "the root's send has 3 elements, 2 blocks of 2 need 4",
+            c.scatter(&[1u8; 3], &mut [0; 2], 0),
+        ),
+    ];
+    for (says, r) in cases {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains(says),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn blocks_of_different_lengths_end_in_errors() {
+    // Rank 2 sends 3 elements where the others send 2: the root's receive
+    // from it is a mismatch naming rank 2; every rank's next call fails.
+    let t = Instant::now();
+    let results = on_threads(3, Duration::from_secs(20), |c| {
+        let r = c.rank();
+        let mine = vec![r as u32; if r == 2 { 3 } else { 2 }];
+        let mut all = vec![0u32; if r == 0 { 6 } else { 0 }];
+        let g = c.gather(&mine, &mut all, 0);
+        (g, c.barrier())
+    });
+    let e = results[0].0.as_ref().unwrap_err();
+    assert_eq!(e.context().map(|x| x.peer), Some(Some(2)), "{e}");
+    assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
+    for (r, (_, b)) in results.iter().enumerate() {
+        assert!(b.is_err(), "rank {r}: {results:?}");
+    }
+    // Found from the message, not by waiting out the timeout.
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
