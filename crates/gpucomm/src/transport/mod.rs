@@ -35,7 +35,9 @@ pub(crate) const CHANNELS: usize = 1;
 /// What an operation is, as exchanged with peers: compared on every message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OpDesc {
-    /// Collective code (see [`OpDesc::coll_code`]), 9 = send/recv.
+    /// Collective code (see [`OpDesc::coll_code`]), 9 = send/recv (and
+    /// exchange), 10 = gather, 11 = scatter; 6 with `arg` 1 = all-to-all
+    /// of blocks of any size.
     pub coll: u8,
     pub dtype: u8,
     pub op: u8,
@@ -102,6 +104,8 @@ impl std::fmt::Display for OpDesc {
             7 => "sendrecv",
             8 => "barrier",
             9 => "send/recv",
+            10 => "gather",
+            11 => "scatter",
             _ => "unknown",
         };
         let dt = DataType::from_code(self.dtype)
@@ -117,7 +121,8 @@ impl std::fmt::Display for OpDesc {
         };
         write!(f, "{name}(count={}, dtype={dt}, op={op}", self.count)?;
         match self.coll {
-            4 | 5 => write!(f, ", root={}", self.arg)?,
+            4 | 5 | 10 | 11 => write!(f, ", root={}", self.arg)?,
+            6 if self.arg == 1 => write!(f, ", blocks of any size")?,
             7 => write!(f, ", shift={}", self.arg)?,
             _ => {}
         }
