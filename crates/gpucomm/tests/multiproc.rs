@@ -338,42 +338,37 @@ fn tcp_8_ranks() {
     collectives(8, "tcp");
 }
 
+/// Runs `scenario` as a job of each `(ranks, transport)`, every rank to
+/// the end.
+fn jobs(scenario: &str, shapes: &[(usize, &str)]) {
+    for &(n, transport) in shapes {
+        all_ok(&Job::spawn(scenario, n, transport, 30_000).wait(Duration::from_secs(120)));
+    }
+}
+
 #[test]
 fn exchange_shm_and_tcp() {
-    for (n, transport) in [(2, "shm"), (3, "shm"), (3, "tcp")] {
-        all_ok(&Job::spawn("exchange", n, transport, 30_000).wait(Duration::from_secs(120)));
-    }
+    jobs("exchange", &[(2, "shm"), (3, "shm"), (3, "tcp")]);
 }
 
 #[test]
 fn gather_scatter_shm_and_tcp() {
-    for (n, transport) in [(3, "shm"), (4, "tcp")] {
-        all_ok(&Job::spawn("gatherscatter", n, transport, 30_000).wait(Duration::from_secs(120)));
-    }
+    jobs("gatherscatter", &[(3, "shm"), (4, "tcp")]);
 }
 
 #[test]
 fn all_to_all_v_shm_and_tcp() {
-    for (n, transport) in [(3, "shm"), (5, "shm"), (4, "tcp")] {
-        all_ok(&Job::spawn("alltoallv", n, transport, 30_000).wait(Duration::from_secs(120)));
-    }
+    jobs("alltoallv", &[(3, "shm"), (5, "shm"), (4, "tcp")]);
 }
 
 #[test]
-fn split_shm() {
-    for n in [2, 5] {
-        all_ok(&Job::spawn("split", n, "shm", 30_000).wait(Duration::from_secs(120)));
-    }
+fn split_shm_and_tcp() {
+    jobs("split", &[(2, "shm"), (5, "shm"), (4, "tcp")]);
 }
 
 #[test]
 fn concurrent_splits_of_two_communicators() {
-    all_ok(&Job::spawn("concurrentsplit", 3, "auto", 10_000).wait(Duration::from_secs(120)));
-}
-
-#[test]
-fn split_tcp() {
-    all_ok(&Job::spawn("split", 4, "tcp", 30_000).wait(Duration::from_secs(120)));
+    jobs("concurrentsplit", &[(3, "auto")]);
 }
 
 fn failure(scenario: &str, n: usize, transport: &str, timeout_ms: u64, expect_ok: &[usize]) {
