@@ -179,8 +179,7 @@ pub(crate) struct Inner {
     /// Segments peers may read in place (shm): allocations and the arena.
     segments: Mutex<Vec<Weak<Segment>>>,
     pub sockets: Vec<socket2::Socket>,
-    /// How this communicator was made (its groups are made the same way);
-    /// the store client stays open for the job's lifetime.
+    /// How this communicator was made (its groups are made the same way).
     pub origin: Option<crate::split::Origin>,
     /// Rank 0 of a job made by `Communicator::new` hosts the store until the
     /// end.
