@@ -14,6 +14,7 @@
 //! 5. A store barrier; then the job runs without the store.
 
 use std::net::{SocketAddr, TcpListener};
+#[cfg(test)]
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -126,11 +127,12 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
 const WATCH_SLICE: Duration = Duration::from_millis(100);
 
 /// What a group's join (a split, `crate::split`) watches while it waits:
-/// a member that failed (its reason under `{ns}failed`) or the parent
-/// communicator aborted. A job's own join (`ns` empty) watches nothing.
+/// a member that failed (its reason under `{ns}failed`), and whatever the
+/// caller gives as a reason to stop (the parent aborted, a member's process
+/// gone). A job's own join (`ns` empty, no `stop`) watches nothing.
 struct Watch<'a> {
     ns: &'a str,
-    abort: Option<&'a AtomicBool>,
+    stop: Option<&'a dyn Fn() -> Option<String>>,
 }
 
 /// Why a watched wait ended early.
@@ -143,12 +145,12 @@ enum Stop {
 
 impl Watch<'_> {
     fn watching(&self) -> bool {
-        !self.ns.is_empty() || self.abort.is_some()
+        !self.ns.is_empty() || self.stop.is_some()
     }
 
     fn check(&self, store: &mut StoreClient) -> Result<(), Stop> {
-        if self.abort.is_some_and(|a| a.load(Ordering::Acquire)) {
-            return Err(Stop::Watch("the parent communicator was aborted".into()));
+        if let Some(why) = self.stop.and_then(|stop| stop()) {
+            return Err(Stop::Watch(why));
         }
         if !self.ns.is_empty()
             && let Some(why) = store
@@ -236,9 +238,9 @@ pub(crate) fn join(
     store: &mut StoreClient,
     deadline: Instant,
     ns: &str,
-    abort: Option<&AtomicBool>,
+    stop: Option<&dyn Fn() -> Option<String>>,
 ) -> Result<InnerParts, Error> {
-    let watch = Watch { ns, abort };
+    let watch = Watch { ns, stop };
     let (me, n) = (cfg.rank, cfg.world_size);
     let fail = |d: String| Error::Bootstrap {
         rank: me,
@@ -501,7 +503,12 @@ mod tests {
             });
             let mut client = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
             let t = Instant::now();
-            let e = join(&cfg, &mut client, t + cfg.timeout, ns, Some(&abort))
+            let stop = || {
+                abort
+                    .load(Ordering::Acquire)
+                    .then(|| "the parent communicator was aborted".to_string())
+            };
+            let e = join(&cfg, &mut client, t + cfg.timeout, ns, Some(&stop))
                 .err()
                 .expect("the peer never joins");
             (e.to_string(), t.elapsed())

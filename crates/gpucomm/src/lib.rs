@@ -629,7 +629,8 @@ impl Communicator {
     /// communicator and of each other afterwards; threads may split several
     /// communicators of one rank at once. A split that fails on one rank
     /// aborts this communicator and tells its group, so the others fail at
-    /// once (within 100 ms for those waiting for it in the store).
+    /// once (within 100 ms for those waiting for it in the store; as when a
+    /// member's process dies inside the split).
     ///
     /// # Example
     ///

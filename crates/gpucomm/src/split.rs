@@ -141,7 +141,8 @@ pub(crate) fn split(
                 .position(|&(_, r)| r == inner.rank)
                 .expect("this rank has its own color");
             let ns = format!("{}split{seq}.{color}/", inner.id);
-            group(inner, &ns, me, members.len()).map(Some)
+            let peers: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
+            group(inner, &ns, me, &peers).map(Some)
         }
     };
     match made {
@@ -156,8 +157,10 @@ pub(crate) fn split(
     }
 }
 
-/// This rank's communicator of the group `ns` (rank `me` of `size`).
-fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator, Error> {
+/// This rank's communicator of the group `ns`: rank `me` of `members`
+/// (their ranks in the parent).
+fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Communicator, Error> {
+    let size = members.len();
     let timeout = inner.timeout();
     let deadline = Instant::now() + timeout;
     match &inner.origin {
@@ -179,7 +182,21 @@ fn group(inner: &Inner, ns: &str, me: usize, size: usize) -> Result<Communicator
                 &config.token,
                 timeout.min(STORE_RECONNECT),
             )?;
-            let mut parts = bootstrap::join(&config, &mut client, deadline, ns, Some(&inner.abort))
+            // Give up when the parent is aborted, or when the parent's link
+            // to a member says its process is gone (it left no reason).
+            let stop = || -> Option<String> {
+                if inner.abort.load(Ordering::Acquire) {
+                    return Some("the parent communicator was aborted".into());
+                }
+                let mut st = inner.state.lock().ok()?;
+                members.iter().filter(|&&p| p != inner.rank).find_map(|&p| {
+                    let link = st.links.get_mut(p)?.as_mut()?;
+                    link.check_peer()
+                        .err()
+                        .map(|e| format!("rank {p} of the parent communicator: {}", e.failure))
+                })
+            };
+            let mut parts = bootstrap::join(&config, &mut client, deadline, ns, Some(&stop))
                 .inspect_err(|e| {
                     // The group's other members stop waiting for this one.
                     let failed = format!("{ns}failed");

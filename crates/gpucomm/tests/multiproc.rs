@@ -138,6 +138,24 @@ fn worker() {
             );
             c.barrier().unwrap();
         }
+        "splitkilled" => {
+            // The last rank dies inside a split, after the all-gather that
+            // starts it (which it joins as such), before its group connects:
+            // it leaves no reason in the store, and its group peers must
+            // learn it from the parent's link, not at their timeout.
+            if rank == n - 1 {
+                let mut all = vec![0i64; 2 * n];
+                c.all_gather(&[0i64, rank as i64], &mut all).unwrap();
+                // SAFETY: SIGKILL to ourselves, as an operator would.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+            }
+            let t = Instant::now();
+            let e = c.split(Some(0), rank as i64).unwrap_err();
+            println!("rank {rank}: {e} after {:?}", t.elapsed());
+            assert!(t.elapsed() < Duration::from_secs(10), "{e}");
+        }
         "killed" => {
             // The last rank dies; the others must notice.
             if rank == n - 1 {
@@ -423,6 +441,14 @@ fn stray_connections_do_not_disturb_a_job() {
     all_ok(&job.wait(Duration::from_secs(60)));
 }
 
+#[test]
+fn killed_inside_a_split_shm() {
+    failure("splitkilled", 3, "shm", 20_000, &[0, 1]);
+}
+#[test]
+fn killed_inside_a_split_tcp() {
+    failure("splitkilled", 3, "tcp", 20_000, &[0, 1]);
+}
 #[test]
 fn killed_rank_shm() {
     failure("killed", 3, "shm", 20_000, &[0, 1]);

@@ -316,7 +316,35 @@ impl Link for TcpLink {
         }
     }
 
+    /// The peer closed the connection (its process exited) when a socket
+    /// reads end-of-file with nothing pending; pending bytes are left for
+    /// the reads (the peer may have written everything before it left).
     fn check_peer(&mut self) -> Result<(), LinkError> {
+        for s in &self.socks {
+            let mut byte = 0u8;
+            // SAFETY: one byte of valid memory; MSG_PEEK leaves the byte in
+            // the socket and MSG_DONTWAIT keeps the call from blocking.
+            let r = unsafe {
+                libc::recv(
+                    s.as_raw_fd(),
+                    (&mut byte as *mut u8).cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if r == 0 {
+                return Err(self.closed(None));
+            }
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) {
+                    return Err(self.closed(Some(e)));
+                }
+            }
+        }
         Ok(())
     }
 
