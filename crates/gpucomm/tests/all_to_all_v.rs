@@ -90,3 +90,40 @@ fn counts_that_do_not_pair_up_end_the_job_in_errors() {
     // Found from the message, not by waiting out the timeout.
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
+
+mod prop {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::on_threads;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(30))]
+        /// Random rank counts and count matrices (empty blocks, and blocks
+        /// past the zero-copy threshold), element by element.
+        #[test]
+        fn random_count_matrices(
+            counts in (1usize..7).prop_flat_map(|n| prop::collection::vec(
+                prop::collection::vec(prop_oneof![4 => 0usize..600, 1 => Just(0usize), 1 => 60_000usize..70_000], n),
+                n,
+            )),
+        ) {
+            let n = counts.len();
+            let value = |s: usize, d: usize, i: usize| (s * 1_000_003 + d * 10_007 + i) as u32;
+            let counts = &counts;
+            let results = on_threads(n, Duration::from_secs(30), move |c| {
+                let r = c.rank();
+                let send: Vec<u32> = (0..n).flat_map(|d| (0..counts[r][d]).map(move |i| value(r, d, i))).collect();
+                let recv_counts: Vec<usize> = (0..n).map(|s| counts[s][r]).collect();
+                let mut recv = vec![0u32; recv_counts.iter().sum()];
+                c.all_to_all_v(&send, &counts[r], &mut recv, &recv_counts).map_err(|e| e.to_string())?;
+                let want: Vec<u32> = (0..n).flat_map(|s| (0..counts[s][r]).map(move |i| value(s, r, i))).collect();
+                (recv == want).then_some(()).ok_or(format!("rank {r}: wrong data"))
+            });
+            for res in results {
+                prop_assert!(res.is_ok(), "{:?}", res);
+            }
+        }
+    }
+}

@@ -46,3 +46,48 @@ fn a_split_that_meets_another_call_fails_on_every_rank() {
     assert!(results.iter().all(Result::is_err), "{results:?}");
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
+
+mod prop {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::on_threads;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(30))]
+        /// Random colors (some ranks in no group) and keys (ties included):
+        /// each group is its color's ranks ordered by key, then by rank.
+        #[test]
+        fn random_colors_and_keys(
+            picks in (1usize..9).prop_flat_map(|n| prop::collection::vec(
+                (prop::option::weighted(0.8, 0u32..3), -2i64..3),
+                n,
+            )),
+        ) {
+            let n = picks.len();
+            let picks = &picks;
+            let results = on_threads(n, Duration::from_secs(30), move |c| {
+                let r = c.rank();
+                let (color, key) = picks[r];
+                let g = c.split(color, key).map_err(|e| e.to_string())?;
+                let Some(color) = color else {
+                    return g.is_none().then_some(()).ok_or("a group for no color".to_string());
+                };
+                let g = g.ok_or("no group")?;
+                let mut members: Vec<(i64, usize)> = (0..n)
+                    .filter(|&p| picks[p].0 == Some(color))
+                    .map(|p| (picks[p].1, p))
+                    .collect();
+                members.sort();
+                let want: Vec<u64> = members.iter().map(|&(_, p)| p as u64).collect();
+                let mut got = vec![0u64; g.world_size()];
+                g.all_gather(&[r as u64], &mut got).map_err(|e| e.to_string())?;
+                (got == want).then_some(()).ok_or(format!("rank {r}: group {got:?}, expected {want:?}"))
+            });
+            for res in results {
+                prop_assert!(res.is_ok(), "{:?}", res);
+            }
+        }
+    }
+}
