@@ -16,7 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpucomm::device::{DeviceBackend, DeviceComm, DeviceOptions, FakeDevice, GpuPath, Stream};
+use gpucomm::device::{
+    DeviceBackend, DeviceBuffer, DeviceComm, DeviceOptions, FakeDevice, GpuPath, Stream,
+};
 use gpucomm::{
     BootstrapConfig, Call, CallOptions, Communicator, DataType, Element, Error, Failure,
     InProcessOptions, MemorySpace, ReduceOp, TransportChoice, bf16, f16,
@@ -337,6 +339,70 @@ fn point_to_point_on_device_buffers() {
         });
         let want: Vec<i64> = (0..1000).map(|i| i * 3).collect();
         assert_eq!(res[1], want, "{path}");
+    }
+}
+
+#[test]
+fn calls_without_a_schedule_stage_on_device_buffers() {
+    // exchange, gather, scatter and all_to_all_v: through pinned host
+    // memory on either path (the IPC path has no plan for them).
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let n = 3;
+        let res = with_ranks(n, &[gpu], &[0], path, |dc| -> Result<(), String> {
+            let dc = dc.map_err(|e| e.to_string())?;
+            let s = dc.stream().map_err(|e| e.to_string())?;
+            let r = dc.rank();
+            let e = |e: Error| format!("rank {r}: {e}");
+            let run = |call, send: &DeviceBuffer<u32>, recv: &mut DeviceBuffer<u32>| {
+                dc.run(call, Some(send), recv, &s, &CallOptions::default())
+                    .and_then(|ev| ev.wait())
+            };
+            // A ring exchange.
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let mine = dc.alloc_from(&vec![r as u32; 777], &s).map_err(e)?;
+            let mut got = dc.alloc::<u32>(777).map_err(e)?;
+            run(
+                Call::Exchange {
+                    to: next,
+                    from: prev,
+                },
+                &mine,
+                &mut got,
+            )
+            .map_err(e)?;
+            if got.to_vec(&s).map_err(e)? != vec![prev as u32; 777] {
+                return Err(format!("rank {r}: exchange"));
+            }
+            // Gather to rank 1, then scatter it back.
+            let block = dc.alloc_from(&[r as u32, 10 + r as u32], &s).map_err(e)?;
+            let mut all = dc.alloc::<u32>(if r == 1 { 2 * n } else { 0 }).map_err(e)?;
+            run(Call::Gather { root: 1 }, &block, &mut all).map_err(e)?;
+            if r == 1 && all.to_vec(&s).map_err(e)? != [0, 10, 1, 11, 2, 12] {
+                return Err("gather".into());
+            }
+            let mut back = dc.alloc::<u32>(2).map_err(e)?;
+            run(Call::Scatter { root: 1 }, &all, &mut back).map_err(e)?;
+            if back.to_vec(&s).map_err(e)? != [r as u32, 10 + r as u32] {
+                return Err(format!("rank {r}: scatter"));
+            }
+            // Rank r sends p + 1 copies of r to each rank p.
+            let send: Vec<u32> = (0..n).flat_map(|p| vec![r as u32; p + 1]).collect();
+            let send = dc.alloc_from(&send, &s).map_err(e)?;
+            let mut recv = dc.alloc::<u32>(n * (r + 1)).map_err(e)?;
+            let counts: Vec<usize> = (1..=n).collect();
+            dc.all_to_all_v(&send, &counts, &mut recv, &vec![r + 1; n], &s)
+                .and_then(|ev| ev.wait())
+                .map_err(e)?;
+            let want: Vec<u32> = (0..n).flat_map(|q| vec![q as u32; r + 1]).collect();
+            if recv.to_vec(&s).map_err(e)? != want {
+                return Err(format!("rank {r}: all_to_all_v"));
+            }
+            Ok(())
+        });
+        for (r, x) in res.iter().enumerate() {
+            assert!(x.is_ok(), "{path}, rank {r}: {x:?}");
+        }
     }
 }
 

@@ -505,9 +505,18 @@ impl DeviceComm {
             self.world_size(),
             self.rank(),
         )?;
+        // The calls without a gpucomm-algo schedule stage on either path.
+        let staged_only = matches!(
+            call,
+            Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. }
+        );
         let r = match self.path {
-            GpuPath::Ipc => self.run_ipc(call, T::DTYPE, count, send, recv, stream, opts),
-            _ => self.run_staged(call, send, recv, stream, opts),
+            GpuPath::Ipc if !staged_only => {
+                self.run_ipc(call, T::DTYPE, count, send, recv, stream, opts)
+            }
+            _ => self.run_staged(call, send, recv, stream, |s, r| {
+                self.comm.run(call, s, r, opts)
+            }),
         };
         if r.is_err() {
             // Peers may be waiting on this rank: make them fail now (a
@@ -633,6 +642,31 @@ impl DeviceComm {
             stream,
             &CallOptions::default(),
         )
+    }
+
+    /// All-to-all with blocks of any size
+    /// ([`crate::Communicator::all_to_all_v`]) on device buffers, after
+    /// `stream`'s earlier work, through pinned host memory on either path.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        send_counts: &[usize],
+        recv: &mut DeviceBuffer<T>,
+        recv_counts: &[usize],
+        stream: &Stream,
+    ) -> Result<DeviceEvent, Error> {
+        self.check_buf("the send buffer", send)?;
+        self.check_buf("the receive buffer", recv)?;
+        recv.check_stream(stream)?;
+        let r = self.run_staged(Call::AllToAll, Some(send), recv, stream, |s, r| {
+            self.comm
+                .all_to_all_v(s.unwrap_or(&[]), send_counts, r, recv_counts)
+        });
+        if r.is_err() {
+            self.comm.abort();
+        }
+        r?;
+        stream.record()
     }
 
     /// Barrier, ordered after `stream`'s earlier work.
@@ -1175,13 +1209,16 @@ impl DeviceComm {
         self.comm.send(&ack, peer)
     }
 
+    /// `call` through pinned host memory: the device data to the staging
+    /// buffers, `host` (the host communicator's call) on them, the result
+    /// back to the device.
     fn run_staged<T: Element>(
         &self,
         call: Call,
         send: Option<&DeviceBuffer<T>>,
         recv: &mut DeviceBuffer<T>,
         stream: &Stream,
-        opts: &CallOptions,
+        host: impl FnOnce(Option<&[T]>, &mut [T]) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let s = stream.id;
         let sb = send.map(|x| x.bytes()).unwrap_or(0);
@@ -1225,7 +1262,7 @@ impl DeviceComm {
         // SAFETY: as above; the two staging buffers do not overlap.
         let hr: &mut [T] =
             unsafe { std::slice::from_raw_parts_mut(g.recv.as_mut_ptr() as *mut T, rb / es) };
-        self.comm.run(call, send.map(|_| hs), hr, opts)?;
+        host(send.map(|_| hs), hr)?;
         if rb > 0 && !is_send {
             // SAFETY: as for the first copy.
             unsafe { b.copy_h2d(s, recv.ptr, g.recv.as_ptr(), rb)? };
@@ -1323,11 +1360,8 @@ fn counts(
             Ok(recv / n)
         }
         Call::Barrier => Ok(0),
-        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => {
-            Err(Error::Unsupported(format!(
-                "{name} on device buffers (not yet: run it on host buffers)"
-            )))
-        }
+        // Checked by the host communicator (these calls always stage).
+        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => Ok(0),
     }
 }
 
