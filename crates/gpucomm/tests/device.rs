@@ -407,6 +407,39 @@ fn calls_without_a_schedule_stage_on_device_buffers() {
 }
 
 #[test]
+fn device_communicators_split_into_groups() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let res = with_ranks(5, &[gpu], &[0], path, |dc| -> Result<Vec<i64>, String> {
+            let dc = dc.map_err(|e| e.to_string())?;
+            let r = dc.rank();
+            // Evens and odds; rank 4 stays out.
+            let color = (r != 4).then_some(r as u32 % 2);
+            let Some(g) = dc.split(color, 0).map_err(|e| e.to_string())? else {
+                return Ok(vec![]);
+            };
+            if g.path() != path {
+                return Err(format!("rank {r}: group path {}", g.path()));
+            }
+            let s = g.stream().map_err(|e| e.to_string())?;
+            let mut b = g
+                .alloc_from(&[r as i64; 3], &s)
+                .map_err(|e| e.to_string())?;
+            g.all_reduce_in_place(&mut b, ReduceOp::Sum, &s)
+                .and_then(|ev| ev.wait())
+                .map_err(|e| e.to_string())?;
+            b.to_vec(&s).map_err(|e| e.to_string())
+        });
+        let res: Vec<Vec<i64>> = res.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            res,
+            vec![vec![2; 3], vec![4; 3], vec![2; 3], vec![4; 3], vec![]],
+            "{path}"
+        );
+    }
+}
+
+#[test]
 fn pinned_host_buffers_are_registered_and_valid_collective_buffers() {
     let gpu = Arc::new(FakeDevice::new(1));
     let res = with_ranks(3, std::slice::from_ref(&gpu), &[0], GpuPath::Ipc, |dc| {

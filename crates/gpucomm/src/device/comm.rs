@@ -388,6 +388,19 @@ impl DeviceComm {
         DeviceComm::new(comm, gpu, device, opts)
     }
 
+    /// Splits into groups as [`Communicator::split`] does (collective over
+    /// this communicator's ranks); each group's `DeviceComm` uses this
+    /// one's backend, device and path.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<DeviceComm>, Error> {
+        let Some(group) = self.comm.split(color, key)? else {
+            return Ok(None);
+        };
+        let opts = DeviceOptions {
+            path: Some(self.path),
+        };
+        DeviceComm::new(group, self.ctx.backend.clone(), self.ctx.device, &opts).map(Some)
+    }
+
     /// The host communicator (host buffers, pinned or not, go through it).
     pub fn comm(&self) -> &Communicator {
         &self.comm
