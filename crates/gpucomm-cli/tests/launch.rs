@@ -11,19 +11,20 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// `gpucomm launch -n N OPTIONS -- sh -c SCRIPT`.
+fn launch_sh(n: &str, options: &[&str], script: &str) -> common::Output {
+    let mut args = vec!["launch", "-n", n];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    gpucomm(&args, LIMIT)
+}
+
 #[test]
 fn prefixes_every_line_with_its_rank() {
-    let out = gpucomm(
-        &[
-            "launch",
-            "-n",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            "echo out $GPUCOMM_RANK of $GPUCOMM_WORLD_SIZE; echo err $GPUCOMM_RANK >&2; echo second",
-        ],
-        LIMIT,
+    let out = launch_sh(
+        "3",
+        &[],
+        "echo out $GPUCOMM_RANK of $GPUCOMM_WORLD_SIZE; echo err $GPUCOMM_RANK >&2; echo second",
     );
     out.assert_ok();
     for r in 0..3 {
@@ -48,19 +49,10 @@ fn prefixes_every_line_with_its_rank() {
 
 #[test]
 fn every_rank_sees_the_same_store_and_token() {
-    let out = gpucomm(
-        &[
-            "launch",
-            "-n",
-            "4",
-            "--transport",
-            "tcp",
-            "--",
-            "sh",
-            "-c",
-            "echo $GPUCOMM_STORE $GPUCOMM_TOKEN $GPUCOMM_TRANSPORT",
-        ],
-        LIMIT,
+    let out = launch_sh(
+        "4",
+        &["--transport", "tcp"],
+        "echo $GPUCOMM_STORE $GPUCOMM_TOKEN $GPUCOMM_TRANSPORT",
     );
     out.assert_ok();
     let rest: Vec<&str> = out
@@ -79,17 +71,10 @@ fn every_rank_sees_the_same_store_and_token() {
 
 #[test]
 fn names_the_rank_that_failed_first_and_stops_the_others() {
-    let out = gpucomm(
-        &[
-            "launch",
-            "-n",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            r#"if [ "$GPUCOMM_RANK" = 2 ]; then sleep 0.2; exit 9; fi; exec sleep 60"#,
-        ],
-        LIMIT,
+    let out = launch_sh(
+        "3",
+        &[],
+        r#"if [ "$GPUCOMM_RANK" = 2 ]; then sleep 0.2; exit 9; fi; exec sleep 60"#,
     );
     out.assert_fails(9, "rank 2 failed first: it exited with code 9");
     assert!(
@@ -102,17 +87,10 @@ fn names_the_rank_that_failed_first_and_stops_the_others() {
 
 #[test]
 fn a_rank_killed_by_a_signal_is_named_with_the_signal() {
-    let out = gpucomm(
-        &[
-            "launch",
-            "-n",
-            "2",
-            "--",
-            "sh",
-            "-c",
-            r#"if [ "$GPUCOMM_RANK" = 0 ]; then kill -KILL $$; fi; exec sleep 60"#,
-        ],
-        LIMIT,
+    let out = launch_sh(
+        "2",
+        &[],
+        r#"if [ "$GPUCOMM_RANK" = 0 ]; then kill -KILL $$; fi; exec sleep 60"#,
     );
     assert_eq!(out.code, Some(128 + 9), "{}", out.dump());
     assert!(
@@ -248,22 +226,7 @@ fn the_timeout_stops_what_the_ranks_started() {
     // grace must reach the child too, not only the rank's shell.
     let tag = unique_sleep(1);
     let script = format!(r#"trap "" TERM; sleep {tag} & wait"#);
-    let out = gpucomm(
-        &[
-            "launch",
-            "-n",
-            "2",
-            "--timeout",
-            "1",
-            "--grace",
-            "0.5",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        LIMIT,
-    );
+    let out = launch_sh("2", &["--timeout", "1", "--grace", "0.5"], &script);
     out.assert_fails(124, "timed out after 1.0 s with rank(s) 0, 1 still running");
     assert_none_left(&tag, "after --timeout");
     assert!(out.elapsed < Duration::from_secs(10), "{}", out.dump());
@@ -277,7 +240,7 @@ fn a_failure_stops_what_every_rank_started() {
     let script = format!(
         r#"if [ "$GPUCOMM_RANK" = 0 ]; then sleep {left_by_0} & exit 3; fi; sleep {child_of_1}"#
     );
-    let out = gpucomm(&["launch", "-n", "2", "--", "sh", "-c", &script], LIMIT);
+    let out = launch_sh("2", &[], &script);
     out.assert_fails(3, "rank 0 failed first: it exited with code 3");
     assert!(out.stderr.contains("stopped rank(s) 1"), "{}", out.dump());
     assert_none_left(&left_by_0, "the failed rank's child");
