@@ -41,30 +41,10 @@ fn tune_ranks_only_the_algorithm_channels_and_chunk_given() {
     assert_eq!(best["algorithm"], "ring", "{best}");
     assert_eq!(best["channels"], 2, "{best}");
     assert_eq!(best["chunk_elems"], 64, "{best}");
-    let shown = json(&[
-        "algo",
-        "show",
-        "all_reduce",
-        "-a",
-        "ring",
-        "-c",
-        "2",
-        "--chunk",
-        "256",
-        "--json",
-    ]);
+    let fixed = ["all_reduce", "-a", "ring", "-c", "2", "--chunk", "256"];
+    let shown = json(&[&["algo", "show"][..], &fixed, &["--json"]].concat());
     assert_eq!(rows[0], shown["prediction"]);
-    let text = run(&[
-        "algo",
-        "tune",
-        "all_reduce",
-        "-a",
-        "ring",
-        "-c",
-        "2",
-        "--chunk",
-        "256",
-    ]);
+    let text = run(&[&["algo", "tune"][..], &fixed].concat());
     assert!(
         text.assert_ok()
             .contains("best: ring with 2 channel(s), chunk 64 elements"),
