@@ -507,11 +507,11 @@ impl Inner {
             op: rc.call.op().unwrap_or(ReduceOp::Sum),
         };
         // Calls without a schedule in gpucomm-algo: steps made by hand.
-        let hand =
-            hand_made(&rc, me, n).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
+        let hand = hand_made(rc.call, send_len, recv_len, rc.blocks.as_ref(), me, n)
+            .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
         let (plan, count, algo_code, coll) = match (&hand, rc.call) {
             (Some(h), _) => (
-                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, false)?),
+                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
                 h.count,
                 0u8,
                 None,
@@ -765,7 +765,7 @@ impl Inner {
 }
 
 /// A call whose steps are made here, not by a gpucomm-algo schedule.
-struct HandMade {
+pub(crate) struct HandMade {
     steps: Vec<Step>,
     /// Input, output and scratch lengths, in elements.
     lens: [usize; 3],
@@ -775,6 +775,10 @@ struct HandMade {
     count: usize,
     /// Each message's descriptor counts that message's elements instead.
     count_per_message: bool,
+    /// Peers this rank only sends to or only receives from exchange
+    /// descriptors first (gather, scatter): both sides see a mismatch, and
+    /// a sender does not finish before its receiver has started the call.
+    exchange_desc: bool,
 }
 
 fn step(kind: StepKind) -> Step {
@@ -799,9 +803,14 @@ fn output(offset: usize, len: usize) -> Slice {
 /// and scatter, and all-to-alls whose blocks differ in size. Every send and
 /// receive of a call may run at once. A receive checks the incoming length
 /// against its own, so counts that do not pair up end in an error.
-fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, String> {
-    let recv_len = rc.recv.1;
-    let send_len = rc.send.map(|s| s.1);
+pub(crate) fn hand_made(
+    call: Call,
+    send_len: Option<usize>,
+    recv_len: usize,
+    blocks: Option<&Blocks>,
+    me: usize,
+    n: usize,
+) -> Result<Option<HandMade>, String> {
     let peer_ok = |p: usize| {
         if p >= n || p == me {
             Err(format!("peer {p} invalid on rank {me} of {n}"))
@@ -815,13 +824,14 @@ fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, Stri
         code: (9, 0),
         count: 0,
         count_per_message: true,
+        exchange_desc: false,
     };
-    Ok(Some(match rc.call {
-        Call::AllToAll if rc.blocks.is_some() => {
-            let b = rc.blocks.as_ref().expect("guarded");
+    Ok(Some(match call {
+        Call::AllToAll if blocks.is_some() => {
+            let b = blocks.expect("guarded");
             let send_len =
                 send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
-            blocks(b, me, n, send_len, recv_len)?
+            blocks_of_any_size(b, me, n, send_len, recv_len)?
         }
         Call::Send { peer } => {
             peer_ok(peer)?;
@@ -868,7 +878,7 @@ fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, Stri
             }
             // A gather is a scatter run backwards: every rank's block, the
             // root's whole of n blocks in rank order.
-            let gather = matches!(rc.call, Call::Gather { .. });
+            let gather = matches!(call, Call::Gather { .. });
             let (what, c, whole_len) = if gather {
                 let c = send_len.ok_or("gather needs a send buffer")?;
                 ("recv", c, recv_len)
@@ -925,6 +935,7 @@ fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, Stri
                 code: (if gather { 10 } else { 11 }, root as u32),
                 count: c,
                 count_per_message: false,
+                exchange_desc: true,
             }
         }
         _ => return Ok(None),
@@ -934,7 +945,7 @@ fn hand_made(rc: &RawCall, me: usize, n: usize) -> Result<Option<HandMade>, Stri
 /// An all-to-all whose blocks differ in size: block p of the input
 /// (`b.send[p]` elements, blocks packed in rank order) to rank p, and
 /// block q of the output from rank q; this rank's own block is a copy.
-fn blocks(
+fn blocks_of_any_size(
     b: &Blocks,
     me: usize,
     n: usize,
@@ -993,7 +1004,10 @@ fn blocks(
         lens: [send_len, recv_len, 0],
         code: (6, 1),
         count: 0,
+        // Every pair talks both ways (empty blocks too), so each side
+        // checks the other's descriptor on its data.
         count_per_message: false,
+        exchange_desc: false,
     })
 }
 

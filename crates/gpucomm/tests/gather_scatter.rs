@@ -62,9 +62,36 @@ fn blocks_of_different_lengths_end_in_errors() {
     let e = results[0].0.as_ref().unwrap_err();
     assert_eq!(e.context().map(|x| x.peer), Some(Some(2)), "{e}");
     assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
+    // The rank with the other length is told too (descriptors go both ways).
+    let e = results[2].0.as_ref().unwrap_err();
+    assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
     for (r, (_, b)) in results.iter().enumerate() {
         assert!(b.is_err(), "rank {r}: {results:?}");
     }
     // Found from the message, not by waiting out the timeout.
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn senders_do_not_finish_before_the_root_takes_part() {
+    // The root refuses its own buffer, calls again (one gather in all);
+    // the others gather twice. Their second gather must not finish: the
+    // root never takes part in it. (Small blocks fit in the links'
+    // buffers: before descriptors were exchanged, it returned Ok and left
+    // its blocks for whatever the root called next.)
+    let results = on_threads(3, Duration::from_secs(2), |c| {
+        let r = c.rank() as u32;
+        if r == 0 {
+            let wrong = c.gather(&[0u32], &mut [0; 5], 0).is_err();
+            let mut all = [0u32; 3];
+            c.gather(&[0], &mut all, 0).map(|_| (wrong, all.to_vec()))
+        } else {
+            c.gather(&[r], &mut [], 0)?;
+            c.gather(&[10 + r], &mut [], 0).map(|_| (true, vec![]))
+        }
+    });
+    assert_eq!(results[0].as_ref().ok(), Some(&(true, vec![0, 1, 2])));
+    for (r, res) in results.iter().enumerate().skip(1) {
+        assert!(res.is_err(), "rank {r}: {res:?}");
+    }
 }

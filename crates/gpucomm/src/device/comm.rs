@@ -671,6 +671,19 @@ impl DeviceComm {
         self.check_buf("the send buffer", send)?;
         self.check_buf("the receive buffer", recv)?;
         recv.check_stream(stream)?;
+        let blocks = crate::comm::Blocks {
+            send: send_counts.to_vec(),
+            recv: recv_counts.to_vec(),
+        };
+        crate::comm::hand_made(
+            Call::AllToAll,
+            Some(send.len()),
+            recv.len(),
+            Some(&blocks),
+            self.rank(),
+            self.world_size(),
+        )
+        .map_err(|e| Error::InvalidArgument(format!("all_to_all_v: {e}")))?;
         let r = self.run_staged(Call::AllToAll, Some(send), recv, stream, |s, r| {
             self.comm
                 .all_to_all_v(s.unwrap_or(&[]), send_counts, r, recv_counts)
@@ -1373,8 +1386,14 @@ fn counts(
             Ok(recv / n)
         }
         Call::Barrier => Ok(0),
-        // Checked by the host communicator (these calls always stage).
-        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => Ok(0),
+        // These calls always stage; their arguments are checked as the host
+        // communicator checks them, before anything moves (an error then
+        // stays this rank's own, as for every other call).
+        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => {
+            crate::comm::hand_made(call, send, recv, None, me, n)
+                .map(|_| 0)
+                .or_else(bad)
+        }
     }
 }
 
