@@ -407,6 +407,51 @@ fn calls_without_a_schedule_stage_on_device_buffers() {
 }
 
 #[test]
+fn a_bad_argument_to_a_staged_call_is_the_ranks_own_error() {
+    // It aborted the host communicator (every rank's next call failed).
+    let gpu = Arc::new(FakeDevice::new(1));
+    let res = with_ranks(2, &[gpu], &[0], GpuPath::Staged, |dc| {
+        let dc = dc.unwrap();
+        let s = dc.stream().unwrap();
+        let a = dc.alloc_from(&[1u32; 4], &s).unwrap();
+        let mut b = dc.alloc::<u32>(4).unwrap();
+        let me = dc.rank();
+        let bad = dc
+            .run(
+                Call::Exchange {
+                    to: me,
+                    from: 1 - me,
+                },
+                Some(&a),
+                &mut b,
+                &s,
+                &CallOptions::default(),
+            )
+            .map(|_| ());
+        let counts = dc
+            .all_to_all_v(&a, &[1, 1], &mut b, &[2, 2], &s)
+            .map(|_| ());
+        let next = dc.barrier(&s).and_then(|e| e.wait());
+        (
+            bad.map_err(|e| e.to_string()),
+            counts.map_err(|e| e.to_string()),
+            next.is_ok(),
+        )
+    });
+    for (r, (bad, counts, next)) in res.iter().enumerate() {
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("invalid")),
+            "rank {r}: {bad:?}"
+        );
+        assert!(
+            counts.as_ref().is_err_and(|e| e.contains("add up")),
+            "rank {r}: {counts:?}"
+        );
+        assert!(next, "rank {r}: the communicator was aborted");
+    }
+}
+
+#[test]
 fn device_communicators_split_into_groups() {
     for path in [GpuPath::Ipc, GpuPath::Staged] {
         let gpu = Arc::new(FakeDevice::new(1));
