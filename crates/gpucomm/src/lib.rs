@@ -37,6 +37,10 @@
 //!   thread and returns a [`Request`]; operations complete in issue order.
 //! * **Groups**: [`Communicator::split`] makes a communicator per color, as
 //!   `MPI_Comm_split` and `ncclCommSplit` do, connected as a job is.
+//! * **Beyond the schedules**: [`Communicator::exchange`] (`MPI_Sendrecv`),
+//!   [`Communicator::gather`], [`Communicator::scatter`] and
+//!   [`Communicator::all_to_all_v`] (blocks of any size) run steps made by
+//!   hand, under the same descriptors, deadlines and failure handling.
 //!
 //! * **Device memory** ([`device`]): [`device::DeviceComm`] runs every call
 //!   on [`device::DeviceBuffer`]s in stream order, over CUDA IPC (peers'
