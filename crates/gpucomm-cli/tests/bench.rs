@@ -611,4 +611,13 @@ fn a_bad_gpu_path_names_where_it_came_from() {
     );
     assert_eq!(err.matches("GPUCOMM_GPU_PATH").count(), 1, "{err}");
     assert!(!err.contains("rank"), "{err}");
+    // Pinned memory makes a device communicator too: the same, once.
+    let out = std::process::Command::new(common::exe())
+        .args(["bench", "--memory", "pinned", "--fake-gpu", "-e", "64"])
+        .env("GPUCOMM_GPU_PATH", "foo")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("GPUCOMM_GPU_PATH").count(), 1, "{err}");
 }

@@ -250,6 +250,13 @@ fn collectives_are_spelled_as_bench_and_algo_take_them() {
     same("reduce_scatter_perf", "reduce_scatter");
     same("all-to-all", "all_to_all");
     same("bcast", "broadcast");
+    // The help forms too (the clap aliases they used are gone).
+    for argv in [
+        &["sim", "help", "all-reduce"][..],
+        &["help", "sim", "alltoall"][..],
+    ] {
+        gpucomm(argv, LIMIT).assert_ok();
+    }
     // A word that names no collective, or none the simulator runs, is
     // still clap's error.
     for word in ["allreduces", "barrier"] {

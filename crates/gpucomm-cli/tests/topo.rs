@@ -196,7 +196,7 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
         (&["--sharp"][..], "--sharp needs more than one node"),
         (
             &["--fabric", "single"][..],
-            "--fabric single-switch needs more than one node",
+            "--fabric single needs more than one node",
         ),
         // Named briefly, not with 301 digits.
         (
@@ -208,6 +208,10 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
         full.extend_from_slice(argv);
         gpucomm(&full, LIMIT).assert_fails(2, says);
     }
+    // The default fabric, given on one node, changes nothing: taken.
+    ok(&[
+        "topo", "--preset", "dgx-h100", "--nodes", "1", "--fabric", "rail",
+    ]);
     // What they are for still works; non-blocking (1) is what every fabric is.
     let out = ok(&[
         "topo",

@@ -622,7 +622,7 @@ pub enum Record {
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // GPUCOMM_ALGORITHM picks the algorithm where --algorithm is auto, as
     // NCCL_ALGO does for nccl-tests; GPUCOMM_GPU_PATH the device path where
-    // --gpu-path is not given. Read once, here, by the flags' parsers (a
+    // --gpu-path is not given (device and pinned memory). Read once, here, by the flags' parsers (a
     // bad value is one error, not one per rank); the workers get them as
     // flags.
     let mut from_env = None;
@@ -633,7 +633,8 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
                 from_env = Some(what);
             }
         }
-        if args.memory == Memory::Device && args.gpu_path.is_none() {
+        // Pinned memory makes a device communicator too (registration).
+        if args.memory != Memory::Host && args.gpu_path.is_none() {
             args.gpu_path = env_flag(gpucomm::device::GPU_PATH_ENV, parse_gpu_path)?.map(|p| p.0);
         }
     }
@@ -836,10 +837,9 @@ impl Drop for Ended {
 /// process ends, with the status a timed-out launch has (124) and the
 /// ranks still running named, as separate processes' timeout names them.
 fn timed_out(after: Duration, running: &[usize]) -> ! {
-    use std::io::Write;
     let ranks: Vec<String> = running.iter().map(usize::to_string).collect();
-    // Rows already printed stay; a partial line is flushed.
-    let _ = std::io::stdout().flush();
+    // Rows already printed stay (the printer writes whole lines). No flush
+    // here: a rank stuck writing to a full pipe holds stdout's lock.
     eprintln!(
         "gpucomm bench: bench failed: timed out after {:.1} s with rank(s) {} still running (threads cannot be stopped; exiting)",
         after.as_secs_f64(),

@@ -35,16 +35,23 @@ pub struct Args {
 /// line with that word written as the subcommand's name. Anything else is
 /// left for clap to parse (and refuse).
 pub fn collective_spelled(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if argv.get(1).is_some_and(|a| a == "sim") {
-        if let Some(word) = argv.get_mut(2) {
-            let name = word
-                .to_str()
-                .filter(|w| !w.starts_with('-'))
-                .and_then(Collective::from_name)
-                .map(|c| c.name());
-            if let Some(name) = name {
-                *word = name.into();
-            }
+    // `gpucomm sim X`, `gpucomm sim help X` and `gpucomm help sim X`.
+    let mut at = match (argv.get(1), argv.get(2)) {
+        (Some(a), _) if a == "sim" => 2,
+        (Some(a), Some(b)) if a == "help" && b == "sim" => 3,
+        _ => return argv,
+    };
+    if argv.get(at).is_some_and(|w| w == "help") {
+        at += 1;
+    }
+    if let Some(word) = argv.get_mut(at) {
+        let name = word
+            .to_str()
+            .filter(|w| !w.starts_with('-'))
+            .and_then(Collective::from_name)
+            .map(|c| c.name());
+        if let Some(name) = name {
+            *word = name.into();
         }
     }
     argv
@@ -409,10 +416,11 @@ fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The machine the options describe. `nodes_later`: the command gives the
-/// node count itself (`train --sweep-nodes`, `rdma`'s two nodes), so the
-/// network options are not checked against `--nodes` here.
-fn machine(m: &Machine_, nodes_later: bool) -> anyhow::Result<Machine> {
+/// The machine the options describe. `most_nodes`: the most nodes the
+/// command runs on where it gives the node counts itself (`train
+/// --sweep-nodes`, `rdma`'s two nodes); else `--nodes` (default 1). The
+/// network options are checked against it.
+fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
     let nic_speed = m
         .nic_speed
         .as_deref()
@@ -449,23 +457,20 @@ fn machine(m: &Machine_, nodes_later: bool) -> anyhow::Result<Machine> {
             .as_deref()
             .map(|f| {
                 gpucomm_topo::Fabric::parse(f)
+                    .map(|x| (x, f.to_string()))
                     .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
             })
             .transpose()?;
         // Bad command lines (exit 2), as `gpucomm topo` refuses them.
         super::topo::check_network_options(&super::topo::NetworkFlags {
-            fabric,
-            nodes: if nodes_later {
-                None
-            } else {
-                Some(m.nodes.unwrap_or(1))
-            },
+            fabric: fabric.clone(),
+            nodes: Some(most_nodes.unwrap_or(m.nodes.unwrap_or(1))),
             nodes_per_leaf: m.nodes_per_leaf,
             oversubscription: m.oversubscription,
             sharp: m.sharp,
         })?;
         let opts = gpucomm_topo::ClusterOptions {
-            fabric: fabric.unwrap_or(defaults.fabric),
+            fabric: fabric.as_ref().map_or(defaults.fabric, |x| x.0),
             oversubscription: m.oversubscription.unwrap_or(defaults.oversubscription),
             nodes_per_leaf: m.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
             sharp: m.sharp,
@@ -493,7 +498,7 @@ fn out() -> std::io::StdoutLock<'static> {
 }
 
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, false)?;
+    let mach = machine(&a.m, None)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let base = a.tuner.options()?;
     let average = match &a.average {
@@ -828,7 +833,7 @@ fn link_summary(
 }
 
 fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, false)?;
+    let mach = machine(&a.m, None)?;
     let (x, y) = a
         .pair
         .split_once(',')
@@ -917,7 +922,7 @@ fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
 }
 
 fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, false)?;
+    let mach = machine(&a.m, None)?;
     let size = copy_size(&a.size)?;
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
     // The GPU end's buffer (storage to host memory holds none).
@@ -948,7 +953,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, true)?;
+    let mach = machine(&a.m, Some(2))?;
     let size = copy_size(&a.size)?;
     mach.check_device_memory(size, &format!("a transfer of {}", format_bytes(size)))?;
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
@@ -974,7 +979,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, !a.sweep_nodes.is_empty())?;
+    let mach = machine(&a.m, a.sweep_nodes.iter().copied().max())?;
     let model = if std::path::Path::new(&a.model).exists() {
         let text =
             std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
@@ -1217,14 +1222,14 @@ mod tests {
         a.oversubscription = Some(2.0);
         a.nodes_per_leaf = Some(2);
         a.sharp = true;
-        let m = machine(&a, false).unwrap();
+        let m = machine(&a, None).unwrap();
         assert_eq!(m.nodes, 8);
         assert_eq!(m.network.layout, NetLayout::LeafSpine { nodes_per_leaf: 2 });
         assert_eq!(m.network.oversubscription, 2.0);
         assert!(m.network.sharp);
         assert!(m.network.describe().contains("2:1 oversubscribed"));
         // Without flags: rails, non-blocking, no SHARP.
-        let plain = machine(&args("dgx-h100", Some(8)), false).unwrap();
+        let plain = machine(&args("dgx-h100", Some(8)), None).unwrap();
         assert_eq!(plain.network.layout, NetLayout::Rails);
         assert!(!plain.network.sharp);
     }
@@ -1233,16 +1238,16 @@ mod tests {
     fn bad_network_flags_are_clear_errors() {
         let mut a = args("dgx-h100", Some(4));
         a.oversubscription = Some(2.0);
-        let e = machine(&a, false).unwrap_err().to_string();
+        let e = machine(&a, None).unwrap_err().to_string();
         assert!(e.contains("--fabric leaf-spine"), "{e}");
         a.fabric = Some("leaf-spine".into());
         a.oversubscription = Some(0.5);
-        assert!(format!("{:#}", machine(&a, false).unwrap_err()).contains("at least 1"));
+        assert!(format!("{:#}", machine(&a, None).unwrap_err()).contains("at least 1"));
         a.oversubscription = None;
         // Leaves without a leaf-spine fabric were taken and changed nothing.
         a.fabric = None;
         a.nodes_per_leaf = Some(0);
-        let e = machine(&a, false).unwrap_err().to_string();
+        let e = machine(&a, None).unwrap_err().to_string();
         assert!(
             e.contains("--nodes-per-leaf 0 needs --fabric leaf-spine"),
             "{e}"
@@ -1252,36 +1257,40 @@ mod tests {
         let mut one = args("dgx-h100", Some(1));
         one.fabric = Some("leaf-spine".into());
         one.nodes_per_leaf = Some(1);
-        let e = machine(&one, false).unwrap_err().to_string();
+        let e = machine(&one, None).unwrap_err().to_string();
         assert!(
             e.contains("--nodes-per-leaf 1 needs more than one node"),
             "{e}"
         );
         one.nodes = None;
-        assert!(machine(&one, false).is_err());
-        assert!(machine(&one, true).is_ok());
+        assert!(machine(&one, None).is_err());
+        assert!(machine(&one, Some(2)).is_ok());
         // --sharp and --fabric on one node changed nothing and said nothing.
         let mut sharp = args("dgx-h100", None);
         sharp.sharp = true;
-        let e = machine(&sharp, false).unwrap_err().to_string();
+        let e = machine(&sharp, None).unwrap_err().to_string();
         assert!(e.contains("--sharp needs more than one node"), "{e}");
         sharp.sharp = false;
         sharp.fabric = Some("single".into());
-        let e = machine(&sharp, false).unwrap_err().to_string();
+        let e = machine(&sharp, None).unwrap_err().to_string();
         assert!(
-            e.contains("--fabric single-switch needs more than one node"),
+            e.contains("--fabric single needs more than one node"),
             "{e}"
         );
         sharp.nodes = Some(2);
-        assert!(machine(&sharp, false).is_ok());
+        assert!(machine(&sharp, None).is_ok());
+        // The default fabric, given, changes nothing: taken on one node.
+        let mut rail = args("dgx-h100", None);
+        rail.fabric = Some("rail".into());
+        assert!(machine(&rail, None).is_ok());
+        // A train sweep is checked against its largest node count.
+        let mut sweep = args("dgx-h100", None);
+        sweep.sharp = true;
+        assert!(machine(&sweep, Some(1)).is_err());
+        assert!(machine(&sweep, Some(2)).is_ok());
         a.nodes_per_leaf = None;
         a.fabric = Some("torus".into());
-        assert!(
-            machine(&a, false)
-                .unwrap_err()
-                .to_string()
-                .contains("torus")
-        );
+        assert!(machine(&a, None).unwrap_err().to_string().contains("torus"));
         // A multi-node topology file describes its own network.
         let dir = std::env::temp_dir().join(format!("gpucomm-sim-net-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1297,12 +1306,12 @@ mod tests {
         .unwrap();
         gpucomm_topo::format::save(&t, &file).unwrap();
         let f = file.to_str().unwrap();
-        let m = machine(&args(f, None), false).unwrap();
+        let m = machine(&args(f, None), None).unwrap();
         assert!(m.network.sharp && m.nodes == 2);
         let mut a = args(f, None);
         a.sharp = true;
         assert!(
-            machine(&a, false)
+            machine(&a, None)
                 .unwrap_err()
                 .to_string()
                 .contains("describes its own network")

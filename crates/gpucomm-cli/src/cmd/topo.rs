@@ -119,8 +119,8 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
 /// The network options as given on a command line (`gpucomm topo` and
 /// `gpucomm sim`), for [`check_network_options`].
 pub(crate) struct NetworkFlags {
-    /// `--fabric`, where given.
-    pub fabric: Option<Fabric>,
+    /// `--fabric`, where given, as typed.
+    pub fabric: Option<(Fabric, String)>,
     /// The node count, where known here (`None` for `gpucomm sim train
     /// --sweep-nodes`, whose counts come later).
     pub nodes: Option<usize>,
@@ -135,7 +135,8 @@ pub(crate) struct NetworkFlags {
 /// of a leaf-spine fabric (on rails, the spine no transfer crosses). Usage
 /// errors (exit 2).
 pub(crate) fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
-    let fabric = f.fabric.unwrap_or(ClusterOptions::default().fabric);
+    let default = ClusterOptions::default().fabric;
+    let fabric = f.fabric.as_ref().map_or(default, |x| x.0);
     let oversubscribed = f.oversubscription.filter(|&x| x > 1.0);
     let leaf = [
         (
@@ -163,13 +164,20 @@ pub(crate) fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
         let first = leaf
             .into_iter()
             .filter_map(|(flag, value, _)| Some(format!("{flag} {}", value?)))
-            .chain(f.fabric.map(|x| format!("--fabric {}", x.name())))
+            // The default fabric, given, changes nothing either way (as an
+            // oversubscription of 1).
+            .chain(
+                f.fabric
+                    .as_ref()
+                    .filter(|x| x.0 != default)
+                    .map(|x| format!("--fabric {}", x.1)),
+            )
             .chain(f.sharp.then(|| "--sharp".to_string()))
             .next();
         if let Some(flag) = first {
             usage!(
                 "{flag} needs more than one node (--nodes N): it shapes the network between \
-                 nodes"
+                 the nodes --nodes makes (a topology file of several hosts keeps its own)"
             );
         }
     }
@@ -261,13 +269,14 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
         .as_deref()
         .map(|f| {
             Fabric::parse(f)
+                .map(|x| (x, f.to_string()))
                 .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
         })
         .transpose()?;
     let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
     let defaults = ClusterOptions::default();
     check_network_options(&NetworkFlags {
-        fabric,
+        fabric: fabric.clone(),
         nodes: Some(args.nodes),
         nodes_per_leaf: args.nodes_per_leaf,
         oversubscription: args.oversubscription,
@@ -278,7 +287,7 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
         gpus: args.gpus,
         nics: args.nics,
         nic_speed,
-        fabric: fabric.unwrap_or(defaults.fabric),
+        fabric: fabric.as_ref().map_or(defaults.fabric, |x| x.0),
         oversubscription: args.oversubscription.unwrap_or(defaults.oversubscription),
         nodes_per_leaf: args.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
         sharp: args.sharp,
