@@ -195,14 +195,16 @@ fn gpucomm_reading(
         .expect("starting gpucomm");
     then(&mut child);
     let status = wait_at_most(&mut child, LIMIT);
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
+    (status.code(), read_all(child.stderr.take()))
+}
+
+/// Everything left in a child's pipe.
+fn read_all(pipe: Option<impl Read>) -> String {
+    let mut s = String::new();
+    pipe.expect("a piped stream")
+        .read_to_string(&mut s)
         .unwrap();
-    (status.code(), err)
+    s
 }
 
 fn wait_at_most(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
@@ -273,19 +275,7 @@ fn a_sigterm_to_the_launcher_is_forwarded_to_every_rank_group() {
             .success()
     );
     let status = wait_at_most(&mut child, LIMIT);
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (out, err) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
     assert_none_left(&tag, "after SIGTERM to the launcher");
     assert_eq!(status.code(), Some(128 + 15), "{status:?}\n{out}\n{err}");
     assert!(
