@@ -636,10 +636,9 @@ impl Inner {
                 }
             }
         };
-        let (ccode, arg) = match (coll, &hand) {
-            (Some((c, _)), _) => OpDesc::coll_code(&c),
-            (None, Some(h)) => h.code,
-            (None, None) => unreachable!("a call is either scheduled or made by hand"),
+        let (ccode, arg) = match (&hand, coll) {
+            (Some(h), _) => h.code,
+            (None, c) => OpDesc::coll_code(&c.expect("a scheduled call has its collective").0),
         };
         let desc = OpDesc {
             coll: ccode,
