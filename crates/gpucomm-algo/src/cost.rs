@@ -280,6 +280,20 @@ fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
                     }
                 }
                 Collective::AllToAll => ((n - 1) * c, (n - 1) * c),
+                Collective::Gather { root } => {
+                    if r == root {
+                        (0, (n - 1) * c)
+                    } else {
+                        (c, 0)
+                    }
+                }
+                Collective::Scatter { root } => {
+                    if r == root {
+                        ((n - 1) * c, 0)
+                    } else {
+                        (0, c)
+                    }
+                }
                 Collective::SendRecv { shift } => {
                     if shift % n == 0 {
                         (0, 0)

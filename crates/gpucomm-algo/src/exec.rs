@@ -240,6 +240,18 @@ pub fn expected(p: &Problem, op: ReduceOp, inputs: &[Vec<f64>]) -> Vec<Vec<f64>>
         Collective::SendRecv { shift } => (0..n)
             .map(|r| inputs[(r + n - shift % n) % n].clone())
             .collect(),
+        Collective::Gather { root } => (0..n)
+            .map(|r| {
+                if r == root {
+                    inputs.concat()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect(),
+        Collective::Scatter { root } => (0..n)
+            .map(|r| inputs[root][r * c..(r + 1) * c].to_vec())
+            .collect(),
         Collective::Barrier => vec![Vec::new(); n],
     };
     finish_avg(p, op, &mut outs);

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 /// | `Reduce` | `count` | `count` on the root: the op over all inputs (other ranks: undefined, length `count`) |
 /// | `AllToAll` | `nranks * count`: block p (of `count`) goes to rank p | `nranks * count`: block p came from rank p |
 /// | `SendRecv` | `count`, sent to rank `(r + shift) % n` | `count`, received from rank `(r - shift) mod n` |
+/// | `Gather` | `count`, sent to the root | on the root `nranks * count`: block q came from rank q (other ranks: 0) |
+/// | `Scatter` | on the root `nranks * count`: block q goes to rank q (other ranks: 0) | `count`: block r of the root's input |
 /// | `Barrier` | 0 | 0: completes on a rank only after every rank has entered |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -47,6 +49,18 @@ pub enum Collective {
     },
     /// Synchronisation only.
     Barrier,
+    /// The root ends with every rank's input, in rank order (`MPI_Gather`;
+    /// nccl-tests' gather).
+    Gather {
+        /// The rank that receives every block.
+        root: usize,
+    },
+    /// Rank r ends with block r of the root's input (`MPI_Scatter`;
+    /// nccl-tests' scatter).
+    Scatter {
+        /// The rank whose input is cut into blocks.
+        root: usize,
+    },
 }
 
 impl Collective {
@@ -61,12 +75,14 @@ impl Collective {
             Collective::AllToAll => "all_to_all",
             Collective::SendRecv { .. } => "sendrecv",
             Collective::Barrier => "barrier",
+            Collective::Gather { .. } => "gather",
+            Collective::Scatter { .. } => "scatter",
         }
     }
 
     /// Every collective, rooted ones at rank 0 and sendrecv shifting by one
     /// (as nccl-tests runs them).
-    pub const ALL: [Collective; 8] = [
+    pub const ALL: [Collective; 10] = [
         Collective::AllReduce,
         Collective::ReduceScatter,
         Collective::AllGather,
@@ -75,6 +91,8 @@ impl Collective {
         Collective::AllToAll,
         Collective::SendRecv { shift: 1 },
         Collective::Barrier,
+        Collective::Gather { root: 0 },
+        Collective::Scatter { root: 0 },
     ];
 
     /// Parses a name as NCCL, nccl-tests and [`Collective::name`] spell it:
@@ -107,7 +125,10 @@ impl Collective {
     /// The root of a rooted collective.
     pub const fn root(&self) -> Option<usize> {
         match *self {
-            Collective::Broadcast { root } | Collective::Reduce { root } => Some(root),
+            Collective::Broadcast { root }
+            | Collective::Reduce { root }
+            | Collective::Gather { root }
+            | Collective::Scatter { root } => Some(root),
             _ => None,
         }
     }
@@ -126,9 +147,11 @@ impl Collective {
         let n = nranks.max(1) as f64;
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::ReduceScatter | Collective::AllGather | Collective::AllToAll => {
-                (n - 1.0) / n
-            }
+            Collective::ReduceScatter
+            | Collective::AllGather
+            | Collective::AllToAll
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. } => (n - 1.0) / n,
             Collective::Broadcast { .. }
             | Collective::Reduce { .. }
             | Collective::SendRecv { .. }
@@ -336,6 +359,7 @@ impl Problem {
         match self.collective {
             Collective::AllGather => block_partition(self.count, self.nranks, rank).1,
             Collective::AllToAll => self.count * self.nranks,
+            Collective::Scatter { root } => self.whole_on(root, rank),
             Collective::Barrier => 0,
             _ => self.count,
         }
@@ -346,8 +370,19 @@ impl Problem {
         match self.collective {
             Collective::ReduceScatter => block_partition(self.count, self.nranks, rank).1,
             Collective::AllToAll => self.count * self.nranks,
+            Collective::Gather { root } => self.whole_on(root, rank),
             Collective::Barrier => 0,
             _ => self.count,
+        }
+    }
+
+    /// A gather's output or a scatter's input: `nranks` blocks of `count`
+    /// on the root, nothing elsewhere.
+    const fn whole_on(&self, root: usize, rank: usize) -> usize {
+        if rank == root {
+            self.count * self.nranks
+        } else {
+            0
         }
     }
 
@@ -361,7 +396,9 @@ impl Problem {
     pub fn bytes(&self) -> usize {
         let n = self.nranks.max(1);
         let elems = match self.collective {
-            Collective::AllToAll => self.count * n,
+            Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => {
+                self.count * n
+            }
             Collective::Barrier => 0,
             _ => self.count,
         };

@@ -17,7 +17,7 @@ fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, usize, u6
     (
         1usize..=64,
         any::<u64>(),
-        0usize..8,
+        0usize..10,
         0usize..6,
         0usize..Algorithm::ALL.len(),
         1u16..=4,
@@ -40,7 +40,9 @@ fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, usize, u6
                     6 => Collective::SendRecv {
                         shift: (pick >> 16) as usize % (2 * n),
                     },
-                    _ => Collective::Barrier,
+                    7 => Collective::Barrier,
+                    8 => Collective::Gather { root },
+                    _ => Collective::Scatter { root },
                 };
                 let count = match size {
                     0 => 0,
@@ -50,8 +52,12 @@ fn problem() -> impl Strategy<Value = (Problem, Algorithm, u16, usize, usize, u6
                     4 => 3 * n + 2,
                     _ => (pick >> 24) as usize % 200,
                 };
-                // all_to_all moves n * count per rank: keep it small.
-                let count = if coll == Collective::AllToAll {
+                // all_to_all moves n * count per rank, gather and scatter
+                // n * count on the root: keep them small.
+                let count = if matches!(
+                    coll,
+                    Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. }
+                ) {
                     count % 5
                 } else {
                     count

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-const COLLECTIVES: [&str; 8] = [
+const COLLECTIVES: [&str; 10] = [
     "all_reduce",
     "all_gather",
     "reduce_scatter",
@@ -20,6 +20,8 @@ const COLLECTIVES: [&str; 8] = [
     "all_to_all",
     "sendrecv",
     "barrier",
+    "gather",
+    "scatter",
 ];
 
 fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {
@@ -235,7 +237,7 @@ fn bad_arguments_fail_cleanly() {
         1,
         "all_reduce of 1 TiB on 2 ranks needs about 6144.0 GiB of host memory",
     );
-    let out = gpucomm(&["bench", "gather"], LIMIT);
+    let out = gpucomm(&["bench", "scan"], LIMIT);
     out.assert_fails(2, "unknown collective");
     // A worker started by hand, outside any launcher, says why it cannot run.
     let out = gpucomm(&["bench", "--worker"], LIMIT);
@@ -472,7 +474,7 @@ fn a_rank_with_the_wrong_token_is_refused() {
 
 #[test]
 fn threads_instead_of_processes() {
-    for coll in ["all_reduce", "all_to_all", "broadcast"] {
+    for coll in ["all_reduce", "all_to_all", "broadcast", "gather", "scatter"] {
         let rows = json_rows(&[
             coll,
             "--threads",

@@ -112,11 +112,9 @@ impl Call {
             Call::AllToAll => Collective::AllToAll,
             Call::SendRecv { shift } => Collective::SendRecv { shift },
             Call::Barrier => Collective::Barrier,
-            Call::Send { .. }
-            | Call::Recv { .. }
-            | Call::Exchange { .. }
-            | Call::Gather { .. }
-            | Call::Scatter { .. } => return None,
+            Call::Gather { root } => Collective::Gather { root },
+            Call::Scatter { root } => Collective::Scatter { root },
+            Call::Send { .. } | Call::Recv { .. } | Call::Exchange { .. } => return None,
         })
     }
 
@@ -511,7 +509,7 @@ impl Inner {
             .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
         let (plan, count, algo_code, coll) = match (&hand, rc.call) {
             (Some(h), _) => (
-                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
+                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, false)?),
                 h.count,
                 0u8,
                 None,
@@ -564,6 +562,13 @@ impl Inner {
                             ));
                         }
                         recv_len / n
+                    }
+                    Collective::Gather { root } | Collective::Scatter { root } => {
+                        let gather = matches!(coll, Collective::Gather { .. });
+                        match rooted_block(gather, root, send_len, recv_len, me, n) {
+                            Ok(c) => c,
+                            Err(e) => return bad(e),
+                        }
                     }
                     Collective::Barrier => 0,
                 };
@@ -661,6 +666,8 @@ impl Inner {
                     Collective::ReduceScatter => {
                         output = unsafe_add(rc.recv.0, block_partition(count, n, me).0 * es);
                     }
+                    Collective::Gather { .. } => input = unsafe_add(rc.recv.0, me * count * es),
+                    Collective::Scatter { .. } => output = unsafe_add(rc.recv.0, me * count * es),
                     _ => {}
                 }
             }
@@ -763,6 +770,45 @@ impl Inner {
     }
 }
 
+/// The block (elements per rank) of a gather (`gather`) or scatter rooted
+/// at `root`: this rank's send (gather) or receive (scatter) length; the
+/// root's whole, a gather's output or a scatter's input, must be `n` of
+/// them. In place (`send_len` `None`, as nccl-tests runs them) every
+/// rank's buffer is the whole, its own block at its place.
+pub(crate) fn rooted_block(
+    gather: bool,
+    root: usize,
+    send_len: Option<usize>,
+    recv_len: usize,
+    me: usize,
+    n: usize,
+) -> Result<usize, String> {
+    if root >= n {
+        return Err(format!("root {root} out of range for {n} ranks"));
+    }
+    let Some(s) = send_len else {
+        return if recv_len % n == 0 {
+            Ok(recv_len / n)
+        } else {
+            Err(format!(
+                "in place, the buffer's {recv_len} elements do not divide into {n} blocks"
+            ))
+        };
+    };
+    let (c, what, whole) = if gather {
+        (s, "recv", recv_len)
+    } else {
+        (recv_len, "send", s)
+    };
+    if me == root && c.checked_mul(n) != Some(whole) {
+        return Err(format!(
+            "the root's {what} has {whole} elements, {n} blocks of {c} need {}",
+            c.saturating_mul(n)
+        ));
+    }
+    Ok(c)
+}
+
 /// A call whose steps are made here, not by a gpucomm-algo schedule.
 pub(crate) struct HandMade {
     steps: Vec<Step>,
@@ -774,10 +820,6 @@ pub(crate) struct HandMade {
     count: usize,
     /// Each message's descriptor counts that message's elements instead.
     count_per_message: bool,
-    /// Peers this rank only sends to or only receives from exchange
-    /// descriptors first (gather, scatter): both sides see a mismatch, and
-    /// a sender does not finish before its receiver has started the call.
-    exchange_desc: bool,
 }
 
 fn step(kind: StepKind) -> Step {
@@ -798,8 +840,8 @@ fn output(offset: usize, len: usize) -> Slice {
 
 /// The steps of the calls gpucomm-algo has no schedule for (`None` for the
 /// others): point-to-point calls (each message's descriptor counting its
-/// own elements, so an exchange's halves match sends and receives), gather
-/// and scatter, and all-to-alls whose blocks differ in size. Every send and
+/// own elements, so an exchange's halves match sends and receives) and
+/// all-to-alls whose blocks differ in size. Every send and
 /// receive of a call may run at once. A receive checks the incoming length
 /// against its own, so counts that do not pair up end in an error.
 pub(crate) fn hand_made(
@@ -823,7 +865,6 @@ pub(crate) fn hand_made(
         code: (9, 0),
         count: 0,
         count_per_message: true,
-        exchange_desc: false,
     };
     Ok(Some(match call {
         Call::AllToAll if blocks.is_some() => {
@@ -870,72 +911,6 @@ pub(crate) fn hand_made(
                 ],
                 [len, recv_len, 0],
             )
-        }
-        Call::Gather { root } | Call::Scatter { root } => {
-            if root >= n {
-                return Err(format!("root {root} out of range for {n} ranks"));
-            }
-            // A gather is a scatter run backwards: every rank's block, the
-            // root's whole of n blocks in rank order.
-            let gather = matches!(call, Call::Gather { .. });
-            let (what, c, whole_len) = if gather {
-                let c = send_len.ok_or("gather needs a send buffer")?;
-                ("recv", c, recv_len)
-            } else {
-                ("send", recv_len, send_len.unwrap_or(0))
-            };
-            let (block, whole) = if gather {
-                (input(0, c), output as fn(usize, usize) -> Slice)
-            } else {
-                (output(0, c), input as fn(usize, usize) -> Slice)
-            };
-            let mut steps = Vec::with_capacity(n);
-            let lens = if me == root {
-                let want = c.checked_mul(n).ok_or("counts overflow")?;
-                if whole_len != want {
-                    return Err(format!(
-                        "the root's {what} has {whole_len} elements, {n} blocks of {c} need {want}"
-                    ));
-                }
-                for p in (0..n).filter(|&p| p != me) {
-                    let part = whole(p * c, c);
-                    steps.push(step(if gather {
-                        StepKind::Recv { peer: p, dst: part }
-                    } else {
-                        StepKind::Send { peer: p, src: part }
-                    }));
-                }
-                if c > 0 {
-                    let (src, dst) = if gather {
-                        (block, whole(me * c, c))
-                    } else {
-                        (whole(me * c, c), block)
-                    };
-                    steps.push(step(StepKind::Copy { src, dst }));
-                }
-                if gather { [c, want, 0] } else { [want, c, 0] }
-            } else {
-                steps.push(step(if gather {
-                    StepKind::Send {
-                        peer: root,
-                        src: block,
-                    }
-                } else {
-                    StepKind::Recv {
-                        peer: root,
-                        dst: block,
-                    }
-                }));
-                if gather { [c, 0, 0] } else { [0, c, 0] }
-            };
-            HandMade {
-                steps,
-                lens,
-                code: (if gather { 10 } else { 11 }, root as u32),
-                count: c,
-                count_per_message: false,
-                exchange_desc: true,
-            }
         }
         _ => return Ok(None),
     }))
@@ -1006,7 +981,6 @@ fn blocks_of_any_size(
         // Every pair talks both ways (empty blocks too), so each side
         // checks the other's descriptor on its data.
         count_per_message: false,
-        exchange_desc: false,
     })
 }
 

@@ -289,7 +289,9 @@ impl Communicator {
     /// The general blocking call. `send` is `None` for an in-place call
     /// (`recv` then holds the input, laid out as in NCCL: for all-gather this
     /// rank's block sits at its place in `recv`; for reduce-scatter `recv`
-    /// holds the whole input and the result lands in this rank's block).
+    /// holds the whole input and the result lands in this rank's block;
+    /// gather and scatter as nccl-tests runs them, every rank's `recv`
+    /// holding `n` blocks and its own at its place).
     /// For [`Call::Send`] pass the data as `send` and an empty `recv`.
     pub fn run<T: Element>(
         &self,
@@ -552,6 +554,35 @@ impl Communicator {
         )
     }
 
+    /// In-place gather: `buf` holds `n` blocks on every rank, this rank's
+    /// own at its place (block r of rank r); the root's `buf` ends with
+    /// every rank's block (`MPI_IN_PLACE` at the root, and nccl-tests'
+    /// in-place layout on the others).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// let comms = Communicator::in_process(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let r = c.rank();
+    ///             let mut buf = [0u8; 6];
+    ///             buf[2 * r..2 * r + 2].copy_from_slice(&[r as u8; 2]);
+    ///             c.gather_in_place(&mut buf, 0).unwrap();
+    ///             if r == 0 {
+    ///                 assert_eq!(buf, [0, 0, 1, 1, 2, 2]);
+    ///             }
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn gather_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        self.run(Call::Gather { root }, None, buf, &CallOptions::default())
+    }
+
     /// Rank r gets block r of the root's `send` (`n * recv.len()` elements)
     /// in its `recv`, as `MPI_Scatter`; the other ranks' `send` is not used
     /// (pass an empty slice).
@@ -567,6 +598,13 @@ impl Communicator {
             recv,
             &CallOptions::default(),
         )
+    }
+
+    /// In-place scatter: `buf` holds `n` blocks on every rank (the root's
+    /// are the input); rank r ends with the root's block r at its place,
+    /// block r of its own `buf`.
+    pub fn scatter_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        self.run(Call::Scatter { root }, None, buf, &CallOptions::default())
     }
 
     /// Sends `send` to rank `to` and receives `recv` from rank `from` at

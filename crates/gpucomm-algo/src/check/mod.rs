@@ -760,6 +760,13 @@ fn expected(p: &Problem, rank: usize, i: usize) -> (Option<(usize, Option<usize>
             let from = (rank + n - shift % n) % n;
             (Some((i, Some(from))), c - i)
         }
+        Collective::Gather { root } => {
+            // Only the root has an output: n blocks of c.
+            debug_assert_eq!(rank, root);
+            let (q, k) = (i / c, i % c);
+            (Some((k, Some(q))), c - k)
+        }
+        Collective::Scatter { root } => (Some((rank * c + i, Some(root))), c - i),
         Collective::Barrier => (None, usize::MAX),
     }
 }

@@ -78,6 +78,46 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 }
             }
         }
+        Collective::Gather { root } | Collective::Scatter { root } => {
+            // A gather is a scatter run backwards: the root's whole is n
+            // blocks of c in rank order; its own block is a copy.
+            let gather = matches!(p.collective, Collective::Gather { .. });
+            let (block, whole) = if gather {
+                (Buf::Input, Buf::Output)
+            } else {
+                (Buf::Output, Buf::Input)
+            };
+            let plan = Plan::new(s, c);
+            if r == root {
+                let (src, dst) = if gather {
+                    (sl(block, 0, c), sl(whole, r * c, c))
+                } else {
+                    (sl(whole, r * c, c), sl(block, 0, c))
+                };
+                b.copy(src, dst);
+                for i in 1..n {
+                    let q = g.after(i);
+                    for j in 0..plan.pieces() {
+                        let (o, l, ch) = plan.piece((0, c), j);
+                        let part = sl(whole, q * c + o, l);
+                        if gather {
+                            b.recv(q, part, ch, &[]);
+                        } else {
+                            b.send(q, part, ch, &[]);
+                        }
+                    }
+                }
+            } else {
+                for j in 0..plan.pieces() {
+                    let (o, l, ch) = plan.piece((0, c), j);
+                    if gather {
+                        b.send(root, sl(block, o, l), ch, &[]);
+                    } else {
+                        b.recv(root, sl(block, o, l), ch, &[]);
+                    }
+                }
+            }
+        }
         Collective::AllGather => {
             let bl = blocks(c, n);
             b.copy(

@@ -110,8 +110,9 @@ pub(crate) fn in_place_safe(s: &Schedule) -> bool {
 ///
 /// Not aliased: input, output and scratch are buffers 0, 1 and 2. Aliased
 /// (an in-place call, laid out as NCCL does): input and output share buffer 0
-/// (the input is block `rank` of the output for all_gather, the output is
-/// block `rank` of the input for reduce_scatter) and scratch is buffer 2.
+/// (the input is block `rank` of the output for all_gather and the root's
+/// for gather, the output is block `rank` of the input for reduce_scatter
+/// and the root's for scatter) and scratch is buffer 2.
 pub(crate) fn locate(p: &Problem, rank: usize, aliased: bool, sl: Slice) -> (usize, usize) {
     match (sl.buf, aliased) {
         (Buf::Scratch, _) => (2, sl.offset),
@@ -119,10 +120,12 @@ pub(crate) fn locate(p: &Problem, rank: usize, aliased: bool, sl: Slice) -> (usi
         (Buf::Output, false) => (1, sl.offset),
         (Buf::Input, true) => match p.collective {
             Collective::AllGather => (0, p.block(rank).0 + sl.offset),
+            Collective::Gather { root } if rank == root => (0, root * p.count + sl.offset),
             _ => (0, sl.offset),
         },
         (Buf::Output, true) => match p.collective {
             Collective::ReduceScatter => (0, p.block(rank).0 + sl.offset),
+            Collective::Scatter { root } if rank == root => (0, root * p.count + sl.offset),
             _ => (0, sl.offset),
         },
     }

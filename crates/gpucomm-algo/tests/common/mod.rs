@@ -17,6 +17,10 @@ pub fn collectives(n: usize) -> Vec<Collective> {
         Collective::SendRecv { shift: 1 },
         Collective::SendRecv { shift: n + 2 },
         Collective::Barrier,
+        Collective::Gather { root: 0 },
+        Collective::Gather { root: n - 1 },
+        Collective::Scatter { root: 0 },
+        Collective::Scatter { root: n / 2 },
     ]
 }
 

@@ -69,7 +69,7 @@ pub struct Args {
     /// Reduction op: sum, prod, min, max, avg.
     #[arg(short = 'o', long, default_value = "sum", value_parser = parse_op)]
     pub op: ReduceOp,
-    /// Root rank of broadcast and reduce.
+    /// Root rank of broadcast, reduce, gather and scatter.
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: usize,
     /// Timed iterations per size (default: from 1000 for small sizes down
@@ -218,10 +218,14 @@ pub enum BenchCollective {
     SendRecv,
     /// barrier
     Barrier,
+    /// gather
+    Gather,
+    /// scatter
+    Scatter,
 }
 
 impl BenchCollective {
-    const ALL: [(BenchCollective, &'static str); 8] = [
+    const ALL: [(BenchCollective, &'static str); 10] = [
         (BenchCollective::AllReduce, "all_reduce"),
         (BenchCollective::AllGather, "all_gather"),
         (BenchCollective::ReduceScatter, "reduce_scatter"),
@@ -230,6 +234,8 @@ impl BenchCollective {
         (BenchCollective::AllToAll, "all_to_all"),
         (BenchCollective::SendRecv, "sendrecv"),
         (BenchCollective::Barrier, "barrier"),
+        (BenchCollective::Gather, "gather"),
+        (BenchCollective::Scatter, "scatter"),
     ];
 
     /// The command-line name.
@@ -253,6 +259,8 @@ impl BenchCollective {
             BenchCollective::AllToAll => Collective::AllToAll,
             BenchCollective::SendRecv => Collective::SendRecv { shift: 1 },
             BenchCollective::Barrier => Collective::Barrier,
+            BenchCollective::Gather => Collective::Gather { root },
+            BenchCollective::Scatter => Collective::Scatter { root },
         }
     }
 }
@@ -1051,7 +1059,7 @@ mod tests {
     #[test]
     fn bad_options_are_clear_errors() {
         for (argv, needle) in [
-            (&["gather"][..], "unknown collective"),
+            (&["scan"][..], "unknown collective"),
             (&["-b", "8X"][..], "invalid size"),
             (&["-d", "f8"][..], "unknown type"),
             (&["-o", "xor"][..], "unknown op"),

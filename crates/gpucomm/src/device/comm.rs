@@ -518,7 +518,8 @@ impl DeviceComm {
             self.world_size(),
             self.rank(),
         )?;
-        // The calls without a gpucomm-algo schedule stage on either path.
+        // Exchange (no gpucomm-algo schedule), gather and scatter (no IPC
+        // plan yet) stage on either path.
         let staged_only = matches!(
             call,
             Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. }
@@ -1386,14 +1387,16 @@ fn counts(
             Ok(recv / n)
         }
         Call::Barrier => Ok(0),
-        // These calls always stage; their arguments are checked as the host
+        Call::Gather { root } | Call::Scatter { root } => {
+            let gather = matches!(call, Call::Gather { .. });
+            crate::comm::rooted_block(gather, root, send, recv, me, n).or_else(bad)
+        }
+        // Exchange always stages; its arguments are checked as the host
         // communicator checks them, before anything moves (an error then
         // stays this rank's own, as for every other call).
-        Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. } => {
-            crate::comm::hand_made(call, send, recv, None, me, n)
-                .map(|_| 0)
-                .or_else(bad)
-        }
+        Call::Exchange { .. } => crate::comm::hand_made(call, send, recv, None, me, n)
+            .map(|_| 0)
+            .or_else(bad),
     }
 }
 

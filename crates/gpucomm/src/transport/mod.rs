@@ -58,6 +58,8 @@ impl OpDesc {
             Collective::AllToAll => (6, 0),
             Collective::SendRecv { shift } => (7, shift as u32),
             Collective::Barrier => (8, 0),
+            Collective::Gather { root } => (10, root as u32),
+            Collective::Scatter { root } => (11, root as u32),
         }
     }
 

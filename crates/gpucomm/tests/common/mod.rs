@@ -463,6 +463,24 @@ pub fn gather_scatter_checks(c: &Communicator, len: usize) -> Result<(), String>
         if back != mine {
             return Err(format!("rank {r}: scatter from {root} wrong"));
         }
+        // In place: n blocks on every rank, its own at its place.
+        let mut buf = vec![-1i64; n * len];
+        buf[r * len..(r + 1) * len].copy_from_slice(&mine);
+        c.gather_in_place(&mut buf, root)
+            .map_err(|e| format!("rank {r}, in-place gather to {root}: {e}"))?;
+        if r == root && buf != all {
+            return Err(format!("rank {r}: in-place gather to {root} wrong"));
+        }
+        let mut buf = if r == root {
+            all.clone()
+        } else {
+            vec![-1i64; n * len]
+        };
+        c.scatter_in_place(&mut buf, root)
+            .map_err(|e| format!("rank {r}, in-place scatter from {root}: {e}"))?;
+        if buf[r * len..(r + 1) * len] != mine[..] {
+            return Err(format!("rank {r}: in-place scatter from {root} wrong"));
+        }
     }
     Ok(())
 }

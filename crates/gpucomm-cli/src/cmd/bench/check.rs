@@ -227,7 +227,9 @@ impl Layout {
         let count = (nbytes / elem_size.max(1) as u64) as usize;
         let n = nranks.max(1);
         match collective {
-            Collective::AllGather => {
+            // nccl-tests allocates a gather's whole and a scatter's on
+            // every rank, as all_gather's and reduce_scatter's.
+            Collective::AllGather | Collective::Gather { .. } => {
                 let b = count / n;
                 Layout {
                     send: b,
@@ -236,7 +238,7 @@ impl Layout {
                     block: b,
                 }
             }
-            Collective::ReduceScatter => {
+            Collective::ReduceScatter | Collective::Scatter { .. } => {
                 let b = count / n;
                 Layout {
                     send: b * n,
@@ -279,20 +281,20 @@ impl Layout {
         self.send.max(self.recv)
     }
 
-    /// Where a rank's input starts in the in-place buffer (all_gather: its
-    /// block of the output).
+    /// Where a rank's input starts in the in-place buffer (all_gather and
+    /// gather: its block of the output).
     pub fn in_place_input(&self, collective: Collective, rank: usize) -> usize {
         match collective {
-            Collective::AllGather => rank * self.block,
+            Collective::AllGather | Collective::Gather { .. } => rank * self.block,
             _ => 0,
         }
     }
 
-    /// Where a rank's output starts in the in-place buffer (reduce_scatter:
-    /// its block of the input).
+    /// Where a rank's output starts in the in-place buffer (reduce_scatter
+    /// and scatter: its block of the input).
     pub fn in_place_output(&self, collective: Collective, rank: usize) -> usize {
         match collective {
-            Collective::ReduceScatter => rank * self.block,
+            Collective::ReduceScatter | Collective::Scatter { .. } => rank * self.block,
             _ => 0,
         }
     }
@@ -324,6 +326,13 @@ pub fn count_wrong<T: Elem>(p: &Pattern, layout: &Layout, rank: usize, output: &
             Collective::ReduceScatter => p.reduced(rank * b + i),
             Collective::AllToAll => exact(p.value(i / b, rank * b + i % b)),
             Collective::SendRecv { shift } => exact(p.value((rank + n - shift % n) % n, i)),
+            Collective::Gather { root } => {
+                if rank != root {
+                    return None; // not written on other ranks
+                }
+                exact(p.value(i / b, i % b))
+            }
+            Collective::Scatter { root } => exact(p.value(root, rank * b + i)),
             Collective::Barrier => return None,
         })
     };
@@ -384,6 +393,9 @@ mod tests {
                         Collective::SendRecv { shift } => {
                             T::from_i128(inputs[(r + n - shift % n) % n][i])
                         }
+                        // Other ranks' outputs are not checked: the root's.
+                        Collective::Gather { .. } => T::from_i128(inputs[i / b][i % b]),
+                        Collective::Scatter { root } => T::from_i128(inputs[root][r * b + i]),
                         Collective::Barrier => unreachable!(),
                     })
                     .collect()
@@ -391,7 +403,7 @@ mod tests {
             .collect()
     }
 
-    const COLLS: [Collective; 7] = [
+    const COLLS: [Collective; 9] = [
         Collective::AllReduce,
         Collective::ReduceScatter,
         Collective::AllGather,
@@ -399,6 +411,8 @@ mod tests {
         Collective::Reduce { root: 2 },
         Collective::AllToAll,
         Collective::SendRecv { shift: 1 },
+        Collective::Gather { root: 1 },
+        Collective::Scatter { root: 3 },
     ];
 
     fn check_type<T: Elem>() {
@@ -413,6 +427,8 @@ mod tests {
                     let coll = match coll {
                         Collective::Broadcast { root } => Collective::Broadcast { root: root % n },
                         Collective::Reduce { root } => Collective::Reduce { root: root % n },
+                        Collective::Gather { root } => Collective::Gather { root: root % n },
+                        Collective::Scatter { root } => Collective::Scatter { root: root % n },
                         c => c,
                     };
                     let p = Pattern::new::<T>(coll, op, n, 5);
@@ -426,7 +442,7 @@ mod tests {
                         );
                         // Corrupt one element: caught (except where undefined).
                         if layout.recv > 0
-                            && !matches!(coll, Collective::Reduce { root } if root != r)
+                            && !matches!(coll, Collective::Reduce { root } | Collective::Gather { root } if root != r)
                         {
                             let mut bad = out.clone();
                             let k = layout.recv / 2;

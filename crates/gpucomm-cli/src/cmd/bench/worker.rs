@@ -210,6 +210,8 @@ pub(super) fn call_for(c: Collective, op: gpucomm_algo::ReduceOp) -> Call {
         Collective::AllToAll => Call::AllToAll,
         Collective::SendRecv { shift } => Call::SendRecv { shift },
         Collective::Barrier => Call::Barrier,
+        Collective::Gather { root } => Call::Gather { root },
+        Collective::Scatter { root } => Call::Scatter { root },
     }
 }
 
