@@ -54,6 +54,8 @@ fn device_sweep_on_the_fake_gpu_every_collective_both_paths() {
         "reduce",
         "all_to_all",
         "sendrecv",
+        "gather",
+        "scatter",
     ];
     // The staged path's collectives are the host engine's (tested at
     // length elsewhere): two of them suffice here.

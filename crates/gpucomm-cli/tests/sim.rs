@@ -250,6 +250,8 @@ fn collectives_are_spelled_as_bench_and_algo_take_them() {
     same("reduce_scatter_perf", "reduce_scatter");
     same("all-to-all", "all_to_all");
     same("bcast", "broadcast");
+    same("gather_perf", "gather");
+    same("Scatter", "scatter");
     // The help forms too (the clap aliases they used are gone).
     for argv in [
         &["sim", "help", "all-reduce"][..],
@@ -323,7 +325,7 @@ fn bad_input_is_a_clear_error() {
         ),
         (
             &["all_reduce", "--root", "1"],
-            "applies to broadcast and reduce only",
+            "applies to broadcast, reduce, gather and scatter only",
         ),
         // NCCL's point-to-point operations run no LL128.
         (
@@ -654,6 +656,8 @@ fn gathers_run_and_print_the_sizes_nccl_tests_does() {
         ("all_reduce -b 7 -e 7", 4, "float"),
         ("all_reduce -b 7 -e 7 -d int8", 7, "int8"),
         ("broadcast -b 7 -e 7 --datatype bf16", 6, "bfloat16"),
+        ("gather -b 1000 -e 1000 --root 3", 896, "float"),
+        ("scatter -b 1000 -e 1000 -d double", 896, "double"),
     ] {
         let args = format!("{args} --topology dgx-h100");
         let v = sim_json(&args.split(' ').collect::<Vec<_>>());

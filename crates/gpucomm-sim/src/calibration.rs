@@ -1108,6 +1108,8 @@ mod tests {
             ("reduce", Some(Collective::Reduce { root: 0 })),
             ("alltoall", Some(Collective::AllToAll)),
             ("send_recv", Some(Collective::SendRecv { shift: 1 })),
+            ("gather_perf", Some(Collective::Gather { root: 0 })),
+            ("Scatter", Some(Collective::Scatter { root: 0 })),
             ("scan", None),
         ] {
             assert_eq!(Collective::from_name(name), want, "{name}");

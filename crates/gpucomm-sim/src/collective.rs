@@ -698,7 +698,8 @@ fn element_bytes(bytes: u64) -> u64 {
 /// The size nccl-tests runs for a size of its sweep (`-b`..`-e`) in
 /// elements of `elem` bytes (its `-d`; 4 for float), and prints: a whole
 /// number of elements (`count = size / wordSize`); all_gather,
-/// reduce_scatter and all_to_all a whole number per rank (per peer),
+/// reduce_scatter, all_to_all, gather and scatter a whole number per rank
+/// (per peer),
 /// rounded down to 16 bytes (NVIDIA/nccl-tests `src/all_gather.cu` and its
 /// siblings, `*GetCollByteCount`: `base = (count/nranks) & ~(16/eltSize -
 /// 1)`; the table shows `max(sendBytes, recvBytes)` = `base * nranks`
@@ -730,7 +731,7 @@ pub fn nccl_tests_bytes(collective: Collective, bytes: u64, ranks: usize, elem: 
 
 /// The count nccl-tests prints beside a size it runs
 /// ([`nccl_tests_bytes`]): the elements of one call, per rank (per peer)
-/// for all_gather, reduce_scatter and all_to_all.
+/// for all_gather, reduce_scatter, all_to_all, gather and scatter.
 ///
 /// ```
 /// use gpucomm_algo::Collective;
@@ -748,7 +749,11 @@ pub fn nccl_tests_count(collective: Collective, bytes: u64, ranks: usize, elem: 
 fn nccl_tests_parts(collective: Collective, ranks: usize) -> Option<u64> {
     matches!(
         collective,
-        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll
+        Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AllToAll
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. }
     )
     .then_some(ranks.max(1) as u64)
 }
@@ -768,7 +773,10 @@ fn nccl_tests_parts(collective: Collective, ranks: usize) -> Option<u64> {
 pub fn buffer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
     let part = bytes / ranks.max(1) as u64;
     match collective {
-        Collective::AllGather | Collective::ReduceScatter => bytes.saturating_add(part),
+        Collective::AllGather
+        | Collective::ReduceScatter
+        | Collective::Gather { .. }
+        | Collective::Scatter { .. } => bytes.saturating_add(part),
         _ => bytes.saturating_mul(2),
     }
 }
@@ -900,7 +908,7 @@ fn schedule_for_named(
     let elem = element_bytes(bytes);
     let elems = (bytes / elem) as usize;
     let count = match collective {
-        Collective::AllToAll => elems / n,
+        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => elems / n,
         _ => elems,
     };
     let tree_all_reduce = algorithm == Algorithm::Tree && collective == Collective::AllReduce;
@@ -1084,10 +1092,7 @@ fn nccl_reads(
             collective,
             Collective::Broadcast { .. } | Collective::Reduce { .. }
         ),
-        Algorithm::Direct => matches!(
-            collective,
-            Collective::SendRecv { .. } | Collective::AllToAll
-        ),
+        Algorithm::Direct => is_p2p(collective),
         _ => false,
     };
     (granular
@@ -1117,12 +1122,28 @@ fn nccl_read_channels(
     }
 }
 
+/// The collectives NCCL runs as grouped point-to-point operations
+/// (`ncclSend`/`ncclRecv`, as nccl-tests' sendrecv, alltoall, gather and
+/// scatter call them): no tuner protocol, NCCL's point-to-point channels.
+fn is_p2p(collective: Collective) -> bool {
+    matches!(
+        collective,
+        Collective::SendRecv { .. }
+            | Collective::AllToAll
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. }
+    )
+}
+
 /// The bytes each rank sends to one peer in `collective` of `bytes` on
 /// `ranks` ranks, as NCCL's point-to-point operations count them: an
-/// all_to_all's share per peer, else the whole buffer.
+/// all_to_all's, gather's or scatter's share per peer (one rank's block),
+/// else the whole buffer.
 fn peer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
     match collective {
-        Collective::AllToAll => bytes / ranks.max(1) as u64,
+        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => {
+            bytes / ranks.max(1) as u64
+        }
         _ => bytes,
     }
 }
@@ -1248,13 +1269,12 @@ pub fn simulate(
     // NCCL's point-to-point operations take no protocol from its tuner:
     // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer where LL is enabled,
     // else Simple.
-    let p2p_protocol = match collective {
-        Collective::SendRecv { .. } | Collective::AllToAll => Some(model::nccl_p2p_protocol(
+    let p2p_protocol = is_p2p(collective).then(|| {
+        model::nccl_p2p_protocol(
             peer_bytes(collective, bytes, fabric.ranks()),
             opts.protocol.allows(Protocol::Ll),
-        )),
-        _ => None,
-    };
+        )
+    });
     for &c in &choices {
         for &p in &protocols {
             let check = match p2p_protocol {

@@ -63,10 +63,23 @@ pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
 
 pub(crate) fn validate(p: &Problem, algorithm: Algorithm) -> Result<(), AlgoError> {
     p.validate()?;
-    support(p, algorithm).map_err(|why| AlgoError::Unsupported {
-        collective: p.collective.name(),
-        algorithm: algorithm.name(),
-        why,
+    support(p, algorithm).map_err(|why| {
+        // Where the layout is not the reason, name the algorithms that do.
+        let why = if why.is_empty() {
+            let can: Vec<&str> = Algorithm::ALL
+                .iter()
+                .filter(|&&a| support(p, a).is_ok())
+                .map(|a| a.name())
+                .collect();
+            format!(" (implemented by {})", can.join(", "))
+        } else {
+            why
+        };
+        AlgoError::Unsupported {
+            collective: p.collective.name(),
+            algorithm: algorithm.name(),
+            why,
+        }
     })
 }
 

@@ -75,7 +75,7 @@ struct ProblemArgs {
     /// Ranks per node (defaults to all ranks on one node).
     #[arg(long)]
     ranks_per_node: Option<usize>,
-    /// Root of broadcast and reduce.
+    /// Root of broadcast, reduce, gather and scatter.
     #[arg(long, default_value_t = 0)]
     root: usize,
     /// Distance of sendrecv's destination.
@@ -142,12 +142,18 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
     Ok(match Collective::from_name(&a.collective) {
         Some(Collective::Broadcast { .. }) => Collective::Broadcast { root: a.root },
         Some(Collective::Reduce { .. }) => Collective::Reduce { root: a.root },
+        Some(Collective::Gather { .. }) => Collective::Gather { root: a.root },
+        Some(Collective::Scatter { .. }) => Collective::Scatter { root: a.root },
         Some(Collective::SendRecv { .. }) => Collective::SendRecv { shift: a.shift },
         Some(c) => c,
-        None => bail!(
-            "unknown collective {:?} (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier)",
-            a.collective
-        ),
+        None => {
+            let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
+            bail!(
+                "unknown collective {:?} ({})",
+                a.collective,
+                names.join(", ")
+            )
+        }
     })
 }
 
@@ -167,20 +173,23 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
         bail!("--elem-size must be at least 1");
     }
     let bytes = usize::try_from(parse_size(&a.bytes)?).context("--bytes too large")?;
-    let per = match collective {
-        Collective::AllToAll => a.elem_size * a.ranks,
-        _ => a.elem_size,
+    // A size is one rank's block of these times the rank count, as
+    // nccl-tests counts it.
+    let blocked = matches!(
+        collective,
+        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. }
+    );
+    let per = if blocked {
+        a.elem_size * a.ranks
+    } else {
+        a.elem_size
     };
     let count = match collective {
         Collective::Barrier => 0,
         _ if bytes % per != 0 => bail!(
             "--bytes {bytes} is not a multiple of {per} ({} bytes per element{})",
             a.elem_size,
-            if collective == Collective::AllToAll {
-                " times the rank count"
-            } else {
-                ""
-            }
+            if blocked { " times the rank count" } else { "" }
         ),
         _ => bytes / per,
     };
@@ -243,7 +252,12 @@ fn slice_label(p: &Problem, rank: usize, s: &Slice) -> String {
         match (p.collective, s.buf) {
             (Collective::AllGather, Buf::Input) => (b == rank).then_some((0, l)),
             (Collective::ReduceScatter, Buf::Output) => (b == rank).then_some((0, l)),
-            (Collective::AllToAll, Buf::Input | Buf::Output) => Some((b * p.count, p.count)),
+            (Collective::AllToAll, Buf::Input | Buf::Output)
+            | (Collective::Gather { .. }, Buf::Output)
+            | (Collective::Scatter { .. }, Buf::Input) => Some((b * p.count, p.count)),
+            (Collective::Gather { .. }, Buf::Input) | (Collective::Scatter { .. }, Buf::Output) => {
+                (b == rank).then_some((0, p.count))
+            }
             (_, Buf::Scratch) => None,
             _ => Some((o, l)),
         }

@@ -77,6 +77,12 @@ enum SimCmd {
     AllToAll(CollArgs),
     /// SendRecv ring shift by one.
     Sendrecv(CollArgs),
+    /// Gather sweep (root: `--root`, 0 by default), as nccl-tests'
+    /// gather_perf: every rank sends the root one block.
+    Gather(CollArgs),
+    /// Scatter sweep (root: `--root`, 0 by default), as nccl-tests'
+    /// scatter_perf: the root sends every rank its block.
+    Scatter(CollArgs),
     /// GPU-GPU bandwidth and latency, as p2pBandwidthLatencyTest measures them.
     P2p(P2pArgs),
     /// Host/device/storage copy bandwidth, as bandwidthTest measures it.
@@ -173,7 +179,7 @@ struct CollArgs {
     /// docs/sim.md, "Back-to-back iterations").
     #[arg(short = 'n', long, default_value_t = 1)]
     iters: u32,
-    /// Root rank of broadcast and reduce, as nccl-tests' `-r` (ranks are
+    /// Root rank of broadcast, reduce, gather and scatter, as nccl-tests' `-r` (ranks are
     /// numbered node by node: rank r is GPU r % GPUs-per-node of node
     /// r / GPUs-per-node).
     #[arg(short = 'r', long, default_value_t = 0)]
@@ -363,7 +369,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         | SimCmd::Broadcast(a)
         | SimCmd::Reduce(a)
         | SimCmd::AllToAll(a)
-        | SimCmd::Sendrecv(a) => a.trace.as_deref(),
+        | SimCmd::Sendrecv(a)
+        | SimCmd::Gather(a)
+        | SimCmd::Scatter(a) => a.trace.as_deref(),
         SimCmd::P2p(a) => a.trace.as_deref(),
         SimCmd::Copy(a) => a.trace.as_deref(),
         SimCmd::Rdma(a) => a.trace.as_deref(),
@@ -387,6 +395,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         SimCmd::AllToAll(a) => collective(Collective::AllToAll, a),
         SimCmd::Sendrecv(a) => collective(Collective::SendRecv { shift: 1 }, a),
+        SimCmd::Gather(a) => {
+            let root = a.root;
+            collective(Collective::Gather { root }, a)
+        }
+        SimCmd::Scatter(a) => {
+            let root = a.root;
+            collective(Collective::Scatter { root }, a)
+        }
         SimCmd::P2p(a) => p2p_cmd(a),
         SimCmd::Copy(a) => copy_cmd(a),
         SimCmd::Rdma(a) => rdma_cmd(a),
@@ -523,7 +539,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             "--root {root}: the run has {ranks} ranks (0 to {})",
             ranks - 1
         ),
-        None if a.root != 0 => bail!("--root applies to broadcast and reduce only"),
+        None if a.root != 0 => {
+            bail!("--root applies to broadcast, reduce, gather and scatter only")
+        }
         _ => {}
     }
     // Checked before the sweep (its smaller sizes may take minutes).
