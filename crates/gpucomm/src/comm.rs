@@ -388,13 +388,16 @@ pub(crate) struct RawCall {
     pub recv: (*mut u8, usize),
     pub opts: CallOptions,
     pub space: MemorySpace,
-    /// An all-to-all's blocks when they differ in size
-    /// ([`crate::Communicator::all_to_all_v`]).
+    /// The blocks of an all-to-all, all-gather, gather or scatter when they
+    /// differ in size ([`crate::Communicator::all_to_all_v`], ...).
     pub blocks: Option<Blocks>,
 }
 
-/// Element counts of an all-to-all's blocks, by peer: what this rank sends
-/// to each and receives from each.
+/// Element counts of a call's blocks, by rank, packed in rank order in the
+/// buffer they cut: an all-to-all's what this rank sends to each peer and
+/// receives from each; an all-gather's and a gather's every rank's block
+/// of the output (`recv`), a scatter's of the input (`send`), the other
+/// list empty.
 #[derive(Clone)]
 pub(crate) struct Blocks {
     pub send: Vec<usize>,
@@ -509,7 +512,7 @@ impl Inner {
             .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
         let (plan, count, algo_code, coll) = match (&hand, rc.call) {
             (Some(h), _) => (
-                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, false)?),
+                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
                 h.count,
                 0u8,
                 None,
@@ -820,6 +823,11 @@ pub(crate) struct HandMade {
     count: usize,
     /// Each message's descriptor counts that message's elements instead.
     count_per_message: bool,
+    /// Peers this rank only sends to or only receives from exchange
+    /// descriptors first (gather_v, scatter_v): both sides see a mismatch,
+    /// and a sender does not finish before its receiver has started the
+    /// call (as on a schedule's one-way steps).
+    exchange_desc: bool,
 }
 
 fn step(kind: StepKind) -> Step {
@@ -840,8 +848,9 @@ fn output(offset: usize, len: usize) -> Slice {
 
 /// The steps of the calls gpucomm-algo has no schedule for (`None` for the
 /// others): point-to-point calls (each message's descriptor counting its
-/// own elements, so an exchange's halves match sends and receives) and
-/// all-to-alls whose blocks differ in size. Every send and
+/// own elements, so an exchange's halves match sends and receives), and
+/// all-to-alls, all-gathers, gathers and scatters whose blocks differ in
+/// size. Every send and
 /// receive of a call may run at once. A receive checks the incoming length
 /// against its own, so counts that do not pair up end in an error.
 pub(crate) fn hand_made(
@@ -865,6 +874,7 @@ pub(crate) fn hand_made(
         code: (9, 0),
         count: 0,
         count_per_message: true,
+        exchange_desc: false,
     };
     Ok(Some(match call {
         Call::AllToAll if blocks.is_some() => {
@@ -872,6 +882,12 @@ pub(crate) fn hand_made(
             let send_len =
                 send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
             blocks_of_any_size(b, me, n, send_len, recv_len)?
+        }
+        Call::AllGather | Call::Gather { .. } | Call::Scatter { .. } if blocks.is_some() => {
+            let b = blocks.expect("guarded");
+            let send_len =
+                send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
+            counted_blocks(call, b, me, n, send_len, recv_len)?
         }
         Call::Send { peer } => {
             peer_ok(peer)?;
@@ -933,20 +949,6 @@ fn blocks_of_any_size(
             b.recv.len()
         ));
     }
-    let offsets = |counts: &[usize], len: usize, what: &str| -> Result<Vec<usize>, String> {
-        let mut off = Vec::with_capacity(n);
-        let mut at = 0usize;
-        for &c in counts {
-            off.push(at);
-            at = at.checked_add(c).ok_or(format!("{what} counts overflow"))?;
-        }
-        if at != len {
-            return Err(format!(
-                "{what} counts add up to {at} elements, the {what} buffer has {len}"
-            ));
-        }
-        Ok(off)
-    };
     let so = offsets(&b.send, send_len, "send")?;
     let ro = offsets(&b.recv, recv_len, "receive")?;
     if b.send[me] != b.recv[me] {
@@ -981,6 +983,148 @@ fn blocks_of_any_size(
         // Every pair talks both ways (empty blocks too), so each side
         // checks the other's descriptor on its data.
         count_per_message: false,
+        exchange_desc: false,
+    })
+}
+
+/// Where each block of `counts` (packed in rank order) starts in a buffer
+/// of `len` elements, which the counts must fill exactly.
+fn offsets(counts: &[usize], len: usize, what: &str) -> Result<Vec<usize>, String> {
+    let mut off = Vec::with_capacity(counts.len());
+    let mut at = 0usize;
+    for &c in counts {
+        off.push(at);
+        at = at
+            .checked_add(c)
+            .ok_or_else(|| format!("{what} counts overflow"))?;
+    }
+    if at != len {
+        return Err(format!(
+            "{what} counts add up to {at} elements, the {what} buffer has {len}"
+        ));
+    }
+    Ok(off)
+}
+
+/// An all-gather, gather or scatter whose blocks differ in size
+/// (`MPI_Allgatherv`, `MPI_Gatherv`, `MPI_Scatterv`): rank q's block has
+/// `counts[q]` elements, the blocks packed in rank order in the whole (an
+/// all-gather's output on every rank, a gather's on the root: `b.recv`; a
+/// scatter's input on the root: `b.send`). Ranks other than the root of a
+/// gather or scatter need no counts (their own block is their buffer).
+fn counted_blocks(
+    call: Call,
+    b: &Blocks,
+    me: usize,
+    n: usize,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<HandMade, String> {
+    let root = match call {
+        Call::Gather { root } | Call::Scatter { root } => {
+            if root >= n {
+                return Err(format!("root {root} out of range for {n} ranks"));
+            }
+            Some(root)
+        }
+        _ => None,
+    };
+    // The whole and this rank's block, on the ranks that hold the whole.
+    let scatter = matches!(call, Call::Scatter { .. });
+    let (counts, whole_len, block_len, what, buf) = if scatter {
+        (
+            &b.send,
+            send_len,
+            recv_len,
+            "send",
+            gpucomm_algo::Buf::Input,
+        )
+    } else {
+        (
+            &b.recv,
+            recv_len,
+            send_len,
+            "receive",
+            gpucomm_algo::Buf::Output,
+        )
+    };
+    let holds_whole = root.is_none_or(|r| r == me);
+    let mut steps = Vec::with_capacity(2 * n);
+    let lens;
+    if holds_whole {
+        if counts.len() != n {
+            return Err(format!("{} {what} counts for {n} ranks", counts.len()));
+        }
+        let off = offsets(counts, whole_len, what)?;
+        if counts[me] != block_len {
+            return Err(format!(
+                "rank {me}'s count is {} elements, its own block has {block_len}",
+                counts[me]
+            ));
+        }
+        let whole = |q: usize| Slice::new(buf, off[q], counts[q]);
+        for p in (0..n).filter(|&p| p != me) {
+            match call {
+                Call::AllGather => {
+                    steps.push(step(StepKind::Send {
+                        peer: p,
+                        src: input(0, send_len),
+                    }));
+                    steps.push(step(StepKind::Recv {
+                        peer: p,
+                        dst: whole(p),
+                    }));
+                }
+                Call::Gather { .. } => steps.push(step(StepKind::Recv {
+                    peer: p,
+                    dst: whole(p),
+                })),
+                _ => steps.push(step(StepKind::Send {
+                    peer: p,
+                    src: whole(p),
+                })),
+            }
+        }
+        if block_len > 0 {
+            let (src, dst) = match call {
+                Call::Scatter { .. } => (whole(me), output(0, block_len)),
+                _ => (input(0, block_len), whole(me)),
+            };
+            steps.push(step(StepKind::Copy { src, dst }));
+        }
+        lens = [send_len, recv_len, 0];
+    } else {
+        let root = root.expect("only a rooted call has ranks without the whole");
+        if matches!(call, Call::Gather { .. }) {
+            steps.push(step(StepKind::Send {
+                peer: root,
+                src: input(0, send_len),
+            }));
+            lens = [send_len, 0, 0];
+        } else {
+            steps.push(step(StepKind::Recv {
+                peer: root,
+                dst: output(0, recv_len),
+            }));
+            lens = [0, recv_len, 0];
+        }
+    }
+    let code = match call {
+        // All-gather (3) of blocks of any size (1).
+        Call::AllGather => (3, 1),
+        Call::Gather { root } => (10, root as u32),
+        _ => (11, root.unwrap_or(0) as u32),
+    };
+    Ok(HandMade {
+        steps,
+        lens,
+        code,
+        count: 0,
+        // An all-gather's pairs talk both ways, each receive checking the
+        // incoming length; a gather's or scatter's messages carry their
+        // own length in their descriptor, checked before any data moves.
+        count_per_message: root.is_some(),
+        exchange_desc: root.is_some(),
     })
 }
 

@@ -203,10 +203,19 @@ impl Plan {
         }
         // Peers and directions.
         let mut dir = vec![(false, false); nranks];
+        // Elements sent to or received from each peer (a one-way peer's
+        // descriptor announces them where messages count their own).
+        let mut moved = vec![0usize; nranks];
         for it in &items {
             match it.kind {
-                ItemKind::Send => dir[it.peer].0 = true,
-                ItemKind::Recv | ItemKind::RecvReduce => dir[it.peer].1 = true,
+                ItemKind::Send => {
+                    dir[it.peer].0 = true;
+                    moved[it.peer] += it.src.len;
+                }
+                ItemKind::Recv | ItemKind::RecvReduce => {
+                    dir[it.peer].1 = true;
+                    moved[it.peer] += it.dst.len;
+                }
                 _ => {}
             }
         }
@@ -234,11 +243,14 @@ impl Plan {
                 if dir[p].0 != dir[p].1 {
                     for (kind, send) in [(ItemKind::DescSend, true), (ItemKind::DescRecv, false)] {
                         let idx = items.len() as u32;
+                        // No data: the slice only carries the length
+                        // (`count_per_message`).
+                        let len = Slice::new(Buf::Scratch, 0, moved[p]);
                         items.push(Item {
                             kind,
                             peer: p,
-                            src: NO_SLICE,
-                            dst: NO_SLICE,
+                            src: len,
+                            dst: len,
                             deps: Vec::new(),
                         });
                         let s = stream_index(p, 0, send, &mut streams);

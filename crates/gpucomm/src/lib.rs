@@ -484,10 +484,126 @@ impl Communicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<(), Error> {
-        let mut rc = comm::raw_call(Call::AllToAll, Some(send), recv, &CallOptions::default());
+        self.run_blocks(
+            Call::AllToAll,
+            send,
+            recv,
+            send_counts.to_vec(),
+            recv_counts.to_vec(),
+        )
+    }
+
+    /// All-gather of blocks of any size (`MPI_Allgatherv`; an uneven
+    /// `all_gather_into_tensor`): rank q's block has `counts[q]` elements,
+    /// and `recv` ends with every rank's block packed in rank order. This
+    /// rank's `send` is its block (`counts[rank]` elements); `counts` has one
+    /// entry per rank, the same on every rank, and adds up to `recv.len()`.
+    /// A block of another length than its count is an error on the
+    /// receiving ranks.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// // Rank r contributes r + 1 copies of r.
+    /// let comms = Communicator::in_process(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let r = c.rank();
+    ///             let mut all = [0u8; 6];
+    ///             c.all_gather_v(&vec![r as u8; r + 1], &mut all, &[1, 2, 3]).unwrap();
+    ///             assert_eq!(all, [0, 1, 1, 2, 2, 2]);
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn all_gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<(), Error> {
+        self.run_blocks(Call::AllGather, send, recv, Vec::new(), counts.to_vec())
+    }
+
+    /// Gather of blocks of any size (`MPI_Gatherv`): the root's `recv` ends
+    /// with rank q's `send` (`counts[q]` elements) at its place, packed in
+    /// rank order. `counts` (one entry per rank, adding up to the root's
+    /// `recv.len()`) is read on the root only; other ranks may pass `&[]`
+    /// and an empty `recv`. A rank whose `send` has another length than the
+    /// root's count for it is an error on both.
+    pub fn gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run_blocks(
+            Call::Gather { root },
+            send,
+            recv,
+            Vec::new(),
+            counts.to_vec(),
+        )
+    }
+
+    /// Scatter of blocks of any size (`MPI_Scatterv`): rank q's `recv` ends
+    /// with block q of the root's `send` (`counts[q]` elements, packed in
+    /// rank order). `counts` (one entry per rank, adding up to the root's
+    /// `send.len()`) is read on the root only; other ranks may pass `&[]`
+    /// and an empty `send`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpucomm::Communicator;
+    ///
+    /// let comms = Communicator::in_process(2).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for c in &comms {
+    ///         s.spawn(move || {
+    ///             let r = c.rank();
+    ///             let mut mine = vec![0u32; 1 + 2 * r];
+    ///             let (send, counts): (&[u32], &[usize]) =
+    ///                 if r == 0 { (&[7, 8, 9, 10], &[1, 3]) } else { (&[], &[]) };
+    ///             c.scatter_v(send, counts, &mut mine, 0).unwrap();
+    ///             assert_eq!(mine, if r == 0 { vec![7] } else { vec![8, 9, 10] });
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn scatter_v<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<(), Error> {
+        self.run_blocks(
+            Call::Scatter { root },
+            send,
+            recv,
+            counts.to_vec(),
+            Vec::new(),
+        )
+    }
+
+    /// A blocking call whose blocks differ in size.
+    fn run_blocks<T: Element>(
+        &self,
+        call: Call,
+        send: &[T],
+        recv: &mut [T],
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+    ) -> Result<(), Error> {
+        let mut rc = comm::raw_call(call, Some(send), recv, &CallOptions::default());
         rc.blocks = Some(comm::Blocks {
-            send: send_counts.to_vec(),
-            recv: recv_counts.to_vec(),
+            send: send_counts,
+            recv: recv_counts,
         });
         comm::run_blocking(&self.inner, rc)
     }

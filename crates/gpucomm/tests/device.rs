@@ -344,8 +344,8 @@ fn point_to_point_on_device_buffers() {
 
 #[test]
 fn calls_without_a_schedule_stage_on_device_buffers() {
-    // exchange, gather, scatter and all_to_all_v: through pinned host
-    // memory on either path (the IPC path has no plan for them).
+    // exchange, gather, scatter and the blocks-of-any-size calls: through
+    // pinned host memory on either path (the IPC path has no plan for them).
     for path in [GpuPath::Ipc, GpuPath::Staged] {
         let gpu = Arc::new(FakeDevice::new(1));
         let n = 3;
@@ -397,6 +397,42 @@ fn calls_without_a_schedule_stage_on_device_buffers() {
             let want: Vec<u32> = (0..n).flat_map(|q| vec![q as u32; r + 1]).collect();
             if recv.to_vec(&s).map_err(e)? != want {
                 return Err(format!("rank {r}: all_to_all_v"));
+            }
+            // Rank q's block is q + 1 copies of q: gathered everywhere,
+            // gathered to rank 2, scattered back from it.
+            let counts: Vec<usize> = (1..=n).collect();
+            let want: Vec<u32> = (0..n).flat_map(|q| vec![q as u32; q + 1]).collect();
+            let mine = dc.alloc_from(&vec![r as u32; r + 1], &s).map_err(e)?;
+            let mut all = dc.alloc::<u32>(want.len()).map_err(e)?;
+            dc.all_gather_v(&mine, &mut all, &counts, &s)
+                .and_then(|ev| ev.wait())
+                .map_err(e)?;
+            if all.to_vec(&s).map_err(e)? != want {
+                return Err(format!("rank {r}: all_gather_v"));
+            }
+            let mut at_root = dc
+                .alloc::<u32>(if r == 2 { want.len() } else { 0 })
+                .map_err(e)?;
+            dc.gather_v(&mine, &mut at_root, &counts, 2, &s)
+                .and_then(|ev| ev.wait())
+                .map_err(e)?;
+            if r == 2 && at_root.to_vec(&s).map_err(e)? != want {
+                return Err("gather_v".into());
+            }
+            let mut back = dc.alloc::<u32>(r + 1).map_err(e)?;
+            dc.scatter_v(&at_root, &counts, &mut back, 2, &s)
+                .and_then(|ev| ev.wait())
+                .map_err(e)?;
+            if back.to_vec(&s).map_err(e)? != vec![r as u32; r + 1] {
+                return Err(format!("rank {r}: scatter_v"));
+            }
+            // A bad count is this rank's own error, before anything moves.
+            let bad = dc.all_gather_v(&mine, &mut all, &[1, 1], &s).unwrap_err();
+            if !bad
+                .to_string()
+                .contains("all_gather_v: 2 receive counts for 3 ranks")
+            {
+                return Err(format!("rank {r}: {bad}"));
             }
             Ok(())
         });

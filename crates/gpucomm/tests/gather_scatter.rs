@@ -1,5 +1,7 @@
-//! `Communicator::gather` and `scatter` on in-process ranks (processes over
-//! shared memory and TCP in `multiproc.rs`), and their errors.
+//! `Communicator::gather` and `scatter`, in place too, and their blocks-of-any-size
+//! forms (`all_gather_v`, `gather_v`, `scatter_v`) on in-process ranks
+//! (processes over shared memory and TCP in `multiproc.rs`), and their
+//! errors.
 
 mod common;
 
@@ -88,6 +90,95 @@ fn senders_do_not_finish_before_the_root_takes_part() {
         } else {
             c.gather(&[r], &mut [], 0)?;
             c.gather(&[10 + r], &mut [], 0).map(|_| (true, vec![]))
+        }
+    });
+    assert_eq!(results[0].as_ref().ok(), Some(&(true, vec![0, 1, 2])));
+    for (r, res) in results.iter().enumerate().skip(1) {
+        assert!(res.is_err(), "rank {r}: {res:?}");
+    }
+}
+
+#[test]
+fn blocks_of_any_size_every_root() {
+    for n in 1..=5 {
+        for big in [0, 1, 300_000] {
+            let results = on_threads(n, Duration::from_secs(60), |c| common::v_checks(&c, big));
+            for (r, res) in results.iter().enumerate() {
+                assert!(res.is_ok(), "{n} ranks, big {big}, rank {r}: {res:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_counts_are_refused() {
+    let comms = Communicator::in_process(2).unwrap();
+    let c = &comms[0];
+    let cases: [(&str, Result<(), gpucomm::Error>); 5] = [
+        (
+            "1 receive counts for 2 ranks",
+            c.all_gather_v(&[1u8], &mut [0; 2], &[2]),
+        ),
+        (
+            "receive counts add up to 3 elements, the receive buffer has 2",
+            c.all_gather_v(&[1u8], &mut [0; 2], &[1, 2]),
+        ),
+        (
+            "rank 0's count is 2 elements, its own block has 1",
+            c.all_gather_v(&[1u8], &mut [0; 3], &[2, 1]),
+        ),
+        ("root 2 out of range", c.gather_v(&[1u8], &mut [], &[], 2)),
+        (
+            "send counts add up to 2 elements, the send buffer has 3",
+            c.scatter_v(&[1u8; 3], &[1, 1], &mut [0], 0),
+        ),
+    ];
+    for (says, r) in cases {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains(says),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_block_of_another_length_than_the_roots_count_is_an_error_on_both() {
+    let t = Instant::now();
+    let results = on_threads(3, Duration::from_secs(20), |c| {
+        let r = c.rank();
+        // The root expects 2 elements from rank 2, which sends 3.
+        let mine = vec![r as u32; if r == 2 { 3 } else { 2 }];
+        let (counts, len): (&[usize], usize) = if r == 0 { (&[2, 2, 2], 6) } else { (&[], 0) };
+        let mut all = vec![0u32; len];
+        c.gather_v(&mine, &mut all, counts, 0)
+    });
+    for r in [0, 2] {
+        let e = results[r].as_ref().unwrap_err();
+        assert!(
+            matches!(e.failure(), Some(Failure::Mismatch { .. })),
+            "rank {r}: {e}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn gather_v_senders_do_not_finish_before_the_root_takes_part() {
+    // As for gather: the root's first call is refused before anything
+    // moves, the senders' second gather_v must wait for a root that never
+    // comes (their first one meets the root's retry).
+    let results = on_threads(3, Duration::from_secs(2), |c| {
+        let r = c.rank() as u32;
+        if r == 0 {
+            let wrong = c.gather_v(&[0u32], &mut [0; 5], &[1, 1, 1], 0).is_err();
+            let mut all = [0u32; 3];
+            c.gather_v(&[0], &mut all, &[1, 1, 1], 0)
+                .map(|_| (wrong, all.to_vec()))
+        } else {
+            c.gather_v(&[r], &mut [], &[], 0)?;
+            c.gather_v(&[10 + r], &mut [], &[], 0)
+                .map(|_| (true, vec![]))
         }
     });
     assert_eq!(results[0].as_ref().ok(), Some(&(true, vec![0, 1, 2])));

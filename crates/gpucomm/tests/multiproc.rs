@@ -293,6 +293,7 @@ fn worker() {
         "gatherscatter" => {
             for len in [262_147, 5, 0] {
                 common::gather_scatter_checks(&c, len).unwrap_or_else(|e| panic!("{e}"));
+                common::v_checks(&c, len).unwrap_or_else(|e| panic!("{e}"));
             }
             println!("rank {rank}: gather and scatter checked");
         }

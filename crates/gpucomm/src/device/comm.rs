@@ -669,25 +669,105 @@ impl DeviceComm {
         recv_counts: &[usize],
         stream: &Stream,
     ) -> Result<DeviceEvent, Error> {
-        self.check_buf("the send buffer", send)?;
-        self.check_buf("the receive buffer", recv)?;
-        recv.check_stream(stream)?;
         let blocks = crate::comm::Blocks {
             send: send_counts.to_vec(),
             recv: recv_counts.to_vec(),
         };
+        self.run_blocks("all_to_all_v", Call::AllToAll, send, recv, blocks, stream)
+    }
+
+    /// All-gather with blocks of any size
+    /// ([`crate::Communicator::all_gather_v`]) on device buffers, staged as
+    /// [`DeviceComm::all_to_all_v`].
+    pub fn all_gather_v<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        counts: &[usize],
+        stream: &Stream,
+    ) -> Result<DeviceEvent, Error> {
+        let blocks = crate::comm::Blocks {
+            send: Vec::new(),
+            recv: counts.to_vec(),
+        };
+        self.run_blocks("all_gather_v", Call::AllGather, send, recv, blocks, stream)
+    }
+
+    /// Gather with blocks of any size ([`crate::Communicator::gather_v`])
+    /// on device buffers, staged as [`DeviceComm::all_to_all_v`].
+    pub fn gather_v<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        counts: &[usize],
+        root: usize,
+        stream: &Stream,
+    ) -> Result<DeviceEvent, Error> {
+        let blocks = crate::comm::Blocks {
+            send: Vec::new(),
+            recv: counts.to_vec(),
+        };
+        self.run_blocks(
+            "gather_v",
+            Call::Gather { root },
+            send,
+            recv,
+            blocks,
+            stream,
+        )
+    }
+
+    /// Scatter with blocks of any size ([`crate::Communicator::scatter_v`])
+    /// on device buffers, staged as [`DeviceComm::all_to_all_v`].
+    pub fn scatter_v<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        counts: &[usize],
+        recv: &mut DeviceBuffer<T>,
+        root: usize,
+        stream: &Stream,
+    ) -> Result<DeviceEvent, Error> {
+        let blocks = crate::comm::Blocks {
+            send: counts.to_vec(),
+            recv: Vec::new(),
+        };
+        self.run_blocks(
+            "scatter_v",
+            Call::Scatter { root },
+            send,
+            recv,
+            blocks,
+            stream,
+        )
+    }
+
+    /// A call whose blocks differ in size, its arguments checked as the
+    /// host communicator checks them before anything moves, then staged
+    /// through pinned host memory.
+    fn run_blocks<T: Element>(
+        &self,
+        name: &str,
+        call: Call,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        blocks: crate::comm::Blocks,
+        stream: &Stream,
+    ) -> Result<DeviceEvent, Error> {
+        self.check_buf("the send buffer", send)?;
+        self.check_buf("the receive buffer", recv)?;
+        recv.check_stream(stream)?;
         crate::comm::hand_made(
-            Call::AllToAll,
+            call,
             Some(send.len()),
             recv.len(),
             Some(&blocks),
             self.rank(),
             self.world_size(),
         )
-        .map_err(|e| Error::InvalidArgument(format!("all_to_all_v: {e}")))?;
-        let r = self.run_staged(Call::AllToAll, Some(send), recv, stream, |s, r| {
+        .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
+        let r = self.run_staged(call, Some(send), recv, stream, |s, r| {
             self.comm
-                .all_to_all_v(s.unwrap_or(&[]), send_counts, r, recv_counts)
+                .run_blocks(call, s.unwrap_or(&[]), r, blocks.send, blocks.recv)
         });
         if r.is_err() {
             self.comm.abort();

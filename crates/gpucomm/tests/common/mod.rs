@@ -484,3 +484,50 @@ pub fn gather_scatter_checks(c: &Communicator, len: usize) -> Result<(), String>
     }
     Ok(())
 }
+
+/// [`Communicator::all_gather_v`], [`Communicator::gather_v`] (every rank
+/// as the root) and [`Communicator::scatter_v`] (back from it) checked on
+/// every rank of `c` (collective), rank q's block `count(q)` elements:
+/// empty, small, and `big` on the last rank.
+pub fn v_checks(c: &Communicator, big: usize) -> Result<(), String> {
+    let (r, n) = (c.rank(), c.world_size());
+    let count = |q: usize| match q % 4 {
+        _ if q + 1 == n && n > 1 => big,
+        0 => 3,
+        1 => 0,
+        k => 11 * k + q,
+    };
+    let counts: Vec<usize> = (0..n).map(count).collect();
+    let value = |q: usize, i: usize| (q as i64) << 40 | i as i64;
+    let mine: Vec<i64> = (0..count(r)).map(|i| value(r, i)).collect();
+    let want: Vec<i64> = (0..n)
+        .flat_map(|q| (0..count(q)).map(move |i| value(q, i)))
+        .collect();
+    let mut all = vec![-1i64; want.len()];
+    c.all_gather_v(&mine, &mut all, &counts)
+        .map_err(|e| format!("rank {r}, all_gather_v: {e}"))?;
+    if all != want {
+        return Err(format!("rank {r}: all_gather_v wrong"));
+    }
+    for root in 0..n {
+        // Only the root passes counts and a whole.
+        let (counts_here, len) = if r == root {
+            (&counts[..], want.len())
+        } else {
+            (&[][..], 0)
+        };
+        let mut got = vec![-1i64; len];
+        c.gather_v(&mine, &mut got, counts_here, root)
+            .map_err(|e| format!("rank {r}, gather_v to {root}: {e}"))?;
+        if r == root && got != want {
+            return Err(format!("rank {r}: gather_v to {root} wrong"));
+        }
+        let mut back = vec![-1i64; count(r)];
+        c.scatter_v(&got, counts_here, &mut back, root)
+            .map_err(|e| format!("rank {r}, scatter_v from {root}: {e}"))?;
+        if back != mine {
+            return Err(format!("rank {r}: scatter_v from {root} wrong"));
+        }
+    }
+    Ok(())
+}
