@@ -1328,6 +1328,7 @@ pub fn simulate(
     let compared = order.len() > 1 || (!order.is_empty() && !hardware.is_empty());
     let mut preps = Preps {
         fabric,
+        peer_nics: is_p2p(collective),
         jobs: &jobs,
         schedules: &schedules,
         config: prepare_config(opts),
@@ -1566,7 +1567,9 @@ pub fn simulate(
                         trace_ranks: 0,
                         ..exec_config_named(fabric, collective, a, algorithm.name(), protocol, opts)
                     };
-                    looped = prep.repeated(k).run(fabric, &cfg)?;
+                    looped = prep
+                        .repeated(k)
+                        .run(&fabric.transfers(is_p2p(collective)), &cfg)?;
                     looped.iteration_finish.as_slice()
                 }
             };
@@ -1602,6 +1605,9 @@ pub fn simulate(
 /// same steps, with its link load when candidates are compared.
 struct Preps<'a> {
     fabric: &'a ClusterFabric,
+    /// The collective's transfers take NCCL's point-to-point NICs
+    /// ([`ClusterFabric::transfers`]).
+    peer_nics: bool,
     /// The candidates, and the schedule each runs (`None`: a hardware model).
     jobs: &'a [(AlgoChoice, Protocol)],
     schedules: &'a [Option<Result<Planned, SimError>>],
@@ -1630,9 +1636,10 @@ impl Preps<'_> {
             let k = match self.prepared.iter().position(|(t, _, _)| t == s) {
                 Some(k) => k,
                 None => {
-                    let r = Prepared::new(s, self.fabric, &self.config);
+                    let xf = self.fabric.transfers(self.peer_nics);
+                    let r = Prepared::new(s, &xf, &self.config);
                     let load = match &r {
-                        Ok(p) if self.compared || *scale > 1.0 => p.link_load(self.fabric).ok(),
+                        Ok(p) if self.compared || *scale > 1.0 => p.link_load(&xf).ok(),
                         _ => None,
                     };
                     self.prepared.push((s.clone(), r, load));
@@ -1979,7 +1986,7 @@ fn run_one(
             let (prepared, rest) = prepared
                 .ok_or_else(|| SimError::Model(format!("{} was not prepared", c.name())))?;
             let cfg = exec_config_named(fabric, collective, a, c.name(), protocol, opts);
-            let r = prepared.run(fabric, &cfg)?;
+            let r = prepared.run(&fabric.transfers(is_p2p(collective)), &cfg)?;
             (r.time.saturating_add(rest), Some(r))
         }
     };

@@ -1265,6 +1265,105 @@ impl Fabric for ClusterFabric {
     }
 
     fn route(&self, src: usize, dst: usize, channel: u16) -> Result<Route, SimError> {
+        self.route_via(src, dst, channel, false)
+    }
+
+    fn local_gbps(&self, _rank: usize) -> f64 {
+        // A copy reads and writes device memory.
+        self.machine.node.hbm_gbps / 2.0
+    }
+
+    fn node_orbits(&self) -> Option<NodeOrbits> {
+        ClusterFabric::node_orbits(self)
+    }
+}
+
+/// A [`ClusterFabric`] as NCCL's point-to-point operations (sendrecv,
+/// all_to_all, gather, scatter) use it ([`ClusterFabric::transfers`]).
+pub struct Transfers<'a> {
+    fabric: &'a ClusterFabric,
+    peer_nics: bool,
+}
+
+impl Fabric for Transfers<'_> {
+    fn ranks(&self) -> usize {
+        self.fabric.ranks()
+    }
+
+    fn ranks_per_node(&self) -> usize {
+        self.fabric.ranks_per_node()
+    }
+
+    fn capacities(&self) -> Vec<f64> {
+        self.fabric.capacities()
+    }
+
+    fn link_name(&self, link: LinkId) -> String {
+        self.fabric.link_name(link)
+    }
+
+    fn route(&self, src: usize, dst: usize, channel: u16) -> Result<Route, SimError> {
+        self.fabric.route_via(src, dst, channel, self.peer_nics)
+    }
+
+    fn local_gbps(&self, rank: usize) -> f64 {
+        self.fabric.local_gbps(rank)
+    }
+
+    fn node_orbits(&self) -> Option<NodeOrbits> {
+        self.fabric.node_orbits()
+    }
+}
+
+impl ClusterFabric {
+    /// This fabric as a collective's transfers use it. Between nodes a
+    /// collective's channel leaves and enters on its rail
+    /// ([`ClusterFabric::rails`]); NCCL's point-to-point operations
+    /// (`peer_nics`) instead go through a NIC next to the receiving GPU
+    /// (`ncclTopoGetNetDev` with PXN, NVIDIA/nccl `src/graph/topo.cc`: the
+    /// receiver's proxy posts on its local NIC, the sender reaches the same
+    /// rail over NVLink to the GPU next to that rail's NIC), so all of a
+    /// GPU's incoming traffic from other nodes lands on its own NICs, the
+    /// channels taking them in turn. A sender that cannot reach that NIC
+    /// over NVLink (or its PCIe switch) keeps its channel's rail.
+    pub fn transfers(&self, peer_nics: bool) -> Transfers<'_> {
+        Transfers {
+            fabric: self,
+            peer_nics,
+        }
+    }
+
+    /// The NIC NCCL's point-to-point operation from local GPU `a` to local
+    /// GPU `b` of another node takes on `channel`
+    /// ([`ClusterFabric::transfers`]).
+    fn peer_rail(&self, a: usize, b: usize, channel: usize) -> usize {
+        let near = |k: usize| {
+            let g = self.nic_gpu(k);
+            g == b
+                || (self.switch_of_gpu(g).is_some()
+                    && self.switch_of_gpu(g) == self.switch_of_gpu(b))
+        };
+        let home: Vec<usize> = self.rails().iter().copied().filter(|&k| near(k)).collect();
+        let reach = |k: usize| {
+            let g = self.nic_gpu(k);
+            a == g
+                || self.has_nvlink(a, g)
+                || (self.switch_of_gpu(a).is_some()
+                    && self.switch_of_gpu(a) == self.switch_of_gpu(g))
+        };
+        match home.get(channel % home.len().max(1)) {
+            Some(&k) if reach(k) => k,
+            _ => self.rail(a, channel),
+        }
+    }
+
+    fn route_via(
+        &self,
+        src: usize,
+        dst: usize,
+        channel: u16,
+        peer_nics: bool,
+    ) -> Result<Route, SimError> {
         let n = self.ranks();
         if src >= n || dst >= n {
             return Err(SimError::NoRoute {
@@ -1304,7 +1403,11 @@ impl Fabric for ClusterFabric {
                 why: "the nodes have no NIC".into(),
             });
         }
-        let k = self.rail(a, usize::from(channel));
+        let k = if peer_nics {
+            self.peer_rail(a, b, usize::from(channel))
+        } else {
+            self.rail(a, usize::from(channel))
+        };
         let mut w = Vec::with_capacity(6);
         self.to_nic(a, k, &mut v);
         self.nic_to_gpu(k, b, &mut w);
@@ -1322,15 +1425,6 @@ impl Fabric for ClusterFabric {
             latency,
             class: Some(PathClass::Net),
         })
-    }
-
-    fn local_gbps(&self, _rank: usize) -> f64 {
-        // A copy reads and writes device memory.
-        self.machine.node.hbm_gbps / 2.0
-    }
-
-    fn node_orbits(&self) -> Option<NodeOrbits> {
-        ClusterFabric::node_orbits(self)
     }
 }
 

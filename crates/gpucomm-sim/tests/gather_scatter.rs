@@ -98,3 +98,62 @@ fn sizes_are_cut_in_blocks_as_nccl_tests_cuts_them() {
     assert_eq!(r.exec.as_ref().unwrap().simulated_ranks, 16);
     assert!(r.busbw_gbps > 0.0);
 }
+
+#[test]
+fn across_nodes_a_gpu_receives_on_its_own_nics_as_in_nccls_point_to_point() {
+    // NCCL's point-to-point operations post receives on the receiving
+    // GPU's own NICs (PXN moves the sender onto that rail over NVLink):
+    // a gather's remote blocks all enter the root's node through the
+    // root's two NICs on a DGX H100 (GPU 0 shares its PCIe switch with
+    // NICs 0 and 1), where a collective's channels would spread over all
+    // eight rails.
+    let f = common::fabric("dgx-h100", 2);
+    let opts = CollOptions::default();
+    let gather = simulate(&f, Collective::Gather { root: 0 }, GIB, &opts).unwrap();
+    let ex = gather.exec.as_ref().unwrap();
+    let into_node0: Vec<&str> = ex
+        .links
+        .iter()
+        .filter(|l| l.name.starts_with("node0:net->nic") && l.bytes > 0.0)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(
+        into_node0,
+        ["node0:net->nic0", "node0:net->nic1"],
+        "{:?}",
+        ex.links
+    );
+    // Those two NICs bound it: half the blocks (512 MiB) at two NICs' rate.
+    let nic = ex
+        .links
+        .iter()
+        .find(|l| l.name == "node0:net->nic0")
+        .unwrap();
+    let bound_us = (GIB / 2) as f64 / (2.0 * nic.capacity_gbps * 1e3);
+    assert!(
+        gather.time.as_us() >= bound_us,
+        "{} us",
+        gather.time.as_us()
+    );
+    // A scatter's root reaches every remote GPU's own NICs over NVLink:
+    // all eight leave node 0, and it is that much faster.
+    let scatter = simulate(&f, Collective::Scatter { root: 0 }, GIB, &opts).unwrap();
+    let out_of_node0 = scatter
+        .exec
+        .as_ref()
+        .unwrap()
+        .links
+        .iter()
+        .filter(|l| l.name.starts_with("node0:nic") && l.name.ends_with("->net") && l.bytes > 0.0)
+        .count();
+    assert_eq!(out_of_node0, 8);
+    assert!(scatter.time.as_us() < 0.6 * gather.time.as_us());
+    // A sendrecv ring's one pair across each node boundary likewise runs
+    // at the receiver's two NICs, well below the NVLink pairs.
+    let sr = simulate(&f, Collective::SendRecv { shift: 1 }, GIB, &opts).unwrap();
+    assert!(
+        sr.busbw_gbps <= 2.0 * nic.capacity_gbps,
+        "sendrecv busbw {}",
+        sr.busbw_gbps
+    );
+}

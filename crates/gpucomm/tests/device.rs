@@ -426,6 +426,21 @@ fn calls_without_a_schedule_stage_on_device_buffers() {
             if back.to_vec(&s).map_err(e)? != vec![r as u32; r + 1] {
                 return Err(format!("rank {r}: scatter_v"));
             }
+            // Off the root a gather leaves `recv` as it was (the staging
+            // buffer still holds the all_gather_v's blocks).
+            let (len, counts_here) = if r == 2 {
+                (want.len(), &counts[..])
+            } else {
+                (4, &[][..])
+            };
+            let mut keep = dc.alloc_from(&vec![99u32; len], &s).map_err(e)?;
+            dc.gather_v(&mine, &mut keep, counts_here, 2, &s)
+                .and_then(|ev| ev.wait())
+                .map_err(e)?;
+            let kept = keep.to_vec(&s).map_err(e)?;
+            if (r == 2 && kept != want) || (r != 2 && kept != [99; 4]) {
+                return Err(format!("rank {r}: gather_v wrote {kept:?}"));
+            }
             // A bad count is this rank's own error, before anything moves.
             let bad = dc.all_gather_v(&mine, &mut all, &[1, 1], &s).unwrap_err();
             if !bad

@@ -186,3 +186,37 @@ fn gather_v_senders_do_not_finish_before_the_root_takes_part() {
         assert!(res.is_err(), "rank {r}: {res:?}");
     }
 }
+
+#[test]
+fn an_empty_block_where_the_root_expects_one_is_an_error_on_both() {
+    // An empty block still meets the root (its schedule sends it), so the
+    // descriptors disagree at once; before, the empty rank returned Ok and
+    // the root waited out its timeout.
+    let t = Instant::now();
+    let results = on_threads(2, Duration::from_secs(20), |c| {
+        let r = c.rank();
+        let gather = if r == 0 {
+            c.gather(&[5u32, 6], &mut [0; 4], 0)
+        } else {
+            c.gather::<u32>(&[], &mut [], 0)
+        };
+        // The root scatters nothing where rank 1 expects two elements.
+        let scatter = c.scatter::<u32>(&[], &mut vec![0; 2 * r], 0);
+        (gather, scatter)
+    });
+    for (r, (g, s)) in results.iter().enumerate() {
+        let g = g.as_ref().unwrap_err();
+        assert!(
+            matches!(g.failure(), Some(Failure::Mismatch { .. })),
+            "rank {r}: {g}"
+        );
+        assert!(s.is_err(), "rank {r}: {s:?}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // Blocks all empty: a gather and a scatter of nothing complete.
+    let results = on_threads(3, Duration::from_secs(20), |c| {
+        c.gather::<u8>(&[], &mut [], 1)?;
+        c.scatter::<u8>(&[], &mut [], 2)
+    });
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}

@@ -20,7 +20,15 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         }
         return;
     }
-    if p.count == 0 {
+    // Empty blocks of a gather or scatter still go (as NCCL's empty
+    // point-to-point operations do): a rank whose block is empty where the
+    // root's are not meets the root, and their descriptors disagree.
+    if p.count == 0
+        && !matches!(
+            p.collective,
+            Collective::Gather { .. } | Collective::Scatter { .. }
+        )
+    {
         return;
     }
     let c = p.count;

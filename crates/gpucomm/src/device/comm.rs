@@ -1370,7 +1370,13 @@ impl DeviceComm {
         let hr: &mut [T] =
             unsafe { std::slice::from_raw_parts_mut(g.recv.as_mut_ptr() as *mut T, rb / es) };
         host(send.map(|_| hs), hr)?;
-        if rb > 0 && !is_send {
+        // A send writes no output, nor does a gather off its root (its
+        // `recv` keeps what it held, as on the host path).
+        let writes_recv = match call {
+            Call::Gather { root } => root == self.rank(),
+            _ => !is_send,
+        };
+        if rb > 0 && writes_recv {
             // SAFETY: as for the first copy.
             unsafe { b.copy_h2d(s, recv.ptr, g.recv.as_ptr(), rb)? };
         }
