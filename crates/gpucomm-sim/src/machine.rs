@@ -1337,13 +1337,19 @@ impl ClusterFabric {
     /// GPU `b` of another node takes on `channel`
     /// ([`ClusterFabric::transfers`]).
     fn peer_rail(&self, a: usize, b: usize, channel: usize) -> usize {
-        let near = |k: usize| {
-            let g = self.nic_gpu(k);
-            g == b
-                || (self.switch_of_gpu(g).is_some()
-                    && self.switch_of_gpu(g) == self.switch_of_gpu(b))
+        // NIC k is near GPU g: next to it, or on its PCIe switch.
+        let near = |k: usize, g: usize| {
+            let h = self.nic_gpu(k);
+            h == g
+                || (self.switch_of_gpu(h).is_some()
+                    && self.switch_of_gpu(h) == self.switch_of_gpu(g))
         };
-        let home: Vec<usize> = self.rails().iter().copied().filter(|&k| near(k)).collect();
+        let home: Vec<usize> = self
+            .rails()
+            .iter()
+            .copied()
+            .filter(|&k| near(k, b))
+            .collect();
         let reach = |k: usize| {
             let g = self.nic_gpu(k);
             a == g
@@ -1351,10 +1357,25 @@ impl ClusterFabric {
                 || (self.switch_of_gpu(a).is_some()
                     && self.switch_of_gpu(a) == self.switch_of_gpu(g))
         };
-        match home.get(channel % home.len().max(1)) {
-            Some(&k) if reach(k) => k,
-            _ => self.rail(a, channel),
-        }
+        let Some(&first) = home.first() else {
+            return self.rail(a, channel);
+        };
+        // `ncclTopoGetLocalNet`: the GPUs sharing these NICs split them,
+        // each starting at its device index modulo their count
+        // (bit-mirrored when the NICs are a power of two) and taking
+        // ceil(NICs / GPUs) of them in turn over the channels: one each
+        // where as many GPUs as NICs share a PCIe switch. The sender takes
+        // the NIC its node's GPU of the receiver's index would
+        // (`ncclTopoGetNetDev`), the receiver its own: the same rail.
+        let sharing = (0..self.rpn).filter(|&g| near(first, g)).count().max(1);
+        let per = home.len().div_ceil(sharing);
+        let base = if home.len().is_power_of_two() {
+            mirror_bits(b % sharing, home.len())
+        } else {
+            b % sharing
+        };
+        let k = home[(base + channel % per) % home.len()];
+        if reach(k) { k } else { self.rail(a, channel) }
     }
 
     fn route_via(
@@ -1426,6 +1447,19 @@ impl ClusterFabric {
             class: Some(PathClass::Net),
         })
     }
+}
+
+/// `v` with its low `log2(pow2)` bits in reverse order (NCCL's
+/// `mirrorBits`, `src/graph/topo.cc`), `pow2` a power of two.
+fn mirror_bits(v: usize, pow2: usize) -> usize {
+    let bits = pow2.trailing_zeros();
+    let mut out = 0;
+    for i in 0..bits {
+        if v & (1 << i) != 0 {
+            out |= 1 << (bits - 1 - i);
+        }
+    }
+    out
 }
 
 /// Steps the ring search may take in all (a node has a handful of GPUs;
@@ -1515,5 +1549,47 @@ impl RingSearch {
             path.pop();
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod peer_nic_tests {
+    use super::*;
+
+    #[test]
+    fn mirror_bits_reverses_the_low_bits() {
+        assert_eq!(mirror_bits(0b001, 8), 0b100);
+        assert_eq!(mirror_bits(0b110, 8), 0b011);
+        assert_eq!(mirror_bits(1, 2), 1);
+        assert_eq!(mirror_bits(5, 1), 0);
+    }
+
+    #[test]
+    fn a_point_to_point_transfer_takes_the_receivers_own_nic() {
+        // DGX H100: GPUs 2k and 2k+1 share NICs 2k and 2k+1, one each,
+        // whatever the channel and the sender.
+        let f = Machine::preset("dgx-h100")
+            .unwrap()
+            .fabric(Engine::Nccl, 2)
+            .unwrap();
+        for b in 0..8 {
+            for (a, ch) in [(0, 0), (7, 1), (3, 5)] {
+                assert_eq!(
+                    f.peer_rail(a, b, ch),
+                    b,
+                    "to GPU {b} from {a}, channel {ch}"
+                );
+            }
+        }
+        // Four NICs for eight GPUs (next to GPUs 0, 2, 4, 6): GPUs 2k and
+        // 2k+1 both receive on NIC k.
+        let hdr = gpucomm_topo::catalog::parse_port("hdr");
+        let f = Machine::select_with_nics("dgx-a100", Some(4), hdr)
+            .unwrap()
+            .fabric(Engine::Nccl, 2)
+            .unwrap();
+        for b in 0..8 {
+            assert_eq!(f.peer_rail(5, b, 3), b / 2, "GPU {b}");
+        }
     }
 }

@@ -102,11 +102,11 @@ fn sizes_are_cut_in_blocks_as_nccl_tests_cuts_them() {
 #[test]
 fn across_nodes_a_gpu_receives_on_its_own_nics_as_in_nccls_point_to_point() {
     // NCCL's point-to-point operations post receives on the receiving
-    // GPU's own NICs (PXN moves the sender onto that rail over NVLink):
-    // a gather's remote blocks all enter the root's node through the
-    // root's two NICs on a DGX H100 (GPU 0 shares its PCIe switch with
-    // NICs 0 and 1), where a collective's channels would spread over all
-    // eight rails.
+    // GPU's own NIC (PXN moves the sender onto that rail over NVLink): a
+    // gather's remote blocks all enter the root's node through NIC 0 on a
+    // DGX H100 (GPUs 0 and 1 share NICs 0 and 1, one each, as
+    // `ncclTopoGetLocalNet` splits them), where a collective's channels
+    // would spread over all eight rails.
     let f = common::fabric("dgx-h100", 2);
     let opts = CollOptions::default();
     let gather = simulate(&f, Collective::Gather { root: 0 }, GIB, &opts).unwrap();
@@ -117,19 +117,14 @@ fn across_nodes_a_gpu_receives_on_its_own_nics_as_in_nccls_point_to_point() {
         .filter(|l| l.name.starts_with("node0:net->nic") && l.bytes > 0.0)
         .map(|l| l.name.as_str())
         .collect();
-    assert_eq!(
-        into_node0,
-        ["node0:net->nic0", "node0:net->nic1"],
-        "{:?}",
-        ex.links
-    );
-    // Those two NICs bound it: half the blocks (512 MiB) at two NICs' rate.
+    assert_eq!(into_node0, ["node0:net->nic0"], "{:?}", ex.links);
+    // That NIC bounds it: half the blocks (512 MiB) at its rate.
     let nic = ex
         .links
         .iter()
         .find(|l| l.name == "node0:net->nic0")
         .unwrap();
-    let bound_us = (GIB / 2) as f64 / (2.0 * nic.capacity_gbps * 1e3);
+    let bound_us = (GIB / 2) as f64 / (nic.capacity_gbps * 1e3);
     assert!(
         gather.time.as_us() >= bound_us,
         "{} us",
@@ -149,10 +144,11 @@ fn across_nodes_a_gpu_receives_on_its_own_nics_as_in_nccls_point_to_point() {
     assert_eq!(out_of_node0, 8);
     assert!(scatter.time.as_us() < 0.6 * gather.time.as_us());
     // A sendrecv ring's one pair across each node boundary likewise runs
-    // at the receiver's two NICs, well below the NVLink pairs.
+    // at the receiver's NIC ("46-48 GB/s per NIC" at NDR, NCCL's
+    // maintainers say), far below the NVLink pairs.
     let sr = simulate(&f, Collective::SendRecv { shift: 1 }, GIB, &opts).unwrap();
     assert!(
-        sr.busbw_gbps <= 2.0 * nic.capacity_gbps,
+        sr.busbw_gbps <= nic.capacity_gbps && sr.busbw_gbps > 0.9 * nic.capacity_gbps,
         "sendrecv busbw {}",
         sr.busbw_gbps
     );
