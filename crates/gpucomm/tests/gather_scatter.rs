@@ -40,13 +40,7 @@ fn bad_arguments_are_refused() {
             c.scatter(&[1u8; 3], &mut [0; 2], 0),
         ),
     ];
-    for (says, r) in cases {
-        let e = r.unwrap_err();
-        assert!(
-            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains(says),
-            "{e}"
-        );
-    }
+    assert_refused(cases);
 }
 
 #[test]
@@ -133,13 +127,7 @@ fn bad_counts_are_refused() {
             c.scatter_v(&[1u8; 3], &[1, 1], &mut [0], 0),
         ),
     ];
-    for (says, r) in cases {
-        let e = r.unwrap_err();
-        assert!(
-            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains(says),
-            "{e}"
-        );
-    }
+    assert_refused(cases);
 }
 
 #[test]
@@ -219,4 +207,15 @@ fn an_empty_block_where_the_root_expects_one_is_an_error_on_both() {
         c.scatter::<u8>(&[], &mut [], 2)
     });
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+/// Each call was refused as an invalid argument saying what it says.
+fn assert_refused<const N: usize>(cases: [(&str, Result<(), gpucomm::Error>); N]) {
+    for (says, r) in cases {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, gpucomm::Error::InvalidArgument(_)) && e.to_string().contains(says),
+            "{e}"
+        );
+    }
 }
