@@ -175,6 +175,28 @@ value = 24.24
 source = "NVIDIA/nccl issue 1272 (NCCL 2.19.4)"
 
 [[case]]
+id = "h100-2node-alltoall-4G"
+system = "2x H100 SXM nodes, 8 GPUs each"
+metric = "busbw"
+collective = "all_to_all"
+gpus = 16
+nodes = 2
+bytes = 4294967296
+value = 91.82
+source = "xxrjun/nccl-tests-cluster benchmarks/example-cluster01/nccl-benchmark-results/pairwise/runs/20260128-010702/without-debug/logs/nccl_N2_G8_cnode3-002_cnode3-003.log (NCCL 2.29.2, -d double)"
+
+[[case]]
+id = "h100-2node-sendrecv-4G"
+system = "2x H100 SXM nodes, 8 GPUs each"
+metric = "busbw"
+collective = "sendrecv"
+gpus = 16
+nodes = 2
+bytes = 4294967296
+value = 45.85
+source = "same run; each GPU's point-to-point traffic between nodes on its own NIC (327 GB/s, +614%, while it took every NIC of the node)"
+
+[[case]]
 id = "gh200-h2d-pinned"
 system = "NVIDIA GH200 480GB (NVLink-C2C), pinned host memory"
 metric = "h2d_bandwidth"
