@@ -927,7 +927,7 @@ impl ClusterFabric {
                     let (a, b) = (ring[i] as usize, ring[(i + 1) % n] as usize);
                     let (mut out, mut inn) = (Vec::new(), Vec::new());
                     self.to_nic(a, k, &mut out);
-                    self.nic_to_gpu(k, b, &mut inn);
+                    self.nic_to_gpu(k, b, false, &mut inn);
                     out.len() + inn.len()
                 };
                 let (r, exit) = (0..rings.len())
@@ -997,7 +997,7 @@ impl ClusterFabric {
     /// Node-local path from NIC `k`'s port into GPU `b`, with its latency.
     pub(crate) fn net_to_gpu(&self, k: usize, b: usize) -> (Vec<LinkId>, SimTime) {
         let mut v = Vec::new();
-        self.nic_to_gpu(k, b, &mut v);
+        self.nic_to_gpu(k, b, false, &mut v);
         (v.clone(), self.latency_of(&v))
     }
 
@@ -1135,13 +1135,16 @@ impl ClusterFabric {
         out.push(self.nic_out[k]);
     }
 
-    fn nic_to_gpu(&self, k: usize, b: usize, out: &mut Vec<u32>) {
+    /// Route from NIC `k` to GPU `b` of its node, the reverse of
+    /// [`ClusterFabric::to_nic`]; with `pcie_first` through the PCIe switch
+    /// shared with the NIC before NVLink from the NIC's GPU.
+    fn nic_to_gpu(&self, k: usize, b: usize, pcie_first: bool, out: &mut Vec<u32>) {
         let g = self.nic_gpu(k);
         out.push(self.nic_in[k]);
         out.push(self.nic_pcie_down[k]);
         let same_switch =
             self.switch_of_gpu(b).is_some() && self.switch_of_gpu(b) == self.switch_of_gpu(g);
-        if b == g {
+        if b == g || (pcie_first && same_switch) {
             out.push(self.pcie_down[b]);
         } else if self.has_nvlink(g, b) {
             out.push(self.pcie_down[g]);
@@ -1333,49 +1336,69 @@ impl ClusterFabric {
         }
     }
 
-    /// The NIC NCCL's point-to-point operation from local GPU `a` to local
-    /// GPU `b` of another node takes on `channel`
-    /// ([`ClusterFabric::transfers`]).
-    fn peer_rail(&self, a: usize, b: usize, channel: usize) -> usize {
-        // NIC k is near GPU g: next to it, or on its PCIe switch.
-        let near = |k: usize, g: usize| {
-            let h = self.nic_gpu(k);
-            h == g
-                || (self.switch_of_gpu(h).is_some()
-                    && self.switch_of_gpu(h) == self.switch_of_gpu(g))
-        };
-        let home: Vec<usize> = self
-            .rails()
-            .iter()
-            .copied()
-            .filter(|&k| near(k, b))
-            .collect();
-        let reach = |k: usize| {
-            let g = self.nic_gpu(k);
-            a == g
-                || self.has_nvlink(a, g)
-                || (self.switch_of_gpu(a).is_some()
-                    && self.switch_of_gpu(a) == self.switch_of_gpu(g))
-        };
-        let Some(&first) = home.first() else {
-            return self.rail(a, channel);
-        };
-        // `ncclTopoGetLocalNet`: the GPUs sharing these NICs split them,
-        // each starting at its device index modulo their count
-        // (bit-mirrored when the NICs are a power of two) and taking
-        // ceil(NICs / GPUs) of them in turn over the channels: one each
-        // where as many GPUs as NICs share a PCIe switch. The sender takes
-        // the NIC its node's GPU of the receiver's index would
-        // (`ncclTopoGetNetDev`), the receiver its own: the same rail.
-        let sharing = (0..self.rpn).filter(|&g| near(first, g)).count().max(1);
+    /// The NICs nearest local GPU `g`, as the node model places them (next
+    /// to it, or on its PCIe switch; `ncclTopoGetLocal`): every NIC of the
+    /// node counts, in use by a collective's rails or not, as NCCL trims
+    /// only GPUs from its topology. Empty where no NIC is that near (a
+    /// Grace rack's NICs sit next to one GPU each).
+    fn nearest_nics(&self, g: usize) -> Vec<usize> {
+        (0..self.machine.node.nics)
+            .filter(|&k| self.nic_near(k, g))
+            .collect()
+    }
+
+    /// NIC `k` is next to local GPU `g` or on its PCIe switch.
+    fn nic_near(&self, k: usize, g: usize) -> bool {
+        let h = self.nic_gpu(k);
+        h == g
+            || (self.switch_of_gpu(h).is_some() && self.switch_of_gpu(h) == self.switch_of_gpu(g))
+    }
+
+    /// The NIC `ncclTopoGetLocalNet` gives local GPU `g` on `channel`
+    /// (`None` without a NIC near it): the GPUs in use sharing its nearest NICs
+    /// split them, each starting at its device index modulo their count
+    /// (bit-mirrored when the NICs are a power of two) and taking
+    /// ceil(NICs / GPUs) of them in turn over the channels: one each where
+    /// as many GPUs as NICs share a PCIe switch.
+    fn local_nic(&self, g: usize, channel: usize) -> Option<usize> {
+        let home = self.nearest_nics(g);
+        let first = *home.first()?;
+        let sharing = (0..self.rpn)
+            .filter(|&h| self.nic_near(first, h))
+            .count()
+            .max(1);
         let per = home.len().div_ceil(sharing);
         let base = if home.len().is_power_of_two() {
-            mirror_bits(b % sharing, home.len())
+            mirror_bits(g % sharing, home.len())
         } else {
-            b % sharing
+            g % sharing
         };
-        let k = home[(base + channel % per) % home.len()];
-        if reach(k) { k } else { self.rail(a, channel) }
+        Some(home[(base + channel % per) % home.len()])
+    }
+
+    /// The NICs NCCL's point-to-point operation from local GPU `a` to local
+    /// GPU `b` of another node takes on `channel`, `(sending, receiving)`
+    /// ([`ClusterFabric::transfers`], `ncclTopoGetNetDev`): the receiver
+    /// posts on its own NIC; the sender sends on the NIC its node's GPU of
+    /// the receiver's index would take, relaying over a direct NVLink to
+    /// that NIC's GPU (PXN, NCCL's `PATH_NVL`) unless the NIC is near it,
+    /// and on its own NIC where neither holds. A receiver with no NIC near
+    /// it keeps the sender's channel rail at both ends.
+    fn peer_nics(&self, a: usize, b: usize, channel: usize) -> (usize, usize) {
+        let Some(k) = self.local_nic(b, channel) else {
+            let k = self.rail(a, channel);
+            return (k, k);
+        };
+        let g = self.nic_gpu(k);
+        if self.nic_near(k, a) || self.nvlink_count(a, g) > 0 {
+            (k, k)
+        } else {
+            (
+                self.local_nic(a, channel)
+                    .unwrap_or_else(|| self.rail(a, channel)),
+                k,
+            )
+        }
     }
 
     fn route_via(
@@ -1424,14 +1447,19 @@ impl ClusterFabric {
                 why: "the nodes have no NIC".into(),
             });
         }
-        let k = if peer_nics {
-            self.peer_rail(a, b, usize::from(channel))
+        let (ks, kr) = if peer_nics {
+            self.peer_nics(a, b, usize::from(channel))
         } else {
-            self.rail(a, usize::from(channel))
+            let k = self.rail(a, usize::from(channel));
+            (k, k)
         };
         let mut w = Vec::with_capacity(6);
-        self.to_nic(a, k, &mut v);
-        self.nic_to_gpu(k, b, &mut w);
+        // A point-to-point send relays over NVLink to the NIC's GPU even
+        // where the NIC shares its PCIe switch (PXN takes the GPU that
+        // uses the NIC, `ncclTopoGetLocalGpu`); its receive is read from
+        // the NIC through the PCIe switch (NCCL has no PXN on receive).
+        self.to_nic(a, ks, &mut v);
+        self.nic_to_gpu(kr, b, peer_nics, &mut w);
         let latency =
             self.latency_of(&v) + self.latency_of(&w) + SimTime::from_us(model::NET_SWITCH_US);
         let mut links = self.globalize(na, &v);
@@ -1567,7 +1595,8 @@ mod peer_nic_tests {
     #[test]
     fn a_point_to_point_transfer_takes_the_receivers_own_nic() {
         // DGX H100: GPUs 2k and 2k+1 share NICs 2k and 2k+1, one each,
-        // whatever the channel and the sender.
+        // whatever the channel and the sender (over NVLink to the NIC's
+        // GPU).
         let f = Machine::preset("dgx-h100")
             .unwrap()
             .fabric(Engine::Nccl, 2)
@@ -1575,8 +1604,8 @@ mod peer_nic_tests {
         for b in 0..8 {
             for (a, ch) in [(0, 0), (7, 1), (3, 5)] {
                 assert_eq!(
-                    f.peer_rail(a, b, ch),
-                    b,
+                    f.peer_nics(a, b, ch),
+                    (b, b),
                     "to GPU {b} from {a}, channel {ch}"
                 );
             }
@@ -1589,7 +1618,34 @@ mod peer_nic_tests {
             .fabric(Engine::Nccl, 2)
             .unwrap();
         for b in 0..8 {
-            assert_eq!(f.peer_rail(5, b, 3), b / 2, "GPU {b}");
+            assert_eq!(f.peer_nics(5, b, 3), (b / 2, b / 2), "GPU {b}");
         }
+        // No direct NVLink to the receiver's NIC's GPU (DGX-1's GPU 7 and
+        // GPU 0; NCCL relays over PATH_NVL only), or no NVLink at all
+        // (PCIe server): the sender's own NIC, the receiver's own.
+        for preset in ["dgx1-v100", "pcie-8gpu"] {
+            let f = Machine::preset(preset)
+                .unwrap()
+                .fabric(Engine::Nccl, 2)
+                .unwrap();
+            assert_eq!(f.peer_nics(7, 0, 0), (3, 0), "{preset}");
+            assert_eq!(
+                f.peer_nics(1, 0, 0),
+                (0, 0),
+                "{preset}: NIC 0 is near GPU 1"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gpu_alone_in_use_keeps_every_nic_near_it() {
+        // One DGX H100 GPU in use: GPU 0's PCIe switch holds NICs 0 and 1,
+        // which NCCL (trimming only GPUs) alternates over the channels; a
+        // collective's rails keep GPU 0's own (`rails`).
+        let mut m = Machine::preset("dgx-h100").unwrap();
+        m.use_gpus(1).unwrap();
+        let f = m.fabric(Engine::Nccl, 2).unwrap();
+        let nics: Vec<usize> = (0..4).map(|ch| f.local_nic(0, ch).unwrap()).collect();
+        assert_eq!(nics, [0, 1, 0, 1]);
     }
 }
