@@ -513,7 +513,9 @@ impl Inner {
         let (plan, count, algo_code, coll) = match (&hand, rc.call) {
             (Some(h), _) => (
                 Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
-                h.count,
+                // Hand-made plans' descriptors count per message or not at
+                // all (their blocks differ in size).
+                0,
                 0u8,
                 None,
             ),
@@ -819,8 +821,6 @@ pub(crate) struct HandMade {
     lens: [usize; 3],
     /// The descriptor's collective code and argument.
     code: (u8, u32),
-    /// The descriptor's count.
-    count: usize,
     /// Each message's descriptor counts that message's elements instead.
     count_per_message: bool,
     /// Peers this rank only sends to or only receives from exchange
@@ -872,23 +872,21 @@ pub(crate) fn hand_made(
         steps,
         lens,
         code: (9, 0),
-        count: 0,
         count_per_message: true,
         exchange_desc: false,
     };
+    if let Some(b) = blocks {
+        let send_len = send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
+        return match call {
+            Call::AllToAll => blocks_of_any_size(b, me, n, send_len, recv_len),
+            Call::AllGather | Call::Gather { .. } | Call::Scatter { .. } => {
+                counted_blocks(call, b, me, n, send_len, recv_len)
+            }
+            _ => Err(format!("{} takes no blocks of any size", call.name())),
+        }
+        .map(Some);
+    }
     Ok(Some(match call {
-        Call::AllToAll if blocks.is_some() => {
-            let b = blocks.expect("guarded");
-            let send_len =
-                send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
-            blocks_of_any_size(b, me, n, send_len, recv_len)?
-        }
-        Call::AllGather | Call::Gather { .. } | Call::Scatter { .. } if blocks.is_some() => {
-            let b = blocks.expect("guarded");
-            let send_len =
-                send_len.ok_or("blocks of any size need a send buffer (not in place)")?;
-            counted_blocks(call, b, me, n, send_len, recv_len)?
-        }
         Call::Send { peer } => {
             peer_ok(peer)?;
             let len = send_len.ok_or("send needs a send buffer")?;
@@ -979,7 +977,6 @@ fn blocks_of_any_size(
         steps,
         lens: [send_len, recv_len, 0],
         code: (6, 1),
-        count: 0,
         // Every pair talks both ways (empty blocks too), so each side
         // checks the other's descriptor on its data.
         count_per_message: false,
@@ -1119,7 +1116,6 @@ fn counted_blocks(
         steps,
         lens,
         code,
-        count: 0,
         // An all-gather's pairs talk both ways, each receive checking the
         // incoming length; a gather's or scatter's messages carry their
         // own length in their descriptor, checked before any data moves.

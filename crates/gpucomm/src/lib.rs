@@ -37,10 +37,12 @@
 //!   thread and returns a [`Request`]; operations complete in issue order.
 //! * **Groups**: [`Communicator::split`] makes a communicator per color, as
 //!   `MPI_Comm_split` and `ncclCommSplit` do, connected as a job is.
-//! * **Beyond the schedules**: [`Communicator::exchange`] (`MPI_Sendrecv`),
-//!   [`Communicator::gather`], [`Communicator::scatter`] and
-//!   [`Communicator::all_to_all_v`] (blocks of any size) run steps made by
-//!   hand, under the same descriptors, deadlines and failure handling.
+//! * **Beyond the schedules**: [`Communicator::exchange`] (`MPI_Sendrecv`)
+//!   and the calls whose blocks differ in size
+//!   ([`Communicator::all_to_all_v`], [`Communicator::all_gather_v`],
+//!   [`Communicator::gather_v`], [`Communicator::scatter_v`]) run steps
+//!   made by hand, under the same descriptors, deadlines and failure
+//!   handling; gather and scatter run gpucomm-algo's schedule.
 //!
 //! * **Device memory** ([`device`]): [`device::DeviceComm`] runs every call
 //!   on [`device::DeviceBuffer`]s in stream order, over CUDA IPC (peers'
@@ -303,6 +305,16 @@ impl Communicator {
         run_blocking(&self.inner, raw_call(call, send, recv, opts))
     }
 
+    /// [`Communicator::run`] with the communicator's default options.
+    fn call<T: Element>(
+        &self,
+        call: Call,
+        send: Option<&[T]>,
+        recv: &mut [T],
+    ) -> Result<(), Error> {
+        self.run(call, send, recv, &CallOptions::default())
+    }
+
     /// Starts a non-blocking call on library-owned buffers (`send` `None` =
     /// in place). Calls complete in issue order; blocking calls issued later
     /// wait for them.
@@ -332,12 +344,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        self.run(
-            Call::AllReduce(op),
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::AllReduce(op), Some(send), recv)
     }
 
     /// In-place all-reduce.
@@ -346,7 +353,7 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        self.run(Call::AllReduce(op), None, buf, &CallOptions::default())
+        self.call(Call::AllReduce(op), None, buf)
     }
 
     /// `recv` (block r of `send.len()` split over the ranks) = op over every
@@ -357,12 +364,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        self.run(
-            Call::ReduceScatter(op),
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::ReduceScatter(op), Some(send), recv)
     }
 
     /// In-place reduce-scatter: `buf` holds the whole input; the result
@@ -372,18 +374,18 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        self.run(Call::ReduceScatter(op), None, buf, &CallOptions::default())
+        self.call(Call::ReduceScatter(op), None, buf)
     }
 
     /// `recv` = every rank's `send` block, in rank order (blocks as in
     /// [`gpucomm_algo::block_partition`]).
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        self.run(Call::AllGather, Some(send), recv, &CallOptions::default())
+        self.call(Call::AllGather, Some(send), recv)
     }
 
     /// In-place all-gather: this rank's block is already in place in `buf`.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
-        self.run(Call::AllGather, None, buf, &CallOptions::default())
+        self.call(Call::AllGather, None, buf)
     }
 
     /// `recv` = root's `send` (other ranks' `send` is not read).
@@ -393,17 +395,12 @@ impl Communicator {
         recv: &mut [T],
         root: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::Broadcast { root },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::Broadcast { root }, Some(send), recv)
     }
 
     /// In-place broadcast of the root's `buf`.
     pub fn broadcast_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
-        self.run(Call::Broadcast { root }, None, buf, &CallOptions::default())
+        self.call(Call::Broadcast { root }, None, buf)
     }
 
     /// On the root, `recv` = op over every rank's `send`; on other ranks
@@ -415,12 +412,7 @@ impl Communicator {
         op: ReduceOp,
         root: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::Reduce { op, root },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::Reduce { op, root }, Some(send), recv)
     }
 
     /// In-place reduce to the root.
@@ -430,18 +422,13 @@ impl Communicator {
         op: ReduceOp,
         root: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::Reduce { op, root },
-            None,
-            buf,
-            &CallOptions::default(),
-        )
+        self.call(Call::Reduce { op, root }, None, buf)
     }
 
     /// Block p of `send` goes to rank p, block q of `recv` comes from rank q
     /// (both `n * count` elements).
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        self.run(Call::AllToAll, Some(send), recv, &CallOptions::default())
+        self.call(Call::AllToAll, Some(send), recv)
     }
 
     /// All-to-all with blocks of any size, as `MPI_Alltoallv` and PyTorch's
@@ -615,27 +602,17 @@ impl Communicator {
         recv: &mut [T],
         shift: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::SendRecv { shift },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::SendRecv { shift }, Some(send), recv)
     }
 
     /// Sends `data` to `peer` (matched by a [`Communicator::recv`] there).
     pub fn send<T: Element>(&self, data: &[T], peer: usize) -> Result<(), Error> {
-        self.run(
-            Call::Send { peer },
-            Some(data),
-            &mut [],
-            &CallOptions::default(),
-        )
+        self.call(Call::Send { peer }, Some(data), &mut [])
     }
 
     /// Receives exactly `data.len()` elements from `peer`.
     pub fn recv<T: Element>(&self, data: &mut [T], peer: usize) -> Result<(), Error> {
-        self.run(Call::Recv { peer }, None, data, &CallOptions::default())
+        self.call(Call::Recv { peer }, None, data)
     }
 
     /// The root gets every rank's `send` (all of one length), in rank order
@@ -662,12 +639,7 @@ impl Communicator {
     /// });
     /// ```
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<(), Error> {
-        self.run(
-            Call::Gather { root },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::Gather { root }, Some(send), recv)
     }
 
     /// In-place gather: `buf` holds `n` blocks on every rank, this rank's
@@ -696,7 +668,7 @@ impl Communicator {
     /// });
     /// ```
     pub fn gather_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
-        self.run(Call::Gather { root }, None, buf, &CallOptions::default())
+        self.call(Call::Gather { root }, None, buf)
     }
 
     /// Rank r gets block r of the root's `send` (`n * recv.len()` elements)
@@ -708,19 +680,14 @@ impl Communicator {
         recv: &mut [T],
         root: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::Scatter { root },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::Scatter { root }, Some(send), recv)
     }
 
     /// In-place scatter: `buf` holds `n` blocks on every rank (the root's
     /// are the input); rank r ends with the root's block r at its place,
     /// block r of its own `buf`.
     pub fn scatter_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
-        self.run(Call::Scatter { root }, None, buf, &CallOptions::default())
+        self.call(Call::Scatter { root }, None, buf)
     }
 
     /// Sends `send` to rank `to` and receives `recv` from rank `from` at
@@ -757,17 +724,12 @@ impl Communicator {
         recv: &mut [T],
         from: usize,
     ) -> Result<(), Error> {
-        self.run(
-            Call::Exchange { to, from },
-            Some(send),
-            recv,
-            &CallOptions::default(),
-        )
+        self.call(Call::Exchange { to, from }, Some(send), recv)
     }
 
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<(), Error> {
-        self.run::<u8>(Call::Barrier, None, &mut [], &CallOptions::default())
+        self.call::<u8>(Call::Barrier, None, &mut [])
     }
 
     /// Splits the ranks into groups, each with a communicator of its own, as
