@@ -626,13 +626,7 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
     let p = &s.problem;
     let n = p.nranks;
     let c = p.count;
-    // An empty collective has no steps, but for the barrier and the empty
-    // blocks a gather or scatter still sends.
-    let moves_empty = matches!(
-        p.collective,
-        Collective::Barrier | Collective::Gather { .. } | Collective::Scatter { .. }
-    );
-    if n == 1 || (c == 0 && !moves_empty) {
+    if n == 1 || (c == 0 && !p.collective.meets_when_empty()) {
         return (0, 0);
     }
     let k = |unit: usize| Plan::new(s, unit).chunks as u32;

@@ -133,6 +133,34 @@ impl Collective {
         }
     }
 
+    /// True where [`Problem::count`] is one block, a peer's (all_to_all)
+    /// or a rank's (gather, scatter), and the size nccl-tests reports is
+    /// `nranks` of them.
+    ///
+    /// ```
+    /// use gpucomm_algo::Collective;
+    /// assert!(Collective::Gather { root: 0 }.count_is_a_block());
+    /// assert!(!Collective::AllGather.count_is_a_block());
+    /// ```
+    pub const fn count_is_a_block(&self) -> bool {
+        matches!(
+            self,
+            Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. }
+        )
+    }
+
+    /// True where a call of no elements still meets its peers: the
+    /// barrier, and gather and scatter, whose empty blocks go as NCCL's
+    /// empty point-to-point operations do (a rank whose block is empty
+    /// where the root's are not meets the root, and their descriptors
+    /// disagree).
+    pub const fn meets_when_empty(&self) -> bool {
+        matches!(
+            self,
+            Collective::Barrier | Collective::Gather { .. } | Collective::Scatter { .. }
+        )
+    }
+
     /// True for the collectives that combine data with a reduction op.
     pub const fn reduces(&self) -> bool {
         matches!(
@@ -396,9 +424,7 @@ impl Problem {
     pub fn bytes(&self) -> usize {
         let n = self.nranks.max(1);
         let elems = match self.collective {
-            Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => {
-                self.count * n
-            }
+            c if c.count_is_a_block() => self.count * n,
             Collective::Barrier => 0,
             _ => self.count,
         };

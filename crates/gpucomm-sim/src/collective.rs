@@ -907,9 +907,10 @@ fn schedule_for_named(
     let n = fabric.ranks();
     let elem = element_bytes(bytes);
     let elems = (bytes / elem) as usize;
-    let count = match collective {
-        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => elems / n,
-        _ => elems,
+    let count = if collective.count_is_a_block() {
+        elems / n
+    } else {
+        elems
     };
     let tree_all_reduce = algorithm == Algorithm::Tree && collective == Collective::AllReduce;
     // A ring broadcast or reduce is a chain, which NCCL pipelines in chunks.
@@ -1140,11 +1141,10 @@ fn is_p2p(collective: Collective) -> bool {
 /// all_to_all's, gather's or scatter's share per peer (one rank's block),
 /// else the whole buffer.
 fn peer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
-    match collective {
-        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. } => {
-            bytes / ranks.max(1) as u64
-        }
-        _ => bytes,
+    if collective.count_is_a_block() {
+        bytes / ranks.max(1) as u64
+    } else {
+        bytes
     }
 }
 

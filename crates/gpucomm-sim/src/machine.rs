@@ -1480,14 +1480,10 @@ impl ClusterFabric {
 /// `v` with its low `log2(pow2)` bits in reverse order (NCCL's
 /// `mirrorBits`, `src/graph/topo.cc`), `pow2` a power of two.
 fn mirror_bits(v: usize, pow2: usize) -> usize {
-    let bits = pow2.trailing_zeros();
-    let mut out = 0;
-    for i in 0..bits {
-        if v & (1 << i) != 0 {
-            out |= 1 << (bits - 1 - i);
-        }
+    match pow2.trailing_zeros() {
+        0 => 0,
+        bits => (v & (pow2 - 1)).reverse_bits() >> (usize::BITS - bits),
     }
-    out
 }
 
 /// Steps the ring search may take in all (a node has a handful of GPUs;

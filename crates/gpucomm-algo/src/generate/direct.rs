@@ -20,15 +20,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
         }
         return;
     }
-    // Empty blocks of a gather or scatter still go (as NCCL's empty
-    // point-to-point operations do): a rank whose block is empty where the
-    // root's are not meets the root, and their descriptors disagree.
-    if p.count == 0
-        && !matches!(
-            p.collective,
-            Collective::Gather { .. } | Collective::Scatter { .. }
-        )
-    {
+    if p.count == 0 && !p.collective.meets_when_empty() {
         return;
     }
     let c = p.count;

@@ -175,10 +175,7 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     let bytes = usize::try_from(parse_size(&a.bytes)?).context("--bytes too large")?;
     // A size is one rank's block of these times the rank count, as
     // nccl-tests counts it.
-    let blocked = matches!(
-        collective,
-        Collective::AllToAll | Collective::Gather { .. } | Collective::Scatter { .. }
-    );
+    let blocked = collective.count_is_a_block();
     let per = if blocked {
         a.elem_size * a.ranks
     } else {
