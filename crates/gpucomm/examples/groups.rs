@@ -64,7 +64,10 @@ pub fn run() -> Result<String, String> {
     let tp_first = r / tp_size * tp_size;
     let want_tp: u64 = (tp_first..tp_first + tp_size).map(|q| q as u64).sum();
     let want_dp: u64 = (r % tp_size..n).step_by(tp_size).map(|q| q as u64).sum();
-    if sum(&tp, r as u64)? != want_tp || sum(&dp, r as u64)? != want_dp {
+    // Both reductions run before either is compared: a rank that stopped
+    // at a wrong first sum would leave its data-parallel peers waiting.
+    let (got_tp, got_dp) = (sum(&tp, r as u64)?, sum(&dp, r as u64)?);
+    if got_tp != want_tp || got_dp != want_dp {
         return Err(format!("rank {r}: a group's all-reduce is wrong"));
     }
     // Mixture of experts: every rank routes (r + 2 d) % 5 tokens of 4 values

@@ -124,7 +124,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
 }
 
 /// How often a group's join looks whether to give up.
-const WATCH_SLICE: Duration = Duration::from_millis(100);
+pub(crate) const WATCH_SLICE: Duration = Duration::from_millis(100);
 
 /// What a group's join (a split, `crate::split`) watches while it waits:
 /// a member that failed (its reason under `{ns}failed`), and whatever the
@@ -355,7 +355,20 @@ pub(crate) fn join(
                 .and_then(|a| a.parse().ok())
                 .ok_or_else(|| fail(format!("rank {p} has no TCP address")))?;
             for (ch, slot) in socks[p].iter_mut().enumerate() {
-                let s = connect_retry(&addr, deadline)
+                // A group stops retrying when it gives up (a member that
+                // published its address and died never listens).
+                let mut looked = Instant::now();
+                let mut give_up = || {
+                    if looked.elapsed() < WATCH_SLICE {
+                        return Ok(());
+                    }
+                    looked = Instant::now();
+                    watch.check(store).map_err(|e| match e {
+                        Stop::Store(e) => std::io::Error::other(e.to_string()),
+                        Stop::Watch(why) => std::io::Error::other(why),
+                    })
+                };
+                let s = connect_retry(&addr, deadline, &mut give_up)
                     .map_err(|e| fail(format!("connecting to rank {p} at {addr}: {e}")))?;
                 s.set_tcp_nodelay(true)
                     .map_err(|e| Error::io("nodelay", e))?;
@@ -513,6 +526,55 @@ mod tests {
                 .expect("the peer never joins");
             (e.to_string(), t.elapsed())
         })
+    }
+
+    #[test]
+    fn a_group_join_stops_retrying_a_member_that_published_and_left() {
+        // Rank 0 publishes its TCP address and gives up at once (its
+        // listener closes); rank 1 then connects to a port nobody listens
+        // on, and stops retrying when its parent aborts, not at its 30 s
+        // timeout (the connect loop did not look before).
+        let server = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+        let addr = server.addr().to_string();
+        let cfg = |rank| BootstrapConfig {
+            rank,
+            world_size: 2,
+            local_rank: None,
+            local_world_size: None,
+            store_addr: addr.clone(),
+            token: "tok".into(),
+            transport: TransportChoice::Tcp,
+            algorithm: None,
+            timeout: Duration::from_secs(30),
+        };
+        let join_as = |rank: usize, stop: &dyn Fn() -> Option<String>| {
+            let c = cfg(rank);
+            let mut client = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+            let t = Instant::now();
+            let e = join(&c, &mut client, t + c.timeout, "split0.1/", Some(stop))
+                .err()
+                .map(|e| e.to_string());
+            (e, t.elapsed())
+        };
+        let gone = || Some("rank 0 gave up".to_string());
+        let (e, _) = join_as(0, &gone);
+        assert!(e.is_some_and(|e| e.contains("rank 0 gave up")));
+        let abort = AtomicBool::new(false);
+        let (e, took) = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                abort.store(true, Ordering::Release);
+            });
+            let stop = || {
+                abort
+                    .load(Ordering::Acquire)
+                    .then(|| "the parent communicator was aborted".to_string())
+            };
+            join_as(1, &stop)
+        });
+        let e = e.expect("rank 0 never listens");
+        assert!(e.contains("the parent communicator was aborted"), "{e}");
+        assert!(took < Duration::from_secs(15), "{took:?}");
     }
 
     #[test]

@@ -44,8 +44,9 @@ pub(crate) enum Origin {
 }
 
 /// A group's communicators, each waiting for its rank to take it, or why
-/// the group's rank 0 could not make them.
-type Made = Result<Vec<Option<Communicator>>, String>;
+/// the group's rank 0 could not make them and how many ranks have yet to
+/// read it.
+type Made = Result<Vec<Option<Communicator>>, (String, usize)>;
 
 /// Where in-process ranks meet to split, by the group's namespace.
 #[derive(Default)]
@@ -60,6 +61,7 @@ impl Hub {
     fn publish(
         &self,
         ns: &str,
+        size: usize,
         made: Result<Vec<Communicator>, Error>,
     ) -> Result<Communicator, Error> {
         let mut groups = self.groups.lock().expect("hub lock");
@@ -73,7 +75,9 @@ impl Hub {
                 Ok(mine)
             }
             Err(e) => {
-                groups.insert(ns.to_string(), Err(e.to_string()));
+                if size > 1 {
+                    groups.insert(ns.to_string(), Err((e.to_string(), size - 1)));
+                }
                 Err(e)
             }
         };
@@ -82,26 +86,37 @@ impl Hub {
     }
 
     /// Any other rank of the group: takes its communicator once rank 0 has
-    /// published the group, waiting at most until `deadline`.
-    fn take(&self, ns: &str, rank: usize, deadline: Instant) -> Result<Communicator, Error> {
+    /// published the group, waiting at most until `deadline`, and no longer
+    /// once `stop` gives a reason (looked at every
+    /// [`bootstrap::WATCH_SLICE`], as the store path does).
+    fn take(
+        &self,
+        ns: &str,
+        rank: usize,
+        deadline: Instant,
+        stop: &dyn Fn() -> Option<String>,
+    ) -> Result<Communicator, Error> {
         let fail = |detail: String| Error::Bootstrap { rank, detail };
         let mut groups = self.groups.lock().expect("hub lock");
         loop {
             if let Some(group) = groups.get_mut(ns) {
-                let taken = match group {
+                let (taken, done) = match group {
                     Ok(slots) => {
                         let mine = slots.get_mut(rank).and_then(Option::take);
-                        if slots.iter().all(Option::is_none) {
-                            groups.remove(ns);
-                        }
-                        mine.ok_or_else(|| {
+                        let taken = mine.ok_or_else(|| {
                             fail(format!("split {ns}: no communicator for rank {rank}"))
-                        })
+                        });
+                        (taken, slots.iter().all(Option::is_none))
                     }
-                    Err(why) => Err(fail(format!(
-                        "split {ns}: the group's rank 0 failed: {why}"
-                    ))),
+                    Err((why, left)) => {
+                        *left -= 1;
+                        let why = format!("split {ns}: the group's rank 0 failed: {why}");
+                        (Err(fail(why)), *left == 0)
+                    }
                 };
+                if done {
+                    groups.remove(ns);
+                }
                 return taken;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -110,7 +125,14 @@ impl Hub {
                     "split {ns}: the group's rank 0 did not create it in time"
                 )));
             }
-            groups = self.ready.wait_timeout(groups, left).expect("hub lock").0;
+            groups = self
+                .ready
+                .wait_timeout(groups, left.min(bootstrap::WATCH_SLICE))
+                .expect("hub lock")
+                .0;
+            if let Some(why) = stop() {
+                return Err(fail(format!("split {ns}: {why}")));
+            }
         }
     }
 }
@@ -163,6 +185,20 @@ fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Commun
     let size = members.len();
     let timeout = inner.timeout();
     let deadline = Instant::now() + timeout;
+    // Give up when the parent is aborted, or when the parent's link to a
+    // member says its process is gone (it left no reason).
+    let stop = || -> Option<String> {
+        if inner.abort.load(Ordering::Acquire) {
+            return Some("the parent communicator was aborted".into());
+        }
+        let mut st = inner.state.lock().ok()?;
+        members.iter().filter(|&&p| p != inner.rank).find_map(|&p| {
+            let link = st.links.get_mut(p)?.as_mut()?;
+            link.check_peer()
+                .err()
+                .map(|e| format!("rank {p} of the parent communicator: {}", e.failure))
+        })
+    };
     match &inner.origin {
         Some(Origin::Store { config }) => {
             let config = BootstrapConfig {
@@ -182,20 +218,6 @@ fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Commun
                 &config.token,
                 timeout.min(STORE_RECONNECT),
             )?;
-            // Give up when the parent is aborted, or when the parent's link
-            // to a member says its process is gone (it left no reason).
-            let stop = || -> Option<String> {
-                if inner.abort.load(Ordering::Acquire) {
-                    return Some("the parent communicator was aborted".into());
-                }
-                let mut st = inner.state.lock().ok()?;
-                members.iter().filter(|&&p| p != inner.rank).find_map(|&p| {
-                    let link = st.links.get_mut(p)?.as_mut()?;
-                    link.check_peer()
-                        .err()
-                        .map(|e| format!("rank {p} of the parent communicator: {}", e.failure))
-                })
-            };
             let mut parts = bootstrap::join(&config, &mut client, deadline, ns, Some(&stop))
                 .inspect_err(|e| {
                     // The group's other members stop waiting for this one.
@@ -215,10 +237,10 @@ fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Commun
                     algorithm: inner.algorithm,
                     faults: Vec::new(),
                 };
-                hub.publish(ns, Communicator::in_process_with(size, &opts))
+                hub.publish(ns, size, Communicator::in_process_with(size, &opts))
             } else {
                 // Rank 0 made the group with its timeout; this rank's own.
-                let c = hub.take(ns, me, deadline)?;
+                let c = hub.take(ns, me, deadline, &stop)?;
                 c.set_timeout(timeout);
                 Ok(c)
             }

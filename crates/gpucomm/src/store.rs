@@ -277,7 +277,7 @@ impl StoreClient {
             .map_err(|e| Error::io(format!("store address {addr}"), e))?
             .next()
             .ok_or_else(|| err("no address".into()))?;
-        let sock = crate::transport::tcp::connect_retry(&sa, deadline)
+        let sock = crate::transport::tcp::connect_retry(&sa, deadline, &mut || Ok(()))
             .map_err(|e| Error::io(format!("connecting to store {addr}"), e))?;
         let s: TcpStream = sock.into();
         s.set_nodelay(true)

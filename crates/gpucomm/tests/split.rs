@@ -47,6 +47,27 @@ fn a_split_that_meets_another_call_fails_on_every_rank() {
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
+#[test]
+fn a_group_member_stops_waiting_when_its_rank_0_aborts() {
+    // Rank 0 takes part in the split's all-gather and then aborts instead
+    // of making the group: rank 1 stops waiting for it at the next look at
+    // the parent's link, not at its timeout (it waited all 20 s before).
+    let t = Instant::now();
+    let results = on_threads(2, Duration::from_secs(20), |c| {
+        if c.rank() == 0 {
+            let mut all = [0i64; 4];
+            c.all_gather(&[0, 0], &mut all).map_err(|e| e.to_string())?;
+            c.abort();
+            Ok(())
+        } else {
+            c.split(Some(0), 1).map(|_| ()).map_err(|e| e.to_string())
+        }
+    });
+    let e = results[1].as_ref().unwrap_err();
+    assert!(e.contains("rank 0 of the parent communicator"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
 mod prop {
     use std::time::Duration;
 

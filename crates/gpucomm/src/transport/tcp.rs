@@ -321,28 +321,18 @@ impl Link for TcpLink {
     /// the reads (the peer may have written everything before it left).
     fn check_peer(&mut self) -> Result<(), LinkError> {
         for s in &self.socks {
-            let mut byte = 0u8;
-            // SAFETY: one byte of valid memory; MSG_PEEK leaves the byte in
-            // the socket and MSG_DONTWAIT keeps the call from blocking.
-            let r = unsafe {
-                libc::recv(
-                    s.as_raw_fd(),
-                    (&mut byte as *mut u8).cast(),
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            if r == 0 {
-                return Err(self.closed(None));
-            }
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if !matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) {
-                    return Err(self.closed(Some(e)));
-                }
+            // MSG_PEEK leaves the byte in the socket; MSG_DONTWAIT keeps the
+            // call from blocking.
+            let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+            match s.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+                Ok(0) => return Err(self.closed(None)),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(self.closed(Some(e))),
             }
         }
         Ok(())
@@ -359,8 +349,13 @@ impl Link for TcpLink {
     }
 }
 
-/// Connects to `addr`, retrying until `deadline` (the peer may not listen yet).
-pub(crate) fn connect_retry(addr: &std::net::SocketAddr, deadline: Instant) -> io::Result<Socket> {
+/// Connects to `addr`, retrying until `deadline` (the peer may not listen
+/// yet) unless `give_up` says otherwise between tries.
+pub(crate) fn connect_retry(
+    addr: &std::net::SocketAddr,
+    deadline: Instant,
+    give_up: &mut dyn FnMut() -> io::Result<()>,
+) -> io::Result<Socket> {
     let mut last = None;
     while Instant::now() < deadline {
         let s = Socket::new(
@@ -375,6 +370,7 @@ pub(crate) fn connect_retry(addr: &std::net::SocketAddr, deadline: Instant) -> i
             Ok(()) => return Ok(s),
             Err(e) => last = Some(e),
         }
+        give_up()?;
         std::thread::sleep(Duration::from_millis(20));
     }
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "connect timed out")))
