@@ -122,6 +122,25 @@ impl Collective {
             .find(|c| c.name().replace('_', "") == key)
     }
 
+    /// The same collective rooted at `root` where it has a root (command
+    /// lines name the collective and give `--root` apart).
+    ///
+    /// ```
+    /// use gpucomm_algo::Collective;
+    /// let c = Collective::from_name("gather").unwrap();
+    /// assert_eq!(c.with_root(3), Collective::Gather { root: 3 });
+    /// assert_eq!(Collective::AllReduce.with_root(3), Collective::AllReduce);
+    /// ```
+    pub const fn with_root(self, root: usize) -> Self {
+        match self {
+            Collective::Broadcast { .. } => Collective::Broadcast { root },
+            Collective::Reduce { .. } => Collective::Reduce { root },
+            Collective::Gather { .. } => Collective::Gather { root },
+            Collective::Scatter { .. } => Collective::Scatter { root },
+            c => c,
+        }
+    }
+
     /// The root of a rooted collective.
     pub const fn root(&self) -> Option<usize> {
         match *self {

@@ -140,12 +140,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
     Ok(match Collective::from_name(&a.collective) {
-        Some(Collective::Broadcast { .. }) => Collective::Broadcast { root: a.root },
-        Some(Collective::Reduce { .. }) => Collective::Reduce { root: a.root },
-        Some(Collective::Gather { .. }) => Collective::Gather { root: a.root },
-        Some(Collective::Scatter { .. }) => Collective::Scatter { root: a.root },
         Some(Collective::SendRecv { .. }) => Collective::SendRecv { shift: a.shift },
-        Some(c) => c,
+        Some(c) => c.with_root(a.root),
         None => {
             let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
             bail!(

@@ -47,9 +47,10 @@ pub const RECORD: &str = "@gpucomm-bench ";
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// The collective: all_reduce, all_gather, reduce_scatter, broadcast,
-    /// reduce, all_to_all, sendrecv or barrier.
+    /// reduce, all_to_all, sendrecv, barrier, gather or scatter (rooted ones
+    /// at `--root`, sendrecv shifting by one as nccl-tests' sendrecv_perf).
     #[arg(default_value = "all_reduce", value_parser = parse_collective_name)]
-    pub collective: BenchCollective,
+    pub collective: Collective,
     /// Number of ranks (separate processes on this host).
     #[arg(long, default_value_t = 2)]
     pub ranks: usize,
@@ -199,85 +200,14 @@ fn env_flag<T>(
     }
 }
 
-/// A collective as named on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BenchCollective {
-    /// all_reduce
-    AllReduce,
-    /// all_gather
-    AllGather,
-    /// reduce_scatter
-    ReduceScatter,
-    /// broadcast
-    Broadcast,
-    /// reduce
-    Reduce,
-    /// all_to_all
-    AllToAll,
-    /// sendrecv
-    SendRecv,
-    /// barrier
-    Barrier,
-    /// gather
-    Gather,
-    /// scatter
-    Scatter,
-}
-
-impl BenchCollective {
-    const ALL: [(BenchCollective, &'static str); 10] = [
-        (BenchCollective::AllReduce, "all_reduce"),
-        (BenchCollective::AllGather, "all_gather"),
-        (BenchCollective::ReduceScatter, "reduce_scatter"),
-        (BenchCollective::Broadcast, "broadcast"),
-        (BenchCollective::Reduce, "reduce"),
-        (BenchCollective::AllToAll, "all_to_all"),
-        (BenchCollective::SendRecv, "sendrecv"),
-        (BenchCollective::Barrier, "barrier"),
-        (BenchCollective::Gather, "gather"),
-        (BenchCollective::Scatter, "scatter"),
-    ];
-
-    /// The command-line name.
-    pub fn name(&self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(c, _)| c == self)
-            .map(|(_, n)| *n)
-            .unwrap_or("?")
-    }
-
-    /// The algo crate's collective, with its root (and shift 1 for sendrecv,
-    /// as nccl-tests' sendrecv_perf).
-    pub fn collective(&self, root: usize) -> Collective {
-        match self {
-            BenchCollective::AllReduce => Collective::AllReduce,
-            BenchCollective::AllGather => Collective::AllGather,
-            BenchCollective::ReduceScatter => Collective::ReduceScatter,
-            BenchCollective::Broadcast => Collective::Broadcast { root },
-            BenchCollective::Reduce => Collective::Reduce { root },
-            BenchCollective::AllToAll => Collective::AllToAll,
-            BenchCollective::SendRecv => Collective::SendRecv { shift: 1 },
-            BenchCollective::Barrier => Collective::Barrier,
-            BenchCollective::Gather => Collective::Gather { root },
-            BenchCollective::Scatter => Collective::Scatter { root },
-        }
-    }
-}
-
-fn parse_collective_name(s: &str) -> Result<BenchCollective, String> {
-    let named = Collective::from_name(s).map(|c| c.name());
-    BenchCollective::ALL
-        .iter()
-        .find(|(_, n)| Some(*n) == named)
-        .map(|(c, _)| *c)
-        .ok_or_else(|| {
-            let names: Vec<_> = BenchCollective::ALL.iter().map(|(_, n)| *n).collect();
-            format!(
-                "unknown collective {s:?} (expected one of {})",
-                names.join(", ")
-            )
-        })
+fn parse_collective_name(s: &str) -> Result<Collective, String> {
+    Collective::from_name(s).ok_or_else(|| {
+        let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
+        format!(
+            "unknown collective {s:?} (expected one of {})",
+            names.join(", ")
+        )
+    })
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -463,7 +393,7 @@ impl Args {
                 gpucomm::launch::MAX_LOCAL_RANKS
             );
         }
-        let collective = self.collective.collective(self.root);
+        let collective = self.collective.with_root(self.root);
         if let Some(root) = collective.root() {
             if root >= self.ranks {
                 usage!("--root {root} is not a rank of a {}-rank job", self.ranks);
@@ -965,7 +895,7 @@ mod tests {
     #[test]
     fn defaults_are_the_readme_command() {
         let a = parse(&[]).unwrap();
-        assert_eq!(a.collective, BenchCollective::AllReduce);
+        assert_eq!(a.collective, Collective::AllReduce);
         assert_eq!(
             (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
             (2, 8, 64 << 20, 2)
@@ -1011,7 +941,7 @@ mod tests {
             "avg",
         ])
         .unwrap();
-        assert_eq!(a.collective, BenchCollective::AllGather);
+        assert_eq!(a.collective, Collective::AllGather);
         assert_eq!(
             (a.ranks, a.min_bytes, a.max_bytes, a.step_factor),
             (4, 1024, 1 << 20, 4)

@@ -385,24 +385,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         SimCmd::AllReduce(a) => collective(Collective::AllReduce, a),
         SimCmd::AllGather(a) => collective(Collective::AllGather, a),
         SimCmd::ReduceScatter(a) => collective(Collective::ReduceScatter, a),
-        SimCmd::Broadcast(a) => {
-            let root = a.root;
-            collective(Collective::Broadcast { root }, a)
-        }
-        SimCmd::Reduce(a) => {
-            let root = a.root;
-            collective(Collective::Reduce { root }, a)
-        }
+        SimCmd::Broadcast(a) => collective(Collective::Broadcast { root: 0 }, a),
+        SimCmd::Reduce(a) => collective(Collective::Reduce { root: 0 }, a),
         SimCmd::AllToAll(a) => collective(Collective::AllToAll, a),
         SimCmd::Sendrecv(a) => collective(Collective::SendRecv { shift: 1 }, a),
-        SimCmd::Gather(a) => {
-            let root = a.root;
-            collective(Collective::Gather { root }, a)
-        }
-        SimCmd::Scatter(a) => {
-            let root = a.root;
-            collective(Collective::Scatter { root }, a)
-        }
+        SimCmd::Gather(a) => collective(Collective::Gather { root: 0 }, a),
+        SimCmd::Scatter(a) => collective(Collective::Scatter { root: 0 }, a),
         SimCmd::P2p(a) => p2p_cmd(a),
         SimCmd::Copy(a) => copy_cmd(a),
         SimCmd::Rdma(a) => rdma_cmd(a),
@@ -514,6 +502,7 @@ fn out() -> std::io::StdoutLock<'static> {
 }
 
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
+    let coll = coll.with_root(a.root);
     let mach = machine(&a.m, None)?;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
     let base = a.tuner.options()?;
