@@ -455,31 +455,14 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
                 mach.network.describe()
             );
         }
-        let defaults = gpucomm_topo::ClusterOptions::default();
-        let fabric = m
-            .fabric
-            .as_deref()
-            .map(|f| {
-                gpucomm_topo::Fabric::parse(f)
-                    .map(|x| (x, f.to_string()))
-                    .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
-            })
-            .transpose()?;
         // Bad command lines (exit 2), as `gpucomm topo` refuses them.
-        super::topo::check_network_options(&super::topo::NetworkFlags {
-            fabric: fabric.clone(),
-            nodes: Some(most_nodes.unwrap_or(m.nodes.unwrap_or(1))),
-            nodes_per_leaf: m.nodes_per_leaf,
-            oversubscription: m.oversubscription,
-            sharp: m.sharp,
-        })?;
-        let opts = gpucomm_topo::ClusterOptions {
-            fabric: fabric.as_ref().map_or(defaults.fabric, |x| x.0),
-            oversubscription: m.oversubscription.unwrap_or(defaults.oversubscription),
-            nodes_per_leaf: m.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
-            sharp: m.sharp,
-            ..defaults
-        };
+        let opts = super::topo::network_options(
+            m.fabric.as_deref(),
+            most_nodes.unwrap_or(m.nodes.unwrap_or(1)),
+            m.nodes_per_leaf,
+            m.oversubscription,
+            m.sharp,
+        )?;
         mach = mach
             .with_cluster_options(&opts)
             .context("network options")?;

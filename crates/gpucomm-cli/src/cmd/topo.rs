@@ -118,15 +118,14 @@ pub(crate) fn parse_oversubscription(s: &str) -> Result<f64, String> {
 
 /// The network options as given on a command line (`gpucomm topo` and
 /// `gpucomm sim`), for [`check_network_options`].
-pub(crate) struct NetworkFlags {
+struct NetworkFlags {
     /// `--fabric`, where given, as typed.
-    pub fabric: Option<(Fabric, String)>,
-    /// The node count, where known here (`None` for `gpucomm sim train
-    /// --sweep-nodes`, whose counts come later).
-    pub nodes: Option<usize>,
-    pub nodes_per_leaf: Option<usize>,
-    pub oversubscription: Option<f64>,
-    pub sharp: bool,
+    fabric: Option<(Fabric, String)>,
+    /// The node count (a sweep's largest).
+    nodes: usize,
+    nodes_per_leaf: Option<usize>,
+    oversubscription: Option<f64>,
+    sharp: bool,
 }
 
 /// Checks the network options as given: each shapes the network between
@@ -134,7 +133,7 @@ pub(crate) struct NetworkFlags {
 /// `--nodes-per-leaf` and an `--oversubscription` above 1 shape the uplinks
 /// of a leaf-spine fabric (on rails, the spine no transfer crosses). Usage
 /// errors (exit 2).
-pub(crate) fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
+fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
     let default = ClusterOptions::default().fabric;
     let fabric = f.fabric.as_ref().map_or(default, |x| x.0);
     let oversubscribed = f.oversubscription.filter(|&x| x > 1.0);
@@ -160,7 +159,7 @@ pub(crate) fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
             );
         }
     }
-    if f.nodes.is_some_and(|n| n <= 1) {
+    if f.nodes <= 1 {
         let first = leaf
             .into_iter()
             .filter_map(|(flag, value, _)| Some(format!("{flag} {}", value?)))
@@ -262,35 +261,57 @@ pub fn nic_speed(s: &str) -> anyhow::Result<LinkKind> {
     })
 }
 
-/// Converts the cluster arguments to [`ClusterOptions`].
-pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
-    let fabric = args
-        .fabric
-        .as_deref()
+/// The network options as given (`--fabric` as typed; the others where
+/// given), checked ([`check_network_options`] on `nodes`, a sweep's
+/// largest), as [`ClusterOptions`] (the other fields their defaults).
+/// `gpucomm topo` and `gpucomm sim` take them alike.
+pub(crate) fn network_options(
+    fabric: Option<&str>,
+    nodes: usize,
+    nodes_per_leaf: Option<usize>,
+    oversubscription: Option<f64>,
+    sharp: bool,
+) -> anyhow::Result<ClusterOptions> {
+    let fabric = fabric
         .map(|f| {
             Fabric::parse(f)
                 .map(|x| (x, f.to_string()))
                 .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
         })
         .transpose()?;
-    let nic_speed = args.nic_speed.as_deref().map(nic_speed).transpose()?;
     let defaults = ClusterOptions::default();
+    let fabric_kind = fabric.as_ref().map_or(defaults.fabric, |x| x.0);
     check_network_options(&NetworkFlags {
-        fabric: fabric.clone(),
-        nodes: Some(args.nodes),
-        nodes_per_leaf: args.nodes_per_leaf,
-        oversubscription: args.oversubscription,
-        sharp: args.sharp,
+        fabric,
+        nodes,
+        nodes_per_leaf,
+        oversubscription,
+        sharp,
     })?;
+    Ok(ClusterOptions {
+        fabric: fabric_kind,
+        oversubscription: oversubscription.unwrap_or(defaults.oversubscription),
+        nodes_per_leaf: nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
+        sharp,
+        ..defaults
+    })
+}
+
+/// Converts the cluster arguments to [`ClusterOptions`].
+pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
+    let network = network_options(
+        args.fabric.as_deref(),
+        args.nodes,
+        args.nodes_per_leaf,
+        args.oversubscription,
+        args.sharp,
+    )?;
     Ok(ClusterOptions {
         nodes: args.nodes,
         gpus: args.gpus,
         nics: args.nics,
-        nic_speed,
-        fabric: fabric.as_ref().map_or(defaults.fabric, |x| x.0),
-        oversubscription: args.oversubscription.unwrap_or(defaults.oversubscription),
-        nodes_per_leaf: args.nodes_per_leaf.unwrap_or(defaults.nodes_per_leaf),
-        sharp: args.sharp,
+        nic_speed: args.nic_speed.as_deref().map(nic_speed).transpose()?,
+        ..network
     })
 }
 
