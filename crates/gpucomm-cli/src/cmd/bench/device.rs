@@ -89,7 +89,9 @@ fn typed<T: Elem + Element>(
         } else {
             plan.check.then_some(0)
         };
-        drop((send, recv));
+        // The out-of-place host copy goes too: the host memory check
+        // counts one host buffer of the in-place size at a time.
+        drop((send, recv, host));
 
         // In place: the input where NCCL puts it in the one buffer.
         let len = layout.in_place_len();
