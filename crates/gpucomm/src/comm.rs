@@ -155,6 +155,10 @@ pub(crate) struct State {
     tuned: HashMap<Problem, Algorithm>,
     /// The last collective's plan, keyed by (problem, per-call algorithm).
     last: Option<LastPlan>,
+    /// The last few hand-made plans of calls without blocks of any size,
+    /// keyed by (call, send length, receive length), the latest first: a
+    /// loop of sends and receives compiles each plan once.
+    last_hand: Vec<(HandKey, HandPlan)>,
     exec: ExecState,
     arena: Option<Arc<Segment>>,
     seq: u64,
@@ -234,6 +238,7 @@ impl Inner {
                 plans: HashMap::new(),
                 tuned: HashMap::new(),
                 last: None,
+                last_hand: Vec::new(),
                 exec: ExecState::default(),
                 arena: None,
                 seq: 0,
@@ -508,11 +513,35 @@ impl Inner {
             op: rc.call.op().unwrap_or(ReduceOp::Sum),
         };
         // Calls without a schedule in gpucomm-algo: steps made by hand.
-        let hand = hand_made(rc.call, send_len, recv_len, rc.blocks.as_ref(), me, n)
-            .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
+        let key = (rc.call, send_len, recv_len);
+        let cached = rc
+            .blocks
+            .is_none()
+            .then(|| st.last_hand.iter().find(|(k, _)| *k == key))
+            .flatten();
+        let hand = match cached {
+            Some((_, h)) => Some(h.clone()),
+            None => match hand_made(rc.call, send_len, recv_len, rc.blocks.as_ref(), me, n)
+                .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?
+            {
+                Some(h) => {
+                    let hp = HandPlan {
+                        plan: Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
+                        code: h.code,
+                        count_per_message: h.count_per_message,
+                    };
+                    if rc.blocks.is_none() {
+                        st.last_hand.truncate(HAND_PLANS - 1);
+                        st.last_hand.insert(0, (key, hp.clone()));
+                    }
+                    Some(hp)
+                }
+                None => None,
+            },
+        };
         let (plan, count, algo_code, coll) = match (&hand, rc.call) {
             (Some(h), _) => (
-                Arc::new(Plan::from_steps(&h.steps, me, n, h.lens, h.exchange_desc)?),
+                h.plan.clone(),
                 // Hand-made plans' descriptors count per message or not at
                 // all (their blocks differ in size).
                 0,
@@ -812,6 +841,21 @@ pub(crate) fn rooted_block(
         ));
     }
     Ok(c)
+}
+
+/// A hand-made plan's key: (call, send length, receive length).
+type HandKey = (Call, Option<usize>, usize);
+
+/// Hand-made plans kept ([`State::last_hand`]): a send and a receive, an
+/// exchange, with room to spare.
+const HAND_PLANS: usize = 4;
+
+/// A hand-made call's compiled plan and what its descriptor says.
+#[derive(Clone)]
+pub(crate) struct HandPlan {
+    plan: Arc<Plan>,
+    code: (u8, u32),
+    count_per_message: bool,
 }
 
 /// A call whose steps are made here, not by a gpucomm-algo schedule.
