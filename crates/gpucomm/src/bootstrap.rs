@@ -230,6 +230,29 @@ fn left_count(store: &mut StoreClient) -> usize {
         .max(0) as usize
 }
 
+/// The key under which rank `r` of the job or group `ns` publishes its
+/// address.
+fn info_key(ns: &str, r: usize) -> String {
+    format!("{ns}info/{r}")
+}
+
+/// The counter of the init barrier of `ns`; it is done once `{this}/done`
+/// is set.
+fn init_barrier_key(ns: &str) -> String {
+    format!("barrier/{ns}init")
+}
+
+/// Every key [`join`] sets for a job or group `ns` of `n` ranks, to delete
+/// once all of them have joined (a split's group: `crate::split`).
+pub(crate) fn join_keys(ns: &str, n: usize) -> Vec<String> {
+    let barrier = init_barrier_key(ns);
+    let done = format!("{barrier}/done");
+    (0..n)
+        .map(|r| info_key(ns, r))
+        .chain([barrier, done])
+        .collect()
+}
+
 /// Everything after the store connection: publish, read the peers, connect.
 /// The job's keys are under `ns` (empty for a job, a group's namespace for a
 /// split: `crate::split`).
@@ -280,14 +303,14 @@ pub(crate) fn join(
         cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
-    store.set(&format!("{ns}info/{me}"), &json)?;
+    store.set(&info_key(ns, me), &json)?;
     let mut infos: Vec<Option<Info>> = (0..n).map(|_| None).collect();
     for (p, slot) in infos.iter_mut().enumerate() {
         if p == me {
             continue;
         }
         let v = watch
-            .wait(store, &format!("{ns}info/{p}"), deadline)
+            .wait(store, &info_key(ns, p), deadline)
             .map_err(|e| match e {
                 Stop::Store(e) => fail(format!("rank {p} did not join within {timeout:?}: {e}")),
                 Stop::Watch(why) => fail(why),
@@ -441,7 +464,7 @@ pub(crate) fn join(
             links[p] = Some(Box::new(TcpLink::new(p, chans)));
         }
     }
-    let key = format!("barrier/{ns}init");
+    let key = init_barrier_key(ns);
     if store.add(&key, 1)? as usize == n {
         store.set(&format!("{key}/done"), b"1")?;
     }

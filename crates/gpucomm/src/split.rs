@@ -15,7 +15,8 @@
 //!
 //! A parent barrier ends the split, so no rank (the store's host among them)
 //! returns, and may drop the parent, while another group still reads the
-//! store. A split that fails on one rank aborts the parent, so the other
+//! store. After it each group's rank 0 deletes the keys its group's join
+//! set, so a job that splits in a loop keeps the store's size flat. A split that fails on one rank aborts the parent, so the other
 //! ranks fail at once rather than at their timeout.
 
 use std::collections::HashMap;
@@ -168,9 +169,17 @@ pub(crate) fn split(
         }
     };
     match made {
-        Ok(child) => {
+        Ok(None) => {
             comm.barrier()?;
-            Ok(child)
+            Ok(None)
+        }
+        Ok(Some((child, keys))) => {
+            comm.barrier()?;
+            // Every member of every group has joined: its keys are read.
+            if let Some(mut keys) = keys {
+                keys.delete();
+            }
+            Ok(Some(child))
         }
         Err(e) => {
             inner.abort(&format!("split failed on rank {}: {e}", inner.rank));
@@ -179,9 +188,33 @@ pub(crate) fn split(
     }
 }
 
+/// A group's keys in the store, which its rank 0 deletes once the split is
+/// over (otherwise a job that splits in a loop grows the store without
+/// bound).
+struct GroupKeys {
+    client: StoreClient,
+    keys: Vec<String>,
+}
+
+impl GroupKeys {
+    /// Deletes the keys. The groups are made by now: a store that cannot be
+    /// reached leaves them behind, with a warning.
+    fn delete(&mut self) {
+        if let Err(e) = self.client.delete_keys(&self.keys) {
+            tracing::warn!("split: could not delete the group's store keys: {e}");
+        }
+    }
+}
+
 /// This rank's communicator of the group `ns`: rank `me` of `members`
-/// (their ranks in the parent).
-fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Communicator, Error> {
+/// (their ranks in the parent), and on the group's rank 0, when it joined
+/// through the store, the keys it left there.
+fn group(
+    inner: &Inner,
+    ns: &str,
+    me: usize,
+    members: &[usize],
+) -> Result<(Communicator, Option<GroupKeys>), Error> {
     let size = members.len();
     let timeout = inner.timeout();
     let deadline = Instant::now() + timeout;
@@ -228,7 +261,11 @@ fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Commun
                 })?;
             parts.origin = Some(Origin::Store { config });
             parts.id = ns.to_string();
-            Ok(Communicator::from_parts(parts))
+            let keys = (me == 0).then(|| GroupKeys {
+                client,
+                keys: bootstrap::join_keys(ns, size),
+            });
+            Ok((Communicator::from_parts(parts), keys))
         }
         Some(Origin::InProcess(hub)) => {
             if me == 0 {
@@ -238,11 +275,12 @@ fn group(inner: &Inner, ns: &str, me: usize, members: &[usize]) -> Result<Commun
                     faults: Vec::new(),
                 };
                 hub.publish(ns, size, Communicator::in_process_with(size, &opts))
+                    .map(|c| (c, None))
             } else {
                 // Rank 0 made the group with its timeout; this rank's own.
                 let c = hub.take(ns, me, deadline, &stop)?;
                 c.set_timeout(timeout);
-                Ok(c)
+                Ok((c, None))
             }
         }
         None => Err(Error::InvalidArgument(

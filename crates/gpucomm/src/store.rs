@@ -1,14 +1,16 @@
 //! The rendezvous store: a small TCP key-value server hosted by rank 0.
 //!
 //! Operations: `set`, `get`, `wait` (until a key exists, bounded), `add`
-//! (atomic counter) and `barrier`. Every connection must first present the
+//! (atomic counter), `delete_keys`, `num_keys` and `barrier`. Every connection must first present the
 //! job token; a connection that sends anything else, an oversized length, or
 //! nothing within 5 s is dropped. Every wait is bounded by the caller's timeout.
 //!
 //! Wire format (little endian): a request is `op u8 | key length u32 | key |
 //! value length u32 | value`; a reply is `status u8 (0 ok, 1 not found or
 //! timed out, 2 refused) | length u32 | value`. Keys are limited to 4 KiB and
-//! values to 1 MiB, checked before anything is allocated.
+//! values to 1 MiB, checked before anything is allocated. A delete carries
+//! its keys in the value, each as `length u32 | key`, and is answered with
+//! the number it removed (u64); `num_keys` is answered the same way.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -25,6 +27,8 @@ const OP_SET: u8 = 2;
 const OP_GET: u8 = 3;
 const OP_WAIT: u8 = 4;
 const OP_ADD: u8 = 5;
+const OP_DELETE: u8 = 6;
+const OP_NUM_KEYS: u8 = 7;
 /// Longest key accepted.
 pub const MAX_KEY: usize = 4096;
 /// Longest value accepted.
@@ -141,6 +145,23 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, String, Vec<u8>)> {
     Ok((op[0], key, val))
 }
 
+/// A delete's key list: `length u32 | key` each, every key UTF-8 and at most
+/// [`MAX_KEY`] bytes; `None` if the bytes are not exactly such a list.
+fn decode_keys(mut b: &[u8]) -> Option<Vec<&str>> {
+    let mut keys = Vec::new();
+    while !b.is_empty() {
+        let (len, rest) = b.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > MAX_KEY || len > rest.len() {
+            return None;
+        }
+        let (key, rest) = rest.split_at(len);
+        keys.push(std::str::from_utf8(key).ok()?);
+        b = rest;
+    }
+    Some(keys)
+}
+
 fn reply(s: &mut TcpStream, status: u8, v: &[u8]) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(5 + v.len());
     out.push(status);
@@ -241,6 +262,20 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                 drop(map);
                 shared.changed.notify_all();
                 reply(&mut s, 0, &new.to_le_bytes())?;
+            }
+            OP_DELETE => {
+                let Some(keys) = decode_keys(&val) else {
+                    reply(&mut s, 2, b"malformed key list")?;
+                    return Ok(());
+                };
+                let mut map = shared.map.lock().expect("store lock");
+                let gone = keys.iter().filter(|k| map.remove(**k).is_some()).count();
+                drop(map);
+                reply(&mut s, 0, &(gone as u64).to_le_bytes())?;
+            }
+            OP_NUM_KEYS => {
+                let n = shared.map.lock().expect("store lock").len();
+                reply(&mut s, 0, &(n as u64).to_le_bytes())?;
             }
             _ => {
                 reply(&mut s, 2, b"unknown op")?;
@@ -390,6 +425,57 @@ impl StoreClient {
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| Error::io("store add", std::io::Error::other("short reply")))?;
         Ok(i64::from_le_bytes(b))
+    }
+
+    /// Removes each of `keys` that is set and returns how many were. A
+    /// waiter for a removed key goes on waiting for it to be set again.
+    /// Long lists go in several requests of at most [`MAX_VALUE`] bytes.
+    pub fn delete_keys<S: AsRef<str>>(&mut self, keys: &[S]) -> Result<usize, Error> {
+        let mut gone = 0;
+        let mut batch = Vec::new();
+        for key in keys {
+            let key = key.as_ref();
+            if key.len() > MAX_KEY {
+                return Err(Error::InvalidArgument(format!(
+                    "store key too long: {} bytes (at most {MAX_KEY})",
+                    key.len()
+                )));
+            }
+            if batch.len() + 4 + key.len() > MAX_VALUE {
+                gone += self.delete_batch(&batch)?;
+                batch.clear();
+            }
+            batch.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            batch.extend_from_slice(key.as_bytes());
+        }
+        if !batch.is_empty() {
+            gone += self.delete_batch(&batch)?;
+        }
+        Ok(gone)
+    }
+
+    fn delete_batch(&mut self, batch: &[u8]) -> Result<usize, Error> {
+        let (st, v) = self.request(OP_DELETE, "", batch, Duration::from_secs(10))?;
+        self.count_reply("delete", st, &v)
+    }
+
+    /// How many keys the store holds.
+    pub fn num_keys(&mut self) -> Result<usize, Error> {
+        let (st, v) = self.request(OP_NUM_KEYS, "", &[], Duration::from_secs(10))?;
+        self.count_reply("num_keys", st, &v)
+    }
+
+    /// A reply holding a count (u64).
+    fn count_reply(&self, what: &str, st: u8, v: &[u8]) -> Result<usize, Error> {
+        let ctx = format!("store {} ({what})", self.addr);
+        if st != 0 {
+            let why = String::from_utf8_lossy(v).into_owned();
+            return Err(Error::io(ctx, std::io::Error::other(why)));
+        }
+        v.get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| u64::from_le_bytes(b) as usize)
+            .ok_or_else(|| Error::io(ctx, std::io::Error::other("short reply")))
     }
 
     /// Returns once `n` clients have entered the barrier `name` (at most `timeout`).

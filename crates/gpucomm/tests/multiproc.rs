@@ -287,6 +287,11 @@ fn worker() {
             // job's and a group of it), as MPI allows: they used to share
             // one store connection and wait for each other's keys.
             let g = c.split(Some(0), 0).unwrap().unwrap();
+            // A barrier after a split: every group's keys are deleted by then.
+            c.barrier().unwrap();
+            let mut store =
+                gpucomm::store::StoreClient::connect(f[3], f[4], Duration::from_secs(10)).unwrap();
+            let keys = store.num_keys().unwrap();
             for _ in 0..20 {
                 let (a, b) = std::thread::scope(|s| {
                     let a = s.spawn(|| c.split(Some((rank % 2) as u32), 0).map(|x| x.is_some()));
@@ -295,7 +300,10 @@ fn worker() {
                 });
                 assert_eq!((a.unwrap(), b.unwrap()), (true, true));
             }
-            println!("rank {rank}: concurrent splits checked");
+            c.barrier().unwrap();
+            // 40 splits later the store holds what it held after the first.
+            assert_eq!(store.num_keys().unwrap(), keys);
+            println!("rank {rank}: concurrent splits checked, the store kept {keys} keys");
         }
         "gatherscatter" => {
             for len in [262_147, 5, 0] {

@@ -72,3 +72,83 @@ fn garbage_and_oversized_lengths_are_dropped_and_the_store_keeps_serving() {
     a.set("still", b"works").unwrap();
     assert_eq!(a.get("still").unwrap().as_deref(), Some(&b"works"[..]));
 }
+
+/// A request frame as the client writes it (op, key, value).
+fn frame(op: u8, key: &[u8], val: &[u8]) -> Vec<u8> {
+    let mut out = vec![op];
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(val.len() as u32).to_le_bytes());
+    out.extend_from_slice(val);
+    out
+}
+
+#[test]
+fn delete_keys_and_num_keys() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let addr = s.addr().to_string();
+    let mut a = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+    assert_eq!(a.num_keys().unwrap(), 0);
+    for k in ["a", "b", "c"] {
+        a.set(k, k.as_bytes()).unwrap();
+    }
+    a.add("n", 1).unwrap();
+    assert_eq!(a.num_keys().unwrap(), 4);
+    // Missing keys and repeats count once; the others stay.
+    assert_eq!(a.delete_keys(&["a", "missing", "n", "a"]).unwrap(), 2);
+    assert_eq!(a.num_keys().unwrap(), 2);
+    assert_eq!(a.get("a").unwrap(), None);
+    assert_eq!(a.get("b").unwrap().as_deref(), Some(&b"b"[..]));
+    // A deleted counter starts again from zero.
+    assert_eq!(a.add("n", 1).unwrap(), 1);
+    assert_eq!(a.delete_keys::<&str>(&[]).unwrap(), 0);
+    // A waiter for a deleted key waits for it to be set again.
+    a.delete_keys(&["b"]).unwrap();
+    let h = std::thread::spawn(move || {
+        let mut b = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+        b.wait("b", Duration::from_secs(5)).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    a.set("b", b"again").unwrap();
+    assert_eq!(h.join().unwrap(), b"again");
+    // More keys than one request holds (1 MiB) go in several.
+    let many: Vec<String> = (0..40_000).map(|i| format!("key-{i:024}")).collect();
+    for k in many.iter().step_by(997) {
+        a.set(k, b"").unwrap();
+    }
+    let before = a.num_keys().unwrap();
+    assert_eq!(a.delete_keys(&many).unwrap(), 40_000usize.div_ceil(997));
+    assert_eq!(a.num_keys().unwrap(), before - 40_000usize.div_ceil(997));
+    // A key too long to be set is refused before anything is sent.
+    let long = "k".repeat(gpucomm::store::MAX_KEY + 1);
+    assert!(matches!(
+        a.delete_keys(&[long]),
+        Err(gpucomm::Error::InvalidArgument(_))
+    ));
+    assert_eq!(a.get("c").unwrap().as_deref(), Some(&b"c"[..]));
+}
+
+#[test]
+fn a_malformed_delete_is_refused_and_deletes_nothing() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let mut a = StoreClient::connect(&s.addr().to_string(), "tok", Duration::from_secs(5)).unwrap();
+    a.set("keep", b"1").unwrap();
+    // One good key, then a length running past the end of the list.
+    let mut list = Vec::new();
+    list.extend_from_slice(&4u32.to_le_bytes());
+    list.extend_from_slice(b"keep");
+    list.extend_from_slice(&100u32.to_le_bytes());
+    list.extend_from_slice(b"short");
+    let mut raw = TcpStream::connect(s.addr()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&frame(1, b"", b"tok")).unwrap();
+    let mut hello = [0u8; 5];
+    raw.read_exact(&mut hello).unwrap();
+    assert_eq!(hello[0], 0);
+    raw.write_all(&frame(6, b"", &list)).unwrap();
+    let mut reply = Vec::new();
+    raw.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply[0], 2, "refused");
+    assert_eq!(&reply[5..], b"malformed key list");
+    assert_eq!(a.get("keep").unwrap().as_deref(), Some(&b"1"[..]));
+}
