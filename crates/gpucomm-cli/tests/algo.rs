@@ -194,6 +194,23 @@ fn show_says_what_max_ranks_does() {
 }
 
 #[test]
+fn show_without_an_algorithm_takes_one_that_implements_the_collective() {
+    // The ring where it implements the collective; otherwise the first that
+    // does (it said "ring does not implement all_to_all").
+    for (coll, want) in [
+        ("all_reduce", "ring"),
+        ("all_to_all", "direct"),
+        ("gather", "direct"),
+        ("scatter", "direct"),
+        ("sendrecv", "direct"),
+        ("barrier", "recursive_doubling"),
+    ] {
+        let v = json(&["algo", "show", coll, "--json"]);
+        assert_eq!(v["schedule"]["algorithm"], want, "{coll}");
+    }
+}
+
+#[test]
 fn tune_refuses_to_list_no_candidates() {
     // --top 0 printed an empty table, then a best nobody was shown.
     for extra in [&[][..], &["--json"][..]] {

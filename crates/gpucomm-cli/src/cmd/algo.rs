@@ -41,11 +41,13 @@ enum Cmd {
 /// What to build: the collective, its size and the rank layout.
 #[derive(clap::Args, Debug)]
 struct ProblemArgs {
-    /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier.
+    /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv, barrier,
+    /// gather, scatter.
     collective: String,
     /// ring, tree, halving_doubling, recursive_doubling, direct, hierarchical, bruck
-    /// (show: ring if not given; check: every algorithm that implements the
-    /// collective; tune: ranks only this one).
+    /// (show: ring if not given, or the first of these that implements the
+    /// collective; check: every algorithm that implements the collective;
+    /// tune: ranks only this one).
     #[arg(long, short = 'a')]
     algorithm: Option<String>,
     /// Number of ranks.
@@ -319,7 +321,15 @@ fn report_table(p: &Problem, rep: &CheckReport) -> Table {
 fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
     let a = &sa.problem;
     let p = problem(a)?;
-    let alg = parse_algorithm(a.algorithm.as_deref().unwrap_or("ring"))?;
+    // Without --algorithm: the ring, or the first algorithm that
+    // implements the collective where the ring does not (all_to_all, ...).
+    let alg = match &a.algorithm {
+        Some(name) => parse_algorithm(name)?,
+        None => Algorithm::ALL
+            .into_iter()
+            .find(|&alg| Schedule::new(p, alg).is_ok())
+            .unwrap_or(Algorithm::Ring),
+    };
     let s = schedule(a, p, alg)?;
     if p.nranks > 4096 {
         bail!(
