@@ -148,6 +148,43 @@ fn train_sweep_reports_the_step_and_its_exposed_communication() {
 }
 
 #[test]
+fn train_shards_as_fsdp_does() {
+    let base = "train --topology dgx-h100 --model bert-large --sweep-nodes 1,4";
+    let run = |sharding: &str| {
+        let mut args: Vec<&str> = base.split(' ').collect();
+        args.extend(["--sharding", sharding]);
+        sim_json(&args)
+    };
+    let (ddp, zero2, full) = (run("ddp"), run("zero2"), run("FULL_SHARD"));
+    assert_eq!(full["sharding"], "full_shard");
+    assert_eq!(zero2["sharding"], "shard_grad_op");
+    assert_eq!(run("fsdp")["sharding"], "full_shard");
+    let rows = |v: &serde_json::Value| v["results"].as_array().unwrap().clone();
+    let (d, z, fs) = (rows(&ddp), rows(&zero2), rows(&full));
+    // 26 layers: DDP's buckets; FSDP gathers each layer (again in backward
+    // but the last) and reduce-scatters each.
+    assert_eq!(fs[1]["comm_ops"], 26 + 25 + 26, "{full}");
+    assert_eq!(z[1]["comm_ops"], 26 + 26, "{zero2}");
+    assert_eq!(d[1]["buckets"], d[1]["comm_ops"]);
+    assert!(fs[1].get("buckets").is_none());
+    for i in 1..3 {
+        // FULL_SHARD moves 1.5x DDP's bytes: more communication time.
+        assert!(f(&fs[i], "comm_ms") > f(&z[i], "comm_ms"), "{full}");
+        // Same compute; the state shrinks with the GPUs as sharded.
+        assert_eq!(f(&fs[i], "compute_ms"), f(&d[i], "compute_ms"));
+        let gpus = fs[i]["gpus"].as_f64().unwrap();
+        let whole = f(&d[i], "state_gb_per_gpu");
+        assert!((f(&fs[i], "state_gb_per_gpu") * gpus - whole).abs() < 1e-3 * whole);
+        assert!(f(&z[i], "state_gb_per_gpu") < whole);
+    }
+    assert_eq!(f(&d[0], "state_gb_per_gpu"), f(&d[2], "state_gb_per_gpu"));
+    assert_eq!(full["gpu_memory_gb"], 80.0);
+    // A stage that is not one is refused, naming the ones there are.
+    let out = gpucomm(&["sim", "train", "--sharding", "zero1"], LIMIT);
+    out.assert_fails(2, "unknown sharding \"zero1\" (ddp, shard_grad_op");
+}
+
+#[test]
 fn trace_is_a_chrome_trace_with_rank_and_link_tracks() {
     let dir = scratch_dir("sim-trace");
     let path = dir.join("ring.json");

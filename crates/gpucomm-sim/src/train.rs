@@ -1,16 +1,37 @@
 //! A data-parallel training step with compute/communication overlap.
 //!
-//! Forward runs the layers in order; backward in reverse. Gradients are
-//! grouped into buckets as PyTorch DDP does (`bucket_cap_mb`, 25 MiB by
-//! default, the first bucket 1 MiB: `torch/nn/parallel/distributed.py`,
-//! `_DEFAULT_FIRST_BUCKET_BYTES`), in reverse layer order. A bucket's
-//! all_reduce is issued when the last of its gradients is ready; all_reduces
-//! run one after another on one communication stream (as NCCL calls on one
-//! stream do) and overlap the rest of the backward pass. The step ends when
-//! both backward and the last all_reduce are done.
+//! Forward runs the layers in order; backward in reverse. How the ranks
+//! hold the model ([`Sharding`]) decides the communication:
+//!
+//! * **DDP** (PyTorch `DistributedDataParallel`): every GPU holds the whole
+//!   model. Gradients are grouped into buckets as DDP does (`bucket_cap_mb`,
+//!   25 MiB by default, the first bucket 1 MiB: `torch/nn/parallel/distributed.py`,
+//!   `_DEFAULT_FIRST_BUCKET_BYTES`), in reverse layer order. A bucket's
+//!   all_reduce is issued when the last of its gradients is ready.
+//! * **FSDP** (`FullyShardedDataParallel` / `fully_shard`, one unit per
+//!   layer; ZeRO, Rajbhandari et al. 2020): each GPU holds 1/N of every
+//!   layer's parameters (padded to a multiple of N elements, as FSDP pads
+//!   its flat parameter). A layer's forward waits for the all_gather of
+//!   its parameters, issued one layer ahead (FSDP's forward prefetch, and
+//!   its rate limit of two all-gathered layers); its gradients are
+//!   reduce-scattered when its backward ends. `SHARD_GRAD_OP` (ZeRO-2)
+//!   keeps the gathered parameters for backward; `FULL_SHARD` (ZeRO-3)
+//!   frees them after forward and gathers them again in backward, one
+//!   layer ahead (`BackwardPrefetch.BACKWARD_PRE`), except the last layer's,
+//!   which backward uses at once (torchtitan does not reshard it).
+//!
+//! Collectives run one after another on one communication queue, in the
+//! order they are issued (NCCL calls on one stream; FSDP puts all-gathers
+//! and reduce-scatters on two streams, whose collectives would share the
+//! same links, so their sum is what the two take together), and overlap
+//! the compute. The step ends when both the compute and the last
+//! collective are done. The model state per GPU (parameters, gradients
+//! and Adam's optimizer state) follows the ZeRO paper's accounting.
 //!
 //! Not modeled: slow-down of compute by communication kernels sharing SMs
-//! and memory bandwidth, the optimizer step, gradient accumulation.
+//! and memory bandwidth, activations' memory, the optimizer step,
+//! gradient accumulation, hybrid sharding (shard inside a node, replicate
+//! across nodes).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,16 +212,98 @@ impl ModelSpec {
     }
 }
 
-/// One gradient bucket.
+/// How the data-parallel ranks hold the model (module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Sharding {
+    /// Every GPU holds the whole model; gradients all-reduced in buckets.
+    #[default]
+    Ddp,
+    /// FSDP `SHARD_GRAD_OP` (ZeRO-2): parameters all-gathered per layer in
+    /// forward and kept for backward; gradients reduce-scattered per layer.
+    ShardGradOp,
+    /// FSDP `FULL_SHARD` (ZeRO-3): parameters all-gathered per layer in
+    /// forward and again in backward; gradients reduce-scattered per layer.
+    FullShard,
+}
+
+impl Sharding {
+    /// Every mode, in a fixed order.
+    pub const ALL: [Sharding; 3] = [Sharding::Ddp, Sharding::ShardGradOp, Sharding::FullShard];
+
+    /// The name used on command lines: `ddp`, `shard_grad_op`, `full_shard`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Sharding::Ddp => "ddp",
+            Sharding::ShardGradOp => "shard_grad_op",
+            Sharding::FullShard => "full_shard",
+        }
+    }
+
+    /// Parses a name as [`Sharding::name`] prints it, or the ZeRO stage
+    /// (`zero2`, `zero3`; `fsdp` is `full_shard`, FSDP's default); `-`
+    /// is taken for `_` and case is ignored.
+    ///
+    /// ```
+    /// use gpucomm_sim::train::Sharding;
+    /// assert_eq!(Sharding::parse("FULL_SHARD"), Some(Sharding::FullShard));
+    /// assert_eq!(Sharding::parse("zero2"), Some(Sharding::ShardGradOp));
+    /// assert_eq!(Sharding::parse("zero1"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Sharding> {
+        let s = s.replace('-', "_").to_ascii_lowercase();
+        match s.as_str() {
+            "zero2" => Some(Sharding::ShardGradOp),
+            "zero3" | "fsdp" => Some(Sharding::FullShard),
+            _ => Self::ALL.into_iter().find(|m| m.name() == s),
+        }
+    }
+}
+
+/// How a training step is run: the sharding, and DDP's bucket cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainConfig {
+    /// DDP's bucket cap, bytes (`bucket_cap_mb`); FSDP does not bucket.
+    pub bucket_bytes: u64,
+    /// How the ranks hold the model.
+    pub sharding: Sharding,
+}
+
+impl Default for TrainConfig {
+    /// DDP with 25 MiB buckets, PyTorch's defaults.
+    fn default() -> Self {
+        TrainConfig {
+            bucket_bytes: 25 << 20,
+            sharding: Sharding::Ddp,
+        }
+    }
+}
+
+/// One collective of a step.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Bucket {
-    /// Bytes of gradients.
+pub struct CommOp {
+    /// What it runs (all_reduce, all_gather or reduce_scatter).
+    pub collective: Collective,
+    /// Which gradients or parameters: `bucket 3`, `block.12 forward`, ...
+    pub label: String,
+    /// Bytes, as nccl-tests counts them (the gathered whole of an
+    /// all_gather, the whole input of a reduce_scatter).
     pub bytes: u64,
-    /// When its last gradient is ready (from the start of the step).
+    /// When it is issued (from the start of the step).
     pub ready: SimTime,
-    /// When its all_reduce starts.
+    /// When it starts.
     pub start: SimTime,
-    /// When its all_reduce ends.
+    /// When it ends.
+    pub end: SimTime,
+}
+
+/// A stretch of compute on every GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ComputeSpan {
+    /// `forward`, `backward` (DDP) or a layer's `NAME forward` (FSDP).
+    pub label: String,
+    /// Start.
+    pub start: SimTime,
+    /// End.
     pub end: SimTime,
 }
 
@@ -215,14 +318,59 @@ pub struct StepResult {
     pub step: SimTime,
     /// Forward + backward compute.
     pub compute: SimTime,
-    /// Sum of all_reduce times.
+    /// Sum of the collectives' times.
     pub comm: SimTime,
     /// Communication not hidden behind compute (step - compute).
     pub exposed: SimTime,
     /// compute / step: throughput per GPU relative to one GPU.
     pub efficiency: f64,
-    /// Buckets in issue order.
-    pub buckets: Vec<Bucket>,
+    /// The collectives in issue order.
+    pub ops: Vec<CommOp>,
+    /// The compute, in order.
+    pub compute_spans: Vec<ComputeSpan>,
+    /// Bytes of model state each GPU holds: [`state_bytes_per_gpu`].
+    pub state_bytes: u64,
+}
+
+/// Bytes of model state per GPU for `params` parameters of
+/// `bytes_per_param` on `gpus` GPUs, by the ZeRO paper's accounting
+/// (Rajbhandari et al. 2020, section 3.1: mixed-precision Adam holds K = 12
+/// bytes per parameter, an fp32 copy and the two moments): parameters and
+/// gradients of `bytes_per_param` each, and 12 bytes of optimizer state
+/// where the parameters are 16-bit (8, the moments, where they are fp32
+/// and serve as the master copy). DDP holds all of it on every GPU;
+/// `SHARD_GRAD_OP` shards gradients and optimizer state; `FULL_SHARD`
+/// shards everything. Activations and buffers are not counted.
+///
+/// ```
+/// use gpucomm_sim::train::{state_bytes_per_gpu, Sharding};
+/// // 7.5 B parameters in bf16 on 64 GPUs: the paper's 120 GB for DDP,
+/// // 1.9 GB fully sharded.
+/// let p = 7_500_000_000;
+/// assert_eq!(state_bytes_per_gpu(p, 2, 64, Sharding::Ddp), 120_000_000_000);
+/// assert_eq!(state_bytes_per_gpu(p, 2, 64, Sharding::FullShard), 1_875_000_000);
+/// ```
+pub fn state_bytes_per_gpu(params: u64, bytes_per_param: u64, gpus: usize, s: Sharding) -> u64 {
+    let optimizer = if bytes_per_param <= 2 { 12 } else { 8 };
+    let n = gpus.max(1) as u128;
+    let (p, b) = (u128::from(params), u128::from(bytes_per_param));
+    let bytes = match s {
+        Sharding::Ddp => p * (2 * b + optimizer),
+        Sharding::ShardGradOp => p * b + (p * (b + optimizer)).div_ceil(n),
+        Sharding::FullShard => (p * (2 * b + optimizer)).div_ceil(n),
+    };
+    u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// Bytes of a layer's all_gather or reduce_scatter on `gpus` GPUs: its
+/// parameters padded to a multiple of `gpus`, as FSDP pads a flat
+/// parameter so that every rank's shard is the same size.
+pub fn shard_bytes(params: u64, bytes_per_param: u64, gpus: usize) -> u64 {
+    let n = gpus.max(1) as u64;
+    params
+        .div_ceil(n)
+        .saturating_mul(n)
+        .saturating_mul(bytes_per_param)
 }
 
 /// Splits gradients into DDP buckets (reverse layer order) with their ready times.
@@ -251,29 +399,30 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
     out
 }
 
-/// The all_reduce times a sweep of training steps shares, by (nodes,
-/// bytes), and the collective options they are simulated with: the tuner
-/// and the algorithms and protocols it may pick (`NCCL_ALGO` /
+/// The collective times a sweep of training steps shares, by (collective,
+/// nodes, bytes), and the collective options they are simulated with: the
+/// tuner and the algorithms and protocols it may pick (`NCCL_ALGO` /
 /// `NCCL_PROTO`-style, [`crate::collective::Select`]).
 ///
 /// ```
 /// use gpucomm_algo::Collective;
 /// use gpucomm_sim::collective::{simulate, AlgoChoice, CollOptions, Select};
-/// use gpucomm_sim::train::{step, AllReduceTimes, ModelSpec};
+/// use gpucomm_sim::train::{step, CommTimes, ModelSpec, TrainConfig};
 /// use gpucomm_sim::{Engine, Machine};
 ///
 /// let m = Machine::preset("dgx-h100").unwrap();
 /// let model = ModelSpec::preset("bert-large").unwrap();
-/// let nccl = step(&m, 1, &model, 25 << 20, &mut AllReduceTimes::default()).unwrap();
+/// let ddp = TrainConfig::default();
+/// let nccl = step(&m, 1, &model, &ddp, &mut CommTimes::default()).unwrap();
 /// // NCCL_ALGO=Ring: every bucket's all_reduce is the ring's.
 /// let ring = CollOptions {
 ///     algorithm: Select::parse("ring", AlgoChoice::parse).unwrap(),
 ///     ..Default::default()
 /// };
-/// let r = step(&m, 1, &model, 25 << 20, &mut AllReduceTimes::new(ring.clone())).unwrap();
+/// let r = step(&m, 1, &model, &ddp, &mut CommTimes::new(ring.clone())).unwrap();
 /// let f = m.fabric(Engine::Nccl, 1).unwrap();
 /// let each: f64 = r
-///     .buckets
+///     .ops
 ///     .iter()
 ///     .map(|b| simulate(&f, Collective::AllReduce, b.bytes, &ring).unwrap().time.as_us())
 ///     .sum();
@@ -281,21 +430,39 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
 /// assert_ne!(r.comm, nccl.comm); // NCCL runs NVLS for the larger buckets
 /// ```
 #[derive(Clone, Debug, Default)]
-pub struct AllReduceTimes {
+pub struct CommTimes {
     options: CollOptions,
-    times: BTreeMap<(usize, u64), SimTime>,
+    times: BTreeMap<(Kind, usize, u64), SimTime>,
 }
 
-impl AllReduceTimes {
-    /// No times yet; the all_reduces will be simulated with `options`.
+/// The collectives a step runs (an ordered key for [`CommTimes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+impl Kind {
+    fn collective(self) -> Collective {
+        match self {
+            Kind::AllReduce => Collective::AllReduce,
+            Kind::AllGather => Collective::AllGather,
+            Kind::ReduceScatter => Collective::ReduceScatter,
+        }
+    }
+}
+
+impl CommTimes {
+    /// No times yet; the collectives will be simulated with `options`.
     pub fn new(options: CollOptions) -> Self {
-        AllReduceTimes {
+        CommTimes {
             options,
             times: BTreeMap::new(),
         }
     }
 
-    /// How many (nodes, bytes) times are known.
+    /// How many (collective, nodes, bytes) times are known.
     pub fn len(&self) -> usize {
         self.times.len()
     }
@@ -306,23 +473,59 @@ impl AllReduceTimes {
     }
 }
 
-/// Simulates, side by side on the machine's cores, every bucket all_reduce
-/// that the steps of `model` on each of `node_counts` nodes need and that
+/// The collectives a step of `model` on `gpus` GPUs runs, each with its
+/// label, in the order they are issued ([`step`] times them).
+fn comm_plan(model: &ModelSpec, cfg: &TrainConfig, gpus: usize) -> Vec<(Kind, String, u64)> {
+    let bpp = model.bytes_per_param;
+    let layer = |kind: Kind, l: &Layer, pass: &str| {
+        let bytes = shard_bytes(l.params, bpp, gpus);
+        (kind, format!("{} {pass}", l.name), bytes)
+    };
+    match cfg.sharding {
+        Sharding::Ddp => buckets(model, cfg.bucket_bytes.max(1))
+            .into_iter()
+            .enumerate()
+            .map(|(i, (b, _))| (Kind::AllReduce, format!("bucket {i}"), b))
+            .collect(),
+        sharding => {
+            let layers = &model.layers;
+            let mut ops: Vec<_> = layers
+                .iter()
+                .map(|l| layer(Kind::AllGather, l, "forward"))
+                .collect();
+            for i in (0..layers.len()).rev() {
+                // Issued as layer i's backward starts: the gather of the
+                // layer before it (FULL_SHARD); then its gradients'
+                // reduce-scatter as it ends.
+                if sharding == Sharding::FullShard && i > 0 {
+                    ops.push(layer(Kind::AllGather, &layers[i - 1], "backward"));
+                }
+                ops.push(layer(Kind::ReduceScatter, &layers[i], "gradients"));
+            }
+            ops.retain(|&(_, _, b)| b > 0);
+            ops
+        }
+    }
+}
+
+/// Simulates, side by side on the machine's cores, every collective that
+/// the steps of `model` on each of `node_counts` nodes need and that
 /// `cache` lacks, into `cache` (what [`step`] reads): a sweep's node counts
 /// then cost the time of the slowest, not of all of them in turn (the
 /// larger ones first, as they take longest). The results are those
 /// [`step`] would compute.
 ///
 /// ```
-/// use gpucomm_sim::train::{prefill, step, AllReduceTimes, ModelSpec};
+/// use gpucomm_sim::train::{prefill, step, CommTimes, ModelSpec, TrainConfig};
 /// use gpucomm_sim::Machine;
 ///
 /// let m = Machine::preset("dgx-a100").unwrap();
 /// let model = ModelSpec::preset("resnet50").unwrap();
-/// let mut cache = AllReduceTimes::default();
-/// prefill(&m, &[1, 2], &model, 25 << 20, &mut cache).unwrap();
+/// let cfg = TrainConfig::default();
+/// let mut cache = CommTimes::default();
+/// prefill(&m, &[1, 2], &model, &cfg, &mut cache).unwrap();
 /// let filled = cache.len();
-/// let r = step(&m, 2, &model, 25 << 20, &mut cache).unwrap();
+/// let r = step(&m, 2, &model, &cfg, &mut cache).unwrap();
 /// assert_eq!(cache.len(), filled); // nothing left to simulate
 /// assert!(r.comm.as_us() > 0.0);
 /// ```
@@ -330,34 +533,36 @@ pub fn prefill(
     machine: &Machine,
     node_counts: &[usize],
     model: &ModelSpec,
-    bucket_bytes: u64,
-    cache: &mut AllReduceTimes,
+    cfg: &TrainConfig,
+    cache: &mut CommTimes,
 ) -> Result<(), SimError> {
     model.validate()?;
-    let sizes: Vec<u64> = buckets(model, bucket_bytes.max(1))
-        .into_iter()
-        .map(|(b, _)| b)
-        .collect();
-    // The missing (nodes, bytes) pairs, largest first, and the fabric of
-    // each node count among them, built once.
-    let missing: BTreeSet<(usize, u64)> = node_counts
+    // The missing (collective, nodes, bytes) keys, largest first, and the
+    // fabric of each node count among them, built once.
+    let missing: BTreeSet<(Kind, usize, u64)> = node_counts
         .iter()
-        .flat_map(|&n| sizes.iter().map(move |&b| (n, b)))
+        .flat_map(|&n| {
+            let gpus = machine.gpus_per_node() * n;
+            comm_plan(model, cfg, gpus)
+                .into_iter()
+                .map(move |(k, _, b)| (k, n, b))
+        })
         .filter(|k| !cache.times.contains_key(k))
         .collect();
-    let jobs: Vec<(usize, u64)> = missing.into_iter().rev().collect();
+    let mut jobs: Vec<(Kind, usize, u64)> = missing.into_iter().collect();
+    jobs.sort_by_key(|&(k, n, b)| std::cmp::Reverse((n, b, k)));
     let mut fabrics: BTreeMap<usize, ClusterFabric> = BTreeMap::new();
-    for &(n, _) in &jobs {
+    for &(_, n, _) in &jobs {
         if let Entry::Vacant(e) = fabrics.entry(n) {
             e.insert(machine.fabric(Engine::Nccl, n)?);
         }
     }
-    let times = par_map(&jobs, |&(n, b)| -> Result<Option<SimTime>, SimError> {
+    let times = par_map(&jobs, |&(k, n, b)| -> Result<Option<SimTime>, SimError> {
         let f = &fabrics[&n];
         if crate::fabric::Fabric::ranks(f) == 1 {
             return Ok(None);
         }
-        let r = simulate(f, Collective::AllReduce, b, &cache.options)?;
+        let r = simulate(f, k.collective(), b, &cache.options)?;
         Ok(Some(r.completion))
     });
     for (&key, t) in jobs.iter().zip(times) {
@@ -368,13 +573,14 @@ pub fn prefill(
     Ok(())
 }
 
-/// Simulates one data-parallel step of `model` on `nodes` nodes of `machine`.
+/// Simulates one data-parallel step of `model` on `nodes` nodes of
+/// `machine`, sharded as `cfg` says.
 pub fn step(
     machine: &Machine,
     nodes: usize,
     model: &ModelSpec,
-    bucket_bytes: u64,
-    cache: &mut AllReduceTimes,
+    cfg: &TrainConfig,
+    cache: &mut CommTimes,
 ) -> Result<StepResult, SimError> {
     if nodes == 0 {
         return Err(SimError::Model(
@@ -382,36 +588,92 @@ pub fn step(
         ));
     }
     model.validate()?;
-    // (The fabric is built, and the machine checked, where an all_reduce
+    // (The fabric is built, and the machine checked, where a collective
     // is simulated: in `prefill`.)
     let gpus = machine.gpus_per_node() * nodes;
-    let compute_ms: f64 = model.layers.iter().map(|l| l.fwd_ms + l.bwd_ms).sum();
-    let compute = SimTime::from_secs_f64(compute_ms * 1e-3);
-    let mut prev_end = SimTime::ZERO;
-    let mut comm = SimTime::ZERO;
-    let mut out = Vec::new();
-    // Every bucket's all_reduce (the ones not cached yet, side by side).
-    prefill(machine, &[nodes], model, bucket_bytes, cache)?;
-    for (bytes, ready) in buckets(model, bucket_bytes.max(1)) {
-        let dur = if gpus == 1 {
-            SimTime::ZERO
-        } else {
-            *cache.times.get(&(nodes, bytes)).ok_or_else(|| {
-                SimError::Model(format!("no all_reduce time for {bytes} B on {nodes} nodes"))
-            })?
-        };
-        let start = ready.max(prev_end);
-        let end = start + dur;
-        comm = comm + dur;
-        prev_end = end;
-        out.push(Bucket {
-            bytes,
-            ready,
+    // Every collective's time (the ones not cached yet, side by side).
+    prefill(machine, &[nodes], model, cfg, cache)?;
+    let mut queue = Queue {
+        free: SimTime::ZERO,
+        ops: Vec::new(),
+        plan: comm_plan(model, cfg, gpus).into_iter(),
+        times: &cache.times,
+        nodes,
+        one_gpu: gpus == 1,
+    };
+    let ms = |x: f64| SimTime::from_secs_f64(x * 1e-3);
+    let mut spans = Vec::new();
+    let mut span = |label: String, start: SimTime, len: SimTime| {
+        spans.push(ComputeSpan {
+            label,
             start,
-            end,
+            end: start + len,
         });
+        start + len
+    };
+    let layers = &model.layers;
+    let mut t = SimTime::ZERO;
+    match cfg.sharding {
+        Sharding::Ddp => {
+            let fwd: f64 = layers.iter().map(|l| l.fwd_ms).sum();
+            let bwd: f64 = layers.iter().map(|l| l.bwd_ms).sum();
+            t = span("forward".into(), t, ms(fwd));
+            span("backward".into(), t, ms(bwd));
+            for (_, ready) in buckets(model, cfg.bucket_bytes.max(1)) {
+                queue.issue(ready)?;
+            }
+        }
+        sharding => {
+            // Forward: each layer waits for its gather, issued as the
+            // layer before it starts (the first at once).
+            let gathered: Vec<bool> = layers.iter().map(|l| l.params > 0).collect();
+            let mut ready = vec![SimTime::ZERO; layers.len()];
+            if gathered[0] {
+                ready[0] = queue.issue(SimTime::ZERO)?;
+            }
+            for (i, l) in layers.iter().enumerate() {
+                let start = t.max(ready[i]);
+                if i + 1 < layers.len() && gathered[i + 1] {
+                    ready[i + 1] = queue.issue(start)?;
+                }
+                t = span(format!("{} forward", l.name), start, ms(l.fwd_ms));
+            }
+            // Backward, last layer first.
+            let last = layers.len() - 1;
+            for i in (0..layers.len()).rev() {
+                let start = if sharding == Sharding::FullShard && i < last {
+                    t.max(ready[i])
+                } else {
+                    t
+                };
+                if sharding == Sharding::FullShard && i > 0 && gathered[i - 1] {
+                    ready[i - 1] = queue.issue(start)?;
+                }
+                t = span(
+                    format!("{} backward", layers[i].name),
+                    start,
+                    ms(layers[i].bwd_ms),
+                );
+                if gathered[i] {
+                    queue.issue(t)?;
+                }
+            }
+        }
     }
-    let step = compute.max(prev_end);
+    if queue.plan.next().is_some() {
+        return Err(SimError::Model(
+            "a planned collective was not issued".into(),
+        ));
+    }
+    let compute = spans
+        .iter()
+        .fold(SimTime::ZERO, |sum, s| sum + (s.end - s.start));
+    let comm = queue
+        .ops
+        .iter()
+        .fold(SimTime::ZERO, |sum, o| sum + (o.end - o.start));
+    let busy = spans.last().map_or(SimTime::ZERO, |s| s.end);
+    let step = busy.max(queue.free);
     Ok(StepResult {
         nodes,
         gpus,
@@ -420,8 +682,53 @@ pub fn step(
         comm,
         exposed: step - compute,
         efficiency: compute.as_secs_f64() / step.as_secs_f64().max(1e-15),
-        buckets: out,
+        ops: queue.ops,
+        compute_spans: spans,
+        state_bytes: state_bytes_per_gpu(model.params(), model.bytes_per_param, gpus, cfg.sharding),
     })
+}
+
+/// The communication queue of a step: the planned collectives, issued in
+/// order, each starting when it is issued and the one before it is done.
+struct Queue<'a, I: Iterator<Item = (Kind, String, u64)>> {
+    free: SimTime,
+    ops: Vec<CommOp>,
+    plan: I,
+    times: &'a BTreeMap<(Kind, usize, u64), SimTime>,
+    nodes: usize,
+    one_gpu: bool,
+}
+
+impl<I: Iterator<Item = (Kind, String, u64)>> Queue<'_, I> {
+    /// Issues the next planned collective at `at`; returns when it ends.
+    fn issue(&mut self, at: SimTime) -> Result<SimTime, SimError> {
+        let (kind, label, bytes) = self
+            .plan
+            .next()
+            .ok_or_else(|| SimError::Model("more collectives issued than planned".into()))?;
+        let dur = if self.one_gpu {
+            SimTime::ZERO
+        } else {
+            *self.times.get(&(kind, self.nodes, bytes)).ok_or_else(|| {
+                SimError::Model(format!(
+                    "no {} time for {bytes} B on {} nodes",
+                    kind.collective().name(),
+                    self.nodes
+                ))
+            })?
+        };
+        let start = at.max(self.free);
+        self.free = start + dur;
+        self.ops.push(CommOp {
+            collective: kind.collective(),
+            label,
+            bytes,
+            ready: at,
+            start,
+            end: self.free,
+        });
+        Ok(self.free)
+    }
 }
 
 #[cfg(test)]
@@ -445,19 +752,140 @@ mod tests {
         let m = ModelSpec::preset("resnet50").unwrap();
         let mut mach = Machine::preset("dgx-a100").unwrap();
         mach.gpus_used = Some(1);
-        let mut cache = AllReduceTimes::default();
-        let one = step(&mach, 1, &m, 25 << 20, &mut cache).unwrap();
+        let ddp = TrainConfig::default();
+        let mut cache = CommTimes::default();
+        let one = step(&mach, 1, &m, &ddp, &mut cache).unwrap();
         assert_eq!(one.exposed, SimTime::ZERO);
         assert!((one.efficiency - 1.0).abs() < 1e-12);
         let mach = Machine::preset("dgx-a100").unwrap();
-        assert!(step(&mach, 0, &m, 25 << 20, &mut cache).is_err());
+        assert!(step(&mach, 0, &m, &ddp, &mut cache).is_err());
         let mut none = mach.clone();
         none.gpus_used = Some(0);
-        assert!(step(&none, 2, &m, 25 << 20, &mut AllReduceTimes::default()).is_err());
-        let a = step(&mach, 1, &m, 25 << 20, &mut cache).unwrap();
-        let b = step(&mach, 4, &m, 25 << 20, &mut cache).unwrap();
+        assert!(step(&none, 2, &m, &ddp, &mut CommTimes::default()).is_err());
+        let a = step(&mach, 1, &m, &ddp, &mut cache).unwrap();
+        let b = step(&mach, 4, &m, &ddp, &mut cache).unwrap();
         assert!(b.comm > a.comm);
         assert!(b.efficiency <= a.efficiency + 1e-12);
+    }
+
+    /// A model of `n` equal layers.
+    fn layers(n: usize, fwd_ms: f64, params: u64) -> ModelSpec {
+        ModelSpec {
+            name: "equal".into(),
+            bytes_per_param: 2,
+            source: String::new(),
+            layers: (0..n)
+                .map(|i| Layer {
+                    name: format!("l{i}"),
+                    fwd_ms,
+                    bwd_ms: 2.0 * fwd_ms,
+                    params,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn fsdp_runs_the_collectives_fsdp_issues_in_its_order() {
+        let m = layers(4, 1.0, 1_000_003);
+        let mach = Machine::preset("dgx-h100").unwrap();
+        let mut cache = CommTimes::default();
+        let run = |s: Sharding, cache: &mut CommTimes| {
+            let cfg = TrainConfig {
+                sharding: s,
+                ..Default::default()
+            };
+            step(&mach, 2, &m, &cfg, cache).unwrap()
+        };
+        let full = run(Sharding::FullShard, &mut cache);
+        let names: Vec<String> = full
+            .ops
+            .iter()
+            .map(|o| format!("{} {}", o.collective.name(), o.label))
+            .collect();
+        let want = [
+            "all_gather l0 forward",
+            "all_gather l1 forward",
+            "all_gather l2 forward",
+            "all_gather l3 forward",
+            "all_gather l2 backward",
+            "reduce_scatter l3 gradients",
+            "all_gather l1 backward",
+            "reduce_scatter l2 gradients",
+            "all_gather l0 backward",
+            "reduce_scatter l1 gradients",
+            "reduce_scatter l0 gradients",
+        ];
+        assert_eq!(names, want);
+        // Padded to a multiple of the 16 GPUs, 2 bytes each.
+        assert!(full.ops.iter().all(|o| o.bytes == 1_000_016 * 2));
+        // One queue: each op starts once issued and the one before is done.
+        for w in full.ops.windows(2) {
+            assert_eq!(w[1].start, w[1].ready.max(w[0].end));
+        }
+        // A layer's compute starts after its gather: layer 0's forward
+        // waits for the first, exposed, all_gather.
+        assert_eq!(full.compute_spans[0].start, full.ops[0].end);
+        assert!(full.exposed >= full.ops[0].end - full.ops[0].start);
+        // SHARD_GRAD_OP gathers once; the same reduce-scatters.
+        let grad_op = run(Sharding::ShardGradOp, &mut cache);
+        let gathers = |r: &StepResult| {
+            r.ops
+                .iter()
+                .filter(|o| o.collective == Collective::AllGather)
+                .count()
+        };
+        assert_eq!((gathers(&full), gathers(&grad_op)), (7, 4));
+        assert!(grad_op.step <= full.step);
+        assert_eq!(full.compute, grad_op.compute);
+        // State per GPU: DDP holds 16 bytes per parameter, FULL_SHARD 1/16 of it.
+        let ddp = run(Sharding::Ddp, &mut cache);
+        assert_eq!(ddp.state_bytes, 16 * m.params());
+        assert_eq!(full.state_bytes, (16 * m.params()).div_ceil(16));
+        assert!(grad_op.state_bytes > full.state_bytes && grad_op.state_bytes < ddp.state_bytes);
+    }
+
+    #[test]
+    fn fsdp_hides_gathers_behind_long_layers_and_not_behind_short_ones() {
+        let mach = Machine::preset("dgx-h100").unwrap();
+        let cfg = TrainConfig {
+            sharding: Sharding::FullShard,
+            ..Default::default()
+        };
+        let mut cache = CommTimes::default();
+        // 100 MB per layer: each collective takes about a third of a ms on
+        // two nodes. Behind 50 ms layers only the first forward gather and
+        // the last reduce-scatter (issued when backward ends) show.
+        let slow = step(&mach, 2, &layers(8, 50.0, 50_000_000), &cfg, &mut cache).unwrap();
+        let took = |o: &CommOp| o.end - o.start;
+        let ends = took(&slow.ops[0]) + took(slow.ops.last().unwrap());
+        assert_eq!(slow.exposed, ends, "{slow:?}");
+        // Behind 0.01 ms layers the communication is nearly all exposed.
+        let fast = step(&mach, 2, &layers(8, 0.01, 50_000_000), &cfg, &mut cache).unwrap();
+        assert!(fast.exposed.as_us() > 0.9 * fast.comm.as_us(), "{fast:?}");
+        // On one GPU nothing is communicated.
+        let mut one = mach.clone();
+        one.use_gpus(1).unwrap();
+        let r = step(&one, 1, &layers(3, 1.0, 10), &cfg, &mut cache).unwrap();
+        assert_eq!((r.comm, r.exposed), (SimTime::ZERO, SimTime::ZERO));
+    }
+
+    #[test]
+    fn layers_without_parameters_are_not_gathered() {
+        let mut m = layers(3, 1.0, 1000);
+        m.layers[1].params = 0;
+        let mach = Machine::preset("dgx-a100").unwrap();
+        let cfg = TrainConfig {
+            sharding: Sharding::FullShard,
+            ..Default::default()
+        };
+        let r = step(&mach, 1, &m, &cfg, &mut CommTimes::default()).unwrap();
+        assert!(
+            r.ops.iter().all(|o| !o.label.starts_with("l1 ")),
+            "{:?}",
+            r.ops
+        );
+        assert_eq!(r.ops.len(), 2 + 1 + 2);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use gpucomm_sim::collective::{
 use gpucomm_sim::exec::{ExecResult, Symmetry};
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::train::{AllReduceTimes, ModelSpec, prefill, step};
+use gpucomm_sim::train::{CommTimes, ModelSpec, Sharding, TrainConfig, prefill, step};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
@@ -89,7 +89,7 @@ enum SimCmd {
     Copy(CopyArgs),
     /// GPU-GPU between two nodes: GPUDirect RDMA vs staged through host memory.
     Rdma(RdmaArgs),
-    /// A data-parallel training step with DDP gradient buckets.
+    /// A data-parallel training step: DDP gradient buckets, or FSDP/ZeRO sharding.
     Train(TrainArgs),
     /// Predict every case of a calibration file and compare.
     Calibrate(CalibrateArgs),
@@ -344,8 +344,21 @@ struct TrainArgs {
     /// DDP bucket cap in MiB.
     #[arg(long, default_value_t = 25.0)]
     bucket_mb: f64,
+    /// How the ranks hold the model: ddp (whole model, gradients
+    /// all-reduced in buckets), shard_grad_op (FSDP's, ZeRO-2: parameters
+    /// all-gathered per layer in forward, gradients reduce-scattered) or
+    /// full_shard (FSDP's default, ZeRO-3: parameters gathered again in
+    /// backward); zero2, zero3 and fsdp are taken too.
+    #[arg(long, default_value = "ddp", value_parser = parse_sharding)]
+    sharding: Sharding,
     #[command(flatten)]
     tuner: TunerArgs,
+}
+
+fn parse_sharding(s: &str) -> Result<Sharding, String> {
+    Sharding::parse(s).ok_or_else(|| {
+        format!("unknown sharding {s:?} (ddp, shard_grad_op or zero2, full_shard or zero3 or fsdp)")
+    })
 }
 
 #[derive(clap::Args, Debug)]
@@ -980,7 +993,10 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     if !(a.bucket_mb.is_finite() && a.bucket_mb > 0.0) {
         bail!("--bucket-mb must be positive");
     }
-    let bucket = (a.bucket_mb * 1048576.0) as u64;
+    let cfg = TrainConfig {
+        bucket_bytes: (a.bucket_mb * 1048576.0) as u64,
+        sharding: a.sharding,
+    };
     let sweep = if a.sweep_nodes.is_empty() {
         vec![mach.nodes]
     } else {
@@ -989,93 +1005,137 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     if sweep.contains(&0) {
         bail!("--sweep-nodes: node counts must be at least 1");
     }
-    let mut cache = AllReduceTimes::new(a.tuner.options()?);
-    prefill(&mach, &sweep, &model, bucket, &mut cache)?;
+    let mut cache = CommTimes::new(a.tuner.options()?);
+    prefill(&mach, &sweep, &model, &cfg, &mut cache)?;
     let mut one = mach.clone();
     one.use_gpus(1)?;
-    let base = step(&one, 1, &model, bucket, &mut cache)?;
+    let base = step(&one, 1, &model, &cfg, &mut cache)?;
     let mut rows = vec![("1 GPU".to_string(), base.clone())];
     for &n in &sweep {
         rows.push((
             format!("{n} node{}", if n == 1 { "" } else { "s" }),
-            step(&mach, n, &model, bucket, &mut cache)?,
+            step(&mach, n, &model, &cfg, &mut cache)?,
         ));
     }
     if a.trace.is_some() {
-        // The last scale of the sweep: compute and each bucket's all_reduce.
+        // The last scale of the sweep: its compute and its collectives,
+        // a track for each kind.
         let (name, r) = rows.last().expect("at least one row");
-        let fwd: f64 = model.layers.iter().map(|l| l.fwd_ms).sum::<f64>() * 1e3;
-        let mut sp = vec![("compute".to_string(), "forward".to_string(), 0.0, fwd)];
-        sp.push((
-            "compute".to_string(),
-            "backward".to_string(),
-            fwd,
-            r.compute.as_us(),
-        ));
-        for (i, b) in r.buckets.iter().enumerate() {
+        let mut sp: Vec<_> = r
+            .compute_spans
+            .iter()
+            .map(|c| {
+                (
+                    "compute".to_string(),
+                    c.label.clone(),
+                    c.start.as_us(),
+                    c.end.as_us(),
+                )
+            })
+            .collect();
+        for o in &r.ops {
             sp.push((
-                format!("all_reduce ({name})"),
-                format!("bucket {i} ({})", format_bytes(b.bytes)),
-                b.start.as_us(),
-                b.end.as_us(),
+                format!("{} ({name})", o.collective.name()),
+                format!("{} ({})", o.label, format_bytes(o.bytes)),
+                o.start.as_us(),
+                o.end.as_us(),
             ));
         }
         write_spans(&a.trace, &sp)?;
     }
+    // Model state beyond the GPU's memory (where its name tells it).
+    let memory_gb = mach.node.gpu_memory_gb();
+    let too_big = |r: &gpucomm_sim::train::StepResult| {
+        memory_gb.is_some_and(|gb| r.state_bytes as f64 > gb * 1e9)
+    };
     let mut o = out();
     if a.m.json {
         let v: Vec<_> = rows
             .iter()
             .map(|(_, r)| {
-                json!({"nodes": r.nodes, "gpus": r.gpus, "step_ms": r.step.as_us() / 1e3,
+                let mut row = json!({"nodes": r.nodes, "gpus": r.gpus, "step_ms": r.step.as_us() / 1e3,
                 "compute_ms": r.compute.as_us() / 1e3, "comm_ms": r.comm.as_us() / 1e3,
                 "exposed_comm_ms": r.exposed.as_us() / 1e3, "scaling_efficiency": r.efficiency,
-                "buckets": r.buckets.len()})
+                "comm_ops": r.ops.len(), "state_gb_per_gpu": r.state_bytes as f64 / 1e9,
+                "state_fits": !too_big(r)});
+                if cfg.sharding == Sharding::Ddp {
+                    row["buckets"] = json!(r.ops.len());
+                }
+                row
             })
             .collect();
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
-            "bucket_mb": a.bucket_mb, "model_source": model.source, "network": network_json(&mach),
+            "sharding": cfg.sharding.name(), "bucket_mb": a.bucket_mb, "model_source": model.source,
+            "network": network_json(&mach), "gpu_memory_gb": memory_gb,
             "tuner": a.tuner.json(), "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        let how = match cfg.sharding {
+            Sharding::Ddp => format!("DDP buckets {} MiB", a.bucket_mb),
+            s => format!("FSDP {}, one unit per layer", s.name().to_ascii_uppercase()),
+        };
         writeln!(
             o,
-            "# gpucomm sim train: {} ({:.1} M params, {} B/grad), DDP buckets {} MiB, on {}",
+            "# gpucomm sim train: {} ({:.1} M params, {} B/grad), {how}, on {}",
             model.name,
             model.params() as f64 / 1e6,
             model.bytes_per_param,
-            a.bucket_mb,
             mach.name
         )?;
         if !model.source.is_empty() {
             writeln!(o, "# model figures: {}", model.source)?;
         }
         if let Some(line) = a.tuner.restriction() {
-            writeln!(o, "# all_reduce buckets: {line}")?;
+            let what = match cfg.sharding {
+                Sharding::Ddp => "all_reduce buckets",
+                _ => "all_gathers and reduce_scatters",
+            };
+            writeln!(o, "# {what}: {line}")?;
         }
         write_network(&mut o, &mach)?;
         writeln!(
             o,
-            "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11}",
-            "scale", "GPUs", "step(ms)", "compute(ms)", "comm(ms)", "exposed(ms)", "efficiency"
+            "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11} {:>14}",
+            "scale",
+            "GPUs",
+            "step(ms)",
+            "compute(ms)",
+            "comm(ms)",
+            "exposed(ms)",
+            "efficiency",
+            "state/GPU(GB)"
         )?;
         for (name, r) in &rows {
             writeln!(
                 o,
-                "  {:>9} {:>6} {:>10.2} {:>11.2} {:>10.2} {:>12.2} {:>10.1}%",
+                "  {:>9} {:>6} {:>10.2} {:>11.2} {:>10.2} {:>12.2} {:>10.1}% {:>13.2}{}",
                 name,
                 r.gpus,
                 r.step.as_us() / 1e3,
                 r.compute.as_us() / 1e3,
                 r.comm.as_us() / 1e3,
                 r.exposed.as_us() / 1e3,
-                100.0 * r.efficiency
+                100.0 * r.efficiency,
+                r.state_bytes as f64 / 1e9,
+                if too_big(r) { "*" } else { "" }
             )?;
         }
         writeln!(
             o,
             "# efficiency = compute / step: per-GPU throughput against one GPU (weak scaling, same per-GPU batch)"
         )?;
+        writeln!(
+            o,
+            "# state/GPU = parameters, gradients and Adam's state ({} B per parameter unsharded; ZeRO paper), activations not counted",
+            gpucomm_sim::train::state_bytes_per_gpu(1, model.bytes_per_param, 1, Sharding::Ddp)
+        )?;
+        if let Some(gb) = memory_gb.filter(|_| rows.iter().any(|(_, r)| too_big(r))) {
+            writeln!(
+                o,
+                "# * more than the {gb:.0} GB of a {}: the model does not fit there as sharded",
+                mach.node.gpu_name
+            )?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
