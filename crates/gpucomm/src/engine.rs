@@ -345,8 +345,29 @@ pub(crate) struct ExecState {
     local_done: Vec<bool>,
 }
 
-/// Runs `plan` to completion or to the first error.
+/// Runs `plan` to completion or to the first error. On an error, sends
+/// still in flight are withdrawn ([`Link::withdraw`]) before the buffers go
+/// back to the caller: no peer reads them after this returns.
 pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Error> {
+    let r = run(plan, ex, state);
+    if r.is_err() {
+        let give_up = Instant::now() + ex.timeout;
+        for (si, s) in plan.streams.iter().enumerate() {
+            let head = s
+                .items
+                .get(state.heads.get(si).copied().unwrap_or(usize::MAX));
+            if s.send
+                && head.is_some()
+                && let Some(Some(link)) = ex.links.get_mut(s.peer)
+            {
+                link.withdraw(s.ch, &state.xfer[si], give_up);
+            }
+        }
+    }
+    r
+}
+
+fn run(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Error> {
     state.done.clear();
     state.done.resize(plan.items.len(), false);
     state.heads.clear();
@@ -379,6 +400,14 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
         }
         if progress {
             idle_since = None;
+            // abort() ends a transfer that keeps moving too (the timeout
+            // bounds waits: a moving transfer is not waiting).
+            if ex.abort.load(Ordering::Acquire) {
+                return Err(ex.fail(
+                    blocked_peer(plan, state),
+                    Failure::Aborted("abort() called on this communicator".into()),
+                ));
+            }
             continue;
         }
         let now = Instant::now();

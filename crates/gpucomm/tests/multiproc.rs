@@ -329,6 +329,63 @@ fn worker() {
             assert_eq!(v[0] as usize, g.world_size());
             println!("rank {rank}: split checked");
         }
+        "withdrawnseg" | "withdrawnvec" => {
+            // Rank 0's zero-copy send times out (rank 1 comes late), then
+            // rank 0 writes over its buffer and stays alive: rank 1 must
+            // not read the buffer through the reference left in its ring.
+            let n = 1 << 16; // 256 KiB: zero copy
+            if rank == 0 {
+                c.set_timeout(Duration::from_millis(100));
+                let mut shared;
+                let mut plain;
+                let b: &mut [u32] = if scenario == "withdrawnseg" {
+                    shared = c.alloc::<u32>(n).unwrap();
+                    &mut shared
+                } else {
+                    plain = vec![0u32; n];
+                    &mut plain
+                };
+                b.fill(1);
+                assert!(c.send(b, 1).is_err(), "rank 1 was not there yet");
+                b.fill(0xdead_beef);
+                std::thread::sleep(Duration::from_millis(1500));
+            } else {
+                std::thread::sleep(Duration::from_millis(500));
+                let mut v = vec![0u32; n];
+                let r = c.recv(&mut v, 0);
+                assert!(
+                    r.is_err(),
+                    "read a send its sender took back: v[0] = {:#x}",
+                    v[0]
+                );
+                assert!(v.iter().all(|&x| x == 0 || x == 1), "v[0] = {:#x}", v[0]);
+            }
+            println!("rank {rank}: a failed zero-copy send was not read");
+        }
+        "freshbuffers" => {
+            // A fresh shared buffer per send, as a loop allocating its
+            // tensors: the receiver keeps a bounded number of them mapped.
+            let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+            let before = fds();
+            for i in 0..200u32 {
+                if rank == 0 {
+                    let mut b = c.alloc::<u32>(1 << 16).unwrap();
+                    b.fill(i);
+                    c.send(&b, 1).unwrap();
+                } else {
+                    let mut v = vec![0u32; 1 << 16];
+                    c.recv(&mut v, 0).unwrap();
+                    assert!(v.iter().all(|&x| x == i));
+                }
+            }
+            c.barrier().unwrap();
+            let grew = fds().saturating_sub(before);
+            assert!(
+                grew <= 70,
+                "rank {rank}: {grew} more open files after 200 buffers"
+            );
+            println!("rank {rank}: 200 fresh buffers, {grew} more open files");
+        }
         other => panic!("unknown scenario {other}"),
     }
     println!("WORKER-OK");
@@ -416,6 +473,17 @@ fn failure(scenario: &str, n: usize, transport: &str, timeout_ms: u64, expect_ok
         }
     }
     assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_timed_out_zero_copy_send_is_not_read_later() {
+    jobs("withdrawnseg", &[(2, "shm")]);
+    jobs("withdrawnvec", &[(2, "shm")]);
+}
+
+#[test]
+fn fresh_buffers_do_not_leak_mappings_on_the_receiver() {
+    jobs("freshbuffers", &[(2, "shm")]);
 }
 
 #[test]

@@ -253,3 +253,33 @@ fn exchange_errors() {
         assert!(matches!(e.failure(), Some(Failure::Mismatch { .. })), "{e}");
     });
 }
+
+/// Rank 0's zero-copy send (in process: a reference to its buffer) times
+/// out; rank 0 then writes over the buffer and frees it. Rank 1's later
+/// receive must fail, not read the buffer through the reference its ring
+/// still held (it returned Ok with the new contents, or faulted on the
+/// freed memory).
+#[test]
+fn a_failed_zero_copy_send_is_withdrawn() {
+    let comms = pair(5_000);
+    comms[0].set_timeout(Duration::from_millis(50));
+    let n = 1 << 20; // 4 MiB: zero copy, and freed by unmapping
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (a, b) = (&comms[0], &comms[1]);
+        s.spawn(move || {
+            let mut v = vec![1u32; n];
+            assert!(a.send(&v, 1).is_err(), "rank 1 was not there yet");
+            v.fill(0xdead_beef);
+            drop(v);
+            tx.send(()).unwrap();
+        });
+        s.spawn(move || {
+            rx.recv().unwrap();
+            let mut v = vec![0u32; n];
+            let r = b.recv(&mut v, 0);
+            assert!(r.is_err(), "read a withdrawn send: v[0] = {:#x}", v[0]);
+            assert!(v.iter().all(|&x| x == 0), "v[0] = {:#x}", v[0]);
+        });
+    });
+}

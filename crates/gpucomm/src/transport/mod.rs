@@ -190,6 +190,10 @@ pub(crate) struct XferState {
     pub started: bool,
     /// Ring slot of a zero-copy send, complete when the peer's tail passes it.
     pub slot: u64,
+    /// A zero-copy reference to the sender's memory is posted in `slot`
+    /// and the peer may read through it (until it completes, or
+    /// [`Link::withdraw`]).
+    pub zero_copy: bool,
     /// Bytes of the current chunk already read (TCP).
     pub partial: usize,
 }
@@ -233,4 +237,10 @@ pub(crate) trait Link: Send {
     fn wait_handle(&self) -> WaitHandle;
     /// Tells the peer this rank is going away (abort or drop); best effort.
     fn shutdown(&mut self);
+    /// Takes back a send that failed (timeout, abort, an error elsewhere)
+    /// before its buffer goes back to the caller: a zero-copy reference the
+    /// peer has not started reading is withdrawn, one it is reading is
+    /// waited for (bounded by `give_up` where the reader is another
+    /// process). Links that copy what they send have nothing to take back.
+    fn withdraw(&mut self, _channel: usize, _st: &XferState, _give_up: std::time::Instant) {}
 }

@@ -14,10 +14,16 @@
 //! ```
 //!
 //! `head` is written only by the sender, `tail` only by the receiver (single
-//! producer, single consumer): a slot is published by a release store of
-//! `head` and freed by a release store of `tail`. A zero-copy send is complete
-//! when `tail` passes its slot, i.e. when the receiver has finished reading
-//! the sender's memory.
+//! producer, single consumer): a slot is published by a release store of its
+//! *stamp* (word 0: message index + 1) and freed by a release store of
+//! `tail`. A zero-copy send is complete when `tail` passes its slot, i.e.
+//! when the receiver has finished reading the sender's memory. Before it
+//! reads through a reference the receiver *claims* the slot (compare and
+//! swap of the stamp to `stamp | CLAIMED`); a sender whose operation failed
+//! *withdraws* an unclaimed reference the same way (`stamp | WITHDRAWN`)
+//! before its buffer goes back to the caller, and waits for a claimed one
+//! to be read, so the receiver never reads memory its owner has reused or
+//! freed.
 //!
 //! Waiting: the engine spins first, then sleeps on its region's doorbell futex
 //! after announcing itself in `sleepers`; whoever publishes or frees a slot
@@ -45,6 +51,15 @@ pub(crate) const SLOT_BYTES: usize = SLOT_HDR + PAYLOAD;
 const RING_HDR: usize = 128;
 pub(crate) const RING_BYTES: usize = RING_HDR + NSLOTS as usize * SLOT_BYTES;
 const CONTROL_BYTES: usize = 4096;
+
+/// Peer segments a link keeps mapped (least recently used dropped first).
+const PEER_SEGMENTS: usize = 64;
+
+/// Stamp bit: the receiver is reading through the slot's reference.
+const CLAIMED: u64 = 1 << 63;
+/// Stamp bit: the sender took the slot's reference back (its operation
+/// failed); the receiver must not read through it.
+const WITHDRAWN: u64 = 1 << 62;
 
 const KIND_DATA: u32 = 1;
 const KIND_DESC: u32 = 2;
@@ -234,7 +249,11 @@ pub(crate) struct RingLink {
     me: usize,
     peer: usize,
     liveness: Liveness,
-    peer_segments: HashMap<u64, Arc<Segment>>,
+    /// The peer's segments mapped so far, by id, with when each was last
+    /// used (at most [`PEER_SEGMENTS`]: the least recently used goes).
+    peer_segments: HashMap<u64, (Arc<Segment>, u64)>,
+    /// References resolved so far (the clock of `peer_segments`).
+    resolved: u64,
     /// Last tail seen per outbound ring: read the receiver's line only when
     /// the ring looks full.
     tail_cache: [u64; CHANNELS],
@@ -264,6 +283,7 @@ impl RingLink {
             peer,
             liveness,
             peer_segments: HashMap::new(),
+            resolved: 0,
             tail_cache: [0; CHANNELS],
             cma: false,
             cma_stage: Vec::new(),
@@ -382,15 +402,32 @@ impl RingLink {
                         "segment reference [{off}, +{len}) outside a {seg_len}-byte segment"
                     )));
                 }
-                let seg = match self.peer_segments.get(&h.zref) {
-                    Some(s) if s.len() >= seg_len => s.clone(),
+                self.resolved += 1;
+                let now = self.resolved;
+                let seg = match self.peer_segments.get_mut(&h.zref) {
+                    Some((s, used)) if s.len() >= seg_len => {
+                        *used = now;
+                        s.clone()
+                    }
                     _ => {
                         let s = Segment::open_peer(pid, fd, seg_len).map_err(|e| {
                             LinkError::protocol(format!(
                                 "cannot map peer segment (pid {pid}, fd {fd}): {e}"
                             ))
                         })?;
-                        self.peer_segments.insert(h.zref, s.clone());
+                        // Segment ids are never reused: a buffer the peer
+                        // freed is never asked for again, so keep only the
+                        // most recently used mappings (their fds and pages).
+                        if self.peer_segments.len() >= PEER_SEGMENTS
+                            && let Some(old) = self
+                                .peer_segments
+                                .iter()
+                                .min_by_key(|(_, (_, used))| *used)
+                                .map(|(&id, _)| id)
+                        {
+                            self.peer_segments.remove(&old);
+                        }
+                        self.peer_segments.insert(h.zref, (s.clone(), now));
                         s
                     }
                 };
@@ -501,6 +538,7 @@ impl Link for RingLink {
             st.started = true;
             if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA) {
                 st.slot = head;
+                st.zero_copy = true;
                 self.theirs.wake();
                 return Ok(false);
             }
@@ -572,6 +610,33 @@ impl Link for RingLink {
                 )));
             }
             let n = h.len as usize;
+            if let Some((_, r)) = req.reduce
+                && n % r.dtype.size() != 0
+            {
+                return Err(LinkError::protocol(format!(
+                    "chunk of {n} bytes is not whole {}-byte elements",
+                    r.dtype.size()
+                )));
+            }
+            if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA)
+                && stamp(slot)
+                    .compare_exchange(
+                        tail + 1,
+                        (tail + 1) | CLAIMED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+            {
+                // Only the sender changes a published stamp: it withdrew the
+                // reference, as its operation failed.
+                return Err(LinkError {
+                    failure: crate::error::Failure::Aborted(format!(
+                        "peer {} withdrew its message (its operation failed)",
+                        self.peer
+                    )),
+                });
+            }
             if h.kind == KIND_REF_CMA {
                 self.cma_read(req, st.done, h.zref as usize, n)?;
                 st.done += n;
@@ -636,6 +701,37 @@ impl Link for RingLink {
 
     fn wait_handle(&self) -> WaitHandle {
         WaitHandle::Doorbell
+    }
+
+    fn withdraw(&mut self, ch: usize, st: &XferState, give_up: std::time::Instant) {
+        if !st.zero_copy {
+            return;
+        }
+        let ring = self.out_ring(ch);
+        let published = st.slot + 1;
+        if ring.tail().load(Ordering::Acquire) > st.slot
+            || stamp(ring.slot(st.slot))
+                .compare_exchange(
+                    published,
+                    published | WITHDRAWN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            return;
+        }
+        // Claimed: the receiver is copying out of our memory and waits on
+        // nothing until it is done. A thread of this process always
+        // finishes; another process is waited for while it lives, up to
+        // `give_up` (one that is stopped could hold us for ever).
+        let process = matches!(self.liveness, Liveness::Process { .. });
+        while ring.tail().load(Ordering::Acquire) <= st.slot {
+            if process && (std::time::Instant::now() >= give_up || self.check_peer().is_err()) {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn shutdown(&mut self) {
@@ -714,5 +810,67 @@ fn futex_wake(word: &AtomicU32) {
             0,
             0,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DataType, Reducer};
+    use gpucomm_algo::ReduceOp;
+
+    /// A peer (buggy, or not ours) that cuts a message of f32s into a
+    /// chunk of 3 bytes: refused before anything is reduced (the reduction
+    /// dropped the odd bytes and the next chunk landed misaligned).
+    #[test]
+    fn a_chunk_of_part_of_an_element_is_refused_before_reducing() {
+        let (r0, r1) = (Region::create(2).unwrap(), Region::create(2).unwrap());
+        let tx = RingLink::new(
+            TransportKind::InProcess,
+            0,
+            1,
+            r0.clone(),
+            r1.clone(),
+            Liveness::Thread,
+        );
+        let mut rx = RingLink::new(TransportKind::InProcess, 1, 0, r1, r0, Liveness::Thread);
+        let desc = OpDesc {
+            coll: 1,
+            dtype: 0,
+            op: 0,
+            algo: 0,
+            arg: 0,
+            count: 2,
+        };
+        let h = SlotHdr {
+            kind: KIND_DATA,
+            seq: 0,
+            desc: desc.encode(),
+            total: 8,
+            offset: 0,
+            len: 3,
+            zref: 0,
+        };
+        write_hdr(tx.out_ring(0).slot(0), &h, 0);
+        let (mut acc, own) = ([1.0f32; 2], [2.0f32; 2]);
+        let req = RecvReq {
+            kind: MsgKind::Data,
+            desc,
+            dst: acc.as_mut_ptr() as *mut u8,
+            len: 8,
+            reduce: Some((
+                own.as_ptr() as *const u8,
+                Reducer {
+                    dtype: DataType::F32,
+                    op: ReduceOp::Sum,
+                },
+            )),
+        };
+        let e = rx
+            .poll_recv(0, &req, &mut XferState::default())
+            .unwrap_err();
+        let e = format!("{:?}", e.failure);
+        assert!(e.contains("not whole 4-byte elements"), "{e}");
+        assert_eq!(acc, [1.0; 2]);
     }
 }
