@@ -230,6 +230,24 @@ fn left_count(store: &mut StoreClient) -> usize {
         .max(0) as usize
 }
 
+/// Reads from a socket until `until` in all, however the bytes arrive.
+struct Bounded<'a> {
+    s: &'a Socket,
+    until: Instant,
+}
+
+impl std::io::Read for Bounded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        let mut s: &Socket = self.s;
+        std::io::Read::read(&mut s, buf)
+    }
+}
+
 /// The key under which rank `r` of the job or group `ns` publishes its
 /// address.
 fn info_key(ns: &str, r: usize) -> String {
@@ -242,13 +260,19 @@ fn init_barrier_key(ns: &str) -> String {
     format!("barrier/{ns}init")
 }
 
+/// The counter a process joining as rank `r` of `ns` takes first: the
+/// first to take it is rank `r`, any other is refused.
+fn claim_key(ns: &str, r: usize) -> String {
+    format!("{ns}rank/{r}")
+}
+
 /// Every key [`join`] sets for a job or group `ns` of `n` ranks, to delete
 /// once all of them have joined (a split's group: `crate::split`).
 pub(crate) fn join_keys(ns: &str, n: usize) -> Vec<String> {
     let barrier = init_barrier_key(ns);
     let done = format!("{barrier}/done");
     (0..n)
-        .map(|r| info_key(ns, r))
+        .flat_map(|r| [claim_key(ns, r), info_key(ns, r)])
         .chain([barrier, done])
         .collect()
 }
@@ -270,6 +294,17 @@ pub(crate) fn join(
         detail: d,
     };
     let timeout = cfg.timeout;
+    // One process per rank: a second one (a wrong RANK, the same
+    // environment in two shells, a rank restarted into a running job)
+    // would overwrite the first's address and write into rings meant for
+    // one sender. It is refused before it publishes anything.
+    if store.add(&claim_key(ns, me), 1)? != 1 {
+        return Err(fail(format!(
+            "another process already joined this job as rank {me} (each process needs its \
+             own rank: check RANK / LOCAL_RANK, or whether a job with this store address and \
+             token is already running)"
+        )));
+    }
     let host = host_id();
     let want_shm = cfg.transport != TransportChoice::Tcp && n > 1;
     let want_tcp = cfg.transport != TransportChoice::Shm && n > 1;
@@ -421,13 +456,15 @@ pub(crate) fn join(
                 Ok((s, _)) => {
                     let s = Socket::from(s);
                     let _ = s.set_nonblocking(false);
-                    // A stranger that connects and says nothing holds the
-                    // accept loop for at most this long.
+                    // A stranger that connects and says nothing, or
+                    // dribbles its hello a byte at a time, holds the
+                    // accept loop for at most this long in all.
                     let left = deadline.saturating_duration_since(Instant::now());
-                    let _ = s.set_read_timeout(Some(
-                        left.clamp(Duration::from_millis(10), Duration::from_secs(2)),
-                    ));
-                    let mut r: &Socket = &s;
+                    let mut r = Bounded {
+                        s: &s,
+                        until: Instant::now()
+                            + left.clamp(Duration::from_millis(10), Duration::from_secs(2)),
+                    };
                     match read_hello(&mut r, &cfg.token) {
                         Ok((rank, ch)) => {
                             let (rank, ch) = (rank as usize, ch as usize);

@@ -565,3 +565,134 @@ fn abort_from_another_thread_tcp() {
 fn missing_peer_times_out_naming_it() {
     failure("timeout", 2, "shm", 500, &[0]);
 }
+
+/// The configuration of rank `rank` of a `world`-rank job on `addr`.
+fn thread_rank(
+    rank: usize,
+    world: usize,
+    addr: &str,
+    transport: TransportChoice,
+) -> BootstrapConfig {
+    BootstrapConfig {
+        rank,
+        world_size: world,
+        local_rank: None,
+        local_world_size: None,
+        store_addr: addr.to_string(),
+        token: "dup-token".into(),
+        transport,
+        algorithm: None,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+/// Two processes (threads here) joining as the same rank: one of them is
+/// refused at once, naming the rank, and the job runs with the other. It
+/// used to join too: over shared memory both wrote into rank 0's ring and
+/// rank 0's all_reduce returned a wrong sum without an error. A rank
+/// restarted into the running job is refused the same way.
+#[test]
+fn a_rank_joined_twice_is_refused() {
+    for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
+        let addr = format!("127.0.0.1:{}", common::free_port());
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let done_rx = std::sync::Mutex::new(done_rx);
+        // Each thread says when its Communicator::new returned.
+        let (up_tx, up_rx) = std::sync::mpsc::channel::<()>();
+        let results: Vec<Result<f32, String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = [(0usize, 1.0f32), (1, 2.0), (1, 100.0)]
+                .into_iter()
+                .map(|(rank, x)| {
+                    let (addr, done_rx, up_tx) = (&addr, &done_rx, up_tx.clone());
+                    s.spawn(move || {
+                        let c = Communicator::new(&thread_rank(rank, 2, addr, transport));
+                        up_tx.send(()).unwrap();
+                        let c = c.map_err(|e| e.to_string())?;
+                        let mut v = [0f32; 4];
+                        c.all_reduce(&[x; 4], &mut v, ReduceOp::Sum)
+                            .map_err(|e| e.to_string())?;
+                        if rank == 0 {
+                            // Keep the job (and its store) up for the late rank.
+                            let _ = done_rx
+                                .lock()
+                                .unwrap()
+                                .recv_timeout(Duration::from_secs(20));
+                        }
+                        c.barrier().map_err(|e| e.to_string())?;
+                        Ok(v[0])
+                    })
+                })
+                .collect();
+            // A rank 1 restarted while the job runs (every thread has
+            // joined or been refused).
+            for _ in 0..3 {
+                up_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            }
+            let t = Instant::now();
+            let late = Communicator::new(&thread_rank(1, 2, &addr, transport));
+            let e = match late {
+                Ok(_) => panic!("a late rank 1 joined a running job"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("already joined this job as rank 1"), "{e}");
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+            done_tx.send(()).unwrap();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Rank 0 and one rank 1 run the job; the other rank 1 is refused.
+        let refused: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(refused.len(), 1, "{transport:?}: {results:?}");
+        assert!(
+            refused[0].contains("already joined this job as rank 1"),
+            "{refused:?}"
+        );
+        let sums: Vec<f32> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        assert!(
+            sums == [3.0, 3.0] || sums == [101.0, 101.0],
+            "{transport:?}: {results:?}"
+        );
+    }
+}
+
+/// A stranger that connects to a rank's data port and sends its hello a
+/// byte at a time holds the rank's bootstrap no longer than its timeout
+/// (the hello was bounded per read, so 16 bytes took up to 16 reads).
+#[test]
+fn a_dribbled_hello_does_not_outlive_the_timeout() {
+    use std::io::Write;
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let mut cfg = thread_rank(0, 2, &addr, TransportChoice::Tcp);
+    cfg.timeout = Duration::from_millis(1500);
+    let rank0 = std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = Communicator::new(&cfg);
+        (r.err().map(|e| e.to_string()), t.elapsed())
+    });
+    let mut store =
+        gpucomm::store::StoreClient::connect(&addr, "dup-token", Duration::from_secs(5)).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_slice(&store.wait("info/0", Duration::from_secs(5)).unwrap()).unwrap();
+    // Rank 1 "published" from another host: rank 0 waits for its connection.
+    store
+        .set(
+            "info/1",
+            br#"{"host":"elsewhere","pid":1,"region_fd":-1,"region_len":0,"tcp":"127.0.0.1:1","cma_probe":0}"#,
+        )
+        .unwrap();
+    let mut s = std::net::TcpStream::connect(info["tcp"].as_str().unwrap()).unwrap();
+    for b in b"GPCH\x01\x00\x09\x00\x01\x00\x00\x00\x00\x00\x00\x00dup-token" {
+        if s.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (err, took) = rank0.join().unwrap();
+    assert!(err.is_some_and(|e| e.contains("missing after")), "{took:?}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "a 1.5 s bootstrap took {took:?}"
+    );
+}
