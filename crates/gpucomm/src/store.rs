@@ -58,8 +58,9 @@ pub struct StoreServer {
 
 impl StoreServer {
     /// Listens on `addr` (`host:port`; port 0 picks one) for connections
-    /// presenting `token`.
+    /// presenting `token` (at most 256 bytes).
     pub fn start(addr: &str, token: &str) -> Result<StoreServer, Error> {
+        check_token(token)?;
         let listener =
             TcpListener::bind(addr).map_err(|e| Error::io(format!("store: bind {addr}"), e))?;
         let local = listener
@@ -124,7 +125,21 @@ fn accept_loop(listener: TcpListener, token: String, shared: Arc<Shared>, stop: 
     drop(workers);
 }
 
-fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, String, Vec<u8>)> {
+/// A job token is at most [`crate::transport::tcp::MAX_TOKEN`] bytes (the
+/// data connections' hello carries it too).
+fn check_token(token: &str) -> Result<(), Error> {
+    let max = crate::transport::tcp::MAX_TOKEN;
+    if token.len() > max {
+        return Err(Error::InvalidArgument(format!(
+            "job token of {} bytes (at most {max})",
+            token.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Reads one request whose value holds at most `max_value` bytes.
+fn read_frame(s: &mut TcpStream, max_value: usize) -> std::io::Result<(u8, String, Vec<u8>)> {
     let mut op = [0u8; 5];
     s.read_exact(&mut op)?;
     let klen = u32::from_le_bytes(op[1..5].try_into().expect("4")) as usize;
@@ -136,7 +151,7 @@ fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, String, Vec<u8>)> {
     let mut vl = [0u8; 4];
     s.read_exact(&mut vl)?;
     let vlen = u32::from_le_bytes(vl) as usize;
-    if vlen > MAX_VALUE {
+    if vlen > max_value {
         return Err(std::io::Error::other("value too long"));
     }
     let mut val = vec![0u8; vlen];
@@ -174,7 +189,9 @@ fn reply(s: &mut TcpStream, status: u8, v: &[u8]) -> std::io::Result<()> {
 fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> std::io::Result<()> {
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(HELLO_TIMEOUT))?;
-    let (op, _, val) = read_frame(&mut s)?;
+    // The hello holds a token (at most MAX_TOKEN bytes): a stranger's
+    // claim of a larger one is dropped before anything is allocated.
+    let (op, _, val) = read_frame(&mut s, crate::transport::tcp::MAX_TOKEN)?;
     if op != OP_HELLO || !ct_eq(&val, token.as_bytes()) {
         // Drop the connection without a word: a stray client learns nothing.
         return Ok(());
@@ -201,7 +218,7 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
             Err(e) => return Err(e),
         }
         s.set_read_timeout(Some(HELLO_TIMEOUT))?;
-        let (op, key, val) = read_frame(&mut s)?;
+        let (op, key, val) = read_frame(&mut s, MAX_VALUE)?;
         s.set_read_timeout(Some(Duration::from_millis(100)))?;
         match op {
             OP_SET => {
@@ -303,6 +320,7 @@ impl StoreClient {
     /// Connects (retrying until `timeout`: rank 0 may start late) and
     /// presents the token.
     pub fn connect(addr: &str, token: &str, timeout: Duration) -> Result<StoreClient, Error> {
+        check_token(token)?;
         let deadline = Instant::now() + timeout;
         let err = |d: String| Error::Io {
             context: format!("store {addr}"),

@@ -66,6 +66,23 @@ fn garbage_and_oversized_lengths_are_dropped_and_the_store_keeps_serving() {
     o.write_all(&[1, 0xff, 0xff, 0xff, 0xff]).unwrap();
     o.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(o.read(&mut buf).unwrap_or(0), 0);
+    // A hello claiming a 1 MiB token (at most 256 bytes): dropped at once,
+    // not read (it was allocated and waited for).
+    let mut big = TcpStream::connect(s.addr()).unwrap();
+    big.write_all(&frame(1, b"", &[])[..5]).unwrap();
+    big.write_all(&(1u32 << 20).to_le_bytes()).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = Instant::now();
+    assert_eq!(big.read(&mut buf).unwrap_or(0), 0);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(matches!(
+        StoreClient::connect(
+            &s.addr().to_string(),
+            &"t".repeat(257),
+            Duration::from_secs(1)
+        ),
+        Err(gpucomm::Error::InvalidArgument(_))
+    ));
     // A stranger that sends nothing does not block others.
     let _silent = TcpStream::connect(s.addr()).unwrap();
     let mut a = StoreClient::connect(&s.addr().to_string(), "tok", Duration::from_secs(5)).unwrap();
