@@ -91,4 +91,7 @@ impl Link for FaultyLink {
     fn shutdown(&mut self) {
         self.inner.shutdown()
     }
+    fn withdraw(&mut self, channel: usize, st: &XferState, give_up: std::time::Instant) {
+        self.inner.withdraw(channel, st, give_up)
+    }
 }
