@@ -690,16 +690,16 @@ pub fn step(
 
 /// The communication queue of a step: the planned collectives, issued in
 /// order, each starting when it is issued and the one before it is done.
-struct Queue<'a, I: Iterator<Item = (Kind, String, u64)>> {
+struct Queue<'a> {
     free: SimTime,
     ops: Vec<CommOp>,
-    plan: I,
+    plan: std::vec::IntoIter<(Kind, String, u64)>,
     times: &'a BTreeMap<(Kind, usize, u64), SimTime>,
     nodes: usize,
     one_gpu: bool,
 }
 
-impl<I: Iterator<Item = (Kind, String, u64)>> Queue<'_, I> {
+impl Queue<'_> {
     /// Issues the next planned collective at `at`; returns when it ends.
     fn issue(&mut self, at: SimTime) -> Result<SimTime, SimError> {
         let (kind, label, bytes) = self

@@ -352,15 +352,13 @@ pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> 
     let r = run(plan, ex, state);
     if r.is_err() {
         let give_up = Instant::now() + ex.timeout;
-        for (si, s) in plan.streams.iter().enumerate() {
-            let head = s
-                .items
-                .get(state.heads.get(si).copied().unwrap_or(usize::MAX));
+        // A finished send's state was reset: only those in flight have
+        // anything to take back.
+        for (s, st) in plan.streams.iter().zip(&state.xfer) {
             if s.send
-                && head.is_some()
                 && let Some(Some(link)) = ex.links.get_mut(s.peer)
             {
-                link.withdraw(s.ch, &state.xfer[si], give_up);
+                link.withdraw(s.ch, st, give_up);
             }
         }
     }

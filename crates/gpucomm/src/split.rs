@@ -16,8 +16,9 @@
 //! A parent barrier ends the split, so no rank (the store's host among them)
 //! returns, and may drop the parent, while another group still reads the
 //! store. After it each group's rank 0 deletes the keys its group's join
-//! set, so a job that splits in a loop keeps the store's size flat. A split that fails on one rank aborts the parent, so the other
-//! ranks fail at once rather than at their timeout.
+//! set, so a job that splits in a loop keeps the store's size flat. A split
+//! that fails on one rank aborts the parent, so the other ranks fail at
+//! once rather than at their timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -169,17 +170,15 @@ pub(crate) fn split(
         }
     };
     match made {
-        Ok(None) => {
-            comm.barrier()?;
-            Ok(None)
-        }
-        Ok(Some((child, keys))) => {
+        Ok(made) => {
             comm.barrier()?;
             // Every member of every group has joined: its keys are read.
-            if let Some(mut keys) = keys {
-                keys.delete();
-            }
-            Ok(Some(child))
+            Ok(made.map(|(child, keys)| {
+                if let Some(mut keys) = keys {
+                    keys.delete();
+                }
+                child
+            }))
         }
         Err(e) => {
             inner.abort(&format!("split failed on rank {}: {e}", inner.rank));

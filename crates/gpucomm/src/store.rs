@@ -1,9 +1,10 @@
 //! The rendezvous store: a small TCP key-value server hosted by rank 0.
 //!
 //! Operations: `set`, `get`, `wait` (until a key exists, bounded), `add`
-//! (atomic counter), `delete_keys`, `num_keys` and `barrier`. Every connection must first present the
-//! job token; a connection that sends anything else, an oversized length, or
-//! nothing within 5 s is dropped. Every wait is bounded by the caller's timeout.
+//! (atomic counter), `delete_keys`, `num_keys` and `barrier`. Every
+//! connection must first present the job token (at most 256 bytes); a
+//! connection that sends anything else, an oversized length, or nothing
+//! within 5 s is dropped. Every wait is bounded by the caller's timeout.
 //!
 //! Wire format (little endian): a request is `op u8 | key length u32 | key |
 //! value length u32 | value`; a reply is `status u8 (0 ok, 1 not found or

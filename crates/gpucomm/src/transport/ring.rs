@@ -66,6 +66,11 @@ const KIND_DESC: u32 = 2;
 const KIND_REF_ADDR: u32 = 3;
 const KIND_REF_SEG: u32 = 4;
 const KIND_REF_CMA: u32 = 5;
+/// A message kind that points at the sender's memory (read in place).
+fn is_ref(kind: u32) -> bool {
+    matches!(kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA)
+}
+
 /// Staging for receive-and-reduce through cross-memory attach.
 const CMA_STAGE: usize = 256 * 1024;
 
@@ -536,7 +541,7 @@ impl Link for RingLink {
             ring.head().store(head + 1, Ordering::Relaxed);
             progressed = true;
             st.started = true;
-            if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA) {
+            if is_ref(h.kind) {
                 st.slot = head;
                 st.zero_copy = true;
                 self.theirs.wake();
@@ -577,10 +582,7 @@ impl Link for RingLink {
             }
             let want_kind = match req.kind {
                 MsgKind::Desc => h.kind == KIND_DESC,
-                MsgKind::Data => matches!(
-                    h.kind,
-                    KIND_DATA | KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA
-                ),
+                MsgKind::Data => h.kind == KIND_DATA || is_ref(h.kind),
             };
             if !want_kind {
                 return Err(LinkError::mismatch(
@@ -618,7 +620,7 @@ impl Link for RingLink {
                     r.dtype.size()
                 )));
             }
-            if matches!(h.kind, KIND_REF_ADDR | KIND_REF_SEG | KIND_REF_CMA)
+            if is_ref(h.kind)
                 && stamp(slot)
                     .compare_exchange(
                         tail + 1,
