@@ -57,6 +57,7 @@ fn worker(rank: usize, n: usize, transport: &str, mode: &str) {
             .ok()
             .and_then(|a| gpucomm::Algorithm::from_name(&a)),
         timeout: Duration::from_secs(60),
+        socket_ifname: None,
     };
     let c = Communicator::new(&cfg).unwrap();
     if rank == 0 {

@@ -24,6 +24,7 @@ use crate::buffer::Segment;
 use crate::comm::InnerParts;
 use crate::env::{BootstrapConfig, TransportChoice};
 use crate::error::{Error, TransportKind};
+use crate::netif;
 use crate::split::Origin;
 use crate::store::{StoreClient, StoreServer};
 use crate::transport::ring::{Liveness, Region, RingLink, pidfd, region_bytes};
@@ -84,7 +85,13 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         None
     };
     let store_addr = match &server {
-        Some(s) if cfg.store_addr.ends_with(":0") => s.addr().to_string(),
+        // Port 0: the one the server took, on the host as named (a name's
+        // server listens on every interface, so its own address says
+        // nothing).
+        Some(s) if cfg.store_addr.ends_with(":0") => {
+            let host = &cfg.store_addr[..cfg.store_addr.len() - 2];
+            format!("{host}:{}", s.addr().port())
+        }
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
@@ -314,12 +321,28 @@ pub(crate) fn join(
         None
     };
     let listener = if want_tcp {
-        let ip = store
+        let local = store
             .local_addr()
             .map(|a| a.ip())
             .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let spec = match cfg.socket_ifname.as_deref() {
+            None => None,
+            Some(s) => Some(netif::parse_ifname(s).ok_or_else(|| {
+                fail(format!(
+                    "GPUCOMM_SOCKET_IFNAME={s}: expected comma-separated interface name \
+                     prefixes, or =name for an exact name"
+                ))
+            })?),
+        };
+        let store_host = store
+            .addr()
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or_default();
+        let ip =
+            netif::data_ip(local, store_host, spec.as_deref(), netif::interfaces).map_err(fail)?;
         let l = TcpListener::bind(SocketAddr::new(ip, 0))
-            .map_err(|e| Error::io("binding the data listener", e))?;
+            .map_err(|e| Error::io(format!("binding the data listener to {ip}"), e))?;
         l.set_nonblocking(true)
             .map_err(|e| Error::io("listener nonblocking", e))?;
         Some(l)
@@ -567,6 +590,7 @@ mod tests {
             transport: TransportChoice::Auto,
             algorithm: None,
             timeout: Duration::from_secs(30),
+            socket_ifname: None,
         };
         let abort = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -606,6 +630,7 @@ mod tests {
             transport: TransportChoice::Tcp,
             algorithm: None,
             timeout: Duration::from_secs(30),
+            socket_ifname: None,
         };
         let join_as = |rank: usize, stop: &dyn Fn() -> Option<String>| {
             let c = cfg(rank);

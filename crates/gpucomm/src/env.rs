@@ -26,6 +26,10 @@
 //!   (default: the tuner chooses).
 //! - `GPUCOMM_TIMEOUT_MS`: the bound on every wait, in milliseconds (default
 //!   [`BootstrapConfig::DEFAULT_TIMEOUT`]).
+//! - `GPUCOMM_SOCKET_IFNAME`: the network interfaces the TCP transport may
+//!   listen on, as `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME`:
+//!   comma-separated name prefixes (`eth,ib`), or `=name` for an exact name
+//!   (see *Data addresses* below).
 //!
 //! An empty value counts as unset. Values are trimmed of surrounding spaces.
 //!
@@ -41,6 +45,26 @@
 //! distribution), on port `20000 + (SLURM_JOB_ID * 16 + SLURM_STEP_ID) % 10000`
 //! (or `MASTER_PORT + 1` when `MASTER_PORT` is set): deterministic per job
 //! step, below the Linux ephemeral port range.
+//!
+//! ## Which addresses listen
+//!
+//! Rank 0's store listens on the store address's IP when it is an IP
+//! literal, and on every interface (as PyTorch's `TCPStore` does) when it is
+//! a host name: a name can resolve to a loopback address on its own host
+//! (Debian and Ubuntu write `127.0.1.1 <hostname>` into `/etc/hosts`) and
+//! to the real address everywhere else.
+//!
+//! ### Data addresses
+//!
+//! Each rank's TCP data listener takes, in this order: the first address of
+//! an interface `GPUCOMM_SOCKET_IFNAME` names (an error when none matches);
+//! else the local address of its store connection (the interface that
+//! reaches rank 0); else, when that is a loopback address (the rank shares
+//! rank 0's host) and the store's host is not a loopback IP, the first
+//! address of an interface that is up, not loopback and not `docker*`
+//! (IPv4 before IPv6, IPv6 link-local skipped), as NCCL picks one. A job
+//! whose store is on `127.0.0.1` (as `gpucomm launch`'s) is local and keeps
+//! loopback.
 //!
 //! ## Token
 //!
@@ -117,6 +141,12 @@ pub struct BootstrapConfig {
     pub algorithm: Option<gpucomm_algo::Algorithm>,
     /// Bound on every wait (`GPUCOMM_TIMEOUT_MS`).
     pub timeout: Duration,
+    /// Interfaces the TCP data listener may use (`GPUCOMM_SOCKET_IFNAME`, as
+    /// `NCCL_SOCKET_IFNAME`: comma-separated name prefixes, `=name` for an
+    /// exact name). `None`: the address this rank reaches the store from,
+    /// unless that is a loopback address and the store's host is not a
+    /// loopback IP (see the [module docs](self#data-addresses)).
+    pub socket_ifname: Option<String>,
 }
 
 /// The launchers whose environment [`BootstrapConfig::from_vars`] understands.
@@ -404,6 +434,19 @@ impl BootstrapConfig {
             },
         };
 
+        let socket_ifname = match get("GPUCOMM_SOCKET_IFNAME") {
+            None => None,
+            Some(v) if crate::netif::parse_ifname(&v).is_some() => Some(v),
+            Some(v) => {
+                return Err(EnvError::Malformed {
+                    var: "GPUCOMM_SOCKET_IFNAME".into(),
+                    value: v,
+                    expected: "comma-separated interface name prefixes, or =name for an exact \
+                               name (eth0, ib, =eth1)",
+                });
+            }
+        };
+
         Ok(BootstrapConfig {
             rank,
             world_size,
@@ -414,6 +457,7 @@ impl BootstrapConfig {
             transport,
             algorithm,
             timeout,
+            socket_ifname,
         })
     }
 }
@@ -739,6 +783,7 @@ mod tests {
                 transport: TransportChoice::Auto,
                 algorithm: None,
                 timeout: BootstrapConfig::DEFAULT_TIMEOUT,
+                socket_ifname: None,
             }
         );
         assert_eq!(
@@ -852,6 +897,13 @@ mod tests {
     }
 
     #[test]
+    fn socket_ifname_is_read() {
+        assert_eq!(cfg(GPUCOMM).unwrap().socket_ifname, None);
+        let c = cfg(&with(GPUCOMM, &[("GPUCOMM_SOCKET_IFNAME", " ib,=eth1 ")])).unwrap();
+        assert_eq!(c.socket_ifname.as_deref(), Some("ib,=eth1"));
+    }
+
+    #[test]
     fn malformed_values() {
         for (var, value, needle) in [
             ("GPUCOMM_RANK", "one", "GPUCOMM_RANK=\"one\" is not valid"),
@@ -867,6 +919,8 @@ mod tests {
             ("GPUCOMM_TRANSPORT", "rdma", "auto, shm or tcp"),
             ("GPUCOMM_ALGORITHM", "bogus", "ring, tree"),
             ("GPUCOMM_TIMEOUT_MS", "0", "positive number of milliseconds"),
+            ("GPUCOMM_SOCKET_IFNAME", "eth0,", "=name for an exact name"),
+            ("GPUCOMM_SOCKET_IFNAME", "=", "interface name prefixes"),
             (
                 "GPUCOMM_TIMEOUT_MS",
                 "1.5",

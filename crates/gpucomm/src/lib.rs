@@ -69,6 +69,7 @@ mod engine;
 pub mod env;
 mod error;
 pub mod launch;
+mod netif;
 mod split;
 pub mod store;
 pub mod transport;

@@ -59,11 +59,13 @@ pub struct StoreServer {
 
 impl StoreServer {
     /// Listens on `addr` (`host:port`; port 0 picks one) for connections
-    /// presenting `token` (at most 256 bytes).
+    /// presenting `token` (at most 256 bytes). An IP literal is bound as
+    /// given; a host name binds every interface (IPv6 and IPv4 where the host
+    /// has IPv6), as PyTorch's `TCPStore` does, since a name may resolve to
+    /// a loopback address here and to a routable one on the other hosts.
     pub fn start(addr: &str, token: &str) -> Result<StoreServer, Error> {
         check_token(token)?;
-        let listener =
-            TcpListener::bind(addr).map_err(|e| Error::io(format!("store: bind {addr}"), e))?;
+        let listener = bind_store(addr).map_err(|e| Error::io(format!("store: bind {addr}"), e))?;
         let local = listener
             .local_addr()
             .map_err(|e| Error::io("store: local_addr", e))?;
@@ -89,6 +91,29 @@ impl StoreServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// Binds `addr` as [`StoreServer::start`] describes.
+fn bind_store(addr: &str) -> std::io::Result<TcpListener> {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return TcpListener::bind(addr); // its own error for a malformed one
+    };
+    if crate::netif::ip_literal(host).is_some() {
+        return TcpListener::bind(addr);
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad port"))?;
+    let any6 = || -> std::io::Result<TcpListener> {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+        s.set_only_v6(false)?;
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        s.listen(128)?;
+        Ok(s.into())
+    };
+    any6().or_else(|_| TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port)))
 }
 
 impl Drop for StoreServer {
@@ -342,8 +367,13 @@ impl StoreClient {
         };
         // The store drops a connection with a wrong token without a reply,
         // so a failed hello most likely means another job's token.
+        // Within the same deadline as the connection (at least a moment,
+        // for a connect that took it all).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
         let (st, _) = c
-            .request(OP_HELLO, "", token.as_bytes(), timeout)
+            .request(OP_HELLO, "", token.as_bytes(), left)
             .map_err(|e| {
                 err(format!(
                     "the store did not accept this rank's hello: wrong job token \
@@ -357,6 +387,11 @@ impl StoreClient {
         Ok(c)
     }
 
+    /// The store address this client was given (`host:port`).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
     /// The local address of the connection (the IP peers can reach us at).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.s.local_addr().ok()
@@ -367,7 +402,7 @@ impl StoreClient {
         op: u8,
         key: &str,
         val: &[u8],
-        timeout: Duration,
+        reply_within: Duration,
     ) -> Result<(u8, Vec<u8>), Error> {
         let ctx = |what: &str| format!("store {} ({what} {key:?})", self.addr);
         if key.len() > MAX_KEY || val.len() > MAX_VALUE {
@@ -382,7 +417,7 @@ impl StoreClient {
         out.extend_from_slice(&(val.len() as u32).to_le_bytes());
         out.extend_from_slice(val);
         self.s
-            .set_read_timeout(Some(timeout + Duration::from_secs(2)))
+            .set_read_timeout(Some(reply_within))
             .map_err(|e| Error::io(ctx("timeout"), e))?;
         self.s
             .write_all(&out)
@@ -423,7 +458,9 @@ impl StoreClient {
     /// Waits until `key` is set (at most `timeout`) and returns its value.
     pub fn wait(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
         let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        let (st, v) = self.request(OP_WAIT, key, &ms.to_le_bytes(), timeout)?;
+        // The store answers at its own deadline; 2 s more for that answer.
+        let reply_within = timeout + Duration::from_secs(2);
+        let (st, v) = self.request(OP_WAIT, key, &ms.to_le_bytes(), reply_within)?;
         if st != 0 {
             return Err(Error::Io {
                 context: format!("store {}: waiting for {key:?}", self.addr),

@@ -818,6 +818,7 @@ fn worker() {
             transport: TransportChoice::Shm,
             algorithm: None,
             timeout: Duration::from_secs(60),
+            socket_ifname: None,
         };
         let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
         let dc = DeviceComm::new(c, backend.clone(), 0, &opts(path))

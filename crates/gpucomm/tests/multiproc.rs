@@ -91,6 +91,7 @@ fn worker() {
         },
         algorithm: None,
         timeout: Duration::from_millis(f[6].parse().unwrap()),
+        socket_ifname: None,
     };
     let c = Communicator::new(&cfg).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
     // Auto must find that every rank shares this host.
@@ -583,6 +584,7 @@ fn thread_rank(
         transport,
         algorithm: None,
         timeout: Duration::from_secs(10),
+        socket_ifname: None,
     }
 }
 

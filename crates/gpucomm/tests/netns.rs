@@ -131,6 +131,9 @@ struct Net {
     made: Vec<String>,
     /// Rank logs and ready markers.
     dir: PathBuf,
+    /// The host name ranks use for the store, when not rank 0's address
+    /// (`name_store`).
+    store_name: Option<String>,
 }
 
 impl Net {
@@ -149,6 +152,7 @@ impl Net {
             hosts,
             made: Vec::new(),
             dir,
+            store_name: None,
         };
         // From here on a failure still deletes whatever was made (drop).
         if let Err(e) = net.wire() {
@@ -257,6 +261,29 @@ impl Net {
         )
     }
 
+    /// Names host `h0` for the store: on `h0` itself the name maps to
+    /// 127.0.1.1 (as Debian and Ubuntu map a machine's own hostname), on
+    /// every other host to `h0`'s address. `ip netns exec` mounts
+    /// `/etc/netns/<namespace>/hosts` over `/etc/hosts`.
+    fn name_store(&mut self, h0: usize) {
+        let name = format!("{}-store", self.prefix);
+        for h in 0..self.hosts {
+            let ip = if h == h0 {
+                "127.0.1.1".to_string()
+            } else {
+                self.addr(h0)
+            };
+            let dir = PathBuf::from("/etc/netns").join(self.host(h));
+            std::fs::create_dir_all(&dir).expect("/etc/netns/<namespace>");
+            std::fs::write(
+                dir.join("hosts"),
+                format!("127.0.0.1 localhost\n{ip} {name}\n"),
+            )
+            .expect("/etc/netns/<namespace>/hosts");
+        }
+        self.store_name = Some(name);
+    }
+
     /// Brings host `h`'s cable down at the switch (a pulled cable).
     fn cut(&self, h: usize) {
         cmd(&[
@@ -280,6 +307,11 @@ impl Drop for Net {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        if self.store_name.is_some() {
+            for h in 0..self.hosts {
+                let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(self.host(h)));
+            }
+        }
     }
 }
 
@@ -317,7 +349,8 @@ impl Job {
     ) -> Job {
         let n = placement.len();
         let exe = std::env::current_exe().unwrap();
-        let store = format!("{}:{STORE_PORT}", net.addr(placement[0]));
+        let host = (net.store_name.clone()).unwrap_or_else(|| net.addr(placement[0]));
+        let store = format!("{host}:{STORE_PORT}");
         let token = format!("tok-{}", net.prefix);
         let place: Vec<String> = placement.iter().map(|h| h.to_string()).collect();
         let place = place.join(".");
@@ -469,6 +502,7 @@ fn worker() {
         },
         algorithm: None,
         timeout: boot_timeout,
+        socket_ifname: None,
     };
     if scenario == "forceshm" {
         // Shared memory forced across hosts: a clear error, on every rank.
@@ -631,6 +665,17 @@ fn collectives(net: &Net, placement: &[usize], ranks_per_node: usize) {
 fn two_hosts_use_tcp() {
     let Some(net) = setup(2) else { return };
     collectives(&net, &[0, 1], 1);
+}
+
+/// The store named by a host name that rank 0's host maps to a loopback
+/// address and the others to its real one: the store must listen beyond
+/// loopback, and ranks on rank 0's host (which reach the store over
+/// loopback) must give their peers a routable data address.
+#[test]
+fn store_named_by_a_host_name_that_is_loopback_at_home() {
+    let Some(mut net) = setup(2) else { return };
+    net.name_store(0);
+    collectives(&net, &[0, 0, 1], 1);
 }
 
 #[test]

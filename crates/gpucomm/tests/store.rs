@@ -38,6 +38,45 @@ fn wait_is_bounded() {
     assert!(t.elapsed() < Duration::from_secs(3));
 }
 
+/// A store named by a host name listens on every interface (the name may
+/// resolve to loopback on rank 0's host and to a routable address elsewhere,
+/// as Debian's `127.0.1.1 <hostname>`); an IP literal binds just that IP.
+/// Another loopback address stands in for another interface.
+#[test]
+fn a_named_store_listens_on_every_interface() {
+    let named = StoreServer::start("localhost:0", "tok").unwrap();
+    let other = format!("127.0.0.2:{}", named.addr().port());
+    let mut c = StoreClient::connect(&other, "tok", Duration::from_secs(5)).unwrap();
+    c.set("k", b"v").unwrap();
+    let literal = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let other = format!("127.0.0.2:{}", literal.addr().port());
+    assert!(StoreClient::connect(&other, "tok", Duration::from_millis(300)).is_err());
+}
+
+/// The hello shares the connection's deadline: a store that comes up late
+/// and never answers costs the timeout, not the timeout again on top.
+#[test]
+fn connect_is_bounded_by_one_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let t = Instant::now();
+    let r = StoreClient::connect(&format!("127.0.0.1:{port}"), "tok", Duration::from_secs(2));
+    let took = t.elapsed();
+    assert!(r.is_err());
+    assert!(took < Duration::from_millis(2900), "{took:?}");
+    late.join().unwrap();
+}
+
 #[test]
 fn wrong_token_is_dropped() {
     let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();

@@ -1,0 +1,288 @@
+//! Which local address the TCP transport listens on, and whether the store
+//! binds one address or all of them (rules in [`crate::env`], *Which
+//! addresses listen*).
+
+use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// One address of a network interface that is up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Iface {
+    pub name: String,
+    pub ip: IpAddr,
+    pub loopback: bool,
+}
+
+/// One entry of a `GPUCOMM_SOCKET_IFNAME` list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IfMatch {
+    /// `name`: interfaces whose name starts with it.
+    Prefix(String),
+    /// `=name`: the interface with exactly this name.
+    Exact(String),
+}
+
+impl IfMatch {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            IfMatch::Prefix(p) => name.starts_with(p.as_str()),
+            IfMatch::Exact(e) => name == e,
+        }
+    }
+}
+
+/// Parses `eth,ib` or `=eth1`; `None` when an entry is empty or has
+/// characters no interface name has.
+pub(crate) fn parse_ifname(spec: &str) -> Option<Vec<IfMatch>> {
+    spec.split(',')
+        .map(|e| {
+            let e = e.trim();
+            let (exact, name) = match e.strip_prefix('=') {
+                Some(n) => (true, n),
+                None => (false, e),
+            };
+            let ok = !name.is_empty()
+                && name.len() < 16 // IFNAMSIZ, with its NUL
+                && !name.contains(|c: char| c.is_whitespace() || c == '/' || c == ',');
+            ok.then(|| {
+                if exact {
+                    IfMatch::Exact(name.to_string())
+                } else {
+                    IfMatch::Prefix(name.to_string())
+                }
+            })
+        })
+        .collect()
+}
+
+/// Whether `host` (the host part of a `host:port`, IPv6 in brackets) is an
+/// IP literal; the store binds exactly that address then, and every
+/// interface for a name.
+pub(crate) fn ip_literal(host: &str) -> Option<IpAddr> {
+    let h = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    h.parse().ok()
+}
+
+/// An address a peer on another host can be given: not IPv6 link-local
+/// (which needs a scope id) and not unspecified.
+fn usable(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !a.is_unspecified(),
+        IpAddr::V6(a) => !a.is_unspecified() && (a.segments()[0] & 0xffc0) != 0xfe80,
+    }
+}
+
+/// The first usable address among `ifaces` that `pick` accepts, IPv4 first.
+fn first(ifaces: &[Iface], pick: impl Fn(&Iface) -> bool) -> Option<IpAddr> {
+    let ok = |i: &&Iface| pick(i) && usable(&i.ip);
+    ifaces
+        .iter()
+        .filter(ok)
+        .find(|i| i.ip.is_ipv4())
+        .or_else(|| ifaces.iter().find(ok))
+        .map(|i| i.ip)
+}
+
+/// The IP the data listener binds and publishes.
+///
+/// `store_local` is the local address of this rank's store connection,
+/// `store_host` the host part of the store address, `ifname` the parsed
+/// `GPUCOMM_SOCKET_IFNAME`; `ifaces` lists this host's interfaces (asked
+/// only when needed).
+pub(crate) fn data_ip(
+    store_local: IpAddr,
+    store_host: &str,
+    ifname: Option<&[IfMatch]>,
+    ifaces: impl FnOnce() -> std::io::Result<Vec<Iface>>,
+) -> Result<IpAddr, String> {
+    if let Some(spec) = ifname {
+        let all = ifaces().map_err(|e| format!("listing network interfaces: {e}"))?;
+        return first(&all, |i| spec.iter().any(|m| m.matches(&i.name))).ok_or_else(|| {
+            let mut names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+            names.dedup();
+            format!(
+                "GPUCOMM_SOCKET_IFNAME: no interface that is up with a usable address matches \
+                 it (this host has: {})",
+                names.join(", ")
+            )
+        });
+    }
+    let local_job = ip_literal(store_host).is_some_and(|ip| ip.is_loopback());
+    if !store_local.is_loopback() || local_job {
+        return Ok(store_local);
+    }
+    // This rank reached the store over loopback, yet the store's host is a
+    // name (or a routable IP of this host): ranks on other hosts need a
+    // routable address. With none, the job can only be local anyway.
+    let all = ifaces().unwrap_or_default();
+    Ok(first(&all, |i| !i.loopback && !i.name.starts_with("docker")).unwrap_or(store_local))
+}
+
+/// This host's interface addresses, for interfaces that are up.
+#[allow(unsafe_code)] // getifaddrs: the one way to list interface addresses
+pub(crate) fn interfaces() -> std::io::Result<Vec<Iface>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `head` is a valid out-pointer; on success getifaddrs stores
+    // a list that is freed below with freeifaddrs, once.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, not yet
+        // freed; its fields are valid for as long as the list is.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        let up = ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() || !up {
+            continue;
+        }
+        // SAFETY: `ifa_addr` is non-null and points to a sockaddr whose
+        // family says which sockaddr_* it is; those are read only for the
+        // two families matched, whose structures the kernel filled.
+        let ip = unsafe {
+            match (*ifa.ifa_addr).sa_family as libc::c_int {
+                libc::AF_INET => {
+                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => continue,
+            }
+        };
+        // SAFETY: `ifa_name` is non-null and NUL-terminated.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let loopback = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
+        out.push(Iface { name, ip, loopback });
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once;
+    // no reference into the list outlives this point.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iface(name: &str, ip: &str) -> Iface {
+        let ip: IpAddr = ip.parse().unwrap();
+        Iface {
+            name: name.into(),
+            loopback: ip.is_loopback(),
+            ip,
+        }
+    }
+
+    fn host() -> Vec<Iface> {
+        vec![
+            iface("lo", "127.0.0.1"),
+            iface("lo", "::1"),
+            iface("docker0", "172.17.0.1"),
+            iface("eth0", "fe80::1"),
+            iface("eth0", "fd00::2"),
+            iface("eth0", "192.0.2.2"),
+            iface("ib0", "10.1.0.2"),
+        ]
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn never() -> std::io::Result<Vec<Iface>> {
+        panic!("interfaces listed although not needed")
+    }
+
+    #[test]
+    fn the_store_connection_address_wins_when_routable() {
+        let got = data_ip(ip("192.0.2.2"), "node7", None, never).unwrap();
+        assert_eq!(got, ip("192.0.2.2"));
+    }
+
+    #[test]
+    fn a_local_job_keeps_loopback() {
+        for host in ["127.0.0.1", "[::1]", "127.0.1.1"] {
+            let local = if host.contains(':') { "::1" } else { host };
+            let got = data_ip(ip(local), host, None, never).unwrap();
+            assert_eq!(got, ip(local), "{host}");
+        }
+    }
+
+    #[test]
+    fn loopback_to_a_named_store_takes_a_routable_interface() {
+        // Debian's `127.0.1.1 <hostname>`: rank 0's own store connection is
+        // loopback; peers elsewhere need eth0's IPv4 (docker0 and IPv6
+        // link-local skipped, IPv4 before IPv6).
+        let got = data_ip(ip("127.0.1.1"), "node7", None, || Ok(host())).unwrap();
+        assert_eq!(got, ip("192.0.2.2"));
+        let v6only: Vec<Iface> = host().into_iter().filter(|i| i.ip.is_ipv6()).collect();
+        let got = data_ip(ip("127.0.1.1"), "node7", None, || Ok(v6only)).unwrap();
+        assert_eq!(got, ip("fd00::2"));
+        // Nothing routable (or the list failing): loopback, a local job.
+        let got = data_ip(ip("127.0.0.1"), "node7", None, || {
+            Ok(vec![iface("lo", "127.0.0.1")])
+        })
+        .unwrap();
+        assert_eq!(got, ip("127.0.0.1"));
+        let got = data_ip(ip("127.0.0.1"), "node7", None, || {
+            Err(std::io::Error::other("no netlink"))
+        })
+        .unwrap();
+        assert_eq!(got, ip("127.0.0.1"));
+    }
+
+    #[test]
+    fn socket_ifname_chooses_and_explains() {
+        let spec = parse_ifname("ib").unwrap();
+        let got = data_ip(ip("192.0.2.2"), "node7", Some(&spec), || Ok(host())).unwrap();
+        assert_eq!(got, ip("10.1.0.2"));
+        // A prefix list in the host's order; an exact name.
+        let spec = parse_ifname("docker, eth").unwrap();
+        let got = data_ip(ip("192.0.2.2"), "n", Some(&spec), || Ok(host())).unwrap();
+        assert_eq!(got, ip("172.17.0.1"));
+        let spec = parse_ifname("=eth0").unwrap();
+        let got = data_ip(ip("127.0.0.1"), "127.0.0.1", Some(&spec), || Ok(host())).unwrap();
+        assert_eq!(got, ip("192.0.2.2"));
+        let spec = parse_ifname("=eth").unwrap();
+        let e = data_ip(ip("192.0.2.2"), "n", Some(&spec), || Ok(host())).unwrap_err();
+        assert!(e.contains("lo, docker0, eth0, ib0"), "{e}");
+    }
+
+    #[test]
+    fn ifname_lists_are_checked() {
+        assert_eq!(
+            parse_ifname("eth,=ib0").unwrap(),
+            vec![IfMatch::Prefix("eth".into()), IfMatch::Exact("ib0".into())]
+        );
+        for bad in ["", "eth,", "=", "e th", "a/b", "abcdefghijklmnop"] {
+            assert!(parse_ifname(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ip_literals_and_names() {
+        assert_eq!(ip_literal("10.0.0.1"), Some(ip("10.0.0.1")));
+        assert_eq!(ip_literal("[fe80::1]"), Some(ip("fe80::1")));
+        assert_eq!(ip_literal("node7"), None);
+        assert_eq!(ip_literal("localhost"), None);
+    }
+
+    #[test]
+    fn this_host_lists_its_loopback() {
+        let all = interfaces().unwrap();
+        assert!(
+            all.iter().any(|i| i.loopback && i.ip.is_loopback()),
+            "{all:?}"
+        );
+    }
+}
