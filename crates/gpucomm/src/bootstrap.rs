@@ -63,6 +63,8 @@ struct Info {
     tcp: Option<String>,
     /// Address of this process's CMA probe word.
     cma_probe: usize,
+    /// The rank's `TransportChoice` (name): every rank must have the same.
+    transport: String,
 }
 
 pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
@@ -359,6 +361,7 @@ pub(crate) fn join(
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string()),
         cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
+        transport: cfg.transport.name().to_string(),
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
     store.set(&info_key(ns, me), &json)?;
@@ -373,9 +376,19 @@ pub(crate) fn join(
                 Stop::Store(e) => fail(format!("rank {p} did not join within {timeout:?}: {e}")),
                 Stop::Watch(why) => fail(why),
             })?;
-        *slot = Some(
-            serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?,
-        );
+        let info: Info =
+            serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?;
+        // Ranks that chose differently would each wait for a link the
+        // other never opens (shm against tcp), or fail on a region the
+        // other did not make: say so, on every rank, at once.
+        if info.transport != cfg.transport.name() {
+            return Err(fail(format!(
+                "rank {p} was started with transport {} (GPUCOMM_TRANSPORT) and this rank \
+                 with {}: every rank of a job needs the same",
+                info.transport, cfg.transport
+            )));
+        }
+        *slot = Some(info);
     }
     let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
     let mut sockets = Vec::new();

@@ -588,6 +588,43 @@ fn thread_rank(
     }
 }
 
+/// Ranks started with different transports (one GPUCOMM_TRANSPORT=tcp, one
+/// shm or auto): every rank fails at once, saying so. Before, the shm side
+/// failed on "a region too small" and the tcp side waited out its timeout.
+#[test]
+fn ranks_that_disagree_on_the_transport_are_told() {
+    use TransportChoice::{Auto, Shm, Tcp};
+    for pair in [[Tcp, Shm], [Auto, Tcp], [Shm, Auto]] {
+        let addr = format!("127.0.0.1:{}", common::free_port());
+        let t = Instant::now();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = pair
+                .iter()
+                .enumerate()
+                .map(|(rank, &tr)| {
+                    let addr = &addr;
+                    s.spawn(
+                        move || match Communicator::new(&thread_rank(rank, 2, addr, tr)) {
+                            Ok(_) => format!("rank {rank} joined"),
+                            Err(e) => e.to_string(),
+                        },
+                    )
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, e) in errs.iter().enumerate() {
+            let (mine, theirs) = (pair[rank], pair[1 - rank]);
+            let want = format!("rank {} was started with transport {theirs}", 1 - rank);
+            assert!(
+                e.contains(&want) && e.contains(&format!("this rank with {mine}")),
+                "{pair:?} rank {rank}: {e}"
+            );
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+}
+
 /// Two processes (threads here) joining as the same rank: one of them is
 /// refused at once, naming the rank, and the job runs with the other. It
 /// used to join too: over shared memory both wrote into rank 0's ring and
@@ -681,7 +718,7 @@ fn a_dribbled_hello_does_not_outlive_the_timeout() {
     store
         .set(
             "info/1",
-            br#"{"host":"elsewhere","pid":1,"region_fd":-1,"region_len":0,"tcp":"127.0.0.1:1","cma_probe":0}"#,
+            br#"{"host":"elsewhere","pid":1,"region_fd":-1,"region_len":0,"tcp":"127.0.0.1:1","cma_probe":0,"transport":"tcp"}"#,
         )
         .unwrap();
     let mut s = std::net::TcpStream::connect(info["tcp"].as_str().unwrap()).unwrap();
