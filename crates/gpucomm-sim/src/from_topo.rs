@@ -81,6 +81,7 @@ impl Machine {
                 topo.name()
             )));
         }
+        refuse_unmodeled(topo, &gpus)?;
         let index: BTreeMap<NodeIx, usize> =
             gpus.iter().enumerate().map(|(i, &g)| (g, i)).collect();
         let g0 = topo.node(gpus[0]);
@@ -97,6 +98,8 @@ impl Machine {
             .memory_gbps()
             .ok_or_else(|| unknown("memory bandwidth"))?;
         let mut switch_links: Option<(u8, u32, bool)> = None;
+        // NVLinks from each GPU to NVSwitches (entries summed).
+        let mut to_switch: BTreeMap<NodeIx, u32> = BTreeMap::new();
         let mut pairs = Vec::new();
         let mut nvgen = 0u8;
         let mut pcie: Option<(u8, u32)> = None;
@@ -114,8 +117,9 @@ impl Machine {
                         nvgen = lg.number();
                         match topo.node(o).kind {
                             NodeKind::NvSwitch => {
-                                switch_links =
-                                    Some((lg.number(), u32::from(count), topo.node(o).reduction));
+                                let n = to_switch.entry(g).or_default();
+                                *n += u32::from(count);
+                                switch_links = Some((lg.number(), *n, topo.node(o).reduction));
                             }
                             NodeKind::Gpu => {
                                 if let (Some(&a), Some(&b)) = (index.get(&g), index.get(&o)) {
@@ -142,6 +146,27 @@ impl Machine {
                     _ => {}
                 }
             }
+        }
+        // Two entries for one pair are one bundle (as topo's routes count
+        // them).
+        pairs.sort_unstable_by_key(|&(a, b, _)| (a, b));
+        pairs.dedup_by(|next, kept| {
+            let same = (next.0, next.1) == (kept.0, kept.1);
+            if same {
+                kept.2 += next.2;
+            }
+            same
+        });
+        let mut counts: Vec<u32> = to_switch.values().copied().collect();
+        counts.dedup();
+        if counts.len() > 1 || (!to_switch.is_empty() && to_switch.len() != gpus.len()) {
+            return Err(SimError::Model(format!(
+                "topology {}: its GPUs reach the NVSwitch with different NVLink counts \
+                 ({} of {} GPUs on it, counts {counts:?}); the simulator models GPUs alike",
+                topo.name(),
+                to_switch.len(),
+                gpus.len()
+            )));
         }
         let nvlink = match switch_links {
             Some((generation, links, nvls)) => NvFabric::Switch {
@@ -202,20 +227,33 @@ impl Machine {
             .and_then(|&c| topo.node(c).memory_gbps())
             .unwrap_or(gpucomm_topo::hardware::DEFAULT_CPU_MEMORY_GBPS);
         let nics = in_domain(NodeKind::Nic);
-        let nic_gbps = nics
-            .first()
-            .map(|&n| {
-                let node = topo.node(n);
-                node.port.map(|p| p.bandwidth()).unwrap_or_else(|| {
-                    topo.links_of(n)
-                        .iter()
-                        .map(|&(l, _)| topo.link(l))
-                        .filter(|l| l.kind.is_network())
-                        .map(|l| l.bandwidth)
-                        .fold(0.0, f64::max)
-                })
-            })
-            .unwrap_or(0.0);
+        // A NIC's rate: its port's, capped by its cable's when the file
+        // gives the cable a figure (the slower of the two carries).
+        let nic_rate = |n: NodeIx| {
+            let cable = topo
+                .links_of(n)
+                .iter()
+                .map(|&(l, _)| topo.link(l))
+                .filter(|l| l.kind.is_network())
+                .map(|l| l.bandwidth)
+                .fold(0.0, f64::max);
+            match topo.node(n).port.map(|p| p.bandwidth()) {
+                Some(port) if cable > 0.0 => port.min(cable),
+                Some(port) => port,
+                None => cable,
+            }
+        };
+        let nic_gbps = nics.first().map(|&n| nic_rate(n)).unwrap_or(0.0);
+        if let Some(&odd) = nics.iter().find(|&&n| nic_rate(n) != nic_gbps) {
+            return Err(SimError::Model(format!(
+                "topology {}: NIC {} runs at {} GB/s and NIC {} at {nic_gbps} GB/s, where the \
+                 simulator models a node's NICs alike",
+                topo.name(),
+                topo.node(odd).id,
+                nic_rate(odd),
+                topo.node(nics[0]).id
+            )));
+        }
         let ib = nics.first().and_then(|&n| match topo.node(n).port {
             Some(LinkKind::Infiniband { speed, .. }) => Some(speed),
             _ => None,
@@ -285,6 +323,122 @@ impl Machine {
             network,
         })
     }
+}
+
+/// Refuses what a topology says that the simulator would otherwise ignore:
+/// a figure set on a link whose rate the model takes from its kind (NVLink,
+/// PCIe) or any latency (each hop's comes from its kind: docs/sim.md),
+/// a GPU of the modeled node with no route to another or to a CPU, sockets
+/// with no link between them, and hosts that differ (the simulator repeats
+/// the first). `gpus` are the modeled node's.
+fn refuse_unmodeled(topo: &Topology, gpus: &[NodeIx]) -> Result<(), SimError> {
+    let err = |why: String| SimError::Model(format!("topology {}: {why}", topo.name()));
+    let ignored = "the simulator would ignore that figure, so it refuses the file (`gpucomm \
+                   topo` reads it as it is)";
+    let id = |n: NodeIx| topo.node(n).id.as_str();
+    for l in topo.links() {
+        let fixed_rate = matches!(l.kind, LinkKind::NvLink { .. } | LinkKind::Pcie { .. });
+        if l.bandwidth_overridden && fixed_rate {
+            return Err(err(format!(
+                "link {}-{} ({}) sets its bandwidth to {} GB/s, where the simulator \
+                 takes an NVLink's or PCIe link's rate from its generation, count and width: \
+                 {ignored}",
+                id(l.a),
+                id(l.b),
+                l.kind,
+                l.bandwidth
+            )));
+        }
+        if l.latency_overridden {
+            return Err(err(format!(
+                "link {}-{} ({}) sets its latency to {} us, where the simulator takes \
+                 each hop's latency from its kind: {ignored}",
+                id(l.a),
+                id(l.b),
+                l.kind,
+                l.latency_us
+            )));
+        }
+    }
+    let needs = "the simulator needs every GPU of a node to reach the others and a CPU, and \
+                 the nodes to reach each other";
+    for (i, &g) in gpus.iter().enumerate() {
+        if let Some(&h) = gpus[i + 1..].iter().find(|&&h| topo.path(g, h).is_err()) {
+            return Err(err(format!(
+                "{} has no route to {} ({needs})",
+                id(g),
+                id(h)
+            )));
+        }
+        let host = topo.node(g).host;
+        let cpus: Vec<NodeIx> = topo
+            .nodes_of_kind(NodeKind::Cpu)
+            .filter(|&c| topo.node(c).host == host)
+            .collect();
+        if !cpus.is_empty() && !cpus.iter().any(|&c| topo.path(g, c).is_ok()) {
+            return Err(err(format!(
+                "{} has no route to a CPU of its host ({needs})",
+                id(g)
+            )));
+        }
+    }
+    // Another node (one off the modeled node's hosts) reachable through
+    // the network.
+    if let Some(&far) = topo
+        .gpus()
+        .iter()
+        .rev()
+        .find(|&&g| topo.node(g).host != topo.node(gpus[0]).host && !gpus.contains(&g))
+    {
+        if topo.path(gpus[0], far).is_err() {
+            return Err(err(format!(
+                "{} has no route to {} ({needs})",
+                id(gpus[0]),
+                id(far)
+            )));
+        }
+    }
+    // Hosts alike: the same nodes (kind, label, figures) and the same
+    // links (ends' kinds, kind, figures), counted.
+    let mut sigs: BTreeMap<NodeIx, Vec<String>> = BTreeMap::new();
+    for n in topo.nodes().iter().filter(|n| n.host.is_some()) {
+        let line = format!(
+            "{} {} {:?} {:?} {:?} {}",
+            n.kind.name(),
+            n.label,
+            n.gpu_arch(),
+            n.memory_gbps(),
+            n.port,
+            n.reduction
+        );
+        sigs.entry(n.host.expect("filtered"))
+            .or_default()
+            .push(line);
+    }
+    for l in topo.links() {
+        let (ha, hb) = (topo.node(l.a).host, topo.node(l.b).host);
+        let mut ends = [topo.node(l.a).kind.name(), topo.node(l.b).kind.name()];
+        ends.sort_unstable();
+        let line = format!("{ends:?} {} {} {}", l.kind, l.bandwidth, l.latency_us);
+        for h in [ha, hb.filter(|&b| Some(b) != ha)].into_iter().flatten() {
+            sigs.entry(h).or_default().push(line.clone());
+        }
+    }
+    for sig in sigs.values_mut() {
+        sig.sort_unstable();
+    }
+    if let Some((&first, rest)) = topo.hosts().split_first() {
+        let want = sigs.get(&first);
+        if let Some(&other) = rest.iter().find(|&&h| sigs.get(&h) != want) {
+            return Err(err(format!(
+                "host {} differs from host {} (its nodes or links), where the simulator \
+                 models every node like the first",
+                id(other),
+                id(first)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// How `gpus` reach `nics` (their node's), as NCCL's `typeInter` would
@@ -487,6 +641,114 @@ mod tests {
         )
         .unwrap();
         assert!(g.busbw_gbps > 0.0);
+    }
+
+    /// A topology file edited as a user would: `edit` changes its entries.
+    fn edited(
+        preset: &str,
+        nodes: usize,
+        edit: impl FnOnce(&mut gpucomm_topo::format::TopologyFile),
+    ) -> Result<Machine, String> {
+        let opts = gpucomm_topo::ClusterOptions {
+            nodes,
+            ..Default::default()
+        };
+        let t = gpucomm_topo::select(preset, &opts).unwrap();
+        let mut f = gpucomm_topo::format::TopologyFile::from_topology(&t);
+        edit(&mut f);
+        let t = f.to_topology().map_err(|e| e.to_string())?;
+        Machine::from_topology(&t).map_err(|e| e.to_string())
+    }
+
+    fn link_between<'f>(
+        f: &'f mut gpucomm_topo::format::TopologyFile,
+        a: &str,
+        b: &str,
+    ) -> &'f mut gpucomm_topo::format::LinkEntry {
+        f.link
+            .iter_mut()
+            .find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a))
+            .unwrap_or_else(|| panic!("no link {a}-{b}"))
+    }
+
+    /// What the simulator would ignore in a file is refused, naming it: a
+    /// figure on an NVLink or PCIe link, any latency, a GPU cut off, a node
+    /// unlike the first, nodes with no network between them.
+    #[test]
+    fn what_the_model_cannot_read_is_refused() {
+        assert!(edited("dgx1-v100", 1, |_| ()).is_ok());
+        let e = edited("dgx1-v100", 1, |f| {
+            link_between(f, "gpu0", "gpu1").bandwidth = Some(5.0)
+        })
+        .unwrap_err();
+        assert!(e.contains("gpu0-gpu1") && e.contains("5 GB/s"), "{e}");
+        let e = edited("dgx1-v100", 1, |f| {
+            f.link
+                .iter_mut()
+                .find(|l| l.kind == "pcie")
+                .unwrap()
+                .latency_us = Some(9.0)
+        })
+        .unwrap_err();
+        assert!(e.contains("latency to 9 us"), "{e}");
+        let e = edited("dgx1-v100", 1, |f| {
+            f.link.retain(|l| l.a != "gpu7" && l.b != "gpu7")
+        })
+        .unwrap_err();
+        assert!(e.contains("no route to gpu7"), "{e}");
+        // Node 1 without NVLink, node 1's GPUs relabelled, no network.
+        let e = edited("dgx-h100", 2, |f| {
+            f.link
+                .retain(|l| !(l.a.starts_with("n1.") && l.kind == "nvlink"))
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("host n1.host0 differs from host n0.host0"),
+            "{e}"
+        );
+        let e = edited("dgx-h100", 2, |f| {
+            for n in f.node.iter_mut().filter(|n| n.id.starts_with("n1.gpu")) {
+                n.label = "Tesla V100-SXM2-32GB".into();
+            }
+        })
+        .unwrap_err();
+        assert!(e.contains("differs"), "{e}");
+        let e = edited("dgx-h100", 2, |f| {
+            f.link
+                .retain(|l| !matches!(l.kind.as_str(), "infiniband" | "ib" | "ethernet" | "roce"))
+        })
+        .unwrap_err();
+        assert!(e.contains("no route to n1."), "{e}");
+    }
+
+    /// A figure the model does read is used: a NIC's cable slower than its
+    /// port carries at the cable's rate; two entries for one GPU pair are
+    /// one bundle of both counts.
+    #[test]
+    fn figures_the_model_reads_are_used() {
+        let m = edited("dgx-h100", 2, |f| {
+            for l in f.link.iter_mut().filter(|l| l.kind == "infiniband") {
+                l.bandwidth = Some(10.0);
+            }
+        })
+        .unwrap();
+        assert_eq!(m.node.nic_gbps, 10.0);
+        let m = edited("dgx1-v100", 1, |f| {
+            let l = link_between(f, "gpu0", "gpu1").clone();
+            f.link.push(l);
+        })
+        .unwrap();
+        let NvFabric::Mesh { pairs, .. } = &m.node.nvlink else {
+            panic!("{:?}", m.node.nvlink)
+        };
+        let p01: Vec<_> = pairs.iter().filter(|p| (p.0, p.1) == (0, 1)).collect();
+        assert_eq!(p01.len(), 1, "{pairs:?}");
+        let one = Machine::from_topology(&gpucomm_topo::preset("dgx1-v100").unwrap()).unwrap();
+        let NvFabric::Mesh { pairs: p1, .. } = &one.node.nvlink else {
+            panic!()
+        };
+        let before = p1.iter().find(|p| (p.0, p.1) == (0, 1)).unwrap().2;
+        assert_eq!(p01[0].2, 2 * before);
     }
 
     #[test]
