@@ -885,3 +885,212 @@ fn timing_says_which_ranks_ran_and_why() {
     let r = row("all_reduce --topology dgx-h100 -b 1M -e 1M --timing");
     assert!(r.get("every_rank_because").is_none(), "{r}");
 }
+
+/// Runs `gpucomm sim ARGS`, asserting exit 1, the words `says` on stderr
+/// and no panic.
+fn sim_fails(args: &[&str], says: &str) {
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    let out = gpucomm(&all, LIMIT);
+    out.assert_fails(1, says);
+    assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
+}
+
+#[test]
+fn model_and_calibration_files_refuse_unknown_fields() {
+    // A misspelt `bytes_per_param` ran with 4 B per gradient; a case's
+    // `algo` (for `algorithm`) ran as the tuner's choice.
+    let dir = scratch_dir("unknown-fields");
+    let model = dir.join("model.toml");
+    std::fs::write(
+        &model,
+        "name = \"m\"\nbytes_per_parm = 2\n[[layer]]\nname = \"a\"\nfwd_ms = 1.0\nbwd_ms = 2.0\nparams = 1000\n",
+    )
+    .unwrap();
+    sim_fails(
+        &["train", "--model", model.to_str().unwrap()],
+        "unknown field `bytes_per_parm`",
+    );
+    let cases = dir.join("cases.toml");
+    std::fs::write(
+        &cases,
+        "[[case]]\nid = \"x\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
+         collective = \"all_reduce\"\nalgo = \"ring\"\ngpus = 8\nnodes = 1\nbytes = 8589934592\nvalue = 368.0\n",
+    )
+    .unwrap();
+    sim_fails(
+        &["calibrate", "--file", cases.to_str().unwrap()],
+        "unknown field `algo`",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn calibrate_refuses_cases_it_cannot_check() {
+    let dir = scratch_dir("cal-check");
+    let file = dir.join("cases.toml");
+    let case = |fields: &str| {
+        format!(
+            "[[case]]\nid = \"c1\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
+             collective = \"all_reduce\"\n{fields}\n"
+        )
+    };
+    let run = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        gpucomm(
+            &["sim", "calibrate", "--file", file.to_str().unwrap()],
+            LIMIT,
+        )
+    };
+    // 0 nodes ran as one; 5e-324 GB/s printed "measured 0.0", "+inf%".
+    run(&case("gpus = 8\nnodes = 0\nbytes = 1048576\nvalue = 100.0"))
+        .assert_fails(1, "case c1: nodes must be at least 1");
+    run(&case(
+        "gpus = 8\nnodes = 1\nbytes = 1048576\nvalue = 5e-324",
+    ))
+    .assert_fails(1, "case c1: value must be a positive number");
+    // A busbw of one GPU is 0 (it printed a -100% error): the case's row
+    // says why, and the run fails as for a case it cannot predict.
+    let out = run(&case("gpus = 1\nnodes = 1\nbytes = 1048576\nvalue = 100.0")
+        .replace("all_reduce", "all_to_all"));
+    assert_eq!(out.code, Some(2), "{}", out.dump());
+    assert!(
+        out.stdout
+            .contains("| c1 | busbw | 100.0 | - | - | cannot predict")
+            && out.stdout.contains("case c1: the simulated busbw is 0"),
+        "{}",
+        out.dump()
+    );
+    // A small prediction shows its digits (it printed 0.0).
+    let out = run(&case("gpus = 8\nnodes = 1\nbytes = 1\nvalue = 100.0"));
+    assert!(
+        out.stdout.contains("| c1 | busbw | 100.0 | 1."),
+        "{}",
+        out.dump()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn transfers_refuse_options_they_would_ignore() {
+    // Each of these ran as if the option had not been given.
+    sim_fails(
+        &["copy", "--from", "host", "--to", "gpu5", "--gpus", "4"],
+        "gpu5 is not in use: --gpus 4 uses GPUs 0 to 3",
+    );
+    sim_fails(
+        &["p2p", "--pair", "0,5", "--gpus", "4"],
+        "gpu5 is not in use",
+    );
+    sim_fails(&["rdma", "--gpu", "5", "--gpus", "4"], "gpu5 is not in use");
+    sim_fails(
+        &["p2p", "--nodes", "2"],
+        "--nodes 2: p2p: a peer copy joins two GPUs of one node",
+    );
+    sim_fails(
+        &["copy", "--nodes", "2"],
+        "--nodes 2: copy: a copy stays inside one node",
+    );
+    for n in ["1", "3"] {
+        sim_fails(&["rdma", "--nodes", n], "rdma runs between two nodes");
+    }
+    sim_fails(
+        &["copy", "--pageable", "--from", "storage", "--to", "gpu0"],
+        "--pageable: applies to a copy between host memory and a GPU",
+    );
+    sim_fails(
+        &["copy", "--no-gds", "--from", "host", "--to", "gpu0"],
+        "--no-gds: applies to a read from storage into a GPU",
+    );
+    // What they do mean still runs.
+    sim_json(&["rdma", "--nodes", "2", "--size", "1M"]);
+    sim_json(&["p2p", "--nodes", "1", "--pair", "0,3", "--gpus", "4"]);
+    sim_json(&["copy", "--from", "storage", "--to", "gpu0", "--no-gds"]);
+}
+
+#[test]
+fn train_says_no_such_file_for_a_missing_model_file() {
+    for path in [
+        "/nonexistent-gpucomm/model.toml",
+        "model-gpucomm-nonexistent.json",
+    ] {
+        sim_fails(
+            &["train", "--model", path],
+            &format!("--model {path}: no such file"),
+        );
+    }
+    sim_fails(&["train", "--model", "nope"], "unknown model \"nope\"");
+}
+
+#[test]
+fn train_sweep_runs_in_order_and_refuses_a_count_twice() {
+    sim_fails(
+        &["train", "--model", "resnet50", "--sweep-nodes", "2,2,2"],
+        "--sweep-nodes: 2 nodes given twice",
+    );
+    let v = sim_json(&["train", "--model", "resnet50", "--sweep-nodes", "4,1,2"]);
+    let nodes: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["nodes"].as_u64().unwrap())
+        .collect();
+    // The one-GPU row, then the sweep in increasing order.
+    assert_eq!(nodes, [1, 1, 2, 4], "{v}");
+}
+
+#[test]
+fn a_model_without_compute_is_refused() {
+    // Its one-GPU row printed an efficiency of 0.0% (0 / 0).
+    let dir = scratch_dir("no-compute");
+    let model = dir.join("zero.toml");
+    std::fs::write(
+        &model,
+        "name = \"zero\"\n[[layer]]\nname = \"a\"\nfwd_ms = 0.0\nbwd_ms = 0.0\nparams = 1000000\n",
+    )
+    .unwrap();
+    sim_fails(
+        &["train", "--model", model.to_str().unwrap()],
+        "needs some compute",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_one_byte_transfer_prints_its_bandwidth() {
+    // They printed "bandwidth: 0.00 GB/s".
+    for args in [
+        &["p2p", "--size", "1"][..],
+        &["copy", "--size", "1"],
+        &["rdma", "--size", "1"],
+    ] {
+        let mut all = vec!["sim"];
+        all.extend_from_slice(args);
+        let out = gpucomm(&all, LIMIT);
+        let line = out
+            .assert_ok()
+            .lines()
+            .find(|l| l.starts_with("bandwidth:"))
+            .unwrap_or_else(|| panic!("{}", out.dump()))
+            .to_string();
+        assert!(line.contains(" MB/s") && !line.contains(" 0.00 "), "{line}");
+        let v = sim_json(args);
+        let gbps = f(&v, "bandwidth_gbps");
+        assert!(gbps > 0.0 && gbps < 0.01, "{v}");
+        assert!(line.contains(&format!("{:.2} MB/s", gbps * 1e3)), "{line}");
+    }
+}
+
+#[test]
+fn a_memory_need_past_2_64_bytes_is_told_right() {
+    // Saturated at 2^64 bytes it said 18446744073.7 GB.
+    let max = u64::MAX.to_string();
+    sim_fails(
+        &["all_reduce", "-b", &max, "-e", &max],
+        "needs 36893488147.4 GB of device memory per GPU",
+    );
+    sim_fails(
+        &["p2p", "--size", &max],
+        "needs 36893488147.4 GB of device memory per GPU",
+    );
+}

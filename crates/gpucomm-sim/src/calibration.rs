@@ -19,8 +19,10 @@ use crate::machine::{Engine, Machine, NvFabric};
 use crate::model;
 use crate::transfer::{Endpoint, copy, p2p};
 
-/// One published measurement.
+/// One published measurement. A field that is none of these (`algo` for
+/// `algorithm`) is refused, not ignored.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Case {
     /// Identifier.
     pub id: String,
@@ -50,16 +52,29 @@ pub struct Case {
     /// Where it was published.
     #[serde(default)]
     pub source: String,
+    /// How far apart the published figures are (documentation only).
+    #[serde(default)]
+    pub tolerance_note: Option<String>,
+    /// Remarks (documentation only).
+    #[serde(default)]
+    pub notes: Option<String>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct File {
     case: Vec<Case>,
 }
 
+/// The smallest measured value a case may state: 1e-6 GB/s (1 KB/s) or
+/// 1e-6 us (1 ps). The tools measured print two decimals; a value below
+/// this one is no measurement (5e-324 made every error infinite).
+pub const MIN_VALUE: f64 = 1e-6;
+
 /// Parses the calibration file. A case must measure something: a size of
-/// 0 bytes or a value that is not a positive number is refused (its
-/// prediction would be 0, or its error not a number).
+/// 0 bytes, 0 GPUs or nodes, or a value that is not a number of at least
+/// [`MIN_VALUE`] is refused (its prediction would be 0, or run on other
+/// hardware than stated, or its error not a number).
 pub fn parse(text: &str) -> Result<Vec<Case>, SimError> {
     let f: File =
         toml::from_str(text).map_err(|e| SimError::Model(format!("calibration file: {e}")))?;
@@ -70,9 +85,18 @@ pub fn parse(text: &str) -> Result<Vec<Case>, SimError> {
                 c.id
             )));
         }
-        if !(c.value.is_finite() && c.value > 0.0) {
+        for (name, n) in [("gpus", c.gpus), ("nodes", c.nodes)] {
+            if n == Some(0) {
+                return Err(SimError::Model(format!(
+                    "case {}: {name} must be at least 1",
+                    c.id
+                )));
+            }
+        }
+        if !(c.value.is_finite() && c.value >= MIN_VALUE) {
             return Err(SimError::Model(format!(
-                "case {}: value must be a positive number (got {})",
+                "case {}: value must be a positive number of at least {MIN_VALUE:e} \
+                 (GB/s or us; got {:?})",
                 c.id, c.value
             )));
         }
@@ -567,6 +591,16 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
     let (flags, note) = changes_from_preset(&m, &case.system)?;
     let mut p = predict_on(case, m, &flags)?;
     p.scenario.push_str(&note);
+    // A busbw of one GPU (nccl-tests' factor is 0), an operation of no
+    // whole element (NCCL runs nothing): no error against a measurement
+    // means anything (it was a fake -100%).
+    if !(p.value.is_finite() && p.value > 0.0) {
+        return Err(SimError::Model(format!(
+            "case {}: the simulated {} is {} (`{}`): the operation moves no data between \
+             GPUs (one GPU, or no whole element), so a measurement of it cannot be checked",
+            case.id, case.metric, p.value, p.scenario
+        )));
+    }
     Ok(p)
 }
 
@@ -610,7 +644,14 @@ fn predict_on(case: &Case, m: Machine, flags: &str) -> Result<Prediction, SimErr
             let coll = Collective::from_name(named)
                 .filter(|c| *c != Collective::Barrier)
                 .ok_or_else(|| SimError::Model(format!("unknown collective {named}")))?;
-            let nodes = case.nodes.unwrap_or(1).max(1);
+            // (0 nodes ran as 1.)
+            let nodes = case.nodes.unwrap_or(1);
+            if nodes == 0 {
+                return Err(SimError::Model(format!(
+                    "case {}: nodes must be at least 1",
+                    case.id
+                )));
+            }
             let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
             let mut m = m;
             if gpus % nodes != 0 {
@@ -916,6 +957,64 @@ mod tests {
         }
     }
 
+    /// `algo = "ring"` (for `algorithm`) ran as the tuner's NVLS; `nodes =
+    /// 0` as one node; 5e-324 printed an infinite error.
+    #[test]
+    fn unknown_fields_no_nodes_and_no_measurement_are_refused() {
+        let case = |extra: &str| {
+            format!(
+                "[[case]]\nid = \"x\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
+                 collective = \"all_reduce\"\nbytes = 1048576\nvalue = 100.0\n{extra}"
+            )
+        };
+        let ok = case(
+            "gpus = 8\nalgorithm = \"ring\"\nnodes = 1\nsource = \"s\"\ntolerance_note = \"t\"\nnotes = \"n\"",
+        );
+        assert_eq!(parse(&ok).unwrap()[0].algorithm.as_deref(), Some("ring"));
+        let e = parse(&case("algo = \"ring\"")).unwrap_err().to_string();
+        assert!(e.contains("unknown field `algo`"), "{e}");
+        let e = parse(&format!("cases = 1\n{}", case("")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `cases`"), "{e}");
+        for field in ["nodes", "gpus"] {
+            let e = parse(&case(&format!("{field} = 0")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("{field} must be at least 1")), "{e}");
+        }
+        for v in ["5e-324", "1e-7"] {
+            let e = parse(&case("").replace("value = 100.0", &format!("value = {v}")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("case x: value must be"), "{v}: {e}");
+        }
+        // Built in code: refused by predict too (it divided by no nodes).
+        let mut c = parse(&case("")).unwrap().remove(0);
+        c.nodes = Some(0);
+        let e = predict(&c).unwrap_err().to_string();
+        assert!(e.contains("nodes must be at least 1"), "{e}");
+    }
+
+    /// A prediction of 0 (one GPU's busbw: nccl-tests' factor is 0)
+    /// printed a -100% error; it is no prediction to check.
+    #[test]
+    fn a_case_predicted_as_nothing_is_an_error_naming_it() {
+        for (coll, gpus, bytes) in [("all_to_all", 1, 1 << 20), ("all_reduce", 1, 1 << 20)] {
+            let text = format!(
+                "[[case]]\nid = \"none\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
+                 collective = \"{coll}\"\ngpus = {gpus}\nnodes = 1\nbytes = {bytes}\nvalue = 100.0\n"
+            );
+            let c = parse(&text).unwrap().remove(0);
+            let e = predict(&c).unwrap_err().to_string();
+            assert!(
+                e.contains("case none: the simulated busbw is 0")
+                    && e.contains("cannot be checked"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn reads_nics_from_text() {
         assert_eq!(
@@ -1002,6 +1101,8 @@ mod tests {
             bytes: Some(1 << 30),
             value: 100.0,
             source: String::new(),
+            tolerance_note: None,
+            notes: None,
         };
         let p = predict(&case(
             "2x DGX A100, 4x HDR 200 Gb/s InfiniBand NICs per node",
@@ -1208,6 +1309,8 @@ mod tests {
             value: 1.0,
             algorithm: None,
             source: String::new(),
+            tolerance_note: None,
+            notes: None,
         };
         assert!(predict(&case("2x quad GH200 nodes", 8, 2)).is_ok());
         let e = predict(&case("2x GH200 nodes", 8, 2))
@@ -1260,6 +1363,8 @@ mod tests {
             bytes: None,
             value: 10.0,
             source: String::new(),
+            tolerance_note: None,
+            notes: None,
         };
         for (text, pair) in [
             ("2x V100 PCIe, same PCIe switch", "--pair 0,1"),

@@ -556,6 +556,10 @@ pub struct CollResult {
     /// NCCL's cost model's time of every candidate it rated, in the order
     /// of the candidates (under [`Tuner::Nccl`]; empty otherwise).
     pub model: Vec<(AlgoChoice, Protocol, SimTime)>,
+    /// Candidates NCCL's model rates above the one reported that could not
+    /// be simulated, with why (too large to simulate here, say): the table
+    /// then reports the best rated one that ran, which is not NCCL's pick.
+    pub passed_over: Vec<(AlgoChoice, Protocol, String)>,
     /// Details of the run of a schedule (None for NVLS and CollNet): of
     /// its first chunks where only they were simulated.
     pub exec: Option<ExecResult>,
@@ -769,15 +773,18 @@ fn nccl_tests_parts(collective: Collective, ranks: usize) -> Option<u64> {
 ///
 /// assert_eq!(buffer_bytes(Collective::AllReduce, 1 << 30, 8), 2 << 30);
 /// assert_eq!(buffer_bytes(Collective::AllGather, 8 << 20, 8), 9 << 20);
+/// // Past 2^64 bytes too (a memory check must not saturate).
+/// assert_eq!(buffer_bytes(Collective::AllReduce, u64::MAX, 8), 2 * u64::MAX as u128);
 /// ```
-pub fn buffer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u64 {
-    let part = bytes / ranks.max(1) as u64;
+pub fn buffer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u128 {
+    let part = u128::from(bytes / ranks.max(1) as u64);
+    let bytes = u128::from(bytes);
     match collective {
         Collective::AllGather
         | Collective::ReduceScatter
         | Collective::Gather { .. }
-        | Collective::Scatter { .. } => bytes.saturating_add(part),
-        _ => bytes.saturating_mul(2),
+        | Collective::Scatter { .. } => bytes + part,
+        _ => bytes * 2,
     }
 }
 
@@ -1259,6 +1266,7 @@ pub fn simulate(
             candidates: Vec::new(),
             skipped: Vec::new(),
             model: Vec::new(),
+            passed_over: Vec::new(),
             exec: None,
             simulated_bytes: None,
         });
@@ -1396,6 +1404,7 @@ pub fn simulate(
             }));
     let mut model_times: Vec<Option<f64>> = vec![None; jobs.len()];
     let mut pick = None;
+    let mut passed_over = Vec::new();
     if nccl_choice {
         let comm = nccl_comm(fabric, opts.channels);
         let rating = NcclRating {
@@ -1467,6 +1476,9 @@ pub fn simulate(
             if time_of(&results[i]).is_some() {
                 pick = Some(i);
                 break;
+            }
+            if let Some(Err(e)) = &results[i] {
+                passed_over.push((jobs[i].0, jobs[i].1, e.to_string()));
             }
         }
     }
@@ -1595,6 +1607,7 @@ pub fn simulate(
         candidates: tried,
         skipped,
         model,
+        passed_over,
         exec,
         simulated_bytes,
     })

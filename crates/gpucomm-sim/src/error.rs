@@ -67,7 +67,7 @@ pub enum SimError {
     /// simulated (the schedule or the fabric is not node-symmetric) and
     /// the ranks' steps alone would take more than is available.
     #[error(
-        "too large to simulate here: {ranks} ranks simulated one by one ({why}; {steps} steps each) would need about {need_gib:.1} GiB of memory, {available_gib:.1} GiB available; simulate fewer nodes, an algorithm whose nodes are alike (ring), or, behind oversubscribed leaves, whole leaves"
+        "too large to simulate here: {ranks} ranks simulated one by one ({why}; {steps} steps each) would need about {need_gib:.1} GiB of memory, {available_gib:.1} GiB available; simulate fewer nodes or channels, an algorithm whose every node runs the same steps (a ring on most node counts), or, behind oversubscribed leaves, whole leaves"
     )]
     TooLarge {
         /// Ranks that would be simulated.

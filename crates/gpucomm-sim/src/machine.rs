@@ -266,7 +266,7 @@ impl Machine {
     /// let e = m.check_device_memory(100 << 30, "all_reduce of 50 GiB").unwrap_err();
     /// assert!(e.to_string().contains("80 GB"), "{e}");
     /// ```
-    pub fn check_device_memory(&self, need: u64, what: &str) -> Result<(), SimError> {
+    pub fn check_device_memory(&self, need: u128, what: &str) -> Result<(), SimError> {
         match self.node.gpu_memory_gb() {
             Some(gb) if need as f64 > gb * 1e9 => Err(SimError::Model(format!(
                 "{what} needs {:.1} GB of device memory per GPU, more than the {gb:.0} GB \
@@ -336,9 +336,9 @@ impl Machine {
             .collect()
     }
 
-    /// Total ranks.
+    /// Total ranks (saturating; a fabric refuses more than [`MAX_RANKS`]).
     pub fn ranks(&self) -> usize {
-        self.gpus_per_node() * self.nodes
+        self.gpus_per_node().saturating_mul(self.nodes)
     }
 
     /// The same machine on the network `opts` describes (layout,
@@ -490,6 +490,13 @@ pub struct ClusterFabric {
     rails: std::sync::OnceLock<Vec<usize>>,
 }
 
+/// The most ranks a fabric takes: 16384 nodes of 8 GPUs. At that size a
+/// 1 MiB all_reduce with the tuner's search (`gpucomm sim all_reduce
+/// --topology dgx-h100 --nodes 16384 -b 1M -e 1M`) took 61 s and 3.3 GB
+/// on the 2-core machine of BENCHMARKS.md; 30,000 such nodes had reached
+/// 5 GB after 30 s, and 10^8 nodes asked for a 63 GB link table.
+pub const MAX_RANKS: usize = 1 << 17;
+
 impl ClusterFabric {
     fn new(machine: Machine, engine: Engine, nodes: usize) -> Result<Self, SimError> {
         let nm = &machine.node;
@@ -506,6 +513,16 @@ impl ClusterFabric {
         let rpn = machine.gpus_per_node();
         if rpn == 0 {
             return Err(SimError::Model("--gpus must be at least 1".into()));
+        }
+        match nodes.checked_mul(rpn) {
+            Some(r) if r <= MAX_RANKS => {}
+            _ => {
+                return Err(SimError::Model(format!(
+                    "{nodes} nodes of {rpn} GPUs: the simulator takes at most {MAX_RANKS} GPUs \
+                     (more would take minutes and gigabytes here, and its per-link state \
+                     grows with the nodes)"
+                )));
+            }
         }
         let eff = model::Efficiency::new(nm.arch, engine);
         let pcie_raw = model::pcie_gbps(nm.pcie_gen, nm.pcie_width)?;
@@ -1579,6 +1596,21 @@ impl RingSearch {
 #[cfg(test)]
 mod peer_nic_tests {
     use super::*;
+
+    /// 10^8 nodes asked for a 63 GB link table (an abort), and 2^64 - 1
+    /// nodes wrapped to a smaller rank count that simulated.
+    #[test]
+    fn a_fabric_past_max_ranks_is_refused_without_wrapping() {
+        let m = Machine::preset("dgx-h100").unwrap();
+        assert!(m.fabric(Engine::Nccl, MAX_RANKS / 8).is_ok());
+        for nodes in [MAX_RANKS / 8 + 1, 100_000_000, usize::MAX] {
+            let e = m.fabric(Engine::Nccl, nodes).unwrap_err().to_string();
+            assert!(e.contains("at most 131072 GPUs"), "{nodes}: {e}");
+        }
+        let mut wide = m.clone();
+        wide.nodes = usize::MAX;
+        assert_eq!(wide.ranks(), usize::MAX);
+    }
 
     #[test]
     fn mirror_bits_reverses_the_low_bits() {

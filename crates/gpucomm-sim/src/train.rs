@@ -46,6 +46,7 @@ use crate::{SimError, SimTime};
 
 /// One layer: compute times and parameter count.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Layer {
     /// Name.
     pub name: String,
@@ -57,8 +58,10 @@ pub struct Layer {
     pub params: u64,
 }
 
-/// A model: layers in forward order.
+/// A model: layers in forward order. A model file's field that is none
+/// of these (a misspelt `bytes_per_parm`) is refused, not ignored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// Name.
     pub name: String,
@@ -94,8 +97,10 @@ impl ModelSpec {
     }
 
     /// Checks what [`ModelSpec::from_toml`] checks (at least one layer,
-    /// finite non-negative times, a positive `bytes_per_param`, a step and
-    /// its gradient bytes within the simulator's ranges); [`step`] and
+    /// finite non-negative times, some compute (at least 1 ps: without it
+    /// the scaling efficiency, compute / step time, is undefined), a
+    /// positive `bytes_per_param`, a step and its gradient bytes within the
+    /// simulator's ranges); [`step`] and
     /// [`prefill`] check it too, for a model built in code.
     pub fn validate(&self) -> Result<(), SimError> {
         if self.layers.is_empty() {
@@ -116,6 +121,14 @@ impl ModelSpec {
         // A step's times are picoseconds in a u64 (about 213 days): a
         // longer one would saturate and print a wrong step time.
         let compute_ms: f64 = self.layers.iter().map(|l| l.fwd_ms + l.bwd_ms).sum();
+        if compute_ms < 1e-9 {
+            return Err(SimError::Model(format!(
+                "model {}: a step's compute (the layers' fwd_ms + bwd_ms) is {compute_ms:?} ms, \
+                 less than the simulator's 1 ps: the scaling efficiency (compute / step time) \
+                 needs some compute",
+                self.name
+            )));
+        }
         let max_ms = SimTime::MAX.as_secs_f64() * 1e3 / 2.0;
         if compute_ms > max_ms {
             return Err(SimError::Model(format!(
@@ -672,6 +685,14 @@ pub fn step(
         .ops
         .iter()
         .fold(SimTime::ZERO, |sum, o| sum + (o.end - o.start));
+    if compute == SimTime::ZERO {
+        // Layers each shorter than 1 ps, together no less ([`ModelSpec::validate`]).
+        return Err(SimError::Model(format!(
+            "model {}: a step's compute rounds to 0 ps: the scaling efficiency (compute / step \
+             time) needs some compute",
+            model.name
+        )));
+    }
     let busy = spans.last().map_or(SimTime::ZERO, |s| s.end);
     let step = busy.max(queue.free);
     Ok(StepResult {
@@ -905,5 +926,40 @@ mod tests {
         let e = ModelSpec::from_toml(&big).unwrap_err().to_string();
         assert!(e.contains("overflow"), "{e}");
         assert!(ModelSpec::preset("nope").is_err());
+    }
+
+    /// A misspelt field was ignored (`bytes_per_parm = 2` ran with 4 B per
+    /// gradient); a model without compute printed an efficiency of 0%.
+    #[test]
+    fn model_files_refuse_unknown_fields_and_no_compute() {
+        let ok =
+            "name = \"tiny\"\n[[layer]]\nname = \"a\"\nfwd_ms = 1.0\nbwd_ms = 2.0\nparams = 1000\n";
+        let typo = ok.replace("name = \"tiny\"\n", "name = \"tiny\"\nbytes_per_parm = 2\n");
+        let e = ModelSpec::from_toml(&typo).unwrap_err().to_string();
+        assert!(e.contains("unknown field `bytes_per_parm`"), "{e}");
+        let e = ModelSpec::from_toml(&format!("{ok}param = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `param`"), "{e}");
+        for (fwd, bwd) in [("0.0", "0.0"), ("1e-300", "5e-324")] {
+            let none = ok
+                .replace("fwd_ms = 1.0", &format!("fwd_ms = {fwd}"))
+                .replace("bwd_ms = 2.0", &format!("bwd_ms = {bwd}"));
+            let e = ModelSpec::from_toml(&none).unwrap_err().to_string();
+            assert!(e.contains("needs some compute"), "{e}");
+        }
+        // Layers each under 1 ps, together over it, still round to none.
+        let mut m = layers(4, 0.3e-9, 10);
+        for l in &mut m.layers {
+            l.bwd_ms = 0.0;
+        }
+        m.validate().unwrap();
+        let cfg = TrainConfig {
+            sharding: Sharding::FullShard,
+            ..Default::default()
+        };
+        let mach = Machine::preset("dgx-a100").unwrap();
+        let e = step(&mach, 1, &m, &cfg, &mut CommTimes::default()).unwrap_err();
+        assert!(e.to_string().contains("rounds to 0 ps"), "{e}");
     }
 }

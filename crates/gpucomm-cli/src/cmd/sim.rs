@@ -226,10 +226,12 @@ struct CopyArgs {
     /// Destination: host, gpuN.
     #[arg(long, default_value = "gpu0")]
     to: String,
-    /// Host memory is pageable (staged through a pinned bounce buffer).
+    /// Host memory is pageable (staged through a pinned bounce buffer):
+    /// a copy between host memory and a GPU only.
     #[arg(long)]
     pageable: bool,
-    /// Storage reads go through a host bounce buffer instead of GPUDirect Storage.
+    /// Storage reads go through a host bounce buffer instead of GPUDirect
+    /// Storage: a read from storage into a GPU only.
     #[arg(long)]
     no_gds: bool,
     /// Bytes per copy.
@@ -338,7 +340,7 @@ struct TrainArgs {
     #[arg(long, default_value = "bert-large")]
     model: String,
     /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes;
-    /// not both).
+    /// not both): run in increasing order; a count given twice is refused.
     #[arg(long, value_delimiter = ',', conflicts_with = "nodes")]
     sweep_nodes: Vec<usize>,
     /// DDP bucket cap in MiB.
@@ -584,6 +586,16 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 if let Some(b) = r.simulated_bytes {
                     v["simulated_bytes"] = json!(b);
                 }
+                if !r.passed_over.is_empty() {
+                    let over: Vec<_> = r
+                        .passed_over
+                        .iter()
+                        .map(|(c, p, why)| {
+                            json!({"algorithm": c.name(), "protocol": p.name(), "why": why})
+                        })
+                        .collect();
+                    v["nccl_pick_not_simulated"] = json!(over);
+                }
                 if a.timing {
                     v["wall_s"] = json!(w);
                     if let Some(e) = &r.exec {
@@ -664,6 +676,22 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 r.algbw_gbps,
                 r.busbw_gbps
             )?;
+        }
+        for r in results.iter().filter(|r| !r.passed_over.is_empty()) {
+            for (c, p, why) in &r.passed_over {
+                writeln!(
+                    o,
+                    "# {}: NCCL's model rates {} {} above {} {}, which is reported: {} {} could \
+                     not be simulated ({why})",
+                    format_bytes(r.bytes),
+                    c.name(),
+                    p.name(),
+                    r.algorithm.name(),
+                    protocol_name(r).unwrap_or("-"),
+                    c.name(),
+                    p.name()
+                )?;
+            }
         }
         if a.timing {
             writeln!(o, "#\n# simulator speed (this machine):")?;
@@ -836,6 +864,10 @@ fn link_summary(
 }
 
 fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
+    one_node(
+        &a.m,
+        "p2p: a peer copy joins two GPUs of one node (rdma runs between nodes)",
+    )?;
     let mach = machine(&a.m, None)?;
     let (x, y) = a
         .pair
@@ -847,11 +879,13 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
             ))
         })
         .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
+    gpu_in_use(&a.m, x, "--pair")?;
+    gpu_in_use(&a.m, y, "--pair")?;
     let size = copy_size(&a.size)?;
     // p2pBandwidthLatencyTest holds a source and a destination buffer on
     // each GPU.
     mach.check_device_memory(
-        size.saturating_mul(2),
+        u128::from(size) * 2,
         &format!(
             "a peer copy of {} (a source and a destination buffer on each GPU)",
             format_bytes(size)
@@ -879,8 +913,8 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
         )?;
         writeln!(
             o,
-            "bandwidth:  {:.2} GB/s {}",
-            r.bandwidth_gbps,
+            "bandwidth:  {} {}",
+            bandwidth(r.bandwidth_gbps),
             if a.bidirectional {
                 "(both directions together)"
             } else {
@@ -911,6 +945,39 @@ fn phase_spans(
         .collect()
 }
 
+/// `--nodes` beyond one for a command inside one node (it changed
+/// nothing): refused with `why`.
+fn one_node(m: &Machine_, why: &str) -> anyhow::Result<()> {
+    match m.nodes {
+        Some(n) if n > 1 => bail!("--nodes {n}: {why}"),
+        _ => Ok(()),
+    }
+}
+
+/// GPU `g` of a transfer among those `--gpus N` leaves in use (GPUs 0 to
+/// N-1; a copy ran on a GPU past them).
+fn gpu_in_use(m: &Machine_, g: usize, what: &str) -> anyhow::Result<()> {
+    match m.gpus {
+        Some(n) if g >= n => bail!(
+            "{what}: gpu{g} is not in use: --gpus {n} uses GPUs 0 to {}",
+            n.saturating_sub(1)
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A transfer's bandwidth as printed: GB/s to two places, MB/s below
+/// 0.01 GB/s (a 1-byte copy printed 0.00 GB/s); `--json` keeps the number.
+fn bandwidth(gbps: f64) -> String {
+    if gbps >= 0.01 {
+        format!("{gbps:.2} GB/s")
+    } else if gbps * 1e3 >= 0.01 {
+        format!("{:.2} MB/s", gbps * 1e3)
+    } else {
+        format!("{gbps:.3e} GB/s")
+    }
+}
+
 /// The bytes of one copy (`--size` of p2p, copy and rdma): at least one.
 fn copy_size(s: &str) -> anyhow::Result<u64> {
     let size = parse_size(s)?;
@@ -925,12 +992,39 @@ fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
 }
 
 fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
+    one_node(&a.m, "copy: a copy stays inside one node")?;
     let mach = machine(&a.m, None)?;
     let size = copy_size(&a.size)?;
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
+    for (e, what) in [(from, "--from"), (to, "--to")] {
+        if let Endpoint::Gpu(g) = e {
+            gpu_in_use(&a.m, g, what)?;
+        }
+    }
+    // Options the copy would not use (they changed nothing).
+    let host_gpu = matches!(
+        (from, to),
+        (Endpoint::Host, Endpoint::Gpu(_)) | (Endpoint::Gpu(_), Endpoint::Host)
+    );
+    if a.pageable && !host_gpu {
+        bail!(
+            "--pageable: applies to a copy between host memory and a GPU (bandwidthTest's \
+             --memory=pageable); {} -> {} uses no pageable buffer in the model",
+            a.from,
+            a.to
+        );
+    }
+    if a.no_gds && !matches!((from, to), (Endpoint::Storage, Endpoint::Gpu(_))) {
+        bail!(
+            "--no-gds: applies to a read from storage into a GPU (GPUDirect Storage or a host \
+             bounce buffer); {} -> {} has no choice of path",
+            a.from,
+            a.to
+        );
+    }
     // The GPU end's buffer (storage to host memory holds none).
     if [from, to].iter().any(|e| matches!(e, Endpoint::Gpu(_))) {
-        mach.check_device_memory(size, &format!("a copy of {}", format_bytes(size)))?;
+        mach.check_device_memory(size.into(), &format!("a copy of {}", format_bytes(size)))?;
     }
     let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
@@ -949,16 +1043,27 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
             format_bytes(size)
         )?;
         writeln!(o, "path:       {}", r.path)?;
-        writeln!(o, "bandwidth:  {:.2} GB/s", r.bandwidth_gbps)?;
+        writeln!(o, "bandwidth:  {}", bandwidth(r.bandwidth_gbps))?;
         writeln!(o, "time:       {:.2} us", r.time_us)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
+    // The transfer joins node 0 and node 1: other counts changed nothing.
+    if let Some(n) = a.m.nodes.filter(|&n| n != 2) {
+        bail!(
+            "--nodes {n}: rdma runs between two nodes (node0:gpuN -> node1:gpuN); \
+             leave --nodes out or give 2"
+        );
+    }
+    gpu_in_use(&a.m, a.gpu, "--gpu")?;
     let mach = machine(&a.m, Some(2))?;
     let size = copy_size(&a.size)?;
-    mach.check_device_memory(size, &format!("a transfer of {}", format_bytes(size)))?;
+    mach.check_device_memory(
+        size.into(),
+        &format!("a transfer of {}", format_bytes(size)),
+    )?;
     let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
@@ -975,7 +1080,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
             g = a.gpu
         )?;
         writeln!(o, "path:       {}", r.path)?;
-        writeln!(o, "bandwidth:  {:.2} GB/s", r.bandwidth_gbps)?;
+        writeln!(o, "bandwidth:  {}", bandwidth(r.bandwidth_gbps))?;
         writeln!(o, "latency:    {:.2} us", r.latency_us)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -987,6 +1092,9 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         let text =
             std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
         ModelSpec::from_toml(&text)?
+    } else if looks_like_path(&a.model) {
+        // It said `unknown model "/nonexistent.toml"`.
+        bail!("--model {}: no such file", a.model);
     } else {
         ModelSpec::preset(&a.model)?
     };
@@ -1000,11 +1108,8 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let sweep = if a.sweep_nodes.is_empty() {
         vec![mach.nodes]
     } else {
-        a.sweep_nodes.clone()
+        sweep_counts(&a.sweep_nodes)?
     };
-    if sweep.contains(&0) {
-        bail!("--sweep-nodes: node counts must be at least 1");
-    }
     let mut cache = CommTimes::new(a.tuner.options()?);
     prefill(&mach, &sweep, &model, &cfg, &mut cache)?;
     let mut one = mach.clone();
@@ -1140,6 +1245,30 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A `--model` that names a file rather than a preset: a path (a `/`) or
+/// a file name (`.toml`, `.json`).
+fn looks_like_path(s: &str) -> bool {
+    let l = s.to_ascii_lowercase();
+    s.contains('/')
+        || s.contains(std::path::MAIN_SEPARATOR)
+        || l.ends_with(".toml")
+        || l.ends_with(".json")
+}
+
+/// `--sweep-nodes` in increasing order; a count given twice (which printed
+/// the same row twice) or 0 is refused.
+fn sweep_counts(given: &[usize]) -> anyhow::Result<Vec<usize>> {
+    if given.contains(&0) {
+        bail!("--sweep-nodes: node counts must be at least 1");
+    }
+    let mut sweep = given.to_vec();
+    sweep.sort_unstable();
+    if let Some(w) = sweep.windows(2).find(|w| w[0] == w[1]) {
+        bail!("--sweep-nodes: {} nodes given twice", w[0]);
+    }
+    Ok(sweep)
+}
+
 fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let file = a.file.unwrap_or_else(|| {
         let here = PathBuf::from("shared/calibration/measurements.toml");
@@ -1184,18 +1313,20 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
             match p {
                 Ok(p) => writeln!(
                     o,
-                    "| {} | {} | {:.1} | {:.1} | {:+.1}% | `{}` |",
+                    "| {} | {} | {} | {} | {:+.1}% | `{}` |",
                     c.id,
                     c.metric,
-                    c.value,
-                    p.value,
+                    figure(c.value),
+                    figure(p.value),
                     100.0 * p.error(c.value),
                     p.scenario
                 )?,
                 Err(e) => writeln!(
                     o,
-                    "| {} | {} | {:.1} | - | - | cannot predict: {e} |",
-                    c.id, c.metric, c.value
+                    "| {} | {} | {} | - | - | cannot predict: {e} |",
+                    c.id,
+                    c.metric,
+                    figure(c.value)
                 )?,
             }
         }
@@ -1213,6 +1344,17 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// A measured or predicted figure of `sim calibrate`'s table: to one
+/// place, or to three significant digits below 0.1 (a 1-byte copy's
+/// 0.0004 GB/s printed 0.0).
+fn figure(v: f64) -> String {
+    if v == 0.0 || v.abs() >= 0.1 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2e}")
+    }
 }
 
 /// The network of a collective, RDMA or training run, for `--json`: what
