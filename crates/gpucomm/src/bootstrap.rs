@@ -80,7 +80,7 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         return Err(fail("token longer than 256 bytes".into()));
     }
     let timeout = cfg.timeout;
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::comm::deadline_after(timeout);
     let server = if me == 0 {
         Some(StoreServer::start(&cfg.store_addr, &cfg.token)?)
     } else {

@@ -75,7 +75,15 @@ unsafe impl Sync for Segment {}
 impl Segment {
     /// Creates a zero-filled segment of at least `len` bytes (one page at least).
     pub fn create(len: usize, name: &str) -> Result<Arc<Segment>, Error> {
-        let len = len.max(1).next_multiple_of(4096);
+        // Whole pages, no larger than a slice may be (a wrapped size would
+        // map less than the caller is told it has).
+        let len = len
+            .max(1)
+            .checked_next_multiple_of(4096)
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("a shared segment of {len} bytes is too large"))
+            })?;
         let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::io("memfd_create", e.into()))?;
         let file = File::from(fd);
@@ -224,7 +232,13 @@ impl<T: Element> Buffer<T> {
         space: MemorySpace,
     ) -> Result<(Self, Arc<Segment>), Error> {
         space.check_supported()?;
-        let seg = Segment::create(len * std::mem::size_of::<T>(), "gpucomm-buffer")?;
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{len} elements of {} bytes do not fit in an address space",
+                std::mem::size_of::<T>()
+            ))
+        })?;
+        let seg = Segment::create(bytes, "gpucomm-buffer")?;
         if space == MemorySpace::HostPinned {
             seg.lock()
                 .map_err(|e| Error::io("mlock (pinned host memory)", e))?;

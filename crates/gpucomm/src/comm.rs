@@ -23,6 +23,20 @@ use crate::transport::{Link, OpDesc, ZeroCopy};
 /// Default bound on every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// `timeout` from now; a timeout too long for the clock (`Duration::MAX`,
+/// a way of saying "none") is a deadline a century away, not a panic.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// A timeout in whole milliseconds, at least 1, at most `u64::MAX` (it
+/// wrapped: 2^61 s became 0 and every call timed out at once).
+fn timeout_ms(d: Duration) -> u64 {
+    d.as_millis().clamp(1, u128::from(u64::MAX)) as u64
+}
+
 /// One call, with its root, peer or reduction op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -248,7 +262,7 @@ impl Inner {
             is_broken: AtomicBool::new(false),
             region: p.region,
             kinds,
-            timeout_ms: AtomicU64::new(p.timeout.as_millis().max(1) as u64),
+            timeout_ms: AtomicU64::new(timeout_ms(p.timeout)),
             algorithm: p.algorithm,
             segments: Mutex::new(Vec::new()),
             sockets: p.sockets,
@@ -265,8 +279,7 @@ impl Inner {
     }
 
     pub fn set_timeout(&self, d: Duration) {
-        self.timeout_ms
-            .store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+        self.timeout_ms.store(timeout_ms(d), Ordering::Relaxed);
     }
 
     pub fn register(&self, seg: &Arc<Segment>) {
@@ -741,7 +754,7 @@ impl Inner {
             unsafe { std::ptr::copy_nonoverlapping(input, staged, in_len * es) };
             input = staged;
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let lookup = |p: *const u8, b: usize| -> Option<ZeroCopy> {
             match self.kinds.iter().flatten().next() {
                 Some(TransportKind::InProcess) => Some(ZeroCopy::Addr(p as usize)),

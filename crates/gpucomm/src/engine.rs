@@ -351,7 +351,7 @@ pub(crate) struct ExecState {
 pub(crate) fn execute(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Error> {
     let r = run(plan, ex, state);
     if r.is_err() {
-        let give_up = Instant::now() + ex.timeout;
+        let give_up = crate::comm::deadline_after(ex.timeout);
         // A finished send's state was reset: only those in flight have
         // anything to take back.
         for (s, st) in plan.streams.iter().zip(&state.xfer) {

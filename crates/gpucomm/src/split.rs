@@ -216,7 +216,7 @@ fn group(
 ) -> Result<(Communicator, Option<GroupKeys>), Error> {
     let size = members.len();
     let timeout = inner.timeout();
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::comm::deadline_after(timeout);
     // Give up when the parent is aborted, or when the parent's link to a
     // member says its process is gone (it left no reason).
     let stop = || -> Option<String> {

@@ -347,7 +347,7 @@ impl StoreClient {
     /// presents the token.
     pub fn connect(addr: &str, token: &str, timeout: Duration) -> Result<StoreClient, Error> {
         check_token(token)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::comm::deadline_after(timeout);
         let err = |d: String| Error::Io {
             context: format!("store {addr}"),
             source: std::io::Error::other(d),
@@ -459,7 +459,7 @@ impl StoreClient {
     pub fn wait(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
         let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
         // The store answers at its own deadline; 2 s more for that answer.
-        let reply_within = timeout + Duration::from_secs(2);
+        let reply_within = timeout.saturating_add(Duration::from_secs(2));
         let (st, v) = self.request(OP_WAIT, key, &ms.to_le_bytes(), reply_within)?;
         if st != 0 {
             return Err(Error::Io {

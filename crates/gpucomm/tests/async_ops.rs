@@ -163,6 +163,62 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(c.timeout() > Duration::ZERO);
 }
 
+/// A size past the address space is an error: `alloc::<u64>(1 << 61)`
+/// wrapped in release builds to a 4 KiB segment the buffer claimed 2^61
+/// elements of (a write past the page was a SIGSEGV from safe code).
+#[test]
+fn an_allocation_too_large_to_address_is_an_error() {
+    let cs = comms(1, 1000);
+    for r in [
+        cs[0].alloc::<u64>(1 << 61).map(|b| b.len()),
+        cs[0].alloc::<f32>(usize::MAX / 2).map(|b| b.len()),
+        cs[0].alloc::<u8>(usize::MAX).map(|b| b.len()),
+    ] {
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    }
+    assert_eq!(cs[0].alloc::<u64>(3).unwrap().len(), 3);
+}
+
+/// A timeout too long for the clock (`Duration::MAX`, "no timeout") works
+/// as a very long one: it panicked adding to `Instant::now()` with the
+/// state lock held (every later call then panicked on the poisoned lock),
+/// and `set_timeout` of 2^61 s wrapped to 0 ms (every call timed out).
+#[test]
+fn timeouts_too_long_for_the_clock_work() {
+    let cs = Communicator::in_process_with(
+        2,
+        &InProcessOptions {
+            timeout: Some(Duration::MAX),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    cs[1].set_timeout(Duration::from_secs(1 << 61));
+    assert!(cs[1].timeout() > Duration::from_secs(1 << 40));
+    std::thread::scope(|s| {
+        for (r, c) in cs.iter().enumerate() {
+            s.spawn(move || {
+                let opts = CallOptions {
+                    timeout: Some(Duration::MAX),
+                    ..Default::default()
+                };
+                let mut out = [0f32; 4];
+                c.run(
+                    Call::AllReduce(ReduceOp::Sum),
+                    Some(&[r as f32 + 1.0; 4][..]),
+                    &mut out,
+                    &opts,
+                )
+                .unwrap();
+                assert_eq!(out, [3.0; 4]);
+                // And with the communicator's own (huge) timeout.
+                c.all_reduce_in_place(&mut out, ReduceOp::Sum).unwrap();
+                assert_eq!(out, [6.0; 4]);
+            });
+        }
+    });
+}
+
 /// Many iterations of mixed sizes in both directions at once, from several
 /// pairs concurrently: the SPSC rings, zero-copy completion and doorbells.
 #[test]

@@ -873,6 +873,9 @@ impl DeviceComm {
                 if len < bytes {
                     // SAFETY: just opened, unused.
                     unsafe { self.ctx.backend.ipc_close(self.ctx.device, ptr) };
+                    // op_err takes the lock (for the call count): it
+                    // deadlocked here, forever and past any abort.
+                    drop(st);
                     return Err(self.op_err(
                         call,
                         Some(p),
@@ -1489,6 +1492,78 @@ fn counts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// A peer's IPC handle that maps fewer bytes than its descriptor says
+    /// is a protocol error: resolve() held its state lock into the error
+    /// path, which takes it again, and never returned.
+    #[test]
+    fn a_short_ipc_mapping_is_an_error_not_a_deadlock() {
+        // Another process with fd 3 open on a 4096-byte file: the fake
+        // device's IPC handle names (pid, fd, length).
+        let path = std::env::temp_dir().join(format!("gpucomm-short-ipc-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("exec 3<>'{}'; exec sleep 30", path.display()),
+            ])
+            .spawn()
+            .unwrap();
+        let fd = format!("/proc/{}/fd/3", child.id());
+        let t = std::time::Instant::now();
+        while std::fs::read_link(&fd).is_err() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut handle = b"GFAK".to_vec();
+        handle.extend_from_slice(&child.id().to_le_bytes());
+        handle.extend_from_slice(&3i32.to_le_bytes());
+        handle.extend_from_slice(&4096u64.to_le_bytes());
+        let gpu = Arc::new(crate::device::FakeDevice::new(1));
+        let dcs: Vec<DeviceComm> = std::thread::scope(|s| {
+            let hs: Vec<_> = Communicator::in_process(2)
+                .unwrap()
+                .into_iter()
+                .map(|c| {
+                    let (g, o) = (
+                        gpu.clone(),
+                        DeviceOptions {
+                            path: Some(GpuPath::Ipc),
+                        },
+                    );
+                    s.spawn(move || DeviceComm::new(c, g, 0, &o).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let dc = Arc::new(dcs.into_iter().next().unwrap());
+        let desc = Desc {
+            kind: DescKind::Ipc,
+            pid: child.id(),
+            key: 5,
+            ptr: 0,
+            bytes: 8192,
+            call: 0,
+            handle,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dc2 = dc.clone();
+        std::thread::spawn(move || {
+            let r = dc2.resolve(Call::AllReduce(ReduceOp::Sum), 1, &desc);
+            let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&path);
+        let e = got
+            .expect("resolve() did not return: it deadlocked on its own lock")
+            .unwrap_err();
+        assert!(
+            e.contains("maps 4096 bytes, the descriptor says 8192"),
+            "{e}"
+        );
+    }
 
     fn d() -> Desc {
         Desc {
