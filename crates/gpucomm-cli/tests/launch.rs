@@ -115,8 +115,12 @@ fn the_timeout_stops_a_hung_job() {
 fn bad_invocations_are_clear_errors() {
     let out = gpucomm(&["launch", "-n", "2"], LIMIT);
     out.assert_fails(2, "<PROGRAM>");
+    // A bad command line exits 2, as documented, whether clap or the
+    // launcher's own checks find it.
     let out = gpucomm(&["launch", "-n", "0", "--", "true"], LIMIT);
-    out.assert_fails(1, "at least 1");
+    out.assert_fails(2, "-n must be at least 1");
+    let out = gpucomm(&["launch", "-n", "1025", "--", "true"], LIMIT);
+    out.assert_fails(2, "-n 1025 is more than gpucomm starts on one host (1024)");
     let out = gpucomm(&["launch", "-n", "2", "--", "/nonexistent/program"], LIMIT);
     out.assert_fails(1, "cannot start rank 0 (/nonexistent/program)");
     let out = gpucomm(
@@ -283,6 +287,46 @@ fn a_sigterm_to_the_launcher_is_forwarded_to_every_rank_group() {
         "{err}"
     );
     assert!(!out.contains("not stopped"), "{out}");
+}
+
+#[test]
+fn a_signal_while_the_ranks_start_names_only_the_ranks_started() {
+    // Rank 0 sends SIGINT to the launcher as soon as it runs, while the
+    // launcher is still starting the other 1023 ranks: it starts no more,
+    // stops those it started, and reports only those (not 1024 ranks, the
+    // unstarted ones as "stopped").
+    let tag = unique_sleep(5);
+    let script = format!(r#"[ "$GPUCOMM_RANK" = 0 ] && kill -INT $PPID; exec sleep {tag}"#);
+    let out = launch_sh("1024", &[], &script);
+    assert_none_left(&tag, "after SIGINT while starting");
+    assert_eq!(out.code, Some(128 + 2), "{}", out.dump());
+    let msg = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("gpucomm launch: interrupted by SIGINT"))
+        .unwrap_or_else(|| panic!("{}", out.dump()));
+    // "... while starting the ranks (K of 1024 started); forwarded it to
+    // rank(s) 0, 1, ... and stopped them; N rank(s) never started"
+    let started: usize = msg
+        .split_once("while starting the ranks (")
+        .and_then(|(_, r)| r.split_once(" of 1024 started)"))
+        .and_then(|(k, _)| k.parse().ok())
+        .unwrap_or_else(|| panic!("{msg}"));
+    assert!((1..1024).contains(&started), "{msg}");
+    assert!(
+        msg.ends_with(&format!("; {} rank(s) never started", 1024 - started)),
+        "{msg}"
+    );
+    let forwarded: Vec<usize> = msg
+        .split_once("forwarded it to rank(s) ")
+        .and_then(|(_, r)| r.split_once(" and stopped them"))
+        .map(|(list, _)| list.split(", ").map(|r| r.parse().unwrap()).collect())
+        .unwrap_or_default();
+    assert!(
+        !forwarded.is_empty() && forwarded.iter().all(|&r| r < started),
+        "{msg}"
+    );
+    assert!(out.elapsed < Duration::from_secs(20), "{}", out.dump());
 }
 
 #[test]

@@ -26,8 +26,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// `timeout` from now; a timeout too long for the clock (`Duration::MAX`,
 /// a way of saying "none") is a deadline a century away, not a panic.
 pub(crate) fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout)
+    deadline(Instant::now(), timeout)
+}
+
+/// `now + d`, saturating a century ahead (see [`deadline_after`]).
+pub(crate) fn deadline(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 

@@ -5,7 +5,9 @@
 //! environment that [`BootstrapConfig::from_env`](crate::env::BootstrapConfig::from_env)
 //! reads (rank, world size, local rank, a free port on 127.0.0.1 for rank 0's
 //! store, a fresh random token), forwards every line they print with the rank
-//! in front (`[1] hello`), and waits for all of them. When the ranks succeed
+//! in front (`[1] hello`; a line longer than [`MAX_LINE`] bytes, or output
+//! without newlines, in pieces of that size, each with the rank in front),
+//! and waits for all of them. When the ranks succeed
 //! but their output could not be written (a full disk), [`launch`] says so
 //! ([`LaunchError::Output`]); a closed pipe (`| head`) is not an error.
 //!
@@ -21,7 +23,10 @@
 //! children, a data loader's workers) is stopped with it. When a job is torn
 //! down (a failure, the timeout, a signal), the groups of the ranks that have
 //! already exited are signalled too, in case they left children behind; a
-//! job whose ranks all succeed leaves what they left running alone.
+//! job whose ranks all succeed leaves what they left running alone. A rank
+//! that exited is reaped only when [`launch`] returns: until then it is a
+//! zombie that keeps its pid, so the group id signalled is never one the
+//! kernel has given to an unrelated process since.
 //!
 //! Being in their own groups, the ranks do not get the terminal's `SIGINT`
 //! (Ctrl-C) or `SIGHUP` themselves: while [`launch`] runs, the launcher
@@ -66,6 +71,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::comm::deadline;
+
 use crate::env::TransportChoice;
 
 /// Which output stream of a rank a line came from.
@@ -79,6 +86,9 @@ pub enum Stream {
 
 /// Receives every line the ranks print: `(rank, stream, line)`, the line
 /// without its trailing newline. Called from one thread per rank and stream.
+/// A line longer than [`MAX_LINE`] bytes comes in pieces of that size, one
+/// call each (a continued line is not marked as such); the bytes are the
+/// rank's own, not necessarily UTF-8.
 pub type LineSink = Arc<dyn Fn(usize, Stream, &[u8]) + Send + Sync>;
 
 /// What to start and how.
@@ -298,15 +308,19 @@ pub enum LaunchError {
         exits: Vec<RankExit>,
     },
     /// This process got `SIGINT`, `SIGTERM` or `SIGHUP` while the job ran
-    /// ([`LaunchConfig::forward_signals`]); it was forwarded to every rank.
-    #[error("{}", describe_interrupt(*.signal, .running))]
+    /// ([`LaunchConfig::forward_signals`]); it was forwarded to every rank
+    /// that was started. One that came while the ranks were being started
+    /// stops the starting: the ranks after those started never run.
+    #[error("{}", describe_interrupt(*.signal, .running, .exits.len(), *.not_started))]
     Interrupted {
         /// The signal (the last one, when several came).
         signal: i32,
-        /// The ranks that were still running when it came.
+        /// The ranks that were started and still running when it came.
         running: Vec<usize>,
-        /// Every rank's end, by rank.
+        /// Every started rank's end, by rank: ranks `0..exits.len()`.
         exits: Vec<RankExit>,
+        /// How many ranks were never started (ranks `exits.len()..`).
+        not_started: usize,
     },
     /// Every rank succeeded, but their output could not all be written to
     /// this process's stdout or stderr (a full disk, ...). A closed pipe is
@@ -350,13 +364,27 @@ fn stream_name(s: Stream) -> &'static str {
     }
 }
 
-fn describe_interrupt(signal: i32, running: &[usize]) -> String {
+fn describe_interrupt(
+    signal: i32,
+    running: &[usize],
+    started: usize,
+    not_started: usize,
+) -> String {
     let mut s = format!("interrupted by {}", signal_name(signal));
+    if not_started > 0 {
+        s.push_str(&format!(
+            " while starting the ranks ({started} of {} started)",
+            started + not_started
+        ));
+    }
     if !running.is_empty() {
         s.push_str(&format!(
             "; forwarded it to rank(s) {} and stopped them",
             join_ranks(running)
         ));
+    }
+    if not_started > 0 {
+        s.push_str(&format!("; {not_started} rank(s) never started"));
     }
     s
 }
@@ -539,7 +567,23 @@ const SIGNAL_POLL: Duration = Duration::from_millis(50);
 const LONG_WAIT: Duration = Duration::from_secs(3600);
 
 enum Event {
-    Exited(usize, ExitKind, Instant),
+    /// A rank exited; its process is handed over not yet reaped (a zombie).
+    Exited(usize, ExitKind, Instant, Child),
+}
+
+/// The ranks that exited, not yet reaped: each stays a zombie, so its pid
+/// (its process group's id) cannot be given to another process while the
+/// launcher may still signal the group, which it does to stop what the rank
+/// left running. Reaped when dropped, after the last signal.
+struct Unreaped(Vec<Child>);
+
+impl Drop for Unreaped {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            // It has exited: this returns at once.
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The most ranks [`launch`] starts on one host. Every rank is a process
@@ -580,6 +624,9 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     // Every rank's pid, which is also its process group's id.
     let mut pids: Vec<u32> = Vec::with_capacity(cfg.nranks);
     let mut readers = Vec::new();
+    // Declared before anything that may signal a group, so dropped (reaped)
+    // after the last signal.
+    let mut unreaped = Unreaped(Vec::with_capacity(cfg.nranks));
     let mut interrupt: Option<i32> = None;
     let mut kill_now = false;
 
@@ -623,7 +670,9 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
                     signal_group(pid, rustix::process::Signal::KILL);
                 }
                 drop(tx);
-                for _exited in rx.iter().take(pids.len()) {}
+                for Event::Exited(_, _, _, child) in rx.iter().take(pids.len()) {
+                    unreaped.0.push(child);
+                }
                 return Err(LaunchError::Spawn {
                     rank,
                     program: cfg.program.to_string_lossy().into_owned(),
@@ -642,7 +691,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     }
     drop(tx);
 
-    let deadline = cfg.timeout.map(|t| start + t);
+    let job_deadline = cfg.timeout.map(|t| deadline(start, t));
     let mut exits: Vec<Option<RankExit>> = vec![None; cfg.nranks];
     let mut first_failure: Option<usize> = None;
     let mut timed_out = false;
@@ -652,7 +701,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     let wait_until = move |wake: Instant| {
         let now = Instant::now();
         let wake = if forwards {
-            wake.min(now + SIGNAL_POLL)
+            wake.min(deadline(now, SIGNAL_POLL))
         } else {
             wake
         };
@@ -668,10 +717,17 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         }
         // Past the deadline this still takes the exits already reported
         // (starting many ranks can take longer than the timeout).
-        let wake = deadline.unwrap_or_else(|| Instant::now() + LONG_WAIT);
+        let wake = job_deadline.unwrap_or_else(|| deadline(Instant::now(), LONG_WAIT));
         match rx.recv_timeout(wait_until(wake)) {
-            Ok(Event::Exited(rank, kind, at)) => {
-                record(&mut exits, rank, kind, at - start, false);
+            Ok(Event::Exited(rank, kind, at, child)) => {
+                unreaped.0.push(child);
+                record(
+                    &mut exits,
+                    rank,
+                    kind,
+                    at.saturating_duration_since(start),
+                    false,
+                );
                 remaining -= 1;
                 if !kind.success() {
                     first_failure = Some(rank);
@@ -679,7 +735,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if job_deadline.is_some_and(|d| Instant::now() >= d) {
                     timed_out = true;
                     break;
                 }
@@ -695,14 +751,21 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     if let Some(f) =
         first_failure.filter(|&f| matches!(exits[f].map(|e| e.kind), Some(ExitKind::Code(_))))
     {
-        let mut settle_end = Instant::now() + SETTLE;
-        if let Some(d) = deadline {
+        let mut settle_end = deadline(Instant::now(), SETTLE);
+        if let Some(d) = job_deadline {
             settle_end = settle_end.min(d);
         }
         while remaining > 0 {
             match rx.recv_timeout(settle_end.saturating_duration_since(Instant::now())) {
-                Ok(Event::Exited(rank, kind, at)) => {
-                    record(&mut exits, rank, kind, at - start, false);
+                Ok(Event::Exited(rank, kind, at, child)) => {
+                    unreaped.0.push(child);
+                    record(
+                        &mut exits,
+                        rank,
+                        kind,
+                        at.saturating_duration_since(start),
+                        false,
+                    );
                     remaining -= 1;
                     if matches!(kind, ExitKind::Signal(_)) && first_failure == Some(f) {
                         first_failure = Some(rank);
@@ -722,8 +785,8 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         let now = Instant::now();
         let mut stop_at = now;
         if first_failure.is_some() {
-            stop_at += cfg.term_delay;
-            if let Some(d) = deadline {
+            stop_at = deadline(now, cfg.term_delay);
+            if let Some(d) = job_deadline {
                 stop_at = stop_at.min(d.max(now));
             }
         }
@@ -754,16 +817,23 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
             let wake = if !td.signalled {
                 stop_at
             } else {
-                td.kill_at.unwrap_or(now + LONG_WAIT)
+                td.kill_at.unwrap_or_else(|| deadline(now, LONG_WAIT))
             };
             if remaining == 0 {
                 // No waiter is left to wake this thread: poll the groups.
-                thread::sleep(wait_until(wake.min(now + GROUP_POLL)));
+                thread::sleep(wait_until(wake.min(deadline(now, GROUP_POLL))));
                 continue;
             }
             match rx.recv_timeout(wait_until(wake)) {
-                Ok(Event::Exited(rank, kind, at)) => {
-                    record(&mut exits, rank, kind, at - start, td.stopped[rank]);
+                Ok(Event::Exited(rank, kind, at, child)) => {
+                    unreaped.0.push(child);
+                    record(
+                        &mut exits,
+                        rank,
+                        kind,
+                        at.saturating_duration_since(start),
+                        td.stopped[rank],
+                    );
                     remaining -= 1;
                     if first_failure.is_none()
                         && !timed_out
@@ -781,7 +851,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
 
     // Let the readers forward the last lines; a grandchild that keeps a pipe
     // open must not hold the launcher, so the wait is bounded.
-    let drain_until = Instant::now() + Duration::from_secs(2);
+    let drain_until = deadline(Instant::now(), Duration::from_secs(2));
     for (done_rx, handle) in readers {
         if done_rx
             .recv_timeout(drain_until.saturating_duration_since(Instant::now()))
@@ -805,8 +875,14 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
     }
 
     let elapsed = start.elapsed();
+    // Ranks start in order; a signal while they start leaves the rest
+    // unstarted (only then: otherwise every rank was started). Those are not
+    // reported as exits.
+    let started = pids.len();
+    let not_started = cfg.nranks - started;
     let exits: Vec<RankExit> = exits
         .into_iter()
+        .take(started)
         .enumerate()
         .map(|(rank, e)| {
             e.unwrap_or(RankExit {
@@ -836,6 +912,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
             signal,
             running,
             exits,
+            not_started,
         });
     }
     Ok(LaunchReport {
@@ -887,7 +964,10 @@ impl<'a> Teardown<'a> {
             *stopped = exits[r].is_none();
         }
         self.signalled = true;
-        self.kill_at = Some(Instant::now() + self.grace);
+        // Saturating: a `Duration::MAX` grace must not panic between the
+        // first signal and scheduling `SIGKILL` (a second signal to this
+        // process still brings it forward).
+        self.kill_at = Some(deadline(Instant::now(), self.grace));
     }
 
     /// This process got `sig` (`many`: more than once): forwarded as the
@@ -995,16 +1075,95 @@ fn spawn_waiter(rank: usize, mut child: Child, tx: mpsc::Sender<Event>) {
     thread::Builder::new()
         .name(format!("gpucomm-wait-{rank}"))
         .spawn(move || {
-            let kind = match child.wait() {
-                Ok(s) => ExitKind::from_status(s),
-                Err(_) => ExitKind::Code(-1),
-            };
-            let _ = tx.send(Event::Exited(rank, kind, Instant::now()));
+            let kind = wait_unreaped(&mut child);
+            let _ = tx.send(Event::Exited(rank, kind, Instant::now(), child));
         })
         .expect("spawning a waiter thread");
 }
 
+/// Waits for `child` to exit and says how, leaving it unreaped (`waitid`
+/// with `WNOWAIT`): see [`Unreaped`]. Where that fails, reaps it.
+fn wait_unreaped(child: &mut Child) -> ExitKind {
+    use rustix::process::{WaitId, WaitIdOptions};
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        loop {
+            match rustix::process::waitid(
+                WaitId::Pid(pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+            ) {
+                Ok(Some(st)) => {
+                    if let Some(code) = st.exit_status() {
+                        return ExitKind::Code(code);
+                    }
+                    if let Some(sig) = st.terminating_signal() {
+                        return ExitKind::Signal(sig);
+                    }
+                    break;
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+    match child.wait() {
+        Ok(s) => ExitKind::from_status(s),
+        Err(_) => ExitKind::Code(-1),
+    }
+}
+
 type Reader = (mpsc::Receiver<()>, thread::JoinHandle<()>);
+
+/// The longest piece of a line handed to a [`LineSink`], in bytes. A longer
+/// line (or output with no newline at all: binary data) is handed over in
+/// pieces of this size as it arrives, each as a line of its own, so that the
+/// launcher holds at most this much of a rank's stream (and
+/// [`prefix_sink`] puts the rank in front of each piece).
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Reads `r` to its end (or a read error), handing `emit` every line without
+/// its newline, a line longer than [`MAX_LINE`] in pieces of `MAX_LINE`
+/// bytes (the last may be shorter), and what follows the last newline.
+/// Bytes are passed on as they are (no UTF-8 needed).
+fn forward_lines(r: &mut impl BufRead, mut emit: impl FnMut(&[u8])) {
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let room = MAX_LINE - line.len();
+        // One byte past the room: a newline right at the limit ends the
+        // line there, rather than leaving an empty piece behind.
+        let window = &buf[..buf.len().min(room + 1)];
+        if let Some(i) = window.iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&buf[..i]);
+            r.consume(i + 1);
+            emit(&line);
+            line.clear();
+        } else {
+            let n = buf.len().min(room);
+            // The byte after the room is there and is not a newline: the
+            // line goes on, hand over this much now.
+            let full = buf.len() > room;
+            line.extend_from_slice(&buf[..n]);
+            r.consume(n);
+            if full {
+                emit(&line);
+                line.clear();
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&line);
+    }
+}
 
 fn spawn_reader(
     rank: usize,
@@ -1017,19 +1176,7 @@ fn spawn_reader(
         .name(format!("gpucomm-out-{rank}"))
         .spawn(move || {
             let mut r = BufReader::with_capacity(64 * 1024, pipe);
-            let mut line = Vec::with_capacity(256);
-            loop {
-                line.clear();
-                match r.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        if line.last() == Some(&b'\n') {
-                            line.pop();
-                        }
-                        sink(rank, stream, &line);
-                    }
-                }
-            }
+            forward_lines(&mut r, |piece| sink(rank, stream, piece));
             let _ = done_tx.send(());
         })
         .expect("spawning an output thread");
@@ -1431,11 +1578,33 @@ mod tests {
             signal: libc::SIGINT,
             running: vec![0, 2],
             exits: Vec::new(),
+            not_started: 0,
         };
         assert_eq!(err.exit_code(), 130);
         assert_eq!(
             err.to_string(),
             "interrupted by SIGINT; forwarded it to rank(s) 0, 2 and stopped them"
+        );
+        let started = |n| {
+            (0..n)
+                .map(|rank| RankExit {
+                    rank,
+                    kind: ExitKind::Signal(libc::SIGINT),
+                    after: Duration::ZERO,
+                    stopped: true,
+                })
+                .collect()
+        };
+        let err = LaunchError::Interrupted {
+            signal: libc::SIGINT,
+            running: vec![0, 1, 2],
+            exits: started(3),
+            not_started: 597,
+        };
+        assert_eq!(
+            err.to_string(),
+            "interrupted by SIGINT while starting the ranks (3 of 600 started); \
+             forwarded it to rank(s) 0, 1, 2 and stopped them; 597 rank(s) never started"
         );
         let errors = OutputErrors::default();
         errors.record(Stream::Stdout, io::ErrorKind::BrokenPipe.into());
@@ -1456,6 +1625,170 @@ mod tests {
         assert!(
             msg.starts_with("cannot write the ranks' output to stderr: "),
             "{msg}"
+        );
+    }
+
+    /// `data` split as [`forward_lines`] must: at each newline, then every
+    /// line in pieces of [`MAX_LINE`] bytes.
+    fn expected_pieces(data: &[u8]) -> Vec<Vec<u8>> {
+        let mut lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+        if lines.last().is_some_and(|l| l.is_empty()) {
+            lines.pop();
+        }
+        let mut pieces = Vec::new();
+        for l in lines {
+            if l.is_empty() {
+                pieces.push(Vec::new());
+            }
+            pieces.extend(l.chunks(MAX_LINE).map(<[u8]>::to_vec));
+        }
+        pieces
+    }
+
+    #[test]
+    fn long_lines_and_binary_output_are_forwarded_in_bounded_pieces() {
+        // Every byte value but the newline, then lines around the limit.
+        let binary: Vec<u8> = (0..3 * MAX_LINE + 5)
+            .map(|i| (i % 256) as u8)
+            .map(|b| if b == b'\n' { 0 } else { b })
+            .collect();
+        let mut cases: Vec<Vec<u8>> = vec![binary.clone()];
+        for len in [MAX_LINE - 1, MAX_LINE, MAX_LINE + 1, 2 * MAX_LINE] {
+            let mut d = vec![b'x'; len];
+            d.push(b'\n');
+            d.extend_from_slice(b"\n\nshort\n");
+            d.extend(vec![b'y'; len]);
+            cases.push(d);
+        }
+        for data in &cases {
+            // Read in small and odd chunks too: the split must not depend
+            // on how the pipe hands the bytes over.
+            for cap in [7, 4096, 64 * 1024] {
+                let mut r = BufReader::with_capacity(cap, &data[..]);
+                let mut got = Vec::new();
+                forward_lines(&mut r, |p| got.push(p.to_vec()));
+                assert!(got.iter().all(|p| p.len() <= MAX_LINE));
+                assert!(got == expected_pieces(data), "len {} cap {cap}", data.len());
+            }
+        }
+        // Through a real rank: 1 MiB without a newline, plus binary bytes.
+        let path = std::env::temp_dir().join(format!("gpucomm-launch-bin-{}", std::process::id()));
+        std::fs::write(&path, &binary).unwrap();
+        let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let g2 = got.clone();
+        let sink: LineSink = Arc::new(move |_, s, line| {
+            if s == Stream::Stdout {
+                g2.lock().unwrap().push(line.to_vec());
+            }
+        });
+        let script = format!("head -c 1048576 /dev/zero; echo; cat '{}'", path.display());
+        let report = launch_with(&sh(1, &script), sink);
+        let _ = std::fs::remove_file(&path);
+        report.unwrap();
+        let got = got.lock().unwrap();
+        let longest = got.iter().map(Vec::len).max().unwrap_or(0);
+        assert!(longest <= MAX_LINE, "a piece of {longest} bytes");
+        let mut want = vec![0u8; 1 << 20];
+        want.push(b'\n');
+        want.extend_from_slice(&binary);
+        assert!(*got == expected_pieces(&want), "{} pieces", got.len());
+    }
+
+    #[test]
+    fn durations_too_long_for_an_instant_do_not_panic() {
+        let now = Instant::now();
+        let decades = Duration::from_secs(50 * 365 * 24 * 3600);
+        assert!(deadline(now, Duration::MAX) > now + decades);
+        assert_eq!(deadline(now, Duration::ZERO), now);
+        // A timeout and a grace of Duration::MAX: a failure still stops the
+        // others (they die of SIGTERM) and the job ends.
+        let (sink, _) = capture();
+        let cfg = LaunchConfig {
+            timeout: Some(Duration::MAX),
+            grace: Duration::MAX,
+            ..sh(2, r#"[ "$GPUCOMM_RANK" = 1 ] && exit 3; exec sleep 30"#)
+        };
+        let t = Instant::now();
+        let err = launch_with(&cfg, sink).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        let LaunchError::RankFailed { first, others } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((first.rank, first.kind), (1, ExitKind::Code(3)));
+        assert_eq!(others[0].kind, ExitKind::Signal(libc::SIGTERM));
+        // A term delay of Duration::MAX is bounded by the timeout.
+        let (sink, _) = capture();
+        let cfg = LaunchConfig {
+            timeout: Some(Duration::from_millis(500)),
+            term_delay: Duration::MAX,
+            forward_signals: false,
+            ..sh(2, r#"[ "$GPUCOMM_RANK" = 1 ] && exit 3; exec sleep 30"#)
+        };
+        let err = launch_with(&cfg, sink).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        let LaunchError::RankFailed { others, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(others[0].stopped, "{err}");
+    }
+
+    /// The state letter of process `pid` (`Z` for a zombie) and its parent.
+    fn proc_state(pid: u32) -> Option<(String, u32)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut f = rest.split_ascii_whitespace();
+        Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+    }
+
+    #[test]
+    fn an_exited_rank_keeps_its_pid_while_its_group_may_be_signalled() {
+        // Rank 1 fails; while the job is torn down (rank 0 exits on its own
+        // within the term delay), rank 1 must still be an unreaped zombie,
+        // so that its pid, the id of the group the teardown signals, cannot
+        // have gone to another process.
+        let dir = std::env::temp_dir().join(format!("gpucomm-launch-reap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            r#"f='{}/pid'
+if [ "$GPUCOMM_RANK" = 1 ]; then echo $$ > "$f.tmp"; mv "$f.tmp" "$f"; exit 3; fi
+while [ ! -s "$f" ]; do sleep 0.01; done
+p=$(cat "$f")
+st() {{ sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1; }}
+while s=$(st); [ -n "$s" ] && [ "$s" != Z ]; do sleep 0.01; done
+sleep 0.3
+echo "state $p $(st)""#,
+            dir.display()
+        );
+        let (sink, lines) = capture();
+        let cfg = LaunchConfig {
+            term_delay: Duration::from_secs(10),
+            ..sh(2, &script)
+        };
+        let err = launch_with(&cfg, sink).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        let LaunchError::RankFailed { first, others } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((first.rank, first.kind), (1, ExitKind::Code(3)));
+        assert_eq!(
+            (others[0].kind, others[0].stopped),
+            (ExitKind::Code(0), false)
+        );
+        let lines = lines.lock().unwrap();
+        let line = lines
+            .iter()
+            .find(|(r, _, l)| *r == 0 && l.starts_with("state "))
+            .map(|(_, _, l)| l.clone())
+            .unwrap_or_default();
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.get(2), Some(&"Z"), "{line:?} {lines:?}");
+        // Reaped once the launcher is done with it.
+        let pid: u32 = f[1].parse().unwrap();
+        let me = std::process::id();
+        assert!(
+            !proc_state(pid).is_some_and(|(s, parent)| s == "Z" && parent == me),
+            "rank 1 (pid {pid}) left a zombie"
         );
     }
 

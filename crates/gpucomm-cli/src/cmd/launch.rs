@@ -8,16 +8,18 @@
 //! expired; 128 + N when this process got signal N (SIGINT, SIGTERM, SIGHUP:
 //! forwarded to every rank's process group); 1 when the ranks could not be
 //! started or their output could not be written (a full disk; a closed pipe
-//! is not an error).
+//! is not an error); 2 for a bad command line (`-n 0`, more ranks than
+//! `gpucomm::launch::MAX_LOCAL_RANKS`), as for clap's own usage errors.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
 use gpucomm::env::TransportChoice;
-use gpucomm::launch::{LaunchConfig, launch};
+use gpucomm::launch::{LaunchConfig, LaunchError, MAX_LOCAL_RANKS, launch};
+
+use super::common::{Usage, usage};
 
 /// Arguments of `gpucomm launch`.
 #[derive(clap::Args, Debug)]
@@ -101,12 +103,19 @@ pub fn parse_secs_or_zero(s: &str) -> Result<Duration, String> {
 
 /// Runs `gpucomm launch`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Usage errors (exit status 2), found before anything starts.
     if args.nranks == 0 {
-        bail!("-n must be at least 1");
+        usage!("-n must be at least 1");
+    }
+    if args.nranks > MAX_LOCAL_RANKS {
+        usage!(
+            "-n {} is more than gpucomm starts on one host ({MAX_LOCAL_RANKS})",
+            args.nranks
+        );
     }
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
-        bail!("no program given (usage: gpucomm launch -n N -- PROGRAM ARGS)");
+        usage!("no program given (usage: gpucomm launch -n N -- PROGRAM ARGS)");
     };
     let cfg = LaunchConfig {
         transport: args.transport,
@@ -119,6 +128,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     match launch(&cfg) {
         Ok(_) => Ok(ExitCode::SUCCESS),
+        // A configuration the library refuses is a bad command line too
+        // (the checks above find the ones known today).
+        Err(LaunchError::Config(m)) => Err(anyhow::Error::new(Usage(m))),
         Err(e) => {
             // Not eprintln!, which panics when stderr cannot be written (the
             // exit code still tells).
