@@ -719,15 +719,8 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         // (starting many ranks can take longer than the timeout).
         let wake = job_deadline.unwrap_or_else(|| deadline(Instant::now(), LONG_WAIT));
         match rx.recv_timeout(wait_until(wake)) {
-            Ok(Event::Exited(rank, kind, at, child)) => {
-                unreaped.0.push(child);
-                record(
-                    &mut exits,
-                    rank,
-                    kind,
-                    at.saturating_duration_since(start),
-                    false,
-                );
+            Ok(ev) => {
+                let (rank, kind) = record(&mut exits, &mut unreaped, start, ev, false);
                 remaining -= 1;
                 if !kind.success() {
                     first_failure = Some(rank);
@@ -757,15 +750,8 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
         }
         while remaining > 0 {
             match rx.recv_timeout(settle_end.saturating_duration_since(Instant::now())) {
-                Ok(Event::Exited(rank, kind, at, child)) => {
-                    unreaped.0.push(child);
-                    record(
-                        &mut exits,
-                        rank,
-                        kind,
-                        at.saturating_duration_since(start),
-                        false,
-                    );
+                Ok(ev) => {
+                    let (rank, kind) = record(&mut exits, &mut unreaped, start, ev, false);
                     remaining -= 1;
                     if matches!(kind, ExitKind::Signal(_)) && first_failure == Some(f) {
                         first_failure = Some(rank);
@@ -825,15 +811,10 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
                 continue;
             }
             match rx.recv_timeout(wait_until(wake)) {
-                Ok(Event::Exited(rank, kind, at, child)) => {
-                    unreaped.0.push(child);
-                    record(
-                        &mut exits,
-                        rank,
-                        kind,
-                        at.saturating_duration_since(start),
-                        td.stopped[rank],
-                    );
+                Ok(ev) => {
+                    let Event::Exited(rank, ..) = ev;
+                    let (rank, kind) =
+                        record(&mut exits, &mut unreaped, start, ev, td.stopped[rank]);
                     remaining -= 1;
                     if first_failure.is_none()
                         && !timed_out
@@ -1056,19 +1037,24 @@ fn any_group_alive(pgids: &[u32]) -> bool {
 }
 
 /// Records rank `rank`'s exit in `exits`.
+/// Records a rank's exit (its time since `start`), keeps its process
+/// unreaped until the launch is over, and says which rank and how.
 fn record(
     exits: &mut [Option<RankExit>],
-    rank: usize,
-    kind: ExitKind,
-    after: Duration,
+    unreaped: &mut Unreaped,
+    start: Instant,
+    ev: Event,
     stopped: bool,
-) {
+) -> (usize, ExitKind) {
+    let Event::Exited(rank, kind, at, child) = ev;
+    unreaped.0.push(child);
     exits[rank] = Some(RankExit {
         rank,
         kind,
-        after,
+        after: at.saturating_duration_since(start),
         stopped,
     });
+    (rank, kind)
 }
 
 fn spawn_waiter(rank: usize, mut child: Child, tx: mpsc::Sender<Event>) {
