@@ -911,6 +911,29 @@ fn model_and_calibration_files_refuse_unknown_fields() {
         &["train", "--model", model.to_str().unwrap()],
         "unknown field `bytes_per_parm`",
     );
+    // A .json model file is read as JSON (it was a TOML parse error), with
+    // the same checks and the same result as its TOML twin.
+    let toml = dir.join("twin.toml");
+    std::fs::write(
+        &toml,
+        "name = \"m\"\n[[layer]]\nname = \"a\"\nfwd_ms = 1.0\nbwd_ms = 2.0\nparams = 100000000\n",
+    )
+    .unwrap();
+    let json = dir.join("twin.json");
+    std::fs::write(
+        &json,
+        r#"{"name": "m", "layer": [{"name": "a", "fwd_ms": 1.0, "bwd_ms": 2.0, "params": 100000000}]}"#,
+    )
+    .unwrap();
+    let run =
+        |p: &std::path::Path| sim_json(&["train", "--model", p.to_str().unwrap(), "--nodes", "2"]);
+    assert_eq!(run(&toml)["results"], run(&json)["results"]);
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"name": "m", "bytes_per_parm": 2, "layer": []}"#).unwrap();
+    sim_fails(
+        &["train", "--model", bad.to_str().unwrap()],
+        "unknown field `bytes_per_parm`",
+    );
     let cases = dir.join("cases.toml");
     std::fs::write(
         &cases,

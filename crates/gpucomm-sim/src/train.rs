@@ -96,6 +96,23 @@ impl ModelSpec {
         Ok(m)
     }
 
+    /// The same model as JSON (`{"name": ..., "layer": [{...}]}`), checked
+    /// the same way.
+    ///
+    /// ```
+    /// let m = gpucomm_sim::train::ModelSpec::from_json(
+    ///     r#"{"name": "tiny", "layer": [{"name": "fc", "fwd_ms": 1.0, "bwd_ms": 2.0, "params": 1000}]}"#,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(m.params(), 1000);
+    /// ```
+    pub fn from_json(text: &str) -> Result<Self, SimError> {
+        let m: ModelSpec =
+            serde_json::from_str(text).map_err(|e| SimError::Model(format!("model file: {e}")))?;
+        m.validate()?;
+        Ok(m)
+    }
+
     /// Checks what [`ModelSpec::from_toml`] checks (at least one layer,
     /// finite non-negative times, some compute (at least 1 ps: without it
     /// the scaling efficiency, compute / step time, is undefined), a
@@ -191,7 +208,7 @@ impl ModelSpec {
             ),
             _ => {
                 return Err(SimError::Model(format!(
-                    "unknown model {name:?}; presets: {} (or a TOML file)",
+                    "unknown model {name:?}; presets: {} (or a TOML or JSON file)",
                     MODEL_PRESETS.join(", ")
                 )));
             }

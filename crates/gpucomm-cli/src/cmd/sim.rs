@@ -336,7 +336,8 @@ struct TrainArgs {
     /// Write a Chrome trace of the run (phases; compute and communication for train).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Model: a preset (resnet50, bert-large, gpt2-xl) or a TOML file.
+    /// Model: a preset (resnet50, bert-large, gpt2-xl) or a file (TOML, or
+    /// JSON when it ends in .json).
     #[arg(long, default_value = "bert-large")]
     model: String,
     /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes;
@@ -1091,7 +1092,12 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let model = if std::path::Path::new(&a.model).exists() {
         let text =
             std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
-        ModelSpec::from_toml(&text)?
+        // JSON by its extension, as topology files are; TOML otherwise.
+        if a.model.to_ascii_lowercase().ends_with(".json") {
+            ModelSpec::from_json(&text)?
+        } else {
+            ModelSpec::from_toml(&text)?
+        }
     } else if looks_like_path(&a.model) {
         // It said `unknown model "/nonexistent.toml"`.
         bail!("--model {}: no such file", a.model);
