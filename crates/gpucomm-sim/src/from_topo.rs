@@ -97,8 +97,9 @@ impl Machine {
         let hbm = g0
             .memory_gbps()
             .ok_or_else(|| unknown("memory bandwidth"))?;
-        let mut switch_links: Option<(u8, u32, bool)> = None;
-        // NVLinks from each GPU to NVSwitches (entries summed).
+        // The NVSwitch's generation and reduction, and each GPU's NVLinks to
+        // it (entries summed).
+        let mut switch: Option<(u8, bool)> = None;
         let mut to_switch: BTreeMap<NodeIx, u32> = BTreeMap::new();
         let mut pairs = Vec::new();
         let mut nvgen = 0u8;
@@ -117,9 +118,8 @@ impl Machine {
                         nvgen = lg.number();
                         match topo.node(o).kind {
                             NodeKind::NvSwitch => {
-                                let n = to_switch.entry(g).or_default();
-                                *n += u32::from(count);
-                                switch_links = Some((lg.number(), *n, topo.node(o).reduction));
+                                *to_switch.entry(g).or_default() += u32::from(count);
+                                switch = Some((lg.number(), topo.node(o).reduction));
                             }
                             NodeKind::Gpu => {
                                 if let (Some(&a), Some(&b)) = (index.get(&g), index.get(&o)) {
@@ -168,8 +168,8 @@ impl Machine {
                 gpus.len()
             )));
         }
-        let nvlink = match switch_links {
-            Some((generation, links, nvls)) => NvFabric::Switch {
+        let nvlink = match switch.zip(counts.first()) {
+            Some(((generation, nvls), &links)) => NvFabric::Switch {
                 generation,
                 links,
                 nvls,
@@ -328,9 +328,11 @@ impl Machine {
 /// Refuses what a topology says that the simulator would otherwise ignore:
 /// a figure set on a link whose rate the model takes from its kind (NVLink,
 /// PCIe) or any latency (each hop's comes from its kind: docs/sim.md),
-/// a GPU of the modeled node with no route to another or to a CPU, sockets
-/// with no link between them, and hosts that differ (the simulator repeats
-/// the first). `gpus` are the modeled node's.
+/// a GPU of the modeled node with no route to another or to a CPU, nodes
+/// with no route between them, and hosts that differ (the simulator repeats
+/// the first). `gpus` are the modeled node's. (An uneven NVSwitch or NICs
+/// at different rates are refused where they are read, in
+/// [`Machine::from_topology`].)
 fn refuse_unmodeled(topo: &Topology, gpus: &[NodeIx]) -> Result<(), SimError> {
     let err = |why: String| SimError::Model(format!("topology {}: {why}", topo.name()));
     let ignored = "the simulator would ignore that figure, so it refuses the file (`gpucomm \
