@@ -222,6 +222,13 @@ impl Machine {
                 }
             }
         }
+        if sockets > 1 && inter_socket <= 0.0 {
+            return Err(SimError::Model(format!(
+                "topology {}: its {sockets} CPU sockets have no link between them (QPI, UPI, \
+                 Infinity Fabric), where the simulator needs one for copies across sockets",
+                topo.name()
+            )));
+        }
         let host_mem = cpus
             .first()
             .and_then(|&c| topo.node(c).memory_gbps())
@@ -280,11 +287,8 @@ impl Machine {
             c2c_gbps: c2c,
             gpus_per_switch,
             sockets,
-            inter_socket_gbps: if inter_socket > 0.0 {
-                inter_socket
-            } else {
-                20.8
-            },
+            // 0 with one socket (no link is built then).
+            inter_socket_gbps: inter_socket,
             host_mem_gbps: host_mem,
             cpu_memcpy_gbps: model::memcpy_gbps(host_mem),
             nics: if nic_gbps > 0.0 { nics.len() } else { 0 },
@@ -330,9 +334,9 @@ impl Machine {
 /// PCIe) or any latency (each hop's comes from its kind: docs/sim.md),
 /// a GPU of the modeled node with no route to another or to a CPU, nodes
 /// with no route between them, and hosts that differ (the simulator repeats
-/// the first). `gpus` are the modeled node's. (An uneven NVSwitch or NICs
-/// at different rates are refused where they are read, in
-/// [`Machine::from_topology`].)
+/// the first). `gpus` are the modeled node's. (Sockets without a link, an
+/// uneven NVSwitch or NICs at different rates are refused where they are
+/// read, in [`Machine::from_topology`].)
 fn refuse_unmodeled(topo: &Topology, gpus: &[NodeIx]) -> Result<(), SimError> {
     let err = |why: String| SimError::Model(format!("topology {}: {why}", topo.name()));
     let ignored = "the simulator would ignore that figure, so it refuses the file (`gpucomm \
@@ -698,6 +702,17 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("no route to gpu7"), "{e}");
+        // A second socket with no link to the first (its copies across
+        // sockets ran at a made-up 20.8 GB/s).
+        let e = edited("rtx4090", 1, |f| {
+            let mut cpu1 = f.node.iter().find(|n| n.id == "cpu0").unwrap().clone();
+            cpu1.id = "cpu1".into();
+            cpu1.socket = Some(1);
+            cpu1.numa = Some(1);
+            f.node.push(cpu1);
+        })
+        .unwrap_err();
+        assert!(e.contains("2 CPU sockets have no link between them"), "{e}");
         // Node 1 without NVLink, node 1's GPUs relabelled, no network.
         let e = edited("dgx-h100", 2, |f| {
             f.link
