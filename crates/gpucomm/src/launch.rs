@@ -1161,7 +1161,7 @@ fn spawn_reader(
     let handle = thread::Builder::new()
         .name(format!("gpucomm-out-{rank}"))
         .spawn(move || {
-            let mut r = BufReader::with_capacity(64 * 1024, pipe);
+            let mut r = BufReader::with_capacity(MAX_LINE, pipe);
             forward_lines(&mut r, |piece| sink(rank, stream, piece));
             let _ = done_tx.send(());
         })
