@@ -19,10 +19,11 @@ use crate::machine::{Engine, Machine, NvFabric};
 use crate::model;
 use crate::transfer::{Endpoint, copy, p2p};
 
-/// One published measurement. A field that is none of these (`algo` for
-/// `algorithm`) is refused, not ignored.
+/// One published measurement. A field that is none of these is kept in
+/// [`Case::unread`] and said (`sim calibrate` warns: `algo` for `algorithm`
+/// ran as the tuner's pick, silently): not refused, since a file of cases
+/// from elsewhere may carry documentation fields of its own.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct Case {
     /// Identifier.
     pub id: String,
@@ -55,13 +56,12 @@ pub struct Case {
     /// How far apart the published figures are (documentation only).
     #[serde(default)]
     pub tolerance_note: Option<String>,
-    /// Remarks (documentation only).
-    #[serde(default)]
-    pub notes: Option<String>,
+    /// Fields the simulator does not read, by name.
+    #[serde(flatten)]
+    pub unread: std::collections::BTreeMap<String, toml::Value>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct File {
     case: Vec<Case>,
 }
@@ -957,10 +957,11 @@ mod tests {
         }
     }
 
-    /// `algo = "ring"` (for `algorithm`) ran as the tuner's NVLS; `nodes =
-    /// 0` as one node; 5e-324 printed an infinite error.
+    /// `algo = "ring"` (for `algorithm`) ran as the tuner's NVLS unsaid: it
+    /// is kept as unread (the file still loads); `nodes = 0` ran as one
+    /// node; 5e-324 printed an infinite error.
     #[test]
-    fn unknown_fields_no_nodes_and_no_measurement_are_refused() {
+    fn unread_fields_are_kept_no_nodes_and_no_measurement_are_refused() {
         let case = |extra: &str| {
             format!(
                 "[[case]]\nid = \"x\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
@@ -968,15 +969,17 @@ mod tests {
             )
         };
         let ok = case(
-            "gpus = 8\nalgorithm = \"ring\"\nnodes = 1\nsource = \"s\"\ntolerance_note = \"t\"\nnotes = \"n\"",
+            "gpus = 8\nalgorithm = \"ring\"\nnodes = 1\nsource = \"s\"\ntolerance_note = \"t\"",
         );
-        assert_eq!(parse(&ok).unwrap()[0].algorithm.as_deref(), Some("ring"));
-        let e = parse(&case("algo = \"ring\"")).unwrap_err().to_string();
-        assert!(e.contains("unknown field `algo`"), "{e}");
-        let e = parse(&format!("cases = 1\n{}", case("")))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown field `cases`"), "{e}");
+        let c = parse(&ok).unwrap().remove(0);
+        assert_eq!(c.algorithm.as_deref(), Some("ring"));
+        assert!(c.unread.is_empty(), "{:?}", c.unread);
+        let c = parse(&case("algo = \"ring\"\nnotes = \"n\""))
+            .unwrap()
+            .remove(0);
+        assert_eq!(c.algorithm, None);
+        let unread: Vec<&str> = c.unread.keys().map(String::as_str).collect();
+        assert_eq!(unread, ["algo", "notes"]);
         for field in ["nodes", "gpus"] {
             let e = parse(&case(&format!("{field} = 0")))
                 .unwrap_err()
@@ -1102,7 +1105,7 @@ mod tests {
             value: 100.0,
             source: String::new(),
             tolerance_note: None,
-            notes: None,
+            unread: Default::default(),
         };
         let p = predict(&case(
             "2x DGX A100, 4x HDR 200 Gb/s InfiniBand NICs per node",
@@ -1310,7 +1313,7 @@ mod tests {
             algorithm: None,
             source: String::new(),
             tolerance_note: None,
-            notes: None,
+            unread: Default::default(),
         };
         assert!(predict(&case("2x quad GH200 nodes", 8, 2)).is_ok());
         let e = predict(&case("2x GH200 nodes", 8, 2))
@@ -1364,7 +1367,7 @@ mod tests {
             value: 10.0,
             source: String::new(),
             tolerance_note: None,
-            notes: None,
+            unread: Default::default(),
         };
         for (text, pair) in [
             ("2x V100 PCIe, same PCIe switch", "--pair 0,1"),
