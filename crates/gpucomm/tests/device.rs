@@ -342,6 +342,150 @@ fn point_to_point_on_device_buffers() {
     }
 }
 
+/// Point-to-point patterns the host path allows, on even `n` ranks paired
+/// `(2k, 2k + 1)`, around the size under which sends do not wait for the
+/// receiver (16 KiB): both ranks sending first (small messages only, as on
+/// the host), an exchange against a recv-then-send and a send-then-recv, a
+/// large send met by the peer's small send first, and a ring of exchanges.
+fn p2p_patterns(dc: &DeviceComm, s: &Stream) -> Result<(), String> {
+    let (n, me) = (dc.world_size(), dc.rank());
+    let partner = me ^ 1;
+    let even = me % 2 == 0;
+    fn e(me: usize, what: &str) -> impl Fn(Error) -> String + '_ {
+        move |e| format!("rank {me}: {what}: {e}")
+    }
+    let data = |r: usize, count: usize, round: u32| -> Vec<u32> {
+        (0..count as u32)
+            .map(|i| r as u32 * 1_000_000 + i + 7 * round)
+            .collect()
+    };
+    let o = CallOptions::default();
+    let send = |to: usize, v: &[u32]| -> Result<(), Error> {
+        let b = dc.alloc_from(v, s)?;
+        dc.run(Call::Send { peer: to }, Some(&b), &mut dc.alloc(0)?, s, &o)?
+            .wait()
+    };
+    let recv = |from: usize, count: usize| -> Result<Vec<u32>, Error> {
+        let mut b = dc.alloc_from(&vec![99u32; count], s)?;
+        dc.run(Call::Recv { peer: from }, None, &mut b, s, &o)?
+            .wait()?;
+        b.to_vec(s)
+    };
+    let exchange = |to: usize, v: &[u32], from: usize, count: usize| -> Result<Vec<u32>, Error> {
+        let a = dc.alloc_from(v, s)?;
+        let mut b = dc.alloc_from(&vec![99u32; count], s)?;
+        dc.run(Call::Exchange { to, from }, Some(&a), &mut b, s, &o)?
+            .wait()?;
+        b.to_vec(s)
+    };
+    let check = |what: &str, got: Vec<u32>, want: Vec<u32>| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "rank {me}: {what}: got {:?}.. want {:?}..",
+                &got[..got.len().min(3)],
+                &want[..want.len().min(3)]
+            ))
+        }
+    };
+    for count in [3usize, 1000, 4095, 4096, 300_000] {
+        let small = count * 4 < 16 * 1024;
+        if small {
+            let what = format!("both send first, {count}");
+            send(partner, &data(me, count, 1)).map_err(e(me, &what))?;
+            check(
+                &what,
+                recv(partner, count).map_err(e(me, &what))?,
+                data(partner, count, 1),
+            )?;
+        }
+        let what = format!("exchange against recv then send, {count}");
+        let got = if even {
+            exchange(partner, &data(me, count, 2), partner, count).map_err(e(me, &what))?
+        } else {
+            let got = recv(partner, count).map_err(e(me, &what))?;
+            send(partner, &data(me, count, 2)).map_err(e(me, &what))?;
+            got
+        };
+        check(&what, got, data(partner, count, 2))?;
+        let what = format!("exchange against send then recv, {count}");
+        let got = if even {
+            exchange(partner, &data(me, count, 3), partner, count).map_err(e(me, &what))?
+        } else {
+            send(partner, &data(me, count, 3)).map_err(e(me, &what))?;
+            recv(partner, count).map_err(e(me, &what))?
+        };
+        check(&what, got, data(partner, count, 3))?;
+        let what = format!("a large send met by a small one, {count}");
+        let (mine, theirs) = if even { (count, 3) } else { (3, count) };
+        send(partner, &data(me, mine, 4)).map_err(e(me, &what))?;
+        check(
+            &what,
+            recv(partner, theirs).map_err(e(me, &what))?,
+            data(partner, theirs, 4),
+        )?;
+        let what = format!("a ring of exchanges, {count}");
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let got = exchange(next, &data(me, count, 5), prev, count).map_err(e(me, &what))?;
+        check(&what, got, data(prev, count, 5))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn point_to_point_patterns_match_the_host_path() {
+    // On the IPC path a send that waited for an acknowledgement met the
+    // peer's own send (a Mismatch), and an exchange (staged) did not match
+    // a send or recv (IPC) on the peer.
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let res = with_ranks(4, &[gpu], &[0], path, |dc| {
+            let dc = dc.map_err(|e| e.to_string())?;
+            let s = dc.stream().map_err(|e| e.to_string())?;
+            p2p_patterns(&dc, &s)
+        });
+        for (r, x) in res.iter().enumerate() {
+            assert!(x.is_ok(), "{path}, rank {r}: {x:?}");
+        }
+        // Both sending 1.2 MB first wait for each other, as on the host,
+        // and the error names the send.
+        let gpu = Arc::new(FakeDevice::new(1));
+        let res = with_ranks(2, &[gpu], &[0], path, |dc| {
+            let dc = dc.unwrap();
+            let s = dc.stream().unwrap();
+            let a = dc.alloc_from(&[7u32; 300_000], &s).unwrap();
+            let o = CallOptions {
+                timeout: Some(Duration::from_millis(500)),
+                algorithm: None,
+            };
+            let peer = 1 - dc.rank();
+            dc.run(
+                Call::Send { peer },
+                Some(&a),
+                &mut dc.alloc(0).unwrap(),
+                &s,
+                &o,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        });
+        // (The first to time out aborts; the other may see that first.)
+        for (r, x) in res.iter().enumerate() {
+            assert!(
+                x.as_ref().is_err_and(|e| e.starts_with("send #")
+                    && (e.contains("timed out") || e.contains("aborted"))),
+                "{path}, rank {r}: {x:?}"
+            );
+        }
+        assert!(
+            res.iter()
+                .any(|x| x.as_ref().is_err_and(|e| e.contains("timed out"))),
+            "{path}: {res:?}"
+        );
+    }
+}
+
 #[test]
 fn calls_without_a_schedule_stage_on_device_buffers() {
     // exchange, gather, scatter and the blocks-of-any-size calls: through
@@ -885,6 +1029,18 @@ fn worker() {
                     assert_eq!(fake.live_allocations(), before - 1, "{st:?}");
                 }
             }
+            "p2p" => {
+                let before = fake.live_allocations();
+                p2p_patterns(&dc, &s).unwrap_or_else(|e| panic!("{e}"));
+                // Sent buffers were freed as they dropped: a receiver maps
+                // a sender's buffer for its copy alone (they stayed, until
+                // a collective, growing without bound).
+                if f[5] == "fake" {
+                    let st = fake.stats();
+                    assert_eq!(fake.live_allocations(), before, "{st:?}");
+                    assert_eq!(st.ipc_open, st.ipc_close, "{st:?}");
+                }
+            }
             "crash" => {
                 // Rank 1 dies after setup; the others must fail, not hang.
                 if rank == 1 {
@@ -928,6 +1084,13 @@ fn processes_fake_ipc_2_and_4_ranks() {
         GpuPath::Ipc,
         Duration::from_secs(120),
     ));
+}
+
+#[test]
+fn processes_point_to_point_patterns() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        all_ok(&job("p2p", 2, "fake", path, Duration::from_secs(120)));
+    }
 }
 
 #[test]
@@ -1028,6 +1191,13 @@ fn gpu_processes_sharing_device_0_ipc() {
     all_ok(&job(
         "cache",
         4,
+        "cuda",
+        GpuPath::Ipc,
+        Duration::from_secs(120),
+    ));
+    all_ok(&job(
+        "p2p",
+        2,
         "cuda",
         GpuPath::Ipc,
         Duration::from_secs(120),

@@ -79,7 +79,14 @@ const HELLO: usize = 128;
 const DESC: usize = 160;
 const DESC_HEADER: usize = 48;
 const DESC_MAGIC: &[u8; 4] = b"GCDB";
-const DESC_VERSION: u8 = 1;
+const DESC_VERSION: u8 = 2;
+/// Point-to-point messages under this many bytes travel inline on the IPC
+/// path, and their sends do not wait for the receiver, as host messages
+/// under the engine's zero-copy size do.
+pub(crate) const EAGER_MAX: usize = crate::engine::ZERO_COPY_MIN;
+/// Messages a rank keeps from a peer that sent them before this rank
+/// received (see `DeviceComm::p2p_ipc`).
+const MAX_EARLY: usize = 1024;
 /// Peer allocations kept open (oldest closed first).
 const MAX_OPENED: usize = 256;
 /// Retired (dropped, exported) allocations announced per call.
@@ -96,6 +103,10 @@ enum DescKind {
     Address = 1,
     /// A backend IPC handle.
     Ipc = 2,
+    /// Point-to-point: `bytes` follow in a message of their own.
+    Inline = 3,
+    /// Point-to-point: the receiver has copied the sender's buffer.
+    Ack = 4,
 }
 
 /// A peer buffer as published for one call.
@@ -113,6 +124,23 @@ struct Desc {
 }
 
 impl Desc {
+    /// A point-to-point record without a buffer: `bytes` sent inline.
+    fn inline(bytes: usize, call: u64) -> Desc {
+        Desc {
+            kind: DescKind::Inline,
+            pid: std::process::id(),
+            key: 0,
+            ptr: 0,
+            bytes: bytes as u64,
+            call,
+            handle: vec![],
+        }
+    }
+
+    fn with_kind(self, kind: DescKind) -> Desc {
+        Desc { kind, ..self }
+    }
+
     fn encode(&self) -> [u8; DESC] {
         let mut b = [0u8; DESC];
         b[..4].copy_from_slice(DESC_MAGIC);
@@ -142,6 +170,8 @@ impl Desc {
             0 => DescKind::None,
             1 => DescKind::Address,
             2 => DescKind::Ipc,
+            3 => DescKind::Inline,
+            4 => DescKind::Ack,
             k => return Err(format!("unknown kind {k}")),
         };
         let hl = u16::from_le_bytes([b[6], b[7]]) as usize;
@@ -183,6 +213,9 @@ struct State {
     scratch: Option<DeviceBuffer<u8>>,
     staging: Option<Staging>,
     calls: u64,
+    /// Point-to-point records (and inline payloads) per peer, received
+    /// before the receive they are for.
+    early: HashMap<usize, VecDeque<(Desc, Vec<u8>)>>,
 }
 
 /// Unregisters host memory from the device when the buffer goes.
@@ -518,12 +551,8 @@ impl DeviceComm {
             self.world_size(),
             self.rank(),
         )?;
-        // Exchange (no gpucomm-algo schedule), gather and scatter (no IPC
-        // plan yet) stage on either path.
-        let staged_only = matches!(
-            call,
-            Call::Exchange { .. } | Call::Gather { .. } | Call::Scatter { .. }
-        );
+        // Gather and scatter (no IPC plan yet) stage on either path.
+        let staged_only = matches!(call, Call::Gather { .. } | Call::Scatter { .. });
         let r = match self.path {
             GpuPath::Ipc if !staged_only => {
                 self.run_ipc(call, T::DTYPE, count, send, recv, stream, opts)
@@ -534,7 +563,13 @@ impl DeviceComm {
         };
         if r.is_err() {
             // Peers may be waiting on this rank: make them fail now (a
-            // failure of the host communicator has already done so).
+            // failure of the host communicator has already done so). What
+            // peers sent ahead is void with it (it names their buffers).
+            self.st
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .early
+                .clear();
             self.comm.abort();
         }
         r?;
@@ -801,7 +836,15 @@ impl DeviceComm {
         }
     }
 
-    fn desc<T: Element>(&self, b: Option<&DeviceBuffer<T>>, call_hash: u64) -> Result<Desc, Error> {
+    /// `b`'s descriptor for a call; `lasting`: peers may keep it mapped
+    /// (collectives), so that its memory is freed only after they closed
+    /// it (see `DevCtx::release`).
+    fn desc<T: Element>(
+        &self,
+        b: Option<&DeviceBuffer<T>>,
+        call_hash: u64,
+        lasting: bool,
+    ) -> Result<Desc, Error> {
         let Some(b) = b else {
             return Ok(Desc {
                 kind: DescKind::None,
@@ -825,6 +868,9 @@ impl DeviceComm {
                     detail: format!("an IPC handle of {} bytes does not fit", h.len()),
                 });
             }
+            if lasting {
+                b.mark_mapped();
+            }
             (DescKind::Ipc, h.to_vec())
         } else {
             (DescKind::Address, vec![])
@@ -840,11 +886,21 @@ impl DeviceComm {
         })
     }
 
-    /// Where this rank reaches peer `p`'s buffer `d`.
-    fn resolve(&self, call: Call, p: usize, d: &Desc) -> Result<Option<Peer>, Error> {
+    /// Where this rank reaches peer `p`'s buffer `d`, and whether the
+    /// mapping was opened for this use alone (`keep` false: the caller
+    /// closes it with [`Self::close_mapping`] once its work is done; a
+    /// mapping already open stays). `keep` true caches the mapping until
+    /// the owner announces the buffer retired (collectives).
+    fn resolve(
+        &self,
+        call: Call,
+        p: usize,
+        d: &Desc,
+        keep: bool,
+    ) -> Result<Option<(Peer, bool)>, Error> {
         let bytes = usize::try_from(d.bytes).unwrap_or(usize::MAX);
         match d.kind {
-            DescKind::None => Ok(None),
+            DescKind::None | DescKind::Inline | DescKind::Ack => Ok(None),
             DescKind::Address => {
                 if d.pid != std::process::id() {
                     return Err(self.op_err(
@@ -857,17 +913,17 @@ impl DeviceComm {
                         )),
                     ));
                 }
-                Ok(Some(Peer { ptr: d.ptr, bytes }))
+                Ok(Some((Peer { ptr: d.ptr, bytes }, false)))
             }
             // Our own buffer, or a peer thread's (CUDA refuses to open a
             // handle in the process that exported it): the address.
             DescKind::Ipc if p == self.rank() || d.pid == std::process::id() => {
-                Ok(Some(Peer { ptr: d.ptr, bytes }))
+                Ok(Some((Peer { ptr: d.ptr, bytes }, false)))
             }
             DescKind::Ipc => {
                 let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(m) = st.opened.get(&(p, d.key)) {
-                    return Ok(Some(*m));
+                    return Ok(Some((*m, false)));
                 }
                 let (ptr, len) = self.ctx.backend.ipc_open(self.ctx.device, &d.handle)?;
                 if len < bytes {
@@ -885,6 +941,9 @@ impl DeviceComm {
                     ));
                 }
                 let m = Peer { ptr, bytes };
+                if !keep {
+                    return Ok(Some((m, true)));
+                }
                 st.opened.insert((p, d.key), m);
                 st.order.push_back((p, d.key));
                 while st.order.len() > MAX_OPENED {
@@ -895,9 +954,18 @@ impl DeviceComm {
                         unsafe { self.ctx.backend.ipc_close(self.ctx.device, o.ptr) };
                     }
                 }
-                Ok(Some(m))
+                Ok(Some((m, false)))
             }
         }
+    }
+
+    /// Closes a mapping [`Self::resolve`] opened for one use.
+    ///
+    /// # Safety
+    /// No device work that uses it is in flight.
+    unsafe fn close_mapping(&self, m: Peer) {
+        // SAFETY: the caller's promise; opened by ipc_open, closed once.
+        unsafe { self.ctx.backend.ipc_close(self.ctx.device, m.ptr) };
     }
 
     fn scratch(&self, bytes: usize) -> Result<DevicePtr, Error> {
@@ -991,10 +1059,17 @@ impl DeviceComm {
             dtype as u64,
             count as u64,
         ]);
-        if let Call::Send { peer } | Call::Recv { peer } = call {
-            let bytes = send.map(|x| x.bytes()).unwrap_or(recv.bytes());
-            let p2p_hash = fnv(&[0x0070_3270, dtype as u64, bytes as u64]);
-            return self.p2p_ipc(call, peer, p2p_hash, send, recv, s);
+        match call {
+            Call::Send { peer } => {
+                return self.p2p_ipc(call, Some(peer), send, None, recv, s, &hopts);
+            }
+            Call::Recv { peer } => {
+                return self.p2p_ipc(call, None, None, Some(peer), recv, s, &hopts);
+            }
+            Call::Exchange { to, from } => {
+                return self.p2p_ipc(call, Some(to), send, Some(from), recv, s, &hopts);
+            }
+            _ => {}
         }
         if call == Call::Barrier {
             return barrier();
@@ -1005,8 +1080,9 @@ impl DeviceComm {
         let r = (|| -> Result<(), Error> {
             // Exchange: every rank's send and receive descriptors and retired keys.
             let mut mine = [0u8; REC];
-            mine[..DESC].copy_from_slice(&self.desc(send, call_hash)?.encode());
-            mine[DESC..2 * DESC].copy_from_slice(&self.desc(Some(&*recv), call_hash)?.encode());
+            mine[..DESC].copy_from_slice(&self.desc(send, call_hash, true)?.encode());
+            mine[DESC..2 * DESC]
+                .copy_from_slice(&self.desc(Some(&*recv), call_hash, true)?.encode());
             mine[2 * DESC..2 * DESC + 8].copy_from_slice(&(freeing.len() as u64).to_le_bytes());
             for (i, (k, _)) in freeing.iter().enumerate() {
                 mine[2 * DESC + 8 * (i + 1)..2 * DESC + 8 * (i + 2)]
@@ -1063,11 +1139,14 @@ impl DeviceComm {
                     ));
                 }
                 any_in_place |= sd.kind == DescKind::None;
-                let rp = self.resolve(call, p, &rd)?.ok_or_else(|| {
-                    self.op_err(call, Some(p), Failure::Protocol("no receive buffer".into()))
-                })?;
+                let rp = self
+                    .resolve(call, p, &rd, true)?
+                    .map(|m| m.0)
+                    .ok_or_else(|| {
+                        self.op_err(call, Some(p), Failure::Protocol("no receive buffer".into()))
+                    })?;
                 // In place: the input is the receive buffer.
-                let sp = self.resolve(call, p, &sd)?.unwrap_or(rp);
+                let sp = self.resolve(call, p, &sd, true)?.map_or(rp, |m| m.0);
                 sends.push(sp);
                 recvs.push(rp);
             }
@@ -1258,65 +1337,243 @@ impl DeviceComm {
         }
     }
 
+    /// Point-to-point on the IPC path: a send half to `to` and a receive
+    /// half from `from` (send, recv and exchange each have one or both),
+    /// with the host path's semantics: a message under [`EAGER_MAX`]
+    /// travels inline and its send never waits for the peer (as a small
+    /// host send); a larger one sends its buffer's descriptor, the
+    /// receiver copies from peer memory and acknowledges, and the send
+    /// returns then (as a large host send, which waits for the receive).
+    /// The halves of an exchange progress together, so each matches a
+    /// send or recv on the peer, or another exchange. Every message is a
+    /// [`DESC`]-byte control record (an inline payload follows its
+    /// record): a record from a peer that is not the one this rank waits
+    /// for (the peer's next send, come while we wait for its
+    /// acknowledgement) is kept for the receive that takes it, as an
+    /// unexpected message is in MPI.
+    #[allow(clippy::too_many_arguments)]
     fn p2p_ipc<T: Element>(
         &self,
         call: Call,
-        peer: usize,
-        call_hash: u64,
+        to: Option<usize>,
         send: Option<&DeviceBuffer<T>>,
+        from: Option<usize>,
         recv: &mut DeviceBuffer<T>,
         s: StreamId,
+        hopts: &CallOptions,
     ) -> Result<(), Error> {
-        let mut ack = [0u8; 1];
-        if let Call::Send { .. } = call {
-            let d = self.desc(send, call_hash)?.encode();
-            self.comm.send(&d, peer)?;
-            // The receiver has copied: our buffer is free again.
-            return self.comm.recv(&mut ack, peer);
+        let hash = |bytes: usize| p2p_hash(T::DTYPE, bytes);
+        let hsend =
+            |b: &[u8], p: usize| self.host_p2p(call, Call::Send { peer: p }, b, &mut [], hopts);
+        // 1. The send half's message: it never waits for the peer.
+        let mut ack_from = None;
+        if let (Some(to), Some(x)) = (to, send) {
+            let bytes = x.bytes();
+            if bytes < EAGER_MAX {
+                let mut payload = vec![0u8; bytes];
+                if bytes > 0 {
+                    // SAFETY: `payload` holds `bytes` bytes; the buffer is
+                    // live and borrowed; the stream is synchronized below,
+                    // before `payload` is read.
+                    unsafe {
+                        self.ctx
+                            .backend
+                            .copy_d2h(s, payload.as_mut_ptr(), x.ptr, bytes)?
+                    };
+                    self.sync(s)?;
+                }
+                let rec = Desc::inline(bytes, hash(bytes));
+                hsend(&rec.encode(), to)?;
+                if bytes > 0 {
+                    hsend(&payload, to)?;
+                }
+            } else {
+                hsend(&self.desc(Some(x), hash(bytes), false)?.encode(), to)?;
+                ack_from = Some(to);
+            }
         }
-        let mut d = [0u8; DESC];
-        self.comm.recv(&mut d, peer)?;
-        let desc = Desc::decode(&d).map_err(|e| {
-            self.op_err(
-                call,
-                Some(peer),
-                Failure::Protocol(format!("buffer descriptor: {e}")),
-            )
-        })?;
-        if desc.call != call_hash {
+        // 2. The receive half, and the send half's acknowledgement.
+        let r = self.p2p_wait(call, from, &mut ack_from, recv, s, hopts);
+        if ack_from.is_some()
+            && let Some(x) = send
+        {
+            // Unacknowledged: the receiver may still map it.
+            x.mark_mapped();
+        }
+        r
+    }
+
+    /// The rest of [`Self::p2p_ipc`]: the receive from `from`, if any, and
+    /// the acknowledgement from `ack_from` (cleared when it came).
+    fn p2p_wait<T: Element>(
+        &self,
+        call: Call,
+        from: Option<usize>,
+        ack_from: &mut Option<usize>,
+        recv: &mut DeviceBuffer<T>,
+        s: StreamId,
+        hopts: &CallOptions,
+    ) -> Result<(), Error> {
+        let hash = |bytes: usize| p2p_hash(T::DTYPE, bytes);
+        let proto = |p: usize, what: String| self.op_err(call, Some(p), Failure::Protocol(what));
+        let mut recv_from = from;
+        while recv_from.is_some() || ack_from.is_some() {
+            if let Some(p) = recv_from {
+                let early = {
+                    let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+                    st.early.get_mut(&p).and_then(|q| q.pop_front())
+                };
+                if let Some((d, payload)) = early {
+                    self.p2p_take(call, p, &d, payload, hash(recv.bytes()), recv, s, hopts)?;
+                    recv_from = None;
+                    continue;
+                }
+            }
+            let p = recv_from.or(*ack_from).expect("one is waited for");
+            let mut rec = [0u8; DESC];
+            self.host_p2p(call, Call::Recv { peer: p }, &[], &mut rec[..], hopts)?;
+            let d = Desc::decode(&rec).map_err(|e| proto(p, format!("control record: {e}")))?;
+            if d.kind == DescKind::Ack {
+                if *ack_from != Some(p) {
+                    return Err(proto(p, "an acknowledgement of no send".into()));
+                }
+                *ack_from = None;
+                continue;
+            }
+            let payload = if d.kind == DescKind::Inline && d.bytes > 0 {
+                let n = usize::try_from(d.bytes)
+                    .ok()
+                    .filter(|&n| n < EAGER_MAX)
+                    .ok_or_else(|| proto(p, format!("an inline message of {} bytes", d.bytes)))?;
+                let mut v = vec![0u8; n];
+                self.host_p2p(call, Call::Recv { peer: p }, &[], &mut v[..], hopts)?;
+                v
+            } else {
+                vec![]
+            };
+            if recv_from == Some(p) {
+                self.p2p_take(call, p, &d, payload, hash(recv.bytes()), recv, s, hopts)?;
+                recv_from = None;
+            } else {
+                // The peer's next send, before its acknowledgement of ours.
+                let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+                let q = st.early.entry(p).or_default();
+                if q.len() >= MAX_EARLY {
+                    drop(st);
+                    return Err(proto(
+                        p,
+                        format!("{MAX_EARLY} messages sent to this rank are not received"),
+                    ));
+                }
+                q.push_back((d, payload));
+            }
+        }
+        Ok(())
+    }
+
+    /// The receive half of [`Self::p2p_ipc`]: `d` (and its inline
+    /// `payload`) from peer `p` into `recv`.
+    #[allow(clippy::too_many_arguments)]
+    fn p2p_take<T: Element>(
+        &self,
+        call: Call,
+        p: usize,
+        d: &Desc,
+        payload: Vec<u8>,
+        want: u64,
+        recv: &mut DeviceBuffer<T>,
+        s: StreamId,
+        hopts: &CallOptions,
+    ) -> Result<(), Error> {
+        let rb = recv.bytes();
+        if d.call != want {
+            let theirs = if d.bytes == rb as u64 {
+                format!("a send of {} bytes of another type", d.bytes)
+            } else {
+                format!("a send of {} bytes", d.bytes)
+            };
             return Err(self.op_err(
                 call,
-                Some(peer),
+                Some(p),
                 Failure::Mismatch {
-                    ours: format!("recv of {} bytes", recv.bytes()),
-                    theirs: "a send of another type or count".into(),
+                    ours: format!("a receive of {rb} bytes of {}", T::DTYPE),
+                    theirs,
                 },
             ));
         }
-        let src = self.resolve(call, peer, &desc)?.ok_or_else(|| {
-            self.op_err(call, Some(peer), Failure::Protocol("no send buffer".into()))
-        })?;
-        if src.bytes != recv.bytes() {
-            return Err(self.op_err(
-                call,
-                Some(peer),
-                Failure::Mismatch {
-                    ours: format!("recv of {} bytes", recv.bytes()),
-                    theirs: format!("send of {} bytes", src.bytes),
-                },
-            ));
+        if d.kind == DescKind::Inline {
+            if payload.len() != rb {
+                return Err(self.op_err(
+                    call,
+                    Some(p),
+                    Failure::Protocol(format!(
+                        "an inline message of {} bytes, its record says {rb}",
+                        payload.len()
+                    )),
+                ));
+            }
+            if rb > 0 {
+                // SAFETY: `payload` holds `rb` bytes (the hash covers the
+                // length); the stream is synchronized before it drops.
+                unsafe {
+                    self.ctx
+                        .backend
+                        .copy_h2d(s, recv.ptr, payload.as_ptr(), rb)?
+                };
+            }
+            return self.sync(s);
         }
-        if recv.bytes() > 0 {
+        let (src, once) = self.resolve(call, p, d, false)?.ok_or_else(|| {
+            self.op_err(call, Some(p), Failure::Protocol("no send buffer".into()))
+        })?;
+        // A sender's buffer is mapped for its message alone, so that the
+        // sender may free it once acknowledged (a mapping a collective
+        // opened is reused and stays).
+        let copied = (|| {
+            if src.bytes != rb {
+                return Err(self.op_err(
+                    call,
+                    Some(p),
+                    Failure::Protocol(format!(
+                        "the send buffer maps {} bytes, its record says {rb}",
+                        src.bytes
+                    )),
+                ));
+            }
             // SAFETY: lengths equal, checked above; the sender keeps its
             // buffer until our acknowledgement.
-            unsafe {
-                self.ctx
-                    .backend
-                    .copy_d2d(s, recv.ptr, src.ptr, recv.bytes())?
-            };
+            unsafe { self.ctx.backend.copy_d2d(s, recv.ptr, src.ptr, rb)? };
+            self.sync(s)
+        })();
+        if once {
+            // SAFETY: the copy is done (synchronized), or failed; a failed
+            // stream is synchronized before the mapping goes.
+            if copied.is_err() {
+                let _ = self.sync(s);
+            }
+            unsafe { self.close_mapping(src) };
         }
-        self.sync(s)?;
-        self.comm.send(&ack, peer)
+        copied?;
+        let ack = Desc::inline(0, 0).with_kind(DescKind::Ack);
+        self.host_p2p(call, Call::Send { peer: p }, &ack.encode(), &mut [], hopts)
+    }
+
+    /// One message of a device point-to-point `call` over the host
+    /// communicator (`host`: its send or recv); a failure names `call` and
+    /// this communicator's call count, as the staged path's do.
+    fn host_p2p(
+        &self,
+        call: Call,
+        host: Call,
+        send: &[u8],
+        recv: &mut [u8],
+        hopts: &CallOptions,
+    ) -> Result<(), Error> {
+        let send = matches!(host, Call::Send { .. }).then_some(send);
+        self.comm.run(host, send, recv, hopts).map_err(|e| match e {
+            Error::Op { ctx, failure } => self.op_err(call, ctx.peer, failure),
+            e => e,
+        })
     }
 
     /// `call` through pinned host memory: the device data to the staging
@@ -1404,6 +1661,11 @@ impl Drop for DeviceComm {
     }
 }
 
+/// The call hash of a point-to-point message: its type and length.
+fn p2p_hash(dtype: DataType, bytes: usize) -> u64 {
+    fnv(&[0x0070_3270, dtype as u64, bytes as u64])
+}
+
 /// Element count of a call, checked as the host path checks it.
 fn counts(
     call: Call,
@@ -1480,7 +1742,7 @@ fn counts(
             let gather = matches!(call, Call::Gather { .. });
             crate::comm::rooted_block(gather, root, send, recv, me, n).or_else(bad)
         }
-        // Exchange always stages; its arguments are checked as the host
+        // Exchange: its arguments are checked as the host
         // communicator checks them, before anything moves (an error then
         // stays this rank's own, as for every other call).
         Call::Exchange { .. } => crate::comm::hand_made(call, send, recv, None, me, n)
@@ -1549,7 +1811,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let dc2 = dc.clone();
         std::thread::spawn(move || {
-            let r = dc2.resolve(Call::AllReduce(ReduceOp::Sum), 1, &desc);
+            let r = dc2.resolve(Call::AllReduce(ReduceOp::Sum), 1, &desc, true);
             let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
         });
         let got = rx.recv_timeout(Duration::from_secs(20));
@@ -1586,7 +1848,7 @@ mod tests {
         x[0] = b'X';
         assert!(Desc::decode(&x).unwrap_err().contains("magic"));
         let mut x = e;
-        x[4] = 2;
+        x[4] = DESC_VERSION + 1;
         assert!(Desc::decode(&x).unwrap_err().contains("version"));
         let mut x = e;
         x[5] = 9;

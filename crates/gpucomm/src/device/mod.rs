@@ -30,7 +30,10 @@
 //!   peers' device memory directly: copies device-to-device (P2P) and the
 //!   reduction kernels take their operands from peer memory. All-reduce is
 //!   a direct reduce-scatter (rank r folds block r of every input, in rank
-//!   order) then a direct all-gather of the blocks.
+//!   order) then a direct all-gather of the blocks. Send, recv and exchange
+//!   keep the host path's semantics: under 16 KiB the bytes go inline and
+//!   the send does not wait; from 16 KiB the receiver copies from the
+//!   sender's buffer (mapped for that copy alone) and acknowledges.
 //! * **Staged** (the traditional path, and the fallback across hosts):
 //!   device → page-locked host memory that peers map (a communicator
 //!   segment registered with the device) → the host collective (zero copy
@@ -78,7 +81,7 @@ mod cuda;
 mod fake;
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::dtype::Element;
@@ -411,6 +414,10 @@ pub struct DeviceBuffer<T: Element> {
     key: u64,
     /// The allocation's IPC export, made on first use.
     ipc: OnceLock<Vec<u8>>,
+    /// Peer processes may hold a lasting mapping (a collective published
+    /// it): freed only once they have closed it. A point-to-point send's
+    /// receiver maps the buffer for its copy alone.
+    mapped: AtomicBool,
     _t: PhantomData<T>,
 }
 
@@ -428,6 +435,7 @@ impl<T: Element> DeviceBuffer<T> {
             len,
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             ipc: OnceLock::new(),
+            mapped: AtomicBool::new(false),
             _t: PhantomData,
         })
     }
@@ -530,6 +538,11 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(v)
     }
 
+    /// Marks the buffer as mapped by peer processes beyond the current call.
+    pub(crate) fn mark_mapped(&self) {
+        self.mapped.store(true, Ordering::Relaxed);
+    }
+
     pub(crate) fn ipc_export(&self) -> Result<&[u8], Error> {
         if let Some(v) = self.ipc.get() {
             return Ok(v);
@@ -548,7 +561,7 @@ impl<T: Element> Drop for DeviceBuffer<T> {
         // so no work uses the memory; peers that opened it through IPC
         // close it first (see DevCtx::release).
         self.ctx
-            .release(self.key, self.ptr, self.ipc.get().is_some());
+            .release(self.key, self.ptr, self.mapped.load(Ordering::Relaxed));
     }
 }
 
