@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -287,14 +287,14 @@ impl Inner {
     }
 
     pub fn register(&self, seg: &Arc<Segment>) {
-        let mut v = self.segments.lock().expect("segments lock");
+        let mut v = self.segments.lock().unwrap_or_else(PoisonError::into_inner);
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(seg));
     }
 
     fn lookup(&self, p: *const u8, bytes: usize) -> Option<ZeroCopy> {
         self.region.as_ref()?;
-        let v = self.segments.lock().expect("segments lock");
+        let v = self.segments.lock().unwrap_or_else(PoisonError::into_inner);
         for w in v.iter() {
             if let Some(s) = w.upgrade()
                 && s.contains(p, bytes)
@@ -312,7 +312,7 @@ impl Inner {
 
     /// Marks the communicator unusable and tells peers (region state, sockets).
     fn poison(&self, why: String, state: u32) {
-        let mut b = self.broken.lock().expect("broken lock");
+        let mut b = self.broken.lock().unwrap_or_else(PoisonError::into_inner);
         if b.is_none() {
             *b = Some(why);
         }
@@ -342,7 +342,12 @@ impl Inner {
         if !self.is_broken.load(Ordering::Acquire) {
             return Ok(());
         }
-        if let Some(b) = self.broken.lock().expect("broken lock").as_ref() {
+        if let Some(b) = self
+            .broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
             return Err(Error::Broken(b.clone()));
         }
         Ok(())
@@ -354,14 +359,22 @@ impl Inner {
         if target == 0 {
             return; // never used async: no lock on the hot path
         }
-        let mut c = self.queue.completed.lock().expect("queue lock");
+        let mut c = self
+            .queue
+            .completed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         while *c < target {
-            c = self.queue.cv.wait(c).expect("queue lock");
+            c = self
+                .queue
+                .cv
+                .wait(c)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
     fn submit(self: &Arc<Self>, job: Job) -> Result<(), Error> {
-        let mut tx = self.queue.tx.lock().expect("queue lock");
+        let mut tx = self.queue.tx.lock().unwrap_or_else(PoisonError::into_inner);
         if tx.is_none() {
             let (t, r) = mpsc::channel::<Job>();
             let weak = Arc::downgrade(self);
@@ -371,12 +384,20 @@ impl Inner {
                     while let Ok(job) = r.recv() {
                         let Some(inner) = weak.upgrade() else { return };
                         job(&inner);
-                        *inner.queue.completed.lock().expect("queue lock") += 1;
+                        *inner
+                            .queue
+                            .completed
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) += 1;
                         inner.queue.cv.notify_all();
                     }
                 })
                 .map_err(|e| Error::io("spawning the progress thread", e))?;
-            *self.queue.worker.lock().expect("queue lock") = Some(h);
+            *self
+                .queue
+                .worker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(h);
             *tx = Some(t);
         }
         self.queue.submitted.fetch_add(1, Ordering::AcqRel);
@@ -387,8 +408,16 @@ impl Inner {
     }
 
     pub fn shutdown_queue(&self) -> Option<JoinHandle<()>> {
-        self.queue.tx.lock().expect("queue lock").take();
-        self.queue.worker.lock().expect("queue lock").take()
+        self.queue
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.queue
+            .worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     pub fn close(&self) {
@@ -503,7 +532,13 @@ impl Inner {
     /// Runs one call to completion on this thread (the caller holds no lock).
     pub(crate) fn run(&self, rc: RawCall) -> Result<(), Error> {
         self.check_usable()?;
-        let mut st = self.state.lock().expect("state lock");
+        // A panic under the lock (a bug) leaves the state half updated:
+        // the communicator is broken from then on, an error, not a panic.
+        let Ok(mut st) = self.state.lock() else {
+            return Err(Error::Broken(
+                "an earlier call on this rank panicked inside the communicator".into(),
+            ));
+        };
         let seq = st.seq;
         st.seq += 1;
         let r = self.run_locked(&mut st, rc, seq);
@@ -1213,7 +1248,11 @@ struct ReqSlot<T: Element> {
 impl<T: Element> Request<T> {
     /// True once the operation has finished (successfully or not).
     pub fn test(&self) -> bool {
-        self.slot.result.lock().expect("request lock").is_some()
+        self.slot
+            .result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// Waits for completion and returns the receive buffer. The wait is
@@ -1224,12 +1263,16 @@ impl<T: Element> Request<T> {
 
     /// Waits and returns `(send buffer, receive buffer)`.
     pub fn wait_both(self) -> Result<(Option<Buffer<T>>, Buffer<T>), Error> {
-        let mut g = self.slot.result.lock().expect("request lock");
+        let mut g = self
+            .slot
+            .result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(r) = g.take() {
                 return r;
             }
-            g = self.slot.cv.wait(g).expect("request lock");
+            g = self.slot.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
         }
     }
 }
@@ -1270,7 +1313,7 @@ pub(crate) fn start<T: Element>(
                 Err(Error::Broken("a panic in the progress thread".into()))
             }
         };
-        *s2.result.lock().expect("request lock") = Some(r);
+        *s2.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
         s2.cv.notify_all();
     });
     inner.submit(job)?;
@@ -1292,4 +1335,27 @@ pub(crate) fn alloc<T: Element>(
     let (b, seg) = Buffer::<T>::new_shared(n, space)?;
     inner.register(&seg);
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Communicator, Error, ReduceOp};
+
+    /// A panic while the call state is locked (a bug) leaves the
+    /// communicator broken: later calls are errors, not panics.
+    #[test]
+    fn a_panic_under_the_state_lock_breaks_the_communicator_without_panics() {
+        let c = Communicator::in_process(1).unwrap().pop().unwrap();
+        let inner = c.inner.clone();
+        let r = std::thread::spawn(move || {
+            let _st = inner.state.lock().unwrap();
+            panic!("a bug");
+        })
+        .join();
+        assert!(r.is_err());
+        let mut x = [1u32; 4];
+        let e = c.all_reduce_in_place(&mut x, ReduceOp::Sum).unwrap_err();
+        assert!(matches!(e, Error::Broken(_)), "{e}");
+        assert!(e.to_string().contains("panicked"), "{e}");
+    }
 }

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::comm::{InProcessOptions, Inner};
@@ -66,7 +66,7 @@ impl Hub {
         size: usize,
         made: Result<Vec<Communicator>, Error>,
     ) -> Result<Communicator, Error> {
-        let mut groups = self.groups.lock().expect("hub lock");
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
         let result = match made {
             Ok(comms) => {
                 let mut slots: Vec<Option<Communicator>> = comms.into_iter().map(Some).collect();
@@ -99,7 +99,7 @@ impl Hub {
         stop: &dyn Fn() -> Option<String>,
     ) -> Result<Communicator, Error> {
         let fail = |detail: String| Error::Bootstrap { rank, detail };
-        let mut groups = self.groups.lock().expect("hub lock");
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(group) = groups.get_mut(ns) {
                 let (taken, done) = match group {
@@ -130,7 +130,7 @@ impl Hub {
             groups = self
                 .ready
                 .wait_timeout(groups, left.min(bootstrap::WATCH_SLICE))
-                .expect("hub lock")
+                .unwrap_or_else(PoisonError::into_inner)
                 .0;
             if let Some(why) = stop() {
                 return Err(fail(format!("split {ns}: {why}")));
