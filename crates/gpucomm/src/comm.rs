@@ -773,7 +773,11 @@ impl Inner {
         }
         // Scratch and staging in the arena (shared memory, so peers can read it in place).
         let in_place_safe = coll.is_none_or(|(_, safe)| safe);
-        let stage = in_place && !in_place_safe && in_len > 0;
+        // Floating-point avg divides every input by n before the sum (as
+        // NCCL's PreMulSum): a sum of f16 gradients overflows where their
+        // average does not. The divided input is staged.
+        let premul = reducer.op == ReduceOp::Avg && !rc.dtype.is_integer() && coll.is_some();
+        let stage = (premul || (in_place && !in_place_safe)) && in_len > 0;
         let scratch_bytes = (scratch_len * es).next_multiple_of(64);
         let need = scratch_bytes + if stage { in_len * es } else { 0 };
         if st.arena.as_ref().is_none_or(|a| a.len() < need) && need > 0 {
@@ -791,6 +795,11 @@ impl Inner {
             // SAFETY: `input` is the user's buffer of >= in_len elements, the
             // arena holds need >= scratch_bytes + in_len * es bytes.
             unsafe { std::ptr::copy_nonoverlapping(input, staged, in_len * es) };
+            if premul {
+                // SAFETY: `staged` holds in_len elements, aligned (the
+                // arena is page aligned, scratch_bytes a multiple of 64).
+                unsafe { reducer.divide(staged, in_len * es, n) };
+            }
             input = staged;
         }
         let deadline = deadline_after(timeout);
@@ -837,8 +846,10 @@ impl Inner {
             zero_copy: &lookup,
         };
         engine::execute(&plan, &mut ex, exec)?;
-        // Avg: divide the elements the collective defines as results.
+        // Integer avg: divide the elements the collective defines as
+        // results (the sum wraps, as NCCL's SumPostDiv).
         if reducer.op == ReduceOp::Avg
+            && !premul
             && let Some((c, _)) = coll
         {
             let bytes = match c {

@@ -64,7 +64,9 @@ macro_rules! int_element {
             }
             #[inline(always)]
             fn div_ranks(self, n: usize) -> Self {
-                self / (n as $t)
+                // In i128: `n as u8` is 0 for 256 ranks, `n as i8` -128
+                // for 128 (a panic, a wrong sign).
+                (self as i128 / n as i128) as $t
             }
             fn from_i64(v: i64) -> Self {
                 v as $t

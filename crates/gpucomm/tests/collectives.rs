@@ -111,3 +111,85 @@ mod prop {
         }
     }
 }
+
+/// Runs `f` on `n` in-process ranks, returning each rank's result.
+fn on_ranks<R: Send>(n: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    let comms = Communicator::in_process(n).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms.iter().map(|c| s.spawn(|| f(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn integer_avg_divides_by_rank_counts_the_type_cannot_hold() {
+    // `n as u8` was 0 for 256 ranks (every rank panicked) and `n as i8`
+    // was -128 for 128 ranks (the sign flipped).
+    let got = on_ranks(256, |c| {
+        let mut x = [200u8, 1];
+        c.all_reduce_in_place(&mut x, gpucomm::ReduceOp::Avg)
+            .map(|_| x)
+    });
+    // The sum wraps in u8 (as NCCL's SumPostDiv): 256 * 200 = 0 mod 256.
+    assert!(
+        got.iter().all(|r| r.as_ref().is_ok_and(|x| *x == [0, 0])),
+        "{:?}",
+        &got[0]
+    );
+    let got = on_ranks(128, |c| {
+        let mut x = [-1i8, 1];
+        c.all_reduce_in_place(&mut x, gpucomm::ReduceOp::Avg)
+            .map(|_| x)
+    });
+    // -128 / 128 = -1 and 128 (wrapped to -128) / 128 = -1.
+    assert!(
+        got.iter().all(|r| r.as_ref().is_ok_and(|x| *x == [-1, -1])),
+        "{:?}",
+        &got[0]
+    );
+}
+
+#[test]
+fn half_precision_avg_does_not_overflow_where_the_average_fits() {
+    // The sum of two f16 40000s is inf; NCCL divides before it sums.
+    use gpucomm::{bf16, f16};
+    for in_place in [true, false] {
+        let got = on_ranks(2, |c| {
+            let send = [f16::from_f32(40000.0), f16::from_f32(-3.0)];
+            let mut x = send;
+            let r = if in_place {
+                c.all_reduce_in_place(&mut x, gpucomm::ReduceOp::Avg)
+            } else {
+                c.all_reduce(&send, &mut x, gpucomm::ReduceOp::Avg)
+            };
+            r.map(|_| x)
+        });
+        for g in &got {
+            let x = g.as_ref().unwrap();
+            assert_eq!(x[0].to_f32(), 40000.0, "in place {in_place}: {x:?}");
+            assert_eq!(x[1].to_f32(), -3.0, "in place {in_place}: {x:?}");
+        }
+    }
+    let got = on_ranks(3, |c| {
+        let send = [f32::MAX, 3.0];
+        let mut x = [0f32; 2];
+        c.all_reduce(&send, &mut x, gpucomm::ReduceOp::Avg)
+            .map(|_| x)
+    });
+    for g in &got {
+        let x = g.as_ref().unwrap();
+        assert!(
+            x[0].is_finite() && (x[0] / f32::MAX - 1.0).abs() < 1e-6,
+            "{x:?}"
+        );
+    }
+    let got = on_ranks(2, |c| {
+        let mut x = [bf16::from_f32(3.0e38)];
+        c.all_reduce_in_place(&mut x, gpucomm::ReduceOp::Avg)
+            .map(|_| x[0].to_f32())
+    });
+    assert!(
+        got.iter().all(|r| r.as_ref().is_ok_and(|x| x.is_finite())),
+        "{got:?}"
+    );
+}

@@ -107,7 +107,7 @@ fn run_case<T: Element>(dc: &DeviceComm, s: &Stream, case: &Case) -> Result<usiz
         _ => (vec![], 0),
     };
     for (i, x) in expect.iter().enumerate() {
-        if got[at + i] != *x {
+        if !common::same(got[at + i], *x, call, n) {
             return Err(format!(
                 "rank {me}: {case:?} on the {} path: element {i} is {:?}, expected {x:?}",
                 dc.path(),

@@ -27,6 +27,23 @@ pub fn val<T: Element>(call: Call, r: usize, i: usize) -> T {
     T::from_i64(v)
 }
 
+/// Whether `got` is the expected `want` of `call` on `n` ranks: equal,
+/// except that a floating-point average divides every input before the sum
+/// (as NCCL's PreMulSum), so it may differ from `sum / n` by the rounding
+/// of `n` additions of values of at most 4 in magnitude.
+pub fn same<T: Element>(got: T, want: T, call: Call, n: usize) -> bool {
+    if call.op() != Some(ReduceOp::Avg) || T::DTYPE.is_integer() {
+        return got == want;
+    }
+    let eps = match T::DTYPE {
+        DataType::F16 => 2f64.powi(-10),
+        DataType::Bf16 => 2f64.powi(-7),
+        DataType::F32 => 2f64.powi(-23),
+        _ => 2f64.powi(-52),
+    };
+    (got.to_f64() - want.to_f64()).abs() <= 8.0 * n as f64 * eps
+}
+
 pub fn reduced<T: Element>(call: Call, n: usize, i: usize, op: ReduceOp) -> T {
     let mut acc = val::<T>(call, 0, i);
     for r in 1..n {
@@ -148,7 +165,7 @@ pub fn run_case<T: Element>(c: &Communicator, case: &Case) -> Result<usize, Stri
         _ => (vec![], 0),
     };
     for (i, e) in expect.iter().enumerate() {
-        if buf[at + i] != *e {
+        if !same(buf[at + i], *e, call, n) {
             return Err(format!(
                 "rank {me}: {case:?}: element {i} is {:?}, expected {e:?}",
                 buf[at + i]

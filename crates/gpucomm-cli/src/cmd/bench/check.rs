@@ -7,8 +7,9 @@
 //! that type: sums stay below the largest integer the type holds exactly (256
 //! for bf16, 2048 for f16, 127 for i8, ...), products are powers of two, min
 //! and max pick one of the inputs. So results are compared for equality,
-//! except `avg` of floating-point types (one rounding: compared within two
-//! units in the last place). Integer sums and products wrap, as in the
+//! except `avg` of floating-point types (each input is divided by the number
+//! of ranks before the sum, as NCCL's PreMulSum: compared within n + 2 units
+//! in the last place). Integer sums and products wrap, as in the
 //! runtime; integer `avg` is the sum divided by the number of ranks,
 //! truncated.
 
@@ -125,14 +126,20 @@ pub struct Pattern {
     pub seed: u64,
     modulus: i64,
     signed: bool,
+    float: bool,
 }
 
 impl Pattern {
     /// The pattern for element type `T`.
     pub fn new<T: Elem>(collective: Collective, op: ReduceOp, nranks: usize, seed: u64) -> Self {
         let n = nranks.max(1) as i64;
-        // Sums of n values below `modulus` stay exact in T.
-        let modulus = (T::EXACT / n).clamp(1, 11);
+        // Sums of n values below `modulus` stay exact in a floating-point
+        // T; integer sums wrap alike in the runtime and here.
+        let modulus = if T::FLOAT {
+            (T::EXACT / n).clamp(1, 11)
+        } else {
+            11
+        };
         Pattern {
             collective,
             op,
@@ -140,6 +147,7 @@ impl Pattern {
             seed,
             modulus,
             signed: T::SIGNED,
+            float: T::FLOAT,
         }
     }
 
@@ -156,12 +164,25 @@ impl Pattern {
                 let v = ((r * 5 + i.wrapping_mul(3) + s) % self.modulus as u64) as i64;
                 v - if self.signed { self.modulus / 2 } else { 0 }
             }
-            ReduceOp::Avg => ((r * 5 + i.wrapping_mul(3) + s) % self.modulus as u64) as i64,
-            ReduceOp::Prod => {
-                if (r + i + s) % 3 == 0 {
-                    2
+            ReduceOp::Avg => {
+                // Signed integers get negative inputs (avg truncates
+                // toward zero); floats none (the check's rounding bound is
+                // relative to the result).
+                let v = ((r * 5 + i.wrapping_mul(3) + s) % self.modulus as u64) as i64;
+                v - if self.signed && !self.float {
+                    self.modulus / 2
                 } else {
-                    1
+                    0
+                }
+            }
+            ReduceOp::Prod => {
+                // Two in three ranks give 2 (so a product differs from a
+                // maximum from two ranks on); signed types a -1 now and then.
+                let v = if (r + i + s) % 3 == 2 { 1 } else { 2 };
+                if self.signed && (r * 7 + i + s) % 5 == 0 {
+                    -v
+                } else {
+                    v
                 }
             }
             ReduceOp::Min | ReduceOp::Max => {
@@ -197,10 +218,16 @@ enum Expected {
 fn matches<T: Elem>(got: T, exp: Expected) -> bool {
     match exp {
         Expected::Exact(v) => got == T::from_i128(v),
-        Expected::Avg(sum, n) if !T::FLOAT => got == T::from_i128(sum / n),
+        // The sum wraps in T before the division (as NCCL's SumPostDiv).
+        Expected::Avg(sum, n) if !T::FLOAT => {
+            got == T::from_i128(T::from_i128(sum).to_f64() as i128 / n)
+        }
         Expected::Avg(sum, n) => {
             let want = sum as f64 / n as f64;
-            (got.to_f64() - want).abs() <= 2.0 * T::EPS * want.abs().max(f64::MIN_POSITIVE)
+            // Each input divided by n, then n - 1 additions (the inputs of
+            // avg are not negative, so the bound is relative to the result).
+            let ulps = 2.0 + n as f64;
+            (got.to_f64() - want).abs() <= ulps * T::EPS * want.abs().max(f64::MIN_POSITIVE)
         }
     }
 }
@@ -508,6 +535,11 @@ mod tests {
             .map(|i| (0..3).map(|r| p.value(r, i) as f32).sum::<f32>() * (1.0 / 3.0))
             .collect();
         assert_eq!(count_wrong(&p, &layout, 0, &out_mul), 0);
+        // Divided before the sum, as the runtime does.
+        let out_pre: Vec<f32> = (0..layout.recv)
+            .map(|i| (0..3).map(|r| p.value(r, i) as f32 / 3.0).sum::<f32>())
+            .collect();
+        assert_eq!(count_wrong(&p, &layout, 0, &out_pre), 0);
         let mut bad = out.clone();
         bad[3] += 0.01;
         assert_eq!(count_wrong(&p, &layout, 0, &bad), 1);
@@ -518,6 +550,44 @@ mod tests {
             .collect();
         let layout = Layout::new(Collective::AllReduce, 64, 4, 3);
         assert_eq!(count_wrong(&p, &layout, 0, &out), 0);
+    }
+
+    #[test]
+    fn the_checks_catch_plausible_wrong_kernels() {
+        let layout = Layout::new(Collective::AllReduce, 256, 4, 2);
+        // A product computed as a maximum, on 2 ranks (it passed: at most
+        // one rank held a 2 on each element).
+        let p = Pattern::new::<u32>(Collective::AllReduce, ReduceOp::Prod, 2, 0);
+        let as_max: Vec<u32> = (0..layout.recv)
+            .map(|i| (0..2).map(|r| p.value(r, i) as u32).max().unwrap())
+            .collect();
+        assert!(count_wrong(&p, &layout, 0, &as_max) > 0);
+        // i8 sums from 64 ranks: the inputs were all 0.
+        let p = Pattern::new::<i8>(Collective::AllReduce, ReduceOp::Sum, 64, 0);
+        let distinct: std::collections::BTreeSet<i64> = (0..100).map(|i| p.value(5, i)).collect();
+        assert!(distinct.len() > 5, "{distinct:?}");
+        // Integer avg rounding toward minus infinity instead of zero.
+        let n = 3;
+        let p = Pattern::new::<i32>(Collective::AllReduce, ReduceOp::Avg, n, 0);
+        let layout = Layout::new(Collective::AllReduce, 256, 4, n);
+        let sums: Vec<i32> = (0..layout.recv)
+            .map(|i| (0..n).map(|r| p.value(r, i) as i32).sum())
+            .collect();
+        let trunc: Vec<i32> = sums.iter().map(|s| s / n as i32).collect();
+        let floor: Vec<i32> = sums.iter().map(|s| s.div_euclid(n as i32)).collect();
+        assert_eq!(count_wrong(&p, &layout, 0, &trunc), 0);
+        assert!(count_wrong(&p, &layout, 0, &floor) > 0);
+        // i8 avg whose sum wraps: the sum wraps before the division.
+        let n = 64;
+        let p = Pattern::new::<i8>(Collective::AllReduce, ReduceOp::Avg, n, 0);
+        let layout = Layout::new(Collective::AllReduce, 256, 1, n);
+        let runtime: Vec<i8> = (0..layout.recv)
+            .map(|i| {
+                let s = (0..n).fold(0i8, |a, r| a.wrapping_add(p.value(r, i) as i8));
+                (s as i128 / n as i128) as i8
+            })
+            .collect();
+        assert_eq!(count_wrong(&p, &layout, 0, &runtime), 0);
     }
 
     #[test]
