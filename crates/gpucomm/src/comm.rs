@@ -802,7 +802,6 @@ impl Inner {
             }
             input = staged;
         }
-        let deadline = deadline_after(timeout);
         let lookup = |p: *const u8, b: usize| -> Option<ZeroCopy> {
             match self.kinds.iter().flatten().next() {
                 Some(TransportKind::InProcess) => Some(ZeroCopy::Addr(p as usize)),
@@ -838,7 +837,6 @@ impl Inner {
             reducer,
             bases: [input, output, arena],
             links,
-            deadline,
             timeout,
             abort: &self.abort,
             region: self.region.as_ref(),

@@ -8,7 +8,9 @@
 //! blocking inside a link. When nothing moves it spins (~20 us), then yields,
 //! then sleeps on the rank's doorbell futex (shared memory) or `poll`s the
 //! sockets (TCP), waking at least every few milliseconds to check the
-//! deadline, `abort()` and whether peers are alive. Every exit path is an
+//! timeout (a bound on each wait: it counts from the last progress, so a
+//! transfer that keeps moving is never timed out), `abort()` and whether
+//! peers are alive. Every exit path is an
 //! error naming the operation, its sequence number, the peer and transport.
 
 #![allow(unsafe_code)]
@@ -296,7 +298,8 @@ pub(crate) struct Exec<'a> {
     /// Base pointers of input, output, scratch.
     pub bases: [*mut u8; 3],
     pub links: &'a mut [Option<Box<dyn Link>>],
-    pub deadline: Instant,
+    /// Bound on each wait: a call fails when nothing has moved for this
+    /// long (a transfer that keeps moving is not waiting).
     pub timeout: Duration,
     pub abort: &'a AtomicBool,
     pub region: Option<&'a Region>,
@@ -411,6 +414,7 @@ fn run(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Erro
         let now = Instant::now();
         let since = *idle_since.get_or_insert(now);
         let idle = now - since;
+        let give_up = crate::comm::deadline(since, ex.timeout);
         if idle < ex.patience.spin {
             // One pause per pass: a pause costs ~40-140 cycles, more would
             // add latency to every small message.
@@ -423,7 +427,7 @@ fn run(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Erro
                 Failure::Aborted("abort() called on this communicator".into()),
             ));
         }
-        if now >= ex.deadline {
+        if now >= give_up {
             let peer = blocked_peer(plan, state);
             return Err(ex.fail(peer, Failure::Timeout(ex.timeout)));
         }
@@ -465,8 +469,7 @@ fn run(plan: &Plan, ex: &mut Exec<'_>, state: &mut ExecState) -> Result<(), Erro
             std::thread::yield_now();
             continue;
         }
-        let nap = ex
-            .deadline
+        let nap = give_up
             .saturating_duration_since(now)
             .min(Duration::from_millis(2));
         if uses_fd {

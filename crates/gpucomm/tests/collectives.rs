@@ -193,3 +193,44 @@ fn half_precision_avg_does_not_overflow_where_the_average_fits() {
         "{got:?}"
     );
 }
+
+#[test]
+fn the_timeout_bounds_each_wait_not_a_call_that_keeps_moving() {
+    // A call that moves data for longer than the timeout, without ever
+    // waiting that long, succeeds (it failed at the timeout after start).
+    let timeout = Duration::from_millis(40);
+    let comms = Communicator::in_process_with(
+        2,
+        &InProcessOptions {
+            timeout: Some(timeout),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut count = 1 << 20;
+    loop {
+        let took = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let send = vec![1.0f32; count];
+                        let mut recv = vec![0.0f32; count];
+                        let t = std::time::Instant::now();
+                        c.all_reduce(&send, &mut recv, gpucomm::ReduceOp::Sum)
+                            .unwrap_or_else(|e| panic!("{count} floats: {e}"));
+                        assert!(recv.iter().all(|&x| x == 2.0));
+                        t.elapsed()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).min().unwrap()
+        });
+        // Shown once a call has outlasted the timeout several times over.
+        if took > 4 * timeout {
+            break;
+        }
+        assert!(count < 1 << 27, "{count} floats took only {took:?}");
+        count *= 2;
+    }
+}
