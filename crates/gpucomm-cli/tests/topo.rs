@@ -271,3 +271,111 @@ fn one_path_of_a_large_cluster() {
     assert!(text.starts_with("n0.gpu0 -> n1.gpu7: NET"), "{text}");
     assert!(text.contains("GPUDirect RDMA: yes"), "{text}");
 }
+
+#[test]
+fn file_is_always_read_even_when_named_like_a_preset() {
+    // `--file dgx-a100` read the dgx-a100 preset, `--file local` the
+    // machine, whatever the files held.
+    let dir = scratch_dir("topo-file-preset-name");
+    let workstation = ok(&["topo", "--preset", "workstation-rtx4090", "--json"]);
+    for name in ["dgx-a100", "DGX-H100", "local"] {
+        let path = dir.join(name);
+        ok(&[
+            "topo",
+            "--preset",
+            "workstation-rtx4090",
+            "--export",
+            path.to_str().unwrap(),
+        ]);
+        let run = std::process::Command::new(common::exe())
+            .args(["topo", "--file", name, "--json"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(run.status.success(), "{name}: {run:?}");
+        assert_eq!(stdout, workstation, "--file {name}");
+    }
+    // A preset's name that is no file here is an error, not the preset.
+    let missing = std::process::Command::new(common::exe())
+        .args(["topo", "--file", "dgx-b200"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("--file dgx-b200: no such file"), "{stderr}");
+}
+
+#[test]
+fn every_nic_speed_taken_exports_and_loads_again() {
+    // --nic-speed took Ethernet up to 65535 Gb/s, which the file format
+    // refused past 1600: the export did not load.
+    let dir = scratch_dir("topo-nic-speed");
+    for speed in ["roce1600", "eth1600", "roce1", "ndr"] {
+        let file = dir.join(format!("{speed}.toml"));
+        let file = file.to_str().unwrap();
+        let built = ok(&[
+            "topo",
+            "--preset",
+            "dgx-h100",
+            "--nic-speed",
+            speed,
+            "--json",
+        ]);
+        ok(&[
+            "topo",
+            "--preset",
+            "dgx-h100",
+            "--nic-speed",
+            speed,
+            "--export",
+            file,
+        ]);
+        assert_eq!(ok(&["topo", "--file", file, "--json"]), built, "{speed}");
+    }
+    for speed in ["roce1601", "eth3200", "roce65535"] {
+        let run = gpucomm(
+            &["topo", "--preset", "dgx-h100", "--nic-speed", speed],
+            LIMIT,
+        );
+        run.assert_fails(1, &format!("--nic-speed {speed:?}: expected"));
+        assert!(run.stderr.contains("1 to 1600 Gb/s"), "{}", run.dump());
+    }
+}
+
+#[test]
+fn matrices_left_empty_by_the_first_host_limit_say_so() {
+    // 30 GPUs that name no host, in a file with one host: the matrices
+    // keep the first host's devices when there are more than 24, which
+    // left none, and said "No GPUs or NICs found".
+    let mut text = String::from(
+        "version = 1\n[[node]]\nid = \"host0\"\nkind = \"host\"\n\
+         [[node]]\nid = \"cpu0\"\nkind = \"cpu\"\nhost = \"host0\"\n",
+    );
+    for i in 0..30 {
+        text.push_str(&format!("[[node]]\nid = \"gpu{i}\"\nkind = \"gpu\"\n"));
+    }
+    for i in 0..30 {
+        text.push_str(&format!(
+            "[[link]]\na = \"gpu{i}\"\nb = \"cpu0\"\nkind = \"pcie\"\ngen = 4\n"
+        ));
+    }
+    let dir = scratch_dir("topo-nohost");
+    let file = dir.join("nohost.toml");
+    std::fs::write(&file, text).unwrap();
+    let file = file.to_str().unwrap();
+    let out = ok(&["topo", "--file", file, "--bandwidth", "--p2p"]);
+    assert!(!out.contains("No GPUs"), "{out}");
+    for what in ["device matrix", "bandwidth matrix", "P2P matrix"] {
+        assert!(
+            out.contains(&format!(
+                "30 GPUs and 0 NICs, more than the 24 a {what} shows without --all, and none of \
+                 them in the first host \"host0\""
+            )),
+            "{what}: {out}"
+        );
+    }
+    let all = ok(&["topo", "--file", file, "--all"]);
+    assert!(all.lines().any(|l| l.starts_with("GPU29 ")), "{all}");
+}

@@ -463,9 +463,22 @@ impl fmt::Display for LinkKind {
     }
 }
 
+/// The fastest Ethernet port speed, Gb/s (IEEE 802.3dj: 1.6 TbE), that
+/// [`parse_port`], the file format and discovery take: one limit, so that
+/// whatever is built exports and loads again.
+pub const MAX_ETHERNET_GBIT: u16 = 1600;
+
 /// Parses a NIC port speed as files and the command line write it:
 /// an InfiniBand speed (`edr`, `hdr`, `hdr100`, `ndr`, `ndr200`, `xdr`,
-/// `fdr`), `roce<Gb/s>` (`roce400`) or `eth<Gb/s>` (`eth100`), one port.
+/// `fdr`), `roce<Gb/s>` (`roce400`) or `eth<Gb/s>` (`eth100`), one port,
+/// 1 to [`MAX_ETHERNET_GBIT`] Gb/s.
+///
+/// ```
+/// use gpucomm_topo::catalog::parse_port;
+/// assert!(parse_port("roce1600").is_some());
+/// assert!(parse_port("roce1601").is_none());
+/// assert!(parse_port("eth0").is_none());
+/// ```
 pub fn parse_port(s: &str) -> Option<LinkKind> {
     let s = s.trim().to_ascii_lowercase();
     if let Some(speed) = IbSpeed::parse(&s) {
@@ -481,11 +494,13 @@ pub fn parse_port(s: &str) -> Option<LinkKind> {
     let rest = rest.trim_start_matches(['-', '_']);
     let rest = rest.strip_suffix('g').unwrap_or(rest);
     let gbit: u16 = rest.parse().ok()?;
-    (gbit > 0).then_some(LinkKind::Ethernet {
-        gbit,
-        count: 1,
-        roce,
-    })
+    (1..=MAX_ETHERNET_GBIT)
+        .contains(&gbit)
+        .then_some(LinkKind::Ethernet {
+            gbit,
+            count: 1,
+            roce,
+        })
 }
 
 /// The name [`parse_port`] reads for a network link kind (`None` for

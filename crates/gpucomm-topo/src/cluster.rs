@@ -250,7 +250,8 @@ fn check_size(unit: &Topology, nodes: usize, avail: Option<u64>) -> Result<(), T
 
 /// Builds an `opts.nodes`-node cluster from a base topology (usually one
 /// host). Node `i`'s ids get the prefix `n{i}.`; fabric switches are
-/// `rail{j}`, `leaf{k}`, `spine` or `switch`.
+/// `rail{j}`, `leaf{k}`, `spine` or `switch`. A leaf whose trunk to the
+/// spine would hold more than `u16::MAX` links (its downlinks) is refused.
 pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoError> {
     if opts.nodes == 0 {
         return Err(TopoError::Options("--nodes must be at least 1".into()));
@@ -387,16 +388,20 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
         let spine = switch(&mut b, "spine".into(), "spine switches (logical)");
         for (leaf, down) in leaves {
             let bw: f64 = down.iter().map(|k| k.bandwidth()).sum::<f64>() / opts.oversubscription;
+            // A trunk holds at most u16::MAX links (the file format's
+            // `count`); more is refused, not wrapped (65,536 wrote 0).
+            let count = u16::try_from(down.len()).map_err(|_| {
+                TopoError::Options(format!(
+                    "leaf switch {} would have {} ports, more than the {} links one trunk to the \
+                     spine holds; use fewer nodes per leaf or fewer NICs",
+                    b.nodes()[leaf.index()].id,
+                    down.len(),
+                    u16::MAX
+                ))
+            })?;
             let trunk = match down[0] {
-                LinkKind::Infiniband { speed, .. } => LinkKind::Infiniband {
-                    speed,
-                    count: down.len() as u16,
-                },
-                LinkKind::Ethernet { gbit, roce, .. } => LinkKind::Ethernet {
-                    gbit,
-                    count: down.len() as u16,
-                    roce,
-                },
+                LinkKind::Infiniband { speed, .. } => LinkKind::Infiniband { speed, count },
+                LinkKind::Ethernet { gbit, roce, .. } => LinkKind::Ethernet { gbit, count, roce },
                 other => other,
             };
             let mut l = Link::new(leaf, spine, trunk);

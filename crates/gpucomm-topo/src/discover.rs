@@ -1,12 +1,13 @@
 //! Discovery of the live machine from sysfs, plus NVML when it loads.
 //!
 //! - `sys/devices/system/node/node*` gives the NUMA nodes (CPU list,
-//!   memory); `sys/devices/system/cpu/cpu*/topology/physical_package_id`
+//!   memory; a node without CPUs is memory only, noted on the host); `sys/devices/system/cpu/cpu*/topology/physical_package_id`
 //!   the socket of each; `proc/cpuinfo` the CPU model.
 //! - `sys/bus/pci/devices/*` are symlinks into `sys/devices/pci*/...`; the
 //!   resolved path is the PCIe tree (root complex, root port, switch ports,
 //!   endpoint). `class`/`vendor` identify GPUs, NICs and storage;
-//!   `current_link_speed`/`current_link_width` give each link;
+//!   `max_link_speed`/`max_link_width` of a function and of its upstream
+//!   port give each link (`current_link_*` where `max_link_*` is missing);
 //!   `numa_node` places a device.
 //! - `sys/class/net/*` and `sys/class/infiniband/*` name the NICs' ports and
 //!   give their speed.
@@ -235,6 +236,8 @@ struct PciDev {
     device: u32,
     numa: Option<u32>,
     link: Option<LinkKind>,
+    /// Why `link` is a guess, where it is (see [`link_of`]).
+    link_note: Option<String>,
     dir: PathBuf,
 }
 
@@ -256,12 +259,86 @@ impl PciDev {
     }
 }
 
-fn link_of(dir: &Path) -> Option<LinkKind> {
-    let speed = read(&dir.join("current_link_speed"))?;
-    let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
-    let width: u8 = read(&dir.join("current_link_width"))?.parse().ok()?;
-    let generation = PcieGen::from_gts(gts)?;
-    (width > 0).then_some(LinkKind::Pcie { generation, width })
+/// Link files of one PCIe function: its maximum (what the link trains to
+/// under load) and current (what it runs at now, often downtrained to
+/// 2.5 GT/s while idle) speed and width. `None` where a file is missing
+/// or does not parse ("Unknown", width 0).
+struct LinkFiles {
+    any: bool,
+    max_gts: Option<f64>,
+    max_width: Option<u8>,
+    cur_gts: Option<f64>,
+    cur_width: Option<u8>,
+}
+
+fn link_files(dir: &Path) -> LinkFiles {
+    let raw = |f: &str| read(&dir.join(f));
+    let gts = |s: Option<String>| {
+        s.and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .filter(|&g| PcieGen::from_gts(g).is_some())
+    };
+    let width = |s: Option<String>| s.and_then(|s| s.parse::<u8>().ok()).filter(|&w| w > 0);
+    let (ms, mw, cs, cw) = (
+        raw("max_link_speed"),
+        raw("max_link_width"),
+        raw("current_link_speed"),
+        raw("current_link_width"),
+    );
+    LinkFiles {
+        any: ms.is_some() || mw.is_some() || cs.is_some() || cw.is_some(),
+        max_gts: gts(ms),
+        max_width: width(mw),
+        cur_gts: gts(cs),
+        cur_width: width(cw),
+    }
+}
+
+/// The PCIe link of the function in `dir` to its upstream port (`up`, the
+/// parent directory's function; `None` under a root complex), and a note
+/// where sysfs did not say enough.
+///
+/// A link trains to the smaller of its two ends' maxima, so that is the
+/// link (the current speed and width are what an idle, power-saving link
+/// runs at); `current_link_*` stands in only where `max_link_*` is
+/// missing. A function without any link file is root-complex-integrated
+/// or virtual: `None`, which discovery models as `integrated`. One with
+/// link files that do not say a speed or width (`Unknown`, width 0: link
+/// down, or the device asleep) gets the slowest, PCIe Gen1 x1, and a
+/// note, never `integrated`'s "no bottleneck".
+fn link_of(dir: &Path, up: Option<&Path>) -> (Option<LinkKind>, Option<String>) {
+    let own = link_files(dir);
+    if !own.any {
+        return (None, None);
+    }
+    let upstream = up.map(link_files);
+    let up_max_gts = upstream.as_ref().and_then(|u| u.max_gts);
+    let up_max_width = upstream.as_ref().and_then(|u| u.max_width);
+    let gts = match (own.max_gts, up_max_gts) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (Some(a), None) => Some(a),
+        (None, _) => own.cur_gts,
+    };
+    let width = match (own.max_width, up_max_width) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (Some(a), None) => Some(a),
+        (None, _) => own.cur_width,
+    };
+    let mut unknown = Vec::new();
+    if gts.is_none() {
+        unknown.push("speed");
+    }
+    if width.is_none() {
+        unknown.push("width");
+    }
+    let generation = gts.and_then(PcieGen::from_gts).unwrap_or(PcieGen::Gen1);
+    let width = width.unwrap_or(1);
+    let note = (!unknown.is_empty()).then(|| {
+        format!(
+            "PCIe link {} unknown in sysfs (link down or device asleep): modeled as Gen1 x1",
+            unknown.join(" and ")
+        )
+    });
+    (Some(LinkKind::Pcie { generation, width }), note)
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> TopoError {
@@ -311,6 +388,13 @@ fn scan_pci(root: &Path) -> Result<Vec<PciDev>, TopoError> {
         let numa = read(&dir.join("numa_node"))
             .and_then(|s| s.parse::<i64>().ok())
             .and_then(|n| u32::try_from(n).ok());
+        // The upstream port: the parent directory, unless that is the
+        // root complex (`pci0000:00`).
+        let up = dir.parent().filter(|p| {
+            p.file_name()
+                .is_some_and(|n| !n.to_string_lossy().starts_with("pci"))
+        });
+        let (link, link_note) = link_of(&dir, up);
         out.push(PciDev {
             bdf,
             chain,
@@ -318,7 +402,8 @@ fn scan_pci(root: &Path) -> Result<Vec<PciDev>, TopoError> {
             vendor,
             device,
             numa,
-            link: link_of(&dir),
+            link,
+            link_note,
             dir,
         });
     }
@@ -390,6 +475,53 @@ fn class_links(root: &Path, class: &str) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The InfiniBand speed of a port from its sysfs `rate`
+/// (`"200 Gb/sec (4X HDR)"`): the leading Gb/s figure is the port's data
+/// rate, and decides; the name in parentheses picks among speeds of that
+/// rate (2X HDR is HDR100, 2X NDR is NDR200). A rate no [`IbSpeed`] has
+/// (`"100 Gb/sec (1X NDR)"`, `"50 Gb/sec (2X EDR)"`) is the fastest speed
+/// not faster than it; one slower than every speed (`"40 Gb/sec (4X
+/// QDR)"`), or a rate that does not parse, is an error saying so.
+fn ib_speed_of_rate(rate: &str) -> Result<IbSpeed, String> {
+    let inner = rate
+        .split_once('(')
+        .and_then(|(_, r)| r.trim().strip_suffix(')'))
+        .unwrap_or("");
+    let mut parts = inner.split_whitespace();
+    let width = parts.next().unwrap_or("").to_ascii_uppercase();
+    let name = parts.next().unwrap_or("").to_ascii_uppercase();
+    let named = match (width.as_str(), name.as_str()) {
+        ("2X", "HDR") => Some(IbSpeed::Hdr100),
+        ("2X", "NDR") => Some(IbSpeed::Ndr200),
+        ("4X", n) => IbSpeed::parse(n),
+        _ => None,
+    };
+    let gbit = rate
+        .split_whitespace()
+        .next()
+        .and_then(|g| g.parse::<f64>().ok())
+        .filter(|g| g.is_finite() && *g > 0.0);
+    let Some(gbit) = gbit else {
+        return Err(format!(
+            "InfiniBand rate {rate:?} not understood: port speed unknown"
+        ));
+    };
+    if let Some(s) = named.filter(|s| (s.gbit() - gbit).abs() < 0.5) {
+        return Ok(s);
+    }
+    match IbSpeed::ALL
+        .into_iter()
+        .rev()
+        .find(|s| s.gbit() <= gbit + 0.5)
+    {
+        Some(s) => Ok(s),
+        None => Err(format!(
+            "InfiniBand rate {rate:?} is slower than every modeled speed (FDR, 56 Gb/s and up): \
+             port speed unknown"
+        )),
+    }
+}
+
 fn nic_ports(root: &Path, dev: &PciDev) -> Port {
     let mut port = Port {
         names: Vec::new(),
@@ -398,6 +530,9 @@ fn nic_ports(root: &Path, dev: &PciDev) -> Port {
     };
     let under = |p: &Path| p.starts_with(&dev.dir);
     let mut rdma = false;
+    // A port whose link layer is InfiniBand: its netdev (IPoIB) speed is
+    // no Ethernet port, whatever the rate says.
+    let mut infiniband = false;
     for (name, path) in class_links(root, "infiniband") {
         if !under(&path) {
             continue;
@@ -410,21 +545,16 @@ fn nic_ports(root: &Path, dev: &PciDev) -> Port {
         if !rate.is_empty() {
             port.detail.push(format!("{name}: {rate} {layer}"));
         }
-        if layer.eq_ignore_ascii_case("infiniband") && port.kind.is_none() {
-            // "200 Gb/sec (4X HDR)" -> HDR; 2X HDR is HDR100, 2X NDR is NDR200.
-            let inner = rate
-                .split_once('(')
-                .and_then(|(_, r)| r.strip_suffix(')'))
-                .unwrap_or("");
-            let mut parts = inner.split_whitespace();
-            let width = parts.next().unwrap_or("");
-            let name = parts.next().unwrap_or("");
-            let speed = match (width, name.to_ascii_uppercase().as_str()) {
-                ("2X", "HDR") => Some(IbSpeed::Hdr100),
-                ("2X", "NDR") => Some(IbSpeed::Ndr200),
-                (_, n) => IbSpeed::parse(n),
-            };
-            port.kind = speed.map(|speed| LinkKind::Infiniband { speed, count: 1 });
+        if layer.eq_ignore_ascii_case("infiniband") {
+            infiniband = true;
+            if port.kind.is_none() {
+                match ib_speed_of_rate(&rate) {
+                    Ok(speed) => {
+                        port.kind = Some(LinkKind::Infiniband { speed, count: 1 });
+                    }
+                    Err(why) => port.detail.push(format!("{name}: {why}")),
+                }
+            }
         }
     }
     for (name, path) in class_links(root, "net") {
@@ -436,9 +566,10 @@ fn nic_ports(root: &Path, dev: &PciDev) -> Port {
         let speed = read(&dir.join("speed")).and_then(|s| s.parse::<i64>().ok());
         if let Some(mbit) = speed.filter(|&s| s > 0) {
             port.detail.push(format!("{name}: {} Gb/s", mbit / 1000));
-            if port.kind.is_none() && mbit >= 1000 {
+            if port.kind.is_none() && !infiniband && mbit >= 1000 {
                 port.kind = u16::try_from(mbit / 1000)
                     .ok()
+                    .filter(|&g| g <= crate::catalog::MAX_ETHERNET_GBIT)
                     .map(|gbit| LinkKind::Ethernet {
                         gbit,
                         count: 1,
@@ -482,6 +613,24 @@ pub(crate) fn discover_with(
     // CPUs: one node per NUMA node.
     let model = cpu_model(root).unwrap_or_else(|| "CPU".to_string());
     let mut numa = scan_numa(root);
+    // A NUMA node without CPUs (CXL or HBM memory, as memory-only nodes
+    // appear) is no CPU: the host notes it, and no `cpu` node or SMP link
+    // is made for it.
+    let (with_cpus, memory_only): (Vec<NumaNode>, Vec<NumaNode>) =
+        numa.into_iter().partition(|n| cpulist_len(&n.cpulist) > 0);
+    numa = with_cpus;
+    if !memory_only.is_empty() {
+        let text: Vec<String> = memory_only
+            .iter()
+            .map(|n| match n.mem_kb {
+                Some(kb) => format!("node{} ({:.1} GiB)", n.id, kb as f64 / 1048576.0),
+                None => format!("node{}", n.id),
+            })
+            .collect();
+        b.node_mut(host)
+            .props
+            .insert("memory_only_numa".into(), text.join(", "));
+    }
     if numa.is_empty() {
         numa.push(NumaNode {
             id: 0,
@@ -570,11 +719,16 @@ pub(crate) fn discover_with(
                     node.pci_address = Some(up.bdf.clone());
                     node.root_complex = Some(rc.clone());
                     node.numa = up.numa.or(d.numa);
+                    let from = if up.link.is_some() {
+                        up
+                    } else {
+                        bridges[i - 1]
+                    };
+                    if let Some(note) = &from.link_note {
+                        node = node.with_prop("link_note", note.clone());
+                    }
                     let s = b.node(node);
-                    let kind = up
-                        .link
-                        .or(bridges[i - 1].link)
-                        .unwrap_or(LinkKind::Integrated);
+                    let kind = from.link.unwrap_or(LinkKind::Integrated);
                     b.push_link(Link::new(s, parent, kind));
                     switch_of.insert(up.bdf.clone(), s);
                     s
@@ -599,6 +753,9 @@ pub(crate) fn discover_with(
         node.pci_address = Some(d.bdf.clone());
         node.root_complex = Some(rc);
         node.numa = d.numa.or_else(|| b.nodes()[parent.index()].numa);
+        if let Some(note) = &d.link_note {
+            node = node.with_prop("link_note", note.clone());
+        }
         if kind == NodeKind::Nic {
             let p = nic_ports(root, d);
             if !p.names.is_empty() {
@@ -664,7 +821,8 @@ pub(crate) struct NvmlGpu {
     pub name: Option<String>,
     /// Memory in bytes.
     pub memory: Option<u64>,
-    /// Active NVLinks: (NVLink version, remote PCI bus id).
+    /// Active NVLinks: (the `nvmlNvlinkVersion_t` code NVML gives, 0 where
+    /// it gave none; remote PCI bus id).
     pub links: Vec<(u8, String)>,
 }
 
@@ -677,18 +835,62 @@ fn norm_bus_id(s: &str) -> String {
     }
 }
 
+/// NVLink generation from the code `nvmlDeviceGetNvLinkVersion` returns
+/// (`nvmlNvlinkVersion_t`: 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1,
+/// 6 = 4.0, 7 = 5.0, 8 = 6.0); `None` for 0 (invalid) and codes this table
+/// does not know.
+fn nvlink_gen_of_code(code: u8) -> Option<NvLinkGen> {
+    Some(match code {
+        1 => NvLinkGen::V1,
+        2 | 3 => NvLinkGen::V2,
+        4 | 5 => NvLinkGen::V3,
+        6 => NvLinkGen::V4,
+        // 8 is NVLink 6.0, which this model does not have: its fastest
+        // generation stands in.
+        7 | 8 => NvLinkGen::V5,
+        _ => return None,
+    })
+}
+
+/// NVLink generation of a GPU model, from its NVML product name: one GPU
+/// model has one NVLink generation (Pascal 1, Volta 2, Ampere 3, Hopper 4,
+/// Blackwell 5). `None` where the name does not say, and for the Ada bucket
+/// of [`gpu_from_label`](crate::hardware::gpu_from_label), which mixes GPUs
+/// of different generations (A40 and RTX A6000 with NVLink 3 bridges, RTX
+/// 4090 and L40 with none).
+fn nvlink_gen_of_name(name: &str) -> Option<NvLinkGen> {
+    use crate::hardware::GpuArch;
+    Some(match crate::hardware::gpu_from_label(name)?.0 {
+        GpuArch::Pascal => NvLinkGen::V1,
+        GpuArch::Volta => NvLinkGen::V2,
+        GpuArch::Ampere => NvLinkGen::V3,
+        GpuArch::Hopper => NvLinkGen::V4,
+        GpuArch::Blackwell => NvLinkGen::V5,
+        GpuArch::Ada => return None,
+    })
+}
+
 /// Adds NVML's names and NVLinks to the discovered graph: GPU-to-GPU
 /// bundles, and links to NVSwitches folded into one logical `nvswitch0`
-/// (chips = distinct switch PCI ids; NVLS when NVLink is version 4 or
-/// later, i.e. NVSwitch gen 3). Returns the number of NVLink bundles.
+/// (chips = distinct switch PCI ids; NVLS when every link to it is NVLink
+/// 4 or later, i.e. NVSwitch gen 3). Returns the number of NVLink bundles.
+///
+/// A link's generation is the GPU model's (from its NVML name, see
+/// `nvlink_gen_of_name`) where the name says, else the one its
+/// `nvmlNvlinkVersion_t` code stands for (`nvlink_gen_of_code`; NVLink 1
+/// for a code neither knows). A GPU pair's bundle is the larger of the
+/// counts its two GPUs report (one GPU's query may have failed).
 pub(crate) fn apply_nvml(
     b: &mut TopologyBuilder,
     gpu_by_bdf: &HashMap<String, NodeIx>,
     host: NodeIx,
     gpus: &[NvmlGpu],
 ) -> usize {
-    // (gpu, remote bus id) -> (version, links).
-    let mut gpu_links: BTreeMap<(NodeIx, String), (u8, u8)> = BTreeMap::new();
+    // GPU pair (lower index first) -> (generation, links seen from the
+    // lower GPU, links seen from the higher one).
+    let mut pair_links: BTreeMap<(NodeIx, NodeIx), (NvLinkGen, u8, u8)> = BTreeMap::new();
+    // (gpu, switch bus id) -> (generation, links).
+    let mut switch_links: BTreeMap<(NodeIx, String), (NvLinkGen, u8)> = BTreeMap::new();
     for g in gpus {
         let Some(&gix) = gpu_by_bdf.get(&norm_bus_id(&g.bus_id)) else {
             continue;
@@ -705,60 +907,79 @@ pub(crate) fn apply_nvml(
         b.node_mut(gix)
             .props
             .insert("nvml_index".into(), g.index.to_string());
-        for (version, remote) in &g.links {
-            let e = gpu_links
-                .entry((gix, norm_bus_id(remote)))
-                .or_insert((*version, 0));
-            e.1 = e.1.saturating_add(1);
+        let model_gen = g.name.as_deref().and_then(nvlink_gen_of_name);
+        for (code, remote) in &g.links {
+            let generation = model_gen
+                .or_else(|| nvlink_gen_of_code(*code))
+                .unwrap_or(NvLinkGen::V1);
+            let remote = norm_bus_id(remote);
+            match gpu_by_bdf.get(&remote) {
+                Some(&other) if other == gix => {}
+                Some(&other) => {
+                    let key = (gix.min(other), gix.max(other));
+                    let e = pair_links.entry(key).or_insert((generation, 0, 0));
+                    e.0 = e.0.min(generation);
+                    if gix < other {
+                        e.1 = e.1.saturating_add(1);
+                    } else {
+                        e.2 = e.2.saturating_add(1);
+                    }
+                }
+                None => {
+                    let e = switch_links.entry((gix, remote)).or_insert((generation, 0));
+                    e.0 = e.0.min(generation);
+                    e.1 = e.1.saturating_add(1);
+                }
+            }
         }
+    }
+    let mut done = 0;
+    for (&(x, y), &(generation, from_x, from_y)) in &pair_links {
+        let count = from_x.max(from_y);
+        b.link(x, y, LinkKind::NvLink { generation, count });
+        done += 1;
     }
     let mut nvswitch: Option<NodeIx> = None;
     let mut switch_chips: std::collections::BTreeSet<&str> = Default::default();
-    let mut max_version = 0u8;
-    let mut done = 0;
-    for ((gix, remote), (version, n)) in &gpu_links {
-        let generation = NvLinkGen::from_number((*version).clamp(1, 5)).unwrap_or(NvLinkGen::V1);
-        let kind = LinkKind::NvLink {
-            generation,
-            count: *n,
-        };
-        match gpu_by_bdf.get(remote) {
-            Some(&other) => {
-                // Each GPU pair is seen from both ends; add it once.
-                if *gix < other {
-                    b.link(*gix, other, kind);
-                    done += 1;
+    let mut min_gen: Option<NvLinkGen> = None;
+    for ((gix, remote), &(generation, n)) in &switch_links {
+        // Not a GPU: an NVSwitch. One logical node for all of them.
+        switch_chips.insert(remote.as_str());
+        min_gen = Some(min_gen.map_or(generation, |m| m.min(generation)));
+        let sw = *nvswitch.get_or_insert_with(|| {
+            b.node(
+                Node::new("nvswitch0", NodeKind::NvSwitch)
+                    .with_label("NVSwitch (via NVML)")
+                    .in_host(host),
+            )
+        });
+        match b.links.iter_mut().find(|x| x.a == *gix && x.b == sw) {
+            Some(l) => {
+                if let LinkKind::NvLink {
+                    generation: had,
+                    count,
+                } = l.kind
+                {
+                    *l = Link::new(
+                        *gix,
+                        sw,
+                        LinkKind::NvLink {
+                            generation: had.min(generation),
+                            count: count.saturating_add(n),
+                        },
+                    );
                 }
             }
             None => {
-                // Not a GPU: an NVSwitch. One logical node for all of them.
-                switch_chips.insert(remote.as_str());
-                max_version = max_version.max(*version);
-                let sw = *nvswitch.get_or_insert_with(|| {
-                    b.node(
-                        Node::new("nvswitch0", NodeKind::NvSwitch)
-                            .with_label("NVSwitch (via NVML)")
-                            .in_host(host),
-                    )
-                });
-                match b.links.iter_mut().find(|x| x.a == *gix && x.b == sw) {
-                    Some(l) => {
-                        if let LinkKind::NvLink { generation, count } = l.kind {
-                            *l = Link::new(
-                                *gix,
-                                sw,
-                                LinkKind::NvLink {
-                                    generation,
-                                    count: count.saturating_add(*n),
-                                },
-                            );
-                        }
-                    }
-                    None => {
-                        b.link(*gix, sw, kind);
-                        done += 1;
-                    }
-                }
+                b.link(
+                    *gix,
+                    sw,
+                    LinkKind::NvLink {
+                        generation,
+                        count: n,
+                    },
+                );
+                done += 1;
             }
         }
     }
@@ -766,7 +987,7 @@ pub(crate) fn apply_nvml(
         let n = b.node_mut(sw);
         n.chips = Some(switch_chips.len() as u32);
         // NVLink SHARP (NVLS) arrived with NVSwitch gen 3 (NVLink 4).
-        n.reduction = max_version >= 4;
+        n.reduction = min_gen.is_some_and(|g| g >= NvLinkGen::V4);
     }
     done
 }
@@ -807,7 +1028,11 @@ mod nvml {
                 if !link.is_active().unwrap_or(false) {
                     continue;
                 }
-                let version = link.version().unwrap_or(1).clamp(1, 5) as u8;
+                // The nvmlNvlinkVersion_t code, kept raw: apply_nvml maps
+                // it (6 is NVLink 4.0, not 6).
+                let version = link
+                    .version()
+                    .map_or(0, |v| u8::try_from(v).unwrap_or(u8::MAX));
                 if let Ok(remote) = link.remote_pci_info() {
                     g.links.push((version, remote.bus_id));
                 }
@@ -834,23 +1059,22 @@ mod tests {
 
     const DGX_GPUS: [&str; 8] = ["1b", "1c", "43", "44", "9b", "9c", "c3", "c4"];
 
-    #[test]
-    fn nvml_nvswitch_links_fold_into_one_switch() {
-        // DGX H100 as NVML reports it: each GPU's 18 NVLink 4 links spread
-        // 5/4/4/5 over four NVSwitch chips.
+    /// The DGX fixture's 8 GPUs as NVML reports them, each with 18 links
+    /// of NVML version code `code` spread 5/4/4/5 over four NVSwitch chips.
+    fn dgx_nvml(name: Option<&str>, code: u8) -> Vec<NvmlGpu> {
         let chips = [
             "0000:07:00.0",
             "0000:08:00.0",
             "0000:09:00.0",
             "0000:0a:00.0",
         ];
-        let gpus: Vec<NvmlGpu> = DGX_GPUS
+        DGX_GPUS
             .iter()
             .enumerate()
             .map(|(i, bus)| NvmlGpu {
                 index: i as u32,
                 bus_id: format!("00000000:{}:00.0", bus.to_uppercase()),
-                name: Some("NVIDIA H100 80GB HBM3".into()),
+                name: name.map(str::to_string),
                 memory: Some(85_899_345_920),
                 links: (0..18)
                     .map(|l| {
@@ -860,11 +1084,31 @@ mod tests {
                             9..13 => 2,
                             _ => 3,
                         };
-                        (4, chips[chip].to_string())
+                        (code, chips[chip].to_string())
                     })
                     .collect(),
             })
-            .collect();
+            .collect()
+    }
+
+    /// The NVLink generation of every GPU's link to `nvswitch0`.
+    fn switch_link_gens(t: &Topology) -> Vec<NvLinkGen> {
+        let sw = t.find("nvswitch0").unwrap();
+        t.gpus()
+            .iter()
+            .flat_map(|&g| t.links_between(g, sw))
+            .map(|l| match t.link(l).kind {
+                LinkKind::NvLink { generation, .. } => generation,
+                k => panic!("not an NVLink: {k:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nvml_nvswitch_links_fold_into_one_switch() {
+        // DGX H100 as NVML reports it: each GPU's 18 NVLink 4.0 links (NVML
+        // code 6) spread 5/4/4/5 over four NVSwitch chips.
+        let gpus = dgx_nvml(Some("NVIDIA H100 80GB HBM3"), 6);
         let t = discover_with(&fixture("dgx"), Some(&gpus)).unwrap();
         let sw = t.find("nvswitch0").unwrap();
         assert_eq!(t.node(sw).chips, Some(4));
@@ -879,6 +1123,103 @@ mod tests {
                     assert_eq!(p.bandwidth, 450.0);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn nvml_version_codes_are_not_generations() {
+        // nvmlNvlinkVersion_t: 6 is NVLink 4.0 (H100); some drivers report
+        // 7 for H100 links, and the GPU's name decides then. Either way an
+        // H100 is NV18 at 450 GB/s with NVLS, never NVLink 5 at 900.
+        for (name, code) in [
+            (None, 6),
+            (Some("NVIDIA H100 80GB HBM3"), 6),
+            (Some("NVIDIA H100 80GB HBM3"), 7),
+        ] {
+            let t = discover_with(&fixture("dgx"), Some(&dgx_nvml(name, code))).unwrap();
+            let sw = t.find("nvswitch0").unwrap();
+            assert!(t.node(sw).reduction, "{name:?} code {code}");
+            let gens = switch_link_gens(&t);
+            assert_eq!(gens.len(), 8);
+            assert!(
+                gens.iter().all(|&g| g == NvLinkGen::V4),
+                "{name:?} code {code}: {gens:?}"
+            );
+            let g = t.gpus();
+            let p = t.path(g[0], g[1]).unwrap();
+            assert_eq!(p.class, PathClass::NvLink(18), "{name:?} code {code}");
+            assert_eq!(p.bandwidth, 450.0, "{name:?} code {code}");
+        }
+        // 4 is NVLink 3.0 (A100): no NVLS, whether the name says A100 or
+        // not.
+        for name in [None, Some("NVIDIA A100-SXM4-80GB")] {
+            let t = discover_with(&fixture("dgx"), Some(&dgx_nvml(name, 4))).unwrap();
+            let sw = t.find("nvswitch0").unwrap();
+            assert!(!t.node(sw).reduction, "{name:?}");
+            assert!(
+                switch_link_gens(&t).iter().all(|&g| g == NvLinkGen::V3),
+                "{name:?}"
+            );
+        }
+        // Codes map per nvmlNvlinkVersion_t; 0 (invalid) and unknown codes
+        // are none.
+        let gens: Vec<_> = (0..=9).map(nvlink_gen_of_code).collect();
+        use NvLinkGen::*;
+        assert_eq!(
+            gens,
+            [
+                None,
+                Some(V1),
+                Some(V2),
+                Some(V2),
+                Some(V3),
+                Some(V3),
+                Some(V4),
+                Some(V5),
+                Some(V5),
+                None
+            ]
+        );
+        // The Ada bucket (A40 has NVLink 3 bridges, RTX 4090 none) does
+        // not decide; named architectures do.
+        assert_eq!(nvlink_gen_of_name("NVIDIA A40"), None);
+        assert_eq!(nvlink_gen_of_name("Tesla V100-SXM2-16GB"), Some(V2));
+        assert_eq!(nvlink_gen_of_name("NVIDIA B200"), Some(V5));
+    }
+
+    #[test]
+    fn nvml_gpu_pair_link_reported_by_one_side_only() {
+        // NVML reports the pair's 2 links only from one GPU (the other
+        // GPU's query failed, or reported fewer): the bundle stays, with
+        // the larger count.
+        let bus = ["19", "1a"];
+        let base: Vec<NvmlGpu> = bus
+            .iter()
+            .enumerate()
+            .map(|(i, b)| NvmlGpu {
+                index: i as u32,
+                bus_id: format!("00000000:{b}:00.0"),
+                ..Default::default()
+            })
+            .collect();
+        let to = |b: &str| (2u8, format!("00000000:{b}:00.0"));
+        for (from0, from1) in [
+            (vec![], vec![to("19"), to("19")]),
+            (vec![to("1A"), to("1a")], vec![]),
+            (vec![to("1a")], vec![to("19"), to("19")]),
+            (vec![to("1a"), to("1a")], vec![to("19"), to("19")]),
+        ] {
+            let mut gpus = base.clone();
+            gpus[0].links = from0.clone();
+            gpus[1].links = from1.clone();
+            let t = discover_with(&fixture("pcie-server"), Some(&gpus)).unwrap();
+            let g = t.gpus();
+            assert_eq!(
+                t.path(g[0], g[1]).unwrap().class,
+                PathClass::NvLink(2),
+                "{from0:?} / {from1:?}"
+            );
+            assert_eq!(t.links_between(g[0], g[1]).len(), 1);
         }
     }
 

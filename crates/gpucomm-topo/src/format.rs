@@ -35,7 +35,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{IbSpeed, LinkKind, NvLinkGen, PcieGen, parse_port, port_name};
+use crate::catalog::{
+    IbSpeed, LinkKind, MAX_ETHERNET_GBIT, NvLinkGen, PcieGen, parse_port, port_name,
+};
 use crate::error::TopoError;
 use crate::hardware::GpuArch;
 use crate::model::{Link, Node, NodeIx, NodeKind, Topology, TopologyBuilder};
@@ -284,7 +286,7 @@ impl LinkEntry {
             "ethernet" | "roce" => {
                 let g = self.gbit.ok_or_else(|| need("gbit"))?;
                 LinkKind::Ethernet {
-                    gbit: small(f("gbit"), g, 1, 1600)? as u16,
+                    gbit: small(f("gbit"), g, 1, i64::from(MAX_ETHERNET_GBIT))? as u16,
                     count: count(65535)? as u16,
                     roce: self.kind == "roce",
                 }
@@ -398,6 +400,33 @@ impl TopologyFile {
                 )
             })?;
             let mut n = Node::new(e.id.clone(), kind).with_label(e.label.clone());
+            // Fields that mean nothing on this kind are refused, not
+            // silently dropped.
+            if kind == NodeKind::Host && e.host.is_some() {
+                return Err(bad(
+                    f("host"),
+                    format!("node {:?} is a host: a host belongs to no host", e.id),
+                ));
+            }
+            if e.reduction && !matches!(kind, NodeKind::NvSwitch | NodeKind::NetSwitch) {
+                return Err(bad(
+                    f("reduction"),
+                    format!(
+                        "node {:?} is a {kind}: only nvswitch (NVLS) and switch (SHARP) \
+                         nodes reduce in the network",
+                        e.id
+                    ),
+                ));
+            }
+            if e.chips.is_some() && kind != NodeKind::NvSwitch {
+                return Err(bad(
+                    f("chips"),
+                    format!(
+                        "node {:?} is a {kind}: only nvswitch nodes have chips",
+                        e.id
+                    ),
+                ));
+            }
             if let Some(h) = &e.host {
                 match ids.get(h.as_str()) {
                     Some(&hi) if self.node[hi].kind == "host" => n.host = Some(NodeIx(hi as u32)),
@@ -428,7 +457,8 @@ impl TopologyFile {
                     bad(
                         f("port"),
                         format!(
-                            "unknown port speed {p:?} (e.g. hdr, ndr, ndr200, roce400, eth100)"
+                            "unknown port speed {p:?} (e.g. hdr, ndr, ndr200, roce400, eth100; \
+                             Ethernet 1 to {MAX_ETHERNET_GBIT} Gb/s)"
                         ),
                     )
                 })?);

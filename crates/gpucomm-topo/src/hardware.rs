@@ -115,62 +115,87 @@ pub const fn ddr_gbps(channels: u32, mts: u32) -> f64 {
 /// 7002/7003 and Intel Ice Lake-SP).
 pub const DEFAULT_CPU_MEMORY_GBPS: f64 = ddr_gbps(8, 3200);
 
+/// The words of a product name, upper case: split at every character that
+/// is not a letter or digit (`"Tesla V100-SXM2-16GB"`: `TESLA`, `V100`,
+/// `SXM2`, `16GB`).
+fn words(label: &str) -> Vec<String> {
+    label
+        .to_ascii_uppercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a product name's `words` name the GPU model `model` (upper
+/// case): a word that is the model, or the model followed by letters
+/// (`L40S` is an `L40`, `4090D` a `4090`), never by more digits (`A4000` is
+/// no `A40`, `A1000` no `A100`) nor after other characters (`GB200` is no
+/// `B200`).
+fn names_model(words: &[String], model: &str) -> bool {
+    words.iter().any(|w| {
+        w.strip_prefix(model)
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
 /// GPU architecture and device memory bandwidth (GB/s) from a product name
 /// (`"NVIDIA H100 80GB HBM3"`, `"Tesla V100-SXM2-16GB"`); `None` for a GPU
-/// not in the table. Figures: [`gpu_memory`].
+/// not in the table. Figures: [`gpu_memory`]. Models are matched as words
+/// of the name, so an "RTX A4000" is no A40 and an "RTX A1000" no A100.
 ///
 /// ```
 /// use gpucomm_topo::{GpuArch, hardware::gpu_from_label};
 /// assert_eq!(gpu_from_label("NVIDIA H100 80GB HBM3"), Some((GpuArch::Hopper, 3350.0)));
 /// assert_eq!(gpu_from_label("Voodoo 3"), None);
+/// assert_eq!(gpu_from_label("NVIDIA RTX A4000"), None);
 /// ```
 pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
     use gpu_memory as m;
     let l = label.to_ascii_uppercase();
-    Some(
-        if l.contains("B200") || l.contains("GB200") || l.contains("B100") {
-            (GpuArch::Blackwell, m::B200)
-        } else if l.contains("GH200") {
-            let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
-            (
-                GpuArch::Hopper,
-                if hbm3e { m::GH200_144GB } else { m::GH200_96GB },
-            )
-        } else if l.contains("H200") {
-            (GpuArch::Hopper, m::H200)
-        } else if l.contains("H100") || l.contains("H800") {
-            let bw = if l.contains("NVL") {
-                m::H100_NVL
-            } else if l.contains("PCIE") {
-                m::H100_PCIE
-            } else {
-                m::H100_SXM
-            };
-            (GpuArch::Hopper, bw)
-        } else if l.contains("A100") || l.contains("A800") {
-            let bw = if l.contains("80") {
-                if l.contains("PCIE") {
-                    m::A100_80GB_PCIE
-                } else {
-                    m::A100_80GB_SXM
-                }
-            } else if l.contains("40") || l.contains("PCIE") {
-                m::A100_40GB
+    let w = words(label);
+    let is = |model: &str| names_model(&w, model);
+    Some(if is("B200") || is("GB200") || is("B100") {
+        (GpuArch::Blackwell, m::B200)
+    } else if is("GH200") {
+        let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
+        (
+            GpuArch::Hopper,
+            if hbm3e { m::GH200_144GB } else { m::GH200_96GB },
+        )
+    } else if is("H200") {
+        (GpuArch::Hopper, m::H200)
+    } else if is("H100") || is("H800") {
+        let bw = if l.contains("NVL") {
+            m::H100_NVL
+        } else if l.contains("PCIE") {
+            m::H100_PCIE
+        } else {
+            m::H100_SXM
+        };
+        (GpuArch::Hopper, bw)
+    } else if is("A100") || is("A800") {
+        let bw = if l.contains("80") {
+            if l.contains("PCIE") {
+                m::A100_80GB_PCIE
             } else {
                 m::A100_80GB_SXM
-            };
-            (GpuArch::Ampere, bw)
-        } else if l.contains("V100") {
-            (GpuArch::Volta, m::V100)
-        } else if l.contains("P100") {
-            (GpuArch::Pascal, m::P100)
-        } else if l.contains("4090") || l.contains("L40") || l.contains("A40") || l.contains("ADA")
-        {
-            (GpuArch::Ada, m::RTX_4090)
+            }
+        } else if l.contains("40") || l.contains("PCIE") {
+            m::A100_40GB
         } else {
-            return None;
-        },
-    )
+            m::A100_80GB_SXM
+        };
+        (GpuArch::Ampere, bw)
+    } else if is("V100") {
+        (GpuArch::Volta, m::V100)
+    } else if is("P100") {
+        (GpuArch::Pascal, m::P100)
+    } else if is("4090") || is("L40") || is("A40") || is("ADA") {
+        (GpuArch::Ada, m::RTX_4090)
+    } else {
+        return None;
+    })
 }
 
 /// Device memory of a GPU, GB (1e9 bytes), from its product name: the size
@@ -182,7 +207,8 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
 /// H100 and H800 80, A100 and A800 80, V100 32, P100 16, L40S, L40, A40
 /// and RTX A6000 48, RTX 4090 and 3090 24, L4 24, T4 16), so that a check
 /// against it never refuses what the GPU may hold; `None` for a GPU not in
-/// the table.
+/// the table. Models are matched as words of the name, as in
+/// [`gpu_from_label`].
 ///
 /// ```
 /// use gpucomm_topo::hardware::gpu_memory_gb_from_label;
@@ -190,17 +216,16 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
 /// assert_eq!(gpu_memory_gb_from_label("GH200 480GB (H100 96GB HBM3)"), Some(96.0));
 /// assert_eq!(gpu_memory_gb_from_label("NVIDIA H200"), Some(141.0));
 /// assert_eq!(gpu_memory_gb_from_label("Voodoo 3"), None);
+/// assert_eq!(gpu_memory_gb_from_label("NVIDIA RTX A4000"), None);
 /// ```
 pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
     let l = label.to_ascii_uppercase();
-    if l.contains("GH200") {
+    let words = words(label);
+    let is = |model: &str| names_model(&words, model);
+    if is("GH200") {
         let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
         return Some(if hbm3e { 144.0 } else { 96.0 });
     }
-    let words: Vec<&str> = l
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
     let stated = words.iter().find_map(|w| {
         w.strip_suffix("GB")
             .and_then(|n| n.parse::<u32>().ok())
@@ -209,27 +234,24 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
     if let Some(n) = stated {
         return Some(f64::from(n));
     }
-    let word = |x: &str| words.contains(&x);
-    Some(if l.contains("GB200") {
+    let word = |x: &str| words.iter().any(|w| w == x);
+    Some(if is("GB200") {
         186.0
-    } else if l.contains("B200") {
+    } else if is("B200") {
         180.0
-    } else if l.contains("H200") {
+    } else if is("H200") {
         141.0
-    } else if l.contains("H100") && l.contains("NVL") {
+    } else if is("H100") && l.contains("NVL") {
         94.0
-    } else if ["H100", "H800", "A100", "A800"]
-        .iter()
-        .any(|g| l.contains(g))
-    {
+    } else if ["H100", "H800", "A100", "A800"].iter().any(|g| is(g)) {
         80.0
-    } else if l.contains("V100") {
+    } else if is("V100") {
         32.0
-    } else if l.contains("P100") {
+    } else if is("P100") {
         16.0
-    } else if ["L40", "A40", "A6000"].iter().any(|g| l.contains(g)) {
+    } else if ["L40", "A40", "A6000"].iter().any(|g| is(g)) {
         48.0
-    } else if l.contains("4090") || l.contains("3090") || word("L4") {
+    } else if is("4090") || is("3090") || word("L4") {
         24.0
     } else if word("T4") {
         16.0
@@ -314,6 +336,34 @@ mod tests {
         ] {
             assert_eq!(gpu_memory_gb_from_label(label), gb, "{label}");
         }
+        // Models are words: an RTX A4000 is no A40 (Ada, 48 GB), an RTX
+        // A1000 no A100, an RTX A400 no A40; an L40S is an L40, a GB200's
+        // B200 the GB200's.
+        for label in ["NVIDIA RTX A4000", "NVIDIA RTX A1000", "NVIDIA RTX A400"] {
+            assert_ne!(
+                gpu_from_label(label).map(|g| g.1),
+                Some(gpu_memory::A100_40GB),
+                "{label}"
+            );
+            assert_ne!(gpu_memory_gb_from_label(label), Some(48.0), "{label}");
+            assert_ne!(gpu_memory_gb_from_label(label), Some(80.0), "{label}");
+        }
+        assert_eq!(gpu_from_label("NVIDIA RTX A4000"), None);
+        assert_eq!(gpu_from_label("NVIDIA RTX A1000"), None);
+        assert_eq!(gpu_memory_gb_from_label("NVIDIA RTX A1000"), None);
+        assert_eq!(gpu_from_label("NVIDIA A40").unwrap().0, GpuArch::Ada);
+        assert_eq!(gpu_memory_gb_from_label("NVIDIA A40"), Some(48.0));
+        assert_eq!(gpu_from_label("NVIDIA L40S").unwrap().0, GpuArch::Ada);
+        assert_eq!(
+            gpu_from_label("NVIDIA RTX 6000 Ada Generation").unwrap().0,
+            GpuArch::Ada
+        );
+        assert_eq!(
+            gpu_from_label("NVIDIA GB200").unwrap().0,
+            GpuArch::Blackwell
+        );
+        assert_eq!(gpu_from_label("NVIDIA A100-SXM4-80GB").unwrap().1, 2039.0);
+        assert_eq!(gpu_from_label("NVIDIA GeForce RTX 3090"), None);
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);

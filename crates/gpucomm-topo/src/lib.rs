@@ -120,6 +120,24 @@ pub fn select(spec: &str, opts: &ClusterOptions) -> Result<Topology, TopoError> 
             known: preset_names(),
         });
     };
+    with_options(base, opts)
+}
+
+/// [`select`] for a path that is always a topology file, never a preset
+/// name or `local` (what `gpucomm topo --file` takes): a file named
+/// `dgx-a100` is read, and a missing one is an error.
+///
+/// ```
+/// use gpucomm_topo::{select_file, ClusterOptions};
+/// let err = select_file("dgx-a100".as_ref(), &ClusterOptions::default()).unwrap_err();
+/// assert!(err.to_string().contains("dgx-a100"), "{err}");
+/// ```
+pub fn select_file(path: &Path, opts: &ClusterOptions) -> Result<Topology, TopoError> {
+    with_options(format::load(path)?, opts)
+}
+
+/// Applies `opts` to a topology as [`select`] says.
+fn with_options(base: Topology, opts: &ClusterOptions) -> Result<Topology, TopoError> {
     let plain =
         opts.nodes == 1 && opts.gpus.is_none() && opts.nics.is_none() && opts.nic_speed.is_none();
     if plain {

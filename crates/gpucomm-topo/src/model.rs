@@ -91,8 +91,10 @@ impl NodeKind {
     }
     /// Whether traffic may pass *through* a node of this kind. GPUs, storage
     /// and other endpoints only send and receive (CUDA P2P does not forward
-    /// through a GPU); switches, CPUs (root complex) and NICs (PCIe to
-    /// network) forward.
+    /// through a GPU); switches, CPUs (root complex) and NICs forward. A NIC
+    /// forwards only between its host side (PCIe) and the network: routes
+    /// never cross one from one PCIe link to another, nor from one network
+    /// port to another.
     pub fn is_transit(self) -> bool {
         matches!(
             self,

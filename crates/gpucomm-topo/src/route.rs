@@ -9,7 +9,9 @@
 //! narrow one and, at equal width, fewer hops win. Ties are broken by link
 //! index, so routes are deterministic. GPUs, storage and other endpoints
 //! never forward (CUDA P2P does not route through a GPU); CPUs, PCIe
-//! switches, NVSwitches, NICs (PCIe to network) and network switches do.
+//! switches, NVSwitches and network switches do, and NICs only between
+//! their host side and the network (never from one PCIe link to another,
+//! nor from one network port to another).
 //!
 //! The graph is cut in two layers. *Islands* are what stays connected
 //! without the network links: a host, or a rack joined by NVLink switches.
@@ -283,11 +285,12 @@ impl Topology {
                 continue;
             }
             let kind = self.node(ux).kind;
-            let transit = match layer {
-                Layer::Island => kind.is_transit(),
-                // In the fabric, NICs end paths: no forwarding between ports.
-                Layer::Fabric => kind.is_transit() && kind != NodeKind::Nic,
-            };
+            // A NIC forwards only between its host side and the network
+            // (where `route_into` joins an island route to a fabric route):
+            // inside an island it does not pass traffic from one PCIe link
+            // to another (a NIC on both sockets is no bridge between them),
+            // and in the fabric not from one port to another.
+            let transit = kind.is_transit() && kind != NodeKind::Nic;
             if ux != src && !transit {
                 continue;
             }

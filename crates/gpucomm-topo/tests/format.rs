@@ -305,3 +305,53 @@ fn hardware_attributes_load_validate_and_default() {
     ));
     assert_names(&m, &["node[0].memory_bandwidth", "only GPUs and CPUs"]);
 }
+
+#[test]
+fn node_fields_of_the_wrong_kind_are_refused() {
+    // `reduction` on a CPU or GPU, `chips` on anything but an NVSwitch, and
+    // a host inside a host were taken and meant nothing.
+    let cases = [
+        (
+            good_with("kind = \"cpu\"", "kind = \"cpu\"\nreduction = true"),
+            "node[1].reduction",
+            "node \"cpu0\" is a cpu",
+        ),
+        (
+            good_with(
+                "id = \"gpu0\"\nkind = \"gpu\"",
+                "id = \"gpu0\"\nkind = \"gpu\"\nreduction = true",
+            ),
+            "node[2].reduction",
+            "node \"gpu0\" is a gpu",
+        ),
+        (
+            good_with(
+                "id = \"gpu0\"\nkind = \"gpu\"",
+                "id = \"gpu0\"\nkind = \"gpu\"\nchips = 4",
+            ),
+            "node[2].chips",
+            "only nvswitch nodes have chips",
+        ),
+        (
+            good_with("kind = \"host\"", "kind = \"host\"\nhost = \"host0\""),
+            "node[0].host",
+            "node \"host0\" is a host",
+        ),
+    ];
+    for (text, field, says) in &cases {
+        let m = err(text);
+        assert_names(&m, &["bad.toml", field, says]);
+    }
+    // Where they mean something they load: NVLS and chips on an NVSwitch,
+    // SHARP on a network switch.
+    let ok = good_with(
+        "[[link]]",
+        "[[node]]\nid = \"nvs\"\nkind = \"nvswitch\"\nhost = \"host0\"\nreduction = true\nchips = 4\n\n\
+         [[node]]\nid = \"sw\"\nkind = \"switch\"\nreduction = true\n\n[[link]]",
+    );
+    let t = format::parse(&ok, Format::Toml, "ok.toml").unwrap();
+    let nvs = t.node(t.find("nvs").unwrap());
+    assert!(nvs.reduction);
+    assert_eq!(nvs.chips, Some(4));
+    assert!(t.node(t.find("sw").unwrap()).reduction);
+}

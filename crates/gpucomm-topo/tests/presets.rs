@@ -449,3 +449,33 @@ fn cluster_options_change_gpus_and_nics() {
     let e = nics(10_000_000).unwrap_err().to_string();
     assert!(e.contains("at most 640 per node"), "{e}");
 }
+
+#[test]
+fn a_spine_trunk_past_u16_links_is_refused_not_wrapped() {
+    // 128 nodes of 512 NICs on one leaf: 65,536 downlinks, whose trunk
+    // count wrapped to 0 links (at the full bandwidth of 65,536).
+    let opts = |nics| ClusterOptions {
+        nodes: 129,
+        nics: Some(nics),
+        nic_speed: gpucomm_topo::catalog::parse_port("ndr"),
+        fabric: Fabric::LeafSpine,
+        nodes_per_leaf: 128,
+        ..Default::default()
+    };
+    let Err(err) = select("workstation-rtx4090", &opts(512)) else {
+        panic!("built a leaf of 65,536 ports");
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.contains("leaf switch leaf0 would have 65536 ports") && msg.contains("65535"),
+        "{msg}"
+    );
+    // One NIC fewer fits: the trunk counts every downlink.
+    let t = select("workstation-rtx4090", &opts(511)).unwrap();
+    let (leaf, spine) = (t.find("leaf0").unwrap(), t.find("spine").unwrap());
+    let trunk = t.link(t.links_between(leaf, spine)[0]).kind;
+    assert!(
+        matches!(trunk, LinkKind::Infiniband { count: 65408, .. }),
+        "{trunk:?}"
+    );
+}

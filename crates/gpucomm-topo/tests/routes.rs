@@ -168,3 +168,44 @@ fn rails_of_a_large_cluster_follow_the_gpus() {
     let p = t.path(g[0], g[g.len() - 1]).unwrap();
     assert_eq!(p.class, PathClass::Net);
 }
+
+#[test]
+fn a_nic_on_two_sockets_is_no_bridge_between_them() {
+    // A multi-socket NIC (Socket Direct) with a PCIe Gen5 x16 link to each
+    // CPU: wider than the SMP link between them, but traffic between the
+    // sockets crosses the SMP link, never the NIC from one PCIe link to
+    // the other.
+    use gpucomm_topo::{LinkKind, Node, PcieGen, TopologyBuilder};
+    let mut b = TopologyBuilder::new("socket-direct");
+    let host = b.node(Node::new("host0", NodeKind::Host));
+    let cpu0 = b.node(Node::new("cpu0", NodeKind::Cpu).in_host(host));
+    let cpu1 = b.node(Node::new("cpu1", NodeKind::Cpu).in_host(host));
+    let gpu0 = b.node(Node::new("gpu0", NodeKind::Gpu).in_host(host));
+    let gpu1 = b.node(Node::new("gpu1", NodeKind::Gpu).in_host(host));
+    let nic0 = b.node(Node::new("nic0", NodeKind::Nic).in_host(host));
+    let gen5 = LinkKind::Pcie {
+        generation: PcieGen::Gen5,
+        width: 16,
+    };
+    b.link(cpu0, cpu1, LinkKind::Smp);
+    b.link(gpu0, cpu0, gen5);
+    b.link(gpu1, cpu1, gen5);
+    b.link(nic0, cpu0, gen5);
+    b.link(nic0, cpu1, gen5);
+    let t = b.build().unwrap();
+    for (x, y) in [(gpu0, gpu1), (gpu1, gpu0), (cpu0, cpu1), (gpu0, cpu1)] {
+        let p = t.path(x, y).unwrap();
+        check_chain(&t, x, y, &p.hops);
+        let via: Vec<&str> = p
+            .hops
+            .iter()
+            .map(|h| t.node(t.link(h.link).head(h.dir)).id.as_str())
+            .collect();
+        assert!(!via.contains(&"nic0"), "{via:?}");
+        assert_eq!(p.bandwidth, LinkKind::Smp.bandwidth(), "{via:?}");
+    }
+    assert_eq!(t.path(gpu0, gpu1).unwrap().class, PathClass::Sys);
+    // The NIC itself is reached from either socket directly.
+    assert_eq!(t.path(gpu1, nic0).unwrap().hops.len(), 2);
+    assert_eq!(t.path(gpu0, nic0).unwrap().hops.len(), 2);
+}

@@ -34,7 +34,8 @@ pub struct Args {
     /// A preset system (see --list).
     #[arg(long, conflicts_with = "file")]
     pub preset: Option<String>,
-    /// A topology file (TOML, or JSON when it ends in .json).
+    /// A topology file (TOML, or JSON when it ends in .json); always read
+    /// as a file, even when named like a preset or `local`.
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Discover from this root directory instead of / (it must hold sys/).
@@ -257,7 +258,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Reads `--nic-speed` (`gpucomm topo` and `gpucomm sim`).
 pub fn nic_speed(s: &str) -> anyhow::Result<LinkKind> {
     parse_port(s).with_context(|| {
-        format!("--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or eth<Gb/s>")
+        format!(
+            "--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or \
+             eth<Gb/s> (1 to {} Gb/s)",
+            catalog::MAX_ETHERNET_GBIT
+        )
     })
 }
 
@@ -330,12 +335,12 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
     }
     if let Some(f) = &args.file {
         // A path that exists but is not a file (a directory, /dev/null)
-        // is read below, which says what is wrong with it.
+        // is read below, which says what is wrong with it. Always the
+        // file: a file named like a preset (or `local`) is not the preset.
         if !f.exists() {
             bail!("--file {}: no such file", f.display());
         }
-        let s = f.to_str().context("--file: the path is not valid UTF-8")?;
-        return Ok(gpucomm_topo::select(s, &opts)?);
+        return Ok(gpucomm_topo::select_file(f, &opts)?);
     }
     let d = DiscoverOptions {
         root: args
@@ -640,8 +645,13 @@ fn print_summary(out: &mut impl Write, t: &Topology) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// More devices than this, and the matrices show the first host's only
+/// (unless `--all`).
+const MATRIX_LIMIT: usize = 24;
+
 /// Devices for the matrices: GPUs then NICs, limited to the first host
-/// when there are many (unless `all`).
+/// when there are more than [`MATRIX_LIMIT`] (unless `all`); and whether
+/// the limit left any out.
 fn matrix_devices(t: &Topology, all: bool) -> (Vec<(String, NodeIx)>, bool) {
     let gpus: Vec<NodeIx> = t.gpus().to_vec();
     let nics: Vec<NodeIx> = t.nodes_of_kind(NodeKind::Nic).collect();
@@ -660,7 +670,7 @@ fn matrix_devices(t: &Topology, all: bool) -> (Vec<(String, NodeIx)>, bool) {
     };
     let mut limited = false;
     let keep = |ix: &NodeIx| all || t.hosts().is_empty() || t.node(*ix).host == Some(t.hosts()[0]);
-    let too_many = gpus.len() + nics.len() > 24;
+    let too_many = gpus.len() + nics.len() > MATRIX_LIMIT;
     let mut devs = Vec::new();
     let mut host_idx: BTreeMap<Option<NodeIx>, (usize, usize)> = BTreeMap::new();
     for &g in &gpus {
@@ -713,8 +723,26 @@ fn print_grid(out: &mut impl Write, header: &[String], rows: &[Vec<String>]) -> 
     Ok(())
 }
 
+/// What to say when the first-host limit of [`matrix_devices`] left no
+/// device for a matrix (`what`: "device matrix"): there are devices, but
+/// more than the limit and none in the first host (they name no host).
+fn filtered_out(t: &Topology, what: &str) -> String {
+    let nics = t.nodes_of_kind(NodeKind::Nic).count();
+    let first = t.hosts().first().map_or("", |&h| t.node(h).id.as_str());
+    format!(
+        "{} GPUs and {nics} NICs, more than the {MATRIX_LIMIT} a {what} shows without --all, \
+         and none of them in the first host {first:?} (the ones without a host are left \
+         out): no {what}; --all shows every device.",
+        t.gpus().len()
+    )
+}
+
 fn print_matrix(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
     let (devs, limited) = matrix_devices(t, all);
+    if devs.is_empty() && limited {
+        writeln!(out, "{}", filtered_out(t, "device matrix"))?;
+        return Ok(());
+    }
     if devs.is_empty() {
         writeln!(out, "No GPUs or NICs found, so no device matrix.")?;
         return Ok(());
@@ -809,6 +837,10 @@ fn gpu_grid(
 /// words (`OK`; `TNS`, topology not supported).
 fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
     let (gpus, limited) = matrix_gpus(t, all);
+    if gpus.is_empty() && limited && !t.gpus().is_empty() {
+        writeln!(out, "{}", filtered_out(t, "P2P matrix"))?;
+        return Ok(());
+    }
     if gpus.is_empty() {
         writeln!(out, "No GPUs, so no P2P matrix.")?;
         return Ok(());
@@ -832,6 +864,10 @@ fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()
 
 fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()> {
     let (gpus, limited) = matrix_gpus(t, all);
+    if gpus.is_empty() && limited && !t.gpus().is_empty() {
+        writeln!(out, "{}", filtered_out(t, "bandwidth matrix"))?;
+        return Ok(());
+    }
     if gpus.is_empty() {
         writeln!(out, "No GPUs, so no bandwidth matrix.")?;
         return Ok(());
