@@ -217,6 +217,28 @@ fn trace_is_a_chrome_trace_with_rank_and_link_tracks() {
         .collect();
     // Ranks and links are separate processes in the trace.
     assert!(pids.len() >= 2, "{pids:?}");
+    // One node: nothing said about the node-symmetry reduction; two
+    // nodes: the traced size ran every rank, and the output says so.
+    assert!(!out.stdout.contains("ran every rank"), "{}", out.dump());
+    let out = gpucomm(
+        &[
+            "sim",
+            "all_reduce",
+            "--topology",
+            "dgx-a100",
+            "--nodes",
+            "2",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "--trace",
+            p,
+        ],
+        LIMIT,
+    );
+    out.assert_ok();
+    assert!(out.stdout.contains("ran every rank"), "{}", out.dump());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -789,6 +789,12 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 "# trace: {}{part} (open in https://ui.perfetto.dev)",
                 path.display()
             )?;
+            if mach.ranks() > mach.gpus_per_node() && !a.no_symmetry {
+                writeln!(
+                    o,
+                    "# trace: its size ran every rank (no node-symmetry reduction), which can move its time by a few percent from a run without --trace where ranks' blocks differ by an element"
+                )?;
+            }
         }
     } else if a.trace.is_some() && !a.m.json {
         writeln!(
