@@ -149,7 +149,8 @@ pub struct Prediction {
     pub channels: u16,
     /// Chunk limit in elements (0 = none).
     pub chunk_elems: usize,
-    /// Sequential communication steps (the checker's critical path).
+    /// Sequential communication steps (the checker's critical path;
+    /// `u32::MAX` for more).
     pub steps: u32,
     /// Steps on the intra-node class.
     pub intra_steps: u32,
@@ -556,7 +557,7 @@ fn hier_traffic(p: &Problem, r: usize, coll: Collective) -> ((usize, usize), (us
 /// hops inside nodes, the path crosses each such hop behind a piece's last
 /// part and takes that piece's parts again on the next run: `(g - 1) *
 /// (most parts of a piece - 1)` more.
-fn ring_chain(s: &Schedule) -> (u32, f64) {
+fn ring_chain(s: &Schedule) -> (u64, f64) {
     let p = &s.problem;
     let (n, c) = (p.nranks, p.count);
     let plan = Plan::new(s, c);
@@ -570,7 +571,7 @@ fn ring_chain(s: &Schedule) -> (u32, f64) {
     };
     let k = plan.chunks;
     let piece = c as f64 / k as f64;
-    let mut best = (0u32, 0.0f64);
+    let mut best = (0u64, 0.0f64);
     for ch in 0..plan.channels {
         // The chain's hops, ring positions q -> q + 1 from the root's
         // position (a broadcast's) or the one after it (a reduce's).
@@ -599,8 +600,8 @@ fn ring_chain(s: &Schedule) -> (u32, f64) {
             let path = piece * (net + (k + runs - 1) as f64) + part * (intra - runs) as f64;
             (steps, path)
         };
-        if steps as u32 > best.0 {
-            best = (steps as u32, path);
+        if steps as u64 > best.0 {
+            best = (steps as u64, path);
         }
     }
     best
@@ -613,7 +614,7 @@ pub fn critical_path(s: &Schedule) -> u32 {
         return 0;
     }
     let (a, b) = class_steps(s);
-    a + b
+    a.saturating_add(b)
 }
 
 fn ceil_log2(n: usize) -> u32 {
@@ -623,22 +624,30 @@ fn ceil_log2(n: usize) -> u32 {
 /// `(first-class steps, rail steps)`: for hierarchical, intra and inter;
 /// for flat algorithms everything is in the first.
 fn class_steps(s: &Schedule) -> (u32, u32) {
+    // In u64: chunk counts of a few billion (one-byte chunks of 8 GiB)
+    // times 2(n - 1) wrapped in u32 (0 steps, 0 us; a debug panic).
+    let (a, b) = class_steps_wide(s);
+    let sat = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    (sat(a), sat(b))
+}
+
+fn class_steps_wide(s: &Schedule) -> (u64, u64) {
     let p = &s.problem;
     let n = p.nranks;
     let c = p.count;
     if n == 1 || (c == 0 && !p.collective.meets_when_empty()) {
         return (0, 0);
     }
-    let k = |unit: usize| Plan::new(s, unit).chunks as u32;
-    let n32 = n as u32;
+    let k = |unit: usize| Plan::new(s, unit).chunks as u64;
+    let n64 = n as u64;
     let flat = match (s.algorithm, p.collective) {
         (_, Collective::Barrier) => match s.algorithm {
             Algorithm::Direct => 1,
-            _ => ceil_log2(n),
+            _ => ceil_log2(n).into(),
         },
-        (Algorithm::Ring, Collective::AllReduce) => 2 * (n32 - 1) * k(max_block(c, n)),
+        (Algorithm::Ring, Collective::AllReduce) => 2 * (n64 - 1) * k(max_block(c, n)),
         (Algorithm::Ring, Collective::ReduceScatter | Collective::AllGather) => {
-            (n32 - 1) * k(max_block(c, n))
+            (n64 - 1) * k(max_block(c, n))
         }
         (Algorithm::Ring, Collective::Broadcast { .. } | Collective::Reduce { .. }) => {
             ring_chain(s).0
@@ -654,12 +663,12 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
                 .map(|t| nccl_tree_depth(n, p.ranks_per_node, t))
                 .max()
                 .unwrap_or(0);
-            2 * depth as u32 + k(c) - 1
+            2 * depth as u64 + k(c) - 1
         }
-        (Algorithm::Tree, _) => btree_depth(n) as u32 + k(c) - 1,
+        (Algorithm::Tree, _) => btree_depth(n) as u64 + k(c) - 1,
         (Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling, coll) => {
             let (p2, rem) = fold(n);
-            let log = p2.trailing_zeros();
+            let log = u64::from(p2.trailing_zeros());
             let f = if rem > 0 { 2 } else { 0 };
             match coll {
                 Collective::AllReduce if s.algorithm == Algorithm::HalvingDoubling => 2 * log + f,
@@ -668,16 +677,16 @@ fn class_steps(s: &Schedule) -> (u32, u32) {
                 }
                 Collective::Broadcast { .. } => {
                     let m = n - 1;
-                    m.count_ones().max(usize::BITS - m.leading_zeros() - 1)
+                    u64::from(m.count_ones().max(usize::BITS - m.leading_zeros() - 1))
                 }
-                Collective::Reduce { .. } => ceil_log2(n),
+                Collective::Reduce { .. } => ceil_log2(n).into(),
                 _ => 0,
             }
         }
-        (Algorithm::Bruck, _) => ceil_log2(n),
+        (Algorithm::Bruck, _) => ceil_log2(n).into(),
         (Algorithm::Hierarchical, coll) => {
-            let l = p.ranks_per_node as u32;
-            let nodes = n32 / l;
+            let l = p.ranks_per_node as u64;
+            let nodes = n64 / l;
             return match coll {
                 Collective::AllReduce => (2 * (l - 1), 2 * (nodes - 1)),
                 // The intra-node phase moves one slice per node per step
@@ -717,7 +726,7 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
     let max_sent = t.iter().map(|x| x.0).max().unwrap_or(0) * p.elem_size as u64;
     let max_recv = t.iter().map(|x| x.1).max().unwrap_or(0) * p.elem_size as u64;
     let busiest = max_sent.max(max_recv) as f64;
-    let (a, b) = class_steps(s);
+    let (a, b) = class_steps_wide(s);
     let multi_node = p.nranks > p.ranks_per_node;
     let plan_c = |unit: usize| Plan::new(s, unit);
     let (intra_steps, inter_steps, intra_bytes, inter_bytes);
@@ -747,6 +756,8 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
                 let u = max_block(p.count, n);
                 steps * (u as f64 / plan_c(u).chunks as f64) * e
             }
+            // One rank: no hop (the chain's pieces stay put).
+            (Algorithm::Ring, _) if a == 0 => 0.0,
             (Algorithm::Ring, _) => ring_chain(s).1 * e,
             (Algorithm::Tree, _) => steps * busiest / plan_c(p.count).chunks as f64,
             (
@@ -792,13 +803,16 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
         + intra_bytes / bw(&model.intra)
         + inter_bytes / bw(&model.inter)
         + local_us;
+    // Counts past u32 (billions of steps) are shown saturated; the time
+    // above used them whole.
+    let sat = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     Prediction {
         algorithm: s.algorithm,
         channels: s.channels,
         chunk_elems: s.chunk_elems,
-        steps: a + b,
-        intra_steps,
-        inter_steps,
+        steps: sat(a.saturating_add(b)),
+        intra_steps: sat(intra_steps),
+        inter_steps: sat(inter_steps),
         max_bytes_sent: max_sent,
         max_bytes_recv: max_recv,
         intra_path_bytes: intra_bytes,

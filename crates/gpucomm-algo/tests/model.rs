@@ -274,3 +274,44 @@ fn local_work_is_added_when_modeled() {
         "{with} - {without} != {expected}"
     );
 }
+
+#[test]
+fn step_counts_past_u32_saturate_instead_of_wrapping() {
+    // 8 GiB of bytes in one-byte chunks: 2 * (n - 1) * 2^33 / n steps.
+    // In u32 this wrapped to 0 steps and 0 us on 2 ranks (tune ranked it
+    // best, check built it) and overflowed on 3 (a debug panic).
+    for n in [2usize, 3] {
+        let p = Problem::new(Collective::AllReduce, 1 << 33, n, n).with_elem_size(1);
+        let s = Schedule::new(p, Algorithm::Ring)
+            .unwrap()
+            .with_chunk_elems(1);
+        assert_eq!(critical_path(&s), u32::MAX, "{n} ranks");
+        let pred = predict(&s, &CostModel::default());
+        assert_eq!(pred.steps, u32::MAX, "{n} ranks");
+        // The time uses the whole count: over 2^33 steps of latency.
+        assert!(pred.time_us > 1e9, "{n} ranks: {} us", pred.time_us);
+    }
+}
+
+#[test]
+fn one_rank_moves_nothing_and_takes_no_time() {
+    // A 1-rank ring broadcast or reduce has no step, but its path came
+    // out as (chunks - 1) pieces: 2.33 us on 32 channels.
+    for coll in [
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+    ] {
+        let p = Problem::new(coll, 1 << 18, 1, 1).with_elem_size(4);
+        let s = Schedule::new(p, Algorithm::Ring)
+            .unwrap()
+            .with_chunk_elems(4)
+            .with_channels(32);
+        let pred = predict(&s, &CostModel::default());
+        assert_eq!(pred.steps, 0);
+        assert_eq!(
+            pred.intra_path_bytes + pred.inter_path_bytes,
+            0.0,
+            "{coll:?}"
+        );
+    }
+}

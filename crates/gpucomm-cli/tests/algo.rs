@@ -230,3 +230,102 @@ fn tune_refuses_to_list_no_candidates() {
     let text = run(&argv);
     assert!(text.assert_ok().contains("best: "), "{}", text.dump());
 }
+
+#[test]
+fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
+    // 8 GiB in one-byte chunks: the model's step count wrapped to 0 in
+    // u32, so tune ranked it best at 0 us and check tried to build it
+    // (an abort on a 1 TiB allocation).
+    let (_, rows) = tune(&[
+        "all_reduce",
+        "-n",
+        "2",
+        "-b",
+        "8G",
+        "--elem-size",
+        "1",
+        "--chunk",
+        "1",
+        "-a",
+        "ring",
+        "-c",
+        "1",
+    ]);
+    assert!(
+        rows.iter().all(|r| r["time_us"].as_f64().unwrap() > 1e9),
+        "{rows:?}"
+    );
+    for cmd in ["check", "show"] {
+        run(&[
+            "algo",
+            cmd,
+            "all_reduce",
+            "-n",
+            "2",
+            "-b",
+            "8G",
+            "--elem-size",
+            "1",
+            "--chunk",
+            "1",
+            "-a",
+            "ring",
+        ])
+        .assert_fails(1, "too many");
+    }
+    // Channels multiply the steps (the estimate left them out: 7.3 M steps
+    // were shown against a 2 M limit, 63 M checked against 50 M).
+    run(&[
+        "algo",
+        "show",
+        "all_reduce",
+        "-n",
+        "8",
+        "-b",
+        "1M",
+        "-c",
+        "65535",
+    ])
+    .assert_fails(1, "too many");
+    run(&[
+        "algo",
+        "check",
+        "all_reduce",
+        "-n",
+        "16",
+        "-b",
+        "16M",
+        "-c",
+        "65535",
+        "-a",
+        "ring",
+    ])
+    .assert_fails(1, "too many");
+    run(&[
+        "algo",
+        "check",
+        "all_to_all",
+        "-n",
+        "4",
+        "--elem-size",
+        "4611686018427387904",
+        "-b",
+        "0",
+    ])
+    .assert_fails(1, "overflows");
+    run(&[
+        "algo",
+        "check",
+        "all_reduce",
+        "-n",
+        "3",
+        "--ranks-per-node",
+        "100",
+    ])
+    .assert_fails(1, "--ranks-per-node 100 is more than the 3 ranks");
+    run(&["algo", "check", "all_reduce", "--root", "1"]).assert_fails(1, "has no root");
+    run(&["algo", "check", "broadcast", "--shift", "2"]).assert_fails(1, "--shift");
+    // Where they apply they still work.
+    run(&["algo", "check", "broadcast", "-n", "4", "--root", "3"]).assert_ok();
+    run(&["algo", "check", "sendrecv", "-n", "4", "--shift", "3"]).assert_ok();
+}

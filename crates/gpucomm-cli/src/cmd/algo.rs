@@ -77,12 +77,12 @@ struct ProblemArgs {
     /// Ranks per node (defaults to all ranks on one node).
     #[arg(long)]
     ranks_per_node: Option<usize>,
-    /// Root of broadcast, reduce, gather and scatter.
-    #[arg(long, default_value_t = 0)]
-    root: usize,
-    /// Distance of sendrecv's destination.
-    #[arg(long, default_value_t = 1)]
-    shift: usize,
+    /// Root of broadcast, reduce, gather and scatter [default: 0].
+    #[arg(long)]
+    root: Option<usize>,
+    /// Distance of sendrecv's destination [default: 1].
+    #[arg(long)]
+    shift: Option<usize>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -141,9 +141,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
-    Ok(match Collective::from_name(&a.collective) {
-        Some(Collective::SendRecv { .. }) => Collective::SendRecv { shift: a.shift },
-        Some(c) => c.with_root(a.root),
+    let c = Collective::from_name(&a.collective);
+    // An option the collective does not take is refused, not ignored.
+    if let Some(c) = c {
+        if a.root.is_some() && c.root().is_none() {
+            bail!("--root: {} has no root", c.name());
+        }
+        if a.shift.is_some() && !matches!(c, Collective::SendRecv { .. }) {
+            bail!("--shift is sendrecv's; {} takes none", c.name());
+        }
+    }
+    Ok(match c {
+        Some(Collective::SendRecv { .. }) => Collective::SendRecv {
+            shift: a.shift.unwrap_or(1),
+        },
+        Some(c) => c.with_root(a.root.unwrap_or(0)),
         None => {
             let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
             bail!(
@@ -175,7 +187,12 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     // nccl-tests counts it.
     let blocked = collective.count_is_a_block();
     let per = if blocked {
-        a.elem_size * a.ranks
+        a.elem_size.checked_mul(a.ranks).with_context(|| {
+            format!(
+                "--elem-size {} times {} ranks overflows",
+                a.elem_size, a.ranks
+            )
+        })?
     } else {
         a.elem_size
     };
@@ -189,6 +206,9 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
         _ => bytes / per,
     };
     let rpn = a.ranks_per_node.unwrap_or(a.ranks);
+    if rpn > a.ranks {
+        bail!("--ranks-per-node {rpn} is more than the {} ranks", a.ranks);
+    }
     let p = Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size);
     // Whatever the algorithm (a root past the ranks, say): said once, here.
     p.validate()?;
@@ -214,7 +234,8 @@ fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Sched
 }
 
 /// Refuses schedules whose steps (over all ranks) would exceed `limit`,
-/// estimated from the model's critical path, before generating anything.
+/// estimated from the model's critical path (per channel: the channels
+/// run side by side, each with its steps), before generating anything.
 fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
     let n = s.problem.nranks as u64;
     let fan = if s.algorithm == Algorithm::Direct {
@@ -222,7 +243,10 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
     } else {
         1
     };
-    let est = (critical_path(s) as u64 + 1) * 2 * fan * n;
+    let channels = (s.channels.max(1) as u64).min(s.problem.count.max(1) as u64);
+    let est = (critical_path(s) as u64 + 1)
+        .saturating_mul(2 * fan * n)
+        .saturating_mul(channels);
     if est > limit {
         bail!(
             "{} {} on {n} ranks has about {est} steps, too many to {what} here (raise --chunk, or use fewer ranks)",
@@ -652,7 +676,7 @@ fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
             if s.chunk_elems == 0 {
                 "-".into()
             } else {
-                format_bytes((s.chunk_elems * p.elem_size) as u64)
+                format_bytes(s.chunk_elems.saturating_mul(p.elem_size) as u64)
             },
             pr.steps.to_string(),
             format_bytes(pr.max_bytes_sent),
@@ -695,8 +719,8 @@ mod tests {
             chunk: None,
             intra_slices: 1,
             ranks_per_node: None,
-            root: 0,
-            shift: 1,
+            root: None,
+            shift: None,
             json: false,
         }
     }
@@ -788,7 +812,7 @@ mod tests {
         assert!(e.contains("too many to show here"), "{e}");
         // A problem no algorithm takes says why.
         let mut b = args("broadcast");
-        b.root = 9;
+        b.root = Some(9);
         let e = check_cmd(&b).unwrap_err().to_string();
         assert!(e.contains("root 9 out of range for 4 ranks"), "{e}");
         let mut a = args("all_reduce");
