@@ -236,7 +236,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
     // 8 GiB in one-byte chunks: the model's step count wrapped to 0 in
     // u32, so tune ranked it best at 0 us and check tried to build it
     // (an abort on a 1 TiB allocation).
-    let (_, rows) = tune(&[
+    let huge = [
         "all_reduce",
         "-n",
         "2",
@@ -248,30 +248,14 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "1",
         "-a",
         "ring",
-        "-c",
-        "1",
-    ]);
+    ];
+    let (_, rows) = tune(&[&huge[..], &["-c", "1"]].concat());
     assert!(
         rows.iter().all(|r| r["time_us"].as_f64().unwrap() > 1e9),
         "{rows:?}"
     );
     for cmd in ["check", "show"] {
-        run(&[
-            "algo",
-            cmd,
-            "all_reduce",
-            "-n",
-            "2",
-            "-b",
-            "8G",
-            "--elem-size",
-            "1",
-            "--chunk",
-            "1",
-            "-a",
-            "ring",
-        ])
-        .assert_fails(1, "too many");
+        run(&[&["algo", cmd][..], &huge[..]].concat()).assert_fails(1, "too many");
     }
     // Channels multiply the steps (the estimate left them out: 7.3 M steps
     // were shown against a 2 M limit, 63 M checked against 50 M).

@@ -1187,21 +1187,24 @@ mod tests {
         assert_eq!(nvlink_gen_of_name("NVIDIA B200"), Some(V5));
     }
 
-    #[test]
-    fn nvml_gpu_pair_link_reported_by_one_side_only() {
-        // NVML reports the pair's 2 links only from one GPU (the other
-        // GPU's query failed, or reported fewer): the bundle stays, with
-        // the larger count.
-        let bus = ["19", "1a"];
-        let base: Vec<NvmlGpu> = bus
-            .iter()
+    /// NVML's view of GPUs at these PCI buses (no name, no links).
+    fn nvml_gpus(bus: &[&str]) -> Vec<NvmlGpu> {
+        bus.iter()
             .enumerate()
             .map(|(i, b)| NvmlGpu {
                 index: i as u32,
                 bus_id: format!("00000000:{b}:00.0"),
                 ..Default::default()
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn nvml_gpu_pair_link_reported_by_one_side_only() {
+        // NVML reports the pair's 2 links only from one GPU (the other
+        // GPU's query failed, or reported fewer): the bundle stays, with
+        // the larger count.
+        let base = nvml_gpus(&["19", "1a"]);
         let to = |b: &str| (2u8, format!("00000000:{b}:00.0"));
         for (from0, from1) in [
             (vec![], vec![to("19"), to("19")]),
@@ -1226,16 +1229,7 @@ mod tests {
     #[test]
     fn nvml_gpu_to_gpu_links_make_the_cube_mesh() {
         // The pcie-server fixture with DGX-1 V100 NVLinks reported by NVML.
-        let bus = ["19", "1a", "33", "34", "9b", "9c", "b3", "b4"];
-        let mut gpus: Vec<NvmlGpu> = bus
-            .iter()
-            .enumerate()
-            .map(|(i, b)| NvmlGpu {
-                index: i as u32,
-                bus_id: format!("00000000:{b}:00.0"),
-                ..Default::default()
-            })
-            .collect();
+        let mut gpus = nvml_gpus(&["19", "1a", "33", "34", "9b", "9c", "b3", "b4"]);
         for (x, y, n) in crate::presets::DGX1_V100_NVLINKS {
             for _ in 0..n {
                 let (bx, by) = (
