@@ -287,14 +287,14 @@ impl Inner {
     }
 
     pub fn register(&self, seg: &Arc<Segment>) {
-        let mut v = self.segments.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut v = crate::lock(&self.segments);
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(seg));
     }
 
     fn lookup(&self, p: *const u8, bytes: usize) -> Option<ZeroCopy> {
         self.region.as_ref()?;
-        let v = self.segments.lock().unwrap_or_else(PoisonError::into_inner);
+        let v = crate::lock(&self.segments);
         for w in v.iter() {
             if let Some(s) = w.upgrade()
                 && s.contains(p, bytes)
@@ -312,7 +312,7 @@ impl Inner {
 
     /// Marks the communicator unusable and tells peers (region state, sockets).
     fn poison(&self, why: String, state: u32) {
-        let mut b = self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = crate::lock(&self.broken);
         if b.is_none() {
             *b = Some(why);
         }
@@ -342,12 +342,7 @@ impl Inner {
         if !self.is_broken.load(Ordering::Acquire) {
             return Ok(());
         }
-        if let Some(b) = self
-            .broken
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
+        if let Some(b) = crate::lock(&self.broken).as_ref() {
             return Err(Error::Broken(b.clone()));
         }
         Ok(())
@@ -359,11 +354,7 @@ impl Inner {
         if target == 0 {
             return; // never used async: no lock on the hot path
         }
-        let mut c = self
-            .queue
-            .completed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut c = crate::lock(&self.queue.completed);
         while *c < target {
             c = self
                 .queue
@@ -374,7 +365,7 @@ impl Inner {
     }
 
     fn submit(self: &Arc<Self>, job: Job) -> Result<(), Error> {
-        let mut tx = self.queue.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tx = crate::lock(&self.queue.tx);
         if tx.is_none() {
             let (t, r) = mpsc::channel::<Job>();
             let weak = Arc::downgrade(self);
@@ -384,20 +375,12 @@ impl Inner {
                     while let Ok(job) = r.recv() {
                         let Some(inner) = weak.upgrade() else { return };
                         job(&inner);
-                        *inner
-                            .queue
-                            .completed
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner) += 1;
+                        *crate::lock(&inner.queue.completed) += 1;
                         inner.queue.cv.notify_all();
                     }
                 })
                 .map_err(|e| Error::io("spawning the progress thread", e))?;
-            *self
-                .queue
-                .worker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(h);
+            *crate::lock(&self.queue.worker) = Some(h);
             *tx = Some(t);
         }
         self.queue.submitted.fetch_add(1, Ordering::AcqRel);
@@ -408,16 +391,8 @@ impl Inner {
     }
 
     pub fn shutdown_queue(&self) -> Option<JoinHandle<()>> {
-        self.queue
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        self.queue
-            .worker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        crate::lock(&self.queue.tx).take();
+        crate::lock(&self.queue.worker).take()
     }
 
     pub fn close(&self) {
@@ -1257,11 +1232,7 @@ struct ReqSlot<T: Element> {
 impl<T: Element> Request<T> {
     /// True once the operation has finished (successfully or not).
     pub fn test(&self) -> bool {
-        self.slot
-            .result
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        crate::lock(&self.slot.result).is_some()
     }
 
     /// Waits for completion and returns the receive buffer. The wait is
@@ -1272,11 +1243,7 @@ impl<T: Element> Request<T> {
 
     /// Waits and returns `(send buffer, receive buffer)`.
     pub fn wait_both(self) -> Result<(Option<Buffer<T>>, Buffer<T>), Error> {
-        let mut g = self
-            .slot
-            .result
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut g = crate::lock(&self.slot.result);
         loop {
             if let Some(r) = g.take() {
                 return r;
@@ -1322,7 +1289,7 @@ pub(crate) fn start<T: Element>(
                 Err(Error::Broken("a panic in the progress thread".into()))
             }
         };
-        *s2.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+        *crate::lock(&s2.result) = Some(r);
         s2.cv.notify_all();
     });
     inner.submit(job)?;

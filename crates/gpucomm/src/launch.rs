@@ -429,7 +429,7 @@ impl OutputErrors {
         if e.kind() == io::ErrorKind::BrokenPipe {
             return;
         }
-        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first = crate::lock(&self.0);
         if first.is_none() {
             *first = Some((stream, e));
         }
@@ -437,7 +437,7 @@ impl OutputErrors {
 
     /// The first error kept, if any (and forgets it).
     pub fn take(&self) -> Option<(Stream, io::Error)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+        crate::lock(&self.0).take()
     }
 }
 
@@ -1236,7 +1236,7 @@ mod forward {
         /// default (one that is ignored or handled by the program is left
         /// alone), unless another running job did.
         pub(super) fn install() -> Guard {
-            let mut st = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = crate::lock(&INSTALLED);
             if st.jobs == 0 {
                 for sig in SIGNALS {
                     if let Some(previous) = install_handler(sig) {
@@ -1266,7 +1266,7 @@ mod forward {
     impl Drop for Guard {
         #[allow(unsafe_code)]
         fn drop(&mut self) {
-            let mut st = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = crate::lock(&INSTALLED);
             st.jobs = st.jobs.saturating_sub(1);
             if st.jobs == 0 {
                 for (sig, previous) in st.previous.drain(..) {

@@ -74,6 +74,13 @@ mod split;
 pub mod store;
 pub mod transport;
 
+/// Locks `m`, taking the guard back from a panic that poisoned it, so that
+/// one panic does not turn every later call into another (the
+/// communicator's call state is the exception: it answers `Error::Broken`).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -66,7 +66,7 @@ impl Hub {
         size: usize,
         made: Result<Vec<Communicator>, Error>,
     ) -> Result<Communicator, Error> {
-        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut groups = crate::lock(&self.groups);
         let result = match made {
             Ok(comms) => {
                 let mut slots: Vec<Option<Communicator>> = comms.into_iter().map(Some).collect();
@@ -99,7 +99,7 @@ impl Hub {
         stop: &dyn Fn() -> Option<String>,
     ) -> Result<Communicator, Error> {
         let fail = |detail: String| Error::Bootstrap { rank, detail };
-        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut groups = crate::lock(&self.groups);
         loop {
             if let Some(group) = groups.get_mut(ns) {
                 let (taken, done) = match group {

@@ -248,21 +248,12 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
         s.set_read_timeout(Some(Duration::from_millis(100)))?;
         match op {
             OP_SET => {
-                shared
-                    .map
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(key, val);
+                crate::lock(&shared.map).insert(key, val);
                 shared.changed.notify_all();
                 reply(&mut s, 0, &[])?;
             }
             OP_GET => {
-                let v = shared
-                    .map
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(&key)
-                    .cloned();
+                let v = crate::lock(&shared.map).get(&key).cloned();
                 match v {
                     Some(v) => reply(&mut s, 0, &v)?,
                     None => reply(&mut s, 1, &[])?,
@@ -275,7 +266,7 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                         .unwrap_or([0; 8]),
                 );
                 let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
-                let mut map = shared.map.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut map = crate::lock(&shared.map);
                 let found = loop {
                     if let Some(v) = map.get(&key) {
                         break Some(v.clone());
@@ -303,7 +294,7 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                         .and_then(|b| b.try_into().ok())
                         .unwrap_or([0; 8]),
                 );
-                let mut map = shared.map.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut map = crate::lock(&shared.map);
                 let cur = map
                     .get(&key)
                     .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
@@ -320,17 +311,13 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                     reply(&mut s, 2, b"malformed key list")?;
                     return Ok(());
                 };
-                let mut map = shared.map.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut map = crate::lock(&shared.map);
                 let gone = keys.iter().filter(|k| map.remove(**k).is_some()).count();
                 drop(map);
                 reply(&mut s, 0, &(gone as u64).to_le_bytes())?;
             }
             OP_NUM_KEYS => {
-                let n = shared
-                    .map
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .len();
+                let n = crate::lock(&shared.map).len();
                 reply(&mut s, 0, &(n as u64).to_le_bytes())?;
             }
             _ => {

@@ -565,11 +565,7 @@ impl DeviceComm {
             // Peers may be waiting on this rank: make them fail now (a
             // failure of the host communicator has already done so). What
             // peers sent ahead is void with it (it names their buffers).
-            self.st
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .early
-                .clear();
+            crate::lock(&self.st).early.clear();
             self.comm.abort();
         }
         r?;
@@ -921,7 +917,7 @@ impl DeviceComm {
                 Ok(Some((Peer { ptr: d.ptr, bytes }, false)))
             }
             DescKind::Ipc => {
-                let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = crate::lock(&self.st);
                 if let Some(m) = st.opened.get(&(p, d.key)) {
                     return Ok(Some((*m, false)));
                 }
@@ -969,7 +965,7 @@ impl DeviceComm {
     }
 
     fn scratch(&self, bytes: usize) -> Result<DevicePtr, Error> {
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::lock(&self.st);
         if st.scratch.as_ref().is_none_or(|s| s.len() < bytes) {
             st.scratch = None;
             st.scratch = Some(DeviceBuffer::alloc(&self.ctx, bytes.next_power_of_two())?);
@@ -1038,7 +1034,7 @@ impl DeviceComm {
         };
         let barrier = || self.comm.run::<u8>(Call::Barrier, None, &mut [], &hopts);
         {
-            let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = crate::lock(&self.st);
             st.calls += 1;
         }
         // Inputs ready before peers may read them.
@@ -1328,7 +1324,7 @@ impl DeviceComm {
 
     /// Closes this rank's mapping of peer `p`'s allocation `key`, if open.
     fn close_peer(&self, p: usize, key: u64) {
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::lock(&self.st);
         if let Some(m) = st.opened.remove(&(p, key)) {
             st.order.retain(|&x| x != (p, key));
             // SAFETY: every call synchronizes its stream before it returns,
@@ -1420,7 +1416,7 @@ impl DeviceComm {
         while recv_from.is_some() || ack_from.is_some() {
             if let Some(p) = recv_from {
                 let early = {
-                    let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut st = crate::lock(&self.st);
                     st.early.get_mut(&p).and_then(|q| q.pop_front())
                 };
                 if let Some((d, payload)) = early {
@@ -1456,7 +1452,7 @@ impl DeviceComm {
                 recv_from = None;
             } else {
                 // The peer's next send, before its acknowledgement of ours.
-                let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = crate::lock(&self.st);
                 let q = st.early.entry(p).or_default();
                 if q.len() >= MAX_EARLY {
                     drop(st);
@@ -1590,7 +1586,7 @@ impl DeviceComm {
         let s = stream.id;
         let sb = send.map(|x| x.bytes()).unwrap_or(0);
         let rb = recv.bytes();
-        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::lock(&self.st);
         st.calls += 1;
         let fits = st
             .staging

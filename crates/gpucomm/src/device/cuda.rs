@@ -92,11 +92,11 @@ impl std::fmt::Debug for CudaBackend {
 
 impl CudaBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
-        self.t.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.t)
     }
 
     fn dev(&self, device: u32) -> Result<Device, Error> {
-        let mut ds = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ds = crate::lock(&self.devices);
         let slot = ds.get_mut(device as usize).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "device {device}: this machine has {} CUDA devices",

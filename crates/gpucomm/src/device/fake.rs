@@ -21,13 +21,13 @@ struct FakeStream {
 
 impl FakeStream {
     fn push(&self, op: Op) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = crate::lock(&self.queue);
         q.push_back(op);
         self.issued.fetch_add(1, Ordering::AcqRel);
     }
     /// Runs every queued operation, in order.
     fn flush(&self) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = crate::lock(&self.queue);
         while let Some(op) = q.pop_front() {
             op();
             self.done.fetch_add(1, Ordering::AcqRel);
@@ -155,7 +155,7 @@ impl FakeDevice {
     /// Makes every later operation named `op` (`"alloc"`, `"copy_d2d"`,
     /// `"reduce"`, `"ipc_open"`, ...) fail; `None` clears it.
     pub fn fail_on(&self, op: Option<&str>) {
-        *self.fail_on.lock().unwrap_or_else(|e| e.into_inner()) = op.map(str::to_string);
+        *crate::lock(&self.fail_on) = op.map(str::to_string);
     }
 
     /// What was done so far.
@@ -182,7 +182,7 @@ impl FakeDevice {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.state)
     }
 
     fn err(&self, device: u32, what: &str, detail: impl Into<String>) -> Error {
@@ -195,7 +195,7 @@ impl FakeDevice {
     }
 
     fn check_fail(&self, device: u32, what: &str) -> Result<(), Error> {
-        let f = self.fail_on.lock().unwrap_or_else(|e| e.into_inner());
+        let f = crate::lock(&self.fail_on);
         if f.as_deref() == Some(what) {
             return Err(self.err(device, what, "injected failure"));
         }

@@ -257,13 +257,9 @@ impl DevCtx {
         })
     }
 
-    fn lock_retired(&self) -> std::sync::MutexGuard<'_, Option<Vec<(u64, DevicePtr)>>> {
-        self.retired.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Frees `ptr` now, or later if peers may map it.
     fn release(&self, key: u64, ptr: DevicePtr, exported: bool) {
-        if exported && let Some(v) = self.lock_retired().as_mut() {
+        if exported && let Some(v) = crate::lock(&self.retired).as_mut() {
             v.push((key, ptr));
             return;
         }
@@ -273,7 +269,7 @@ impl DevCtx {
 
     /// Up to `max` retired allocations, to announce in a call.
     pub fn take_retired(&self, max: usize) -> Vec<(u64, DevicePtr)> {
-        match self.lock_retired().as_mut() {
+        match crate::lock(&self.retired).as_mut() {
             Some(v) => {
                 let k = v.len().min(max);
                 v.drain(..k).collect()
@@ -291,7 +287,7 @@ impl DevCtx {
                 // before the call's closing barrier.
                 unsafe { self.backend.free(self.device, p) }
             }
-        } else if let Some(v) = self.lock_retired().as_mut() {
+        } else if let Some(v) = crate::lock(&self.retired).as_mut() {
             v.extend(freeing);
         }
     }
@@ -299,7 +295,7 @@ impl DevCtx {
     /// The communicator is going: free what is retired, and from now on
     /// free buffers as they drop.
     pub fn close(&self) {
-        let left = self.lock_retired().take().unwrap_or_default();
+        let left = crate::lock(&self.retired).take().unwrap_or_default();
         for (_, p) in left {
             // SAFETY: ours, freed once (see DeviceComm's Drop for peers).
             unsafe { self.backend.free(self.device, p) }
