@@ -137,10 +137,6 @@ impl Desc {
         }
     }
 
-    fn with_kind(self, kind: DescKind) -> Desc {
-        Desc { kind, ..self }
-    }
-
     fn encode(&self) -> [u8; DESC] {
         let mut b = [0u8; DESC];
         b[..4].copy_from_slice(DESC_MAGIC);
@@ -884,7 +880,7 @@ impl DeviceComm {
 
     /// Where this rank reaches peer `p`'s buffer `d`, and whether the
     /// mapping was opened for this use alone (`keep` false: the caller
-    /// closes it with [`Self::close_mapping`] once its work is done; a
+    /// closes it (`ipc_close`) once its work is done; a
     /// mapping already open stays). `keep` true caches the mapping until
     /// the owner announces the buffer retired (collectives).
     fn resolve(
@@ -953,15 +949,6 @@ impl DeviceComm {
                 Ok(Some((m, false)))
             }
         }
-    }
-
-    /// Closes a mapping [`Self::resolve`] opened for one use.
-    ///
-    /// # Safety
-    /// No device work that uses it is in flight.
-    unsafe fn close_mapping(&self, m: Peer) {
-        // SAFETY: the caller's promise; opened by ipc_open, closed once.
-        unsafe { self.ctx.backend.ipc_close(self.ctx.device, m.ptr) };
     }
 
     fn scratch(&self, bytes: usize) -> Result<DevicePtr, Error> {
@@ -1410,7 +1397,6 @@ impl DeviceComm {
         s: StreamId,
         hopts: &CallOptions,
     ) -> Result<(), Error> {
-        let hash = |bytes: usize| p2p_hash(T::DTYPE, bytes);
         let proto = |p: usize, what: String| self.op_err(call, Some(p), Failure::Protocol(what));
         let mut recv_from = from;
         while recv_from.is_some() || ack_from.is_some() {
@@ -1420,7 +1406,7 @@ impl DeviceComm {
                     st.early.get_mut(&p).and_then(|q| q.pop_front())
                 };
                 if let Some((d, payload)) = early {
-                    self.p2p_take(call, p, &d, payload, hash(recv.bytes()), recv, s, hopts)?;
+                    self.p2p_take(call, p, &d, payload, recv, s, hopts)?;
                     recv_from = None;
                     continue;
                 }
@@ -1448,7 +1434,7 @@ impl DeviceComm {
                 vec![]
             };
             if recv_from == Some(p) {
-                self.p2p_take(call, p, &d, payload, hash(recv.bytes()), recv, s, hopts)?;
+                self.p2p_take(call, p, &d, payload, recv, s, hopts)?;
                 recv_from = None;
             } else {
                 // The peer's next send, before its acknowledgement of ours.
@@ -1476,13 +1462,12 @@ impl DeviceComm {
         p: usize,
         d: &Desc,
         payload: Vec<u8>,
-        want: u64,
         recv: &mut DeviceBuffer<T>,
         s: StreamId,
         hopts: &CallOptions,
     ) -> Result<(), Error> {
         let rb = recv.bytes();
-        if d.call != want {
+        if d.call != p2p_hash(T::DTYPE, rb) {
             let theirs = if d.bytes == rb as u64 {
                 format!("a send of {} bytes of another type", d.bytes)
             } else {
@@ -1542,15 +1527,19 @@ impl DeviceComm {
             self.sync(s)
         })();
         if once {
-            // SAFETY: the copy is done (synchronized), or failed; a failed
-            // stream is synchronized before the mapping goes.
+            // A failed copy's stream is synchronized before the mapping goes.
             if copied.is_err() {
                 let _ = self.sync(s);
             }
-            unsafe { self.close_mapping(src) };
+            // SAFETY: opened by resolve for this copy alone, closed once;
+            // the copy is done (synchronized) or never started.
+            unsafe { self.ctx.backend.ipc_close(self.ctx.device, src.ptr) };
         }
         copied?;
-        let ack = Desc::inline(0, 0).with_kind(DescKind::Ack);
+        let ack = Desc {
+            kind: DescKind::Ack,
+            ..Desc::inline(0, 0)
+        };
         self.host_p2p(call, Call::Send { peer: p }, &ack.encode(), &mut [], hopts)
     }
 
