@@ -607,14 +607,19 @@ fn ring_chain(s: &Schedule) -> (u64, f64) {
     best
 }
 
-/// Sequential communication steps (the checker's critical path), in closed form.
-/// (0 for a schedule that fails [`Schedule::validate`]).
+/// Sequential communication steps (the checker's critical path), in closed form
+/// (0 for a schedule that fails [`Schedule::validate`]; `u32::MAX` for more).
 pub fn critical_path(s: &Schedule) -> u32 {
     if s.validate().is_err() {
         return 0;
     }
     let (a, b) = class_steps(s);
-    a.saturating_add(b)
+    saturated(a.saturating_add(b))
+}
+
+/// A step count as the public `u32` fields show it (`u32::MAX` for more).
+fn saturated(x: u64) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
 }
 
 fn ceil_log2(n: usize) -> u32 {
@@ -622,16 +627,10 @@ fn ceil_log2(n: usize) -> u32 {
 }
 
 /// `(first-class steps, rail steps)`: for hierarchical, intra and inter;
-/// for flat algorithms everything is in the first.
-fn class_steps(s: &Schedule) -> (u32, u32) {
-    // In u64: chunk counts of a few billion (one-byte chunks of 8 GiB)
-    // times 2(n - 1) wrapped in u32 (0 steps, 0 us; a debug panic).
-    let (a, b) = class_steps_wide(s);
-    let sat = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
-    (sat(a), sat(b))
-}
-
-fn class_steps_wide(s: &Schedule) -> (u64, u64) {
+/// for flat algorithms everything is in the first. In u64: chunk counts of
+/// a few billion (one-byte chunks of 8 GiB) times 2(n - 1) wrapped in u32
+/// (0 steps, 0 us; a debug panic).
+fn class_steps(s: &Schedule) -> (u64, u64) {
     let p = &s.problem;
     let n = p.nranks;
     let c = p.count;
@@ -726,7 +725,7 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
     let max_sent = t.iter().map(|x| x.0).max().unwrap_or(0) * p.elem_size as u64;
     let max_recv = t.iter().map(|x| x.1).max().unwrap_or(0) * p.elem_size as u64;
     let busiest = max_sent.max(max_recv) as f64;
-    let (a, b) = class_steps_wide(s);
+    let (a, b) = class_steps(s);
     let multi_node = p.nranks > p.ranks_per_node;
     let plan_c = |unit: usize| Plan::new(s, unit);
     let (intra_steps, inter_steps, intra_bytes, inter_bytes);
@@ -805,14 +804,13 @@ pub fn predict(s: &Schedule, model: &CostModel) -> Prediction {
         + local_us;
     // Counts past u32 (billions of steps) are shown saturated; the time
     // above used them whole.
-    let sat = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     Prediction {
         algorithm: s.algorithm,
         channels: s.channels,
         chunk_elems: s.chunk_elems,
-        steps: sat(a.saturating_add(b)),
-        intra_steps: sat(intra_steps),
-        inter_steps: sat(inter_steps),
+        steps: saturated(a.saturating_add(b)),
+        intra_steps: saturated(intra_steps),
+        inter_steps: saturated(inter_steps),
         max_bytes_sent: max_sent,
         max_bytes_recv: max_recv,
         intra_path_bytes: intra_bytes,
