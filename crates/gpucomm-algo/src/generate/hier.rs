@@ -86,6 +86,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 Buf::Output,
                 Some((Buf::Output, bo)),
                 &mut ch,
+                None,
             );
             let bl2: Vec<Block> = blocks(blen, nodes)
                 .into_iter()
@@ -105,11 +106,12 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                     Buf::Output,
                     fin,
                     &mut ch2,
+                    None,
                 );
-                ring::all_gather(b, &pl2, rail, &id, &bl2, Buf::Output, None, &mut ch2);
+                ring::all_gather(b, &pl2, rail, &id, &bl2, Buf::Output, None, &mut ch2, None);
             }
             let mut ch3 = vec![entry(&ch2); ring::pieces(&pl1, &bl1)];
-            ring::all_gather(b, &pl1, intra, &id, &bl1, Buf::Output, None, &mut ch3);
+            ring::all_gather(b, &pl1, intra, &id, &bl1, Buf::Output, None, &mut ch3, None);
         }
         Collective::ReduceScatter => {
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
@@ -125,6 +127,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 Buf::Scratch,
                 None,
                 &mut ch,
+                None,
             );
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl2)];
@@ -139,6 +142,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 Buf::Scratch,
                 fin,
                 &mut ch2,
+                None,
             );
         }
         Collective::AllGather => {
@@ -149,10 +153,10 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             let bl2: Vec<Block> = (0..nodes).map(|q| vec![p.block(q * l + local)]).collect();
             let mut ch = vec![Vec::new(); ring::pieces(&pl, &bl2)];
             let first = Some((Buf::Input, 0));
-            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, first, &mut ch);
+            ring::all_gather(b, &pl, rail, &id, &bl2, Buf::Output, first, &mut ch, None);
             let bl1: Vec<Block> = (0..l).map(interleaved).collect();
             let mut ch2 = vec![entry(&ch); ring::pieces(&pl, &bl1)];
-            ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, None, &mut ch2);
+            ring::all_gather(b, &pl, intra, &id, &bl1, Buf::Output, None, &mut ch2, None);
         }
         Collective::Broadcast { root } => {
             let pl = Plan::new(s, c);

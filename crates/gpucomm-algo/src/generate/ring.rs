@@ -35,6 +35,13 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             b.reserve(4 * (n - 1) * pieces(&plan, &bl));
             let mut chain = vec![Vec::new(); pieces(&plan, &bl)];
             let fin = Some((Buf::Output, bl[r][0].0));
+            // Both phases work in the output: the all-gather's receives
+            // wait for the reduce-scatter's steps on the same blocks,
+            // declared explicitly so that an empty piece waits as a full
+            // one does (the builder derives nothing from an empty range,
+            // and a dependency graph that changed with the pieces'
+            // emptiness would differ from node to node).
+            let mut log = Vec::with_capacity((n - 1) * pieces(&plan, &bl));
             reduce_scatter(
                 b,
                 &plan,
@@ -45,8 +52,19 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 Buf::Output,
                 fin,
                 &mut chain,
+                Some(&mut log),
             );
-            all_gather(b, &plan, g, &ord, &bl, Buf::Output, None, &mut chain);
+            all_gather(
+                b,
+                &plan,
+                g,
+                &ord,
+                &bl,
+                Buf::Output,
+                None,
+                &mut chain,
+                Some(&log),
+            );
         }
         Collective::ReduceScatter => {
             let bl = single(blocks(p.count, n));
@@ -64,6 +82,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
                 Buf::Scratch,
                 fin,
                 &mut chain,
+                None,
             );
         }
         Collective::AllGather => {
@@ -74,7 +93,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             // The own block goes out from the input, each piece copied to
             // the output behind its send (NCCL's directCopySend).
             let first = Some((Buf::Input, 0));
-            all_gather(b, &plan, g, &ord, &bl, Buf::Output, first, &mut chain);
+            all_gather(b, &plan, g, &ord, &bl, Buf::Output, first, &mut chain, None);
         }
         Collective::Broadcast { root } => {
             let plan = Plan::new(s, p.count);
@@ -221,7 +240,9 @@ fn piece_channel(plan: &Plan, j: usize) -> u16 {
 /// `fin.1`; `None`: in `acc` at its global offsets). In round `s` the rank sends block `pos - s - 1` and
 /// receives-and-reduces block `pos - s - 2`, so it ends with its own block.
 /// `chain[j]` holds the dependencies of the next send of piece `j` (the
-/// previous step on that piece, also when it moves no data).
+/// previous step on that piece, also when it moves no data). With `log`,
+/// round `s`'s send and receive of piece `j` are appended there as entry
+/// `s * chain.len() + j` (for an [`all_gather`] in the same buffer).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_scatter(
     b: &mut Builder,
@@ -233,6 +254,7 @@ pub(crate) fn reduce_scatter(
     acc: Buf,
     fin: Option<Loc>,
     chain: &mut [Vec<u32>],
+    mut log: Option<&mut Vec<[u32; 2]>>,
 ) {
     let m = g.size;
     // Where global offset `o` of `block` goes when the block is complete:
@@ -267,7 +289,7 @@ pub(crate) fn reduce_scatter(
             let rb = ord.at(ch, pos + 2 * m - s - 2, m);
             let (so, sl_len, _) = piece(plan, &bl[sb], j);
             let src = if s == 0 { own } else { acc };
-            b.send(
+            let sent = b.send(
                 g.member(ord.at(ch, pos + 1, m)),
                 sl(src, so, sl_len),
                 ch,
@@ -282,6 +304,9 @@ pub(crate) fn reduce_scatter(
             };
             let prev = g.member(ord.at(ch, pos + m - 1, m));
             let rv = b.recv_reduce(prev, sl(own, ro, rl), dst, ch, &[]);
+            if let Some(log) = log.as_deref_mut() {
+                log.push([sent, rv]);
+            }
             deps.clear();
             deps.push(rv);
         }
@@ -296,6 +321,11 @@ pub(crate) fn reduce_scatter(
 /// copy overlaps the rest of the transfer as in NCCL's `directCopySend`
 /// (the input is read while the output is written); without, the own block
 /// must already be in `out` (alone in `g`, the rank only copies it there).
+/// `rs`: the [`reduce_scatter`] log of the same blocks in `out`, its input
+/// aliased with `out` (the builder's in-place layout); round `s`'s receive
+/// of piece `j` then waits explicitly for what last wrote and read its
+/// block there (that phase's receive in round `s - 1`, none in round 0,
+/// and its send in round `s`), as a non-empty piece waits by its range.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn all_gather(
     b: &mut Builder,
@@ -306,8 +336,10 @@ pub(crate) fn all_gather(
     out: Buf,
     first: Option<Loc>,
     chain: &mut [Vec<u32>],
+    rs: Option<&[[u32; 2]]>,
 ) {
     let m = g.size;
+    let chain_len = chain.len();
     if let (1, Some((buf, base))) = (m, first) {
         let (o, l) = bl[g.pos][0];
         b.copy(sl(buf, base, l), sl(out, o, l));
@@ -332,7 +364,13 @@ pub(crate) fn all_gather(
             }
             let (ro, rl, _) = piece(plan, &bl[rb], j);
             let prev = g.member(ord.at(ch, pos + m - 1, m));
-            let rv = b.recv(prev, sl(out, ro, rl), ch, &[]);
+            let per = chain_len;
+            let wrote_read = match rs {
+                Some(rs) if s > 0 => vec![rs[(s - 1) * per + j][1], rs[s * per + j][0]],
+                Some(rs) => vec![rs[j][0]],
+                None => Vec::new(),
+            };
+            let rv = b.recv(prev, sl(out, ro, rl), ch, &wrote_read);
             deps.clear();
             deps.push(rv);
         }
