@@ -64,6 +64,16 @@ impl AlgoChoice {
         AlgoChoice::Pat,
     ];
 
+    /// Whether this is one of NCCL's algorithms (the ring, the tree and
+    /// those beyond gpucomm-algo's schedules), which NCCL_ALGO names.
+    pub fn is_nccl(&self) -> bool {
+        match self {
+            AlgoChoice::Schedule(a) => NCCL_ALGORITHMS.contains(a),
+            AlgoChoice::Discarded => false,
+            _ => true,
+        }
+    }
+
     /// Whether this choice can run `collective` on `fabric`, and if not,
     /// why: NCCL's conditions for its algorithms; for a schedule, that
     /// gpucomm-algo implements the collective on these ranks.
@@ -1208,7 +1218,35 @@ pub fn simulate(
         Select::Only(named) if named.is_empty() => {
             return Err(SimError::Model("no algorithm named".into()));
         }
-        Select::Only(named) => named.clone(),
+        Select::Only(named) if named.len() == 1 => named.clone(),
+        // A list allows those of NCCL's algorithms that NCCL offers here,
+        // as NCCL_ALGO does (a tree broadcast is not one), and gpucomm's
+        // own schedules named in it.
+        Select::Only(named) => {
+            let offered = candidates(fabric, collective);
+            let kept: Vec<AlgoChoice> = named
+                .iter()
+                .copied()
+                .filter(|c| offered.contains(c) || !c.is_nccl())
+                .collect();
+            if kept.is_empty() {
+                return Err(SimError::Model(format!(
+                    "NCCL runs none of {} for {} here (it offers {})",
+                    named
+                        .iter()
+                        .map(|c| c.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    collective.name(),
+                    offered
+                        .iter()
+                        .map(|c| c.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            kept
+        }
         select => {
             let offered = candidates(fabric, collective);
             let allowed = select.apply(offered.clone());
@@ -1245,31 +1283,6 @@ pub fn simulate(
         return Err(SimError::Model(
             "every protocol is excluded (Simple, LL128, LL)".into(),
         ));
-    }
-    // NCCL launches nothing for a collective of no elements; its
-    // point-to-point operations (sendrecv, all_to_all) still run, empty.
-    if bytes == 0
-        && !matches!(
-            collective,
-            Collective::SendRecv { .. } | Collective::AllToAll
-        )
-    {
-        return Ok(CollResult {
-            bytes,
-            ranks: fabric.ranks(),
-            time: SimTime::ZERO,
-            completion: SimTime::ZERO,
-            algbw_gbps: 0.0,
-            busbw_gbps: 0.0,
-            algorithm: AlgoChoice::Discarded,
-            protocol: Protocol::Simple,
-            candidates: Vec::new(),
-            skipped: Vec::new(),
-            model: Vec::new(),
-            passed_over: Vec::new(),
-            exec: None,
-            simulated_bytes: None,
-        });
     }
     let mut refused = None;
     // The enabled candidates in tie-breaking order.
@@ -1310,6 +1323,44 @@ pub fn simulate(
                 Err(_) => {}
             }
         }
+    }
+    // NCCL launches nothing for a collective of no elements; its
+    // point-to-point operations (sendrecv, all_to_all) still run, empty.
+    // What a non-empty size would refuse is refused all the same.
+    if bytes == 0
+        && !matches!(
+            collective,
+            Collective::SendRecv { .. } | Collective::AllToAll
+        )
+    {
+        let mut last_err = refused;
+        let mut runs = false;
+        for &(c, _) in &jobs {
+            match c.eligible(fabric, collective) {
+                Ok(()) => runs = true,
+                Err(e) if opts.algorithm.single().is_some() => return Err(e),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if !runs {
+            return Err(last_err.unwrap_or(SimError::Schedule("no candidate runs".into())));
+        }
+        return Ok(CollResult {
+            bytes,
+            ranks: fabric.ranks(),
+            time: SimTime::ZERO,
+            completion: SimTime::ZERO,
+            algbw_gbps: 0.0,
+            busbw_gbps: 0.0,
+            algorithm: AlgoChoice::Discarded,
+            protocol: Protocol::Simple,
+            candidates: Vec::new(),
+            skipped: Vec::new(),
+            model: Vec::new(),
+            passed_over: Vec::new(),
+            exec: None,
+            simulated_bytes: None,
+        });
     }
     // Each schedule's steps are generated once, for every protocol that
     // runs the same steps (protocols differ in overheads, wire factor and
@@ -1433,6 +1484,13 @@ pub fn simulate(
         }
         for (i, &(c, p)) in jobs.iter().enumerate() {
             model_times[i] = match c {
+                // One rank: NCCL rates the ring with Simple at 0 and
+                // nothing else (`updateCollCostTable`, src/enqueue.cc;
+                // it launches one copy kernel). Its bus bandwidth factor
+                // is 0, which made every other rating NaN.
+                _ if fabric.ranks() == 1 => (c == AlgoChoice::Schedule(Algorithm::Ring)
+                    && p == Protocol::Simple)
+                    .then_some(0.0),
                 AlgoChoice::Schedule(_) | AlgoChoice::Pat
                     if !matches!(schedules[i], Some(Ok(_))) =>
                 {

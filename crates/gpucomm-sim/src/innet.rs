@@ -161,8 +161,8 @@ pub fn sharp_switch(fabric: &ClusterFabric) -> Result<SharpSwitch, SimError> {
     })
 }
 
-/// SHARP switches ([`sharp_switch`]) and an all_reduce, the conditions
-/// both CollNets share (`algo` names the one asked for in the error).
+/// SHARP switches ([`sharp_switch`]) and an all_reduce, what every use of
+/// SHARP here needs (`algo` names the one asked for in the error).
 fn sharp_all_reduce(
     fabric: &ClusterFabric,
     collective: Collective,
@@ -177,12 +177,31 @@ fn sharp_all_reduce(
     Ok(sw)
 }
 
+/// [`sharp_all_reduce`] and at most [`model::NCCL_MAX_COLLNET_LOCAL_RANKS`]
+/// GPUs per node, the conditions both CollNets share.
+fn collnet_common(
+    fabric: &ClusterFabric,
+    collective: Collective,
+    algo: &str,
+) -> Result<SharpSwitch, SimError> {
+    let sw = sharp_all_reduce(fabric, collective, algo)?;
+    let ppn = fabric.ranks_per_node();
+    if ppn > model::NCCL_MAX_COLLNET_LOCAL_RANKS {
+        return Err(SimError::Model(format!(
+            "NCCL runs {algo} on at most {} GPUs per node (NCCL_MAX_DIRECT_ARITY + 1, \
+             updateCollCostTable in src/enqueue.cc): here {ppn} (--gpus picks fewer)",
+            model::NCCL_MAX_COLLNET_LOCAL_RANKS
+        )));
+    }
+    Ok(sw)
+}
+
 /// Checks that CollNet Direct can run `collective` on `fabric`.
 pub fn collnet_eligible(
     fabric: &ClusterFabric,
     collective: Collective,
 ) -> Result<SharpSwitch, SimError> {
-    let sw = sharp_all_reduce(fabric, collective, "collnet")?;
+    let sw = collnet_common(fabric, collective, "collnet")?;
     if !matches!(fabric.machine.node.nvlink, NvFabric::Switch { .. }) {
         return Err(SimError::Model(format!(
             "collnet (NCCL's CollNet Direct) needs NVSwitch nodes (NCCL disables it without one); \
@@ -200,16 +219,17 @@ pub fn collnet_chain_eligible(
     fabric: &ClusterFabric,
     collective: Collective,
 ) -> Result<SharpSwitch, SimError> {
-    sharp_all_reduce(fabric, collective, "collnet_chain")
+    collnet_common(fabric, collective, "collnet_chain")
 }
 
 /// What `--sharp` needs of `machine` (and a calibration case that states
 /// SHARP): switches that reduce large messages, so that CollNet (Direct on
-/// NVSwitch nodes, Chain elsewhere) can run; checked on `nodes` nodes, at
-/// least two (a node-count sweep may start at one).
+/// NVSwitch nodes, Chain elsewhere, on up to 8 GPUs per node) or NVLS
+/// across nodes can run; checked on `nodes` nodes, at least two (a
+/// node-count sweep may start at one).
 pub fn sharp_usable(machine: &crate::Machine, nodes: usize) -> Result<SharpSwitch, SimError> {
     let f = machine.fabric(crate::Engine::Nccl, nodes.max(2))?;
-    collnet_chain_eligible(&f, Collective::AllReduce)
+    sharp_all_reduce(&f, Collective::AllReduce, "--sharp")
 }
 
 /// Checks that NVLS with SHARP across nodes can run `collective`.
@@ -234,16 +254,21 @@ pub fn nvls_sharp_eligible(
     Ok(sw)
 }
 
-/// The heads of a node: `(NIC, GPU)` pairs, one per NIC next to a GPU in
-/// use ([`ClusterFabric::rails`]) and that GPU, as many as there are GPUs
-/// in use at most.
+/// The heads of a node: `(NIC, GPU)` pairs, a GPU in use next to a NIC
+/// ([`ClusterFabric::rails`]) and its first NIC, each GPU once (NCCL's
+/// `connectCollNet` keeps a head rank once however many channels' NICs
+/// it is next to: with two NICs per GPU the heads were GPUs 0, 0, 1, 1,
+/// ..., and CollNet on 16 NICs was slower than on 8). A head with two
+/// NICs streams through its first one only.
 pub(crate) fn heads(fabric: &ClusterFabric) -> Vec<(usize, usize)> {
-    fabric
-        .rails()
-        .iter()
-        .take(fabric.ranks_per_node())
-        .map(|&k| (k, fabric.nic_gpu(k)))
-        .collect()
+    let mut hs: Vec<(usize, usize)> = Vec::new();
+    for &k in fabric.rails() {
+        let g = fabric.nic_gpu(k);
+        if hs.len() < fabric.ranks_per_node() && hs.iter().all(|&(_, h)| h != g) {
+            hs.push((k, g));
+        }
+    }
+    hs
 }
 
 /// Node 0's links, plus the shared resources of the aggregation trees.

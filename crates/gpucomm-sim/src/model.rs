@@ -216,6 +216,13 @@ pub fn nvls_channels(arch: Arch, nodes: usize) -> f64 {
 /// `src/include/device.h`): the NVLS graph has at most this many channels.
 pub const NCCL_MAX_NVLS_ARITY: usize = 32;
 
+/// The most GPUs per node CollNet (Direct and Chain) runs on:
+/// `NCCL_MAX_DIRECT_ARITY + 1` (NVIDIA/nccl `src/include/device.h`: 7;
+/// `src/enqueue.cc` `updateCollCostTable` skips both CollNets when
+/// `maxLocalRanks` is above it, "CollNetDirect is only supported for up to
+/// 8 local GPUs").
+pub const NCCL_MAX_COLLNET_LOCAL_RANKS: usize = 8;
+
 /// NCCL's per-channel speeds for graphs inside a node, GB/s, fastest
 /// first (NVIDIA/nccl `src/graph/search.cc`: `speedArrayIntra`, and
 /// `sm90SpeedArrayIntra` / `sm100SpeedArrayIntra` from Hopper /

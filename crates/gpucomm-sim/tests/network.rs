@@ -28,6 +28,17 @@ fn sharp() -> ClusterOptions {
     }
 }
 
+/// `preset` with `nics` HDR InfiniBand NICs per node (its own count if
+/// `None`; SHARP streams from Quantum switches on) and SHARP, as
+/// `--nics N --nic-speed hdr --sharp` builds it.
+fn sharp_hdr(preset: &str, nics: Option<usize>) -> Machine {
+    let hdr = gpucomm_topo::catalog::parse_port("hdr");
+    Machine::select_with_nics(preset, nics, hdr)
+        .unwrap()
+        .with_cluster_options(&sharp())
+        .unwrap()
+}
+
 fn leaf_spine(npl: usize, os: f64) -> ClusterOptions {
     ClusterOptions {
         fabric: TopoFabric::LeafSpine,
@@ -156,6 +167,42 @@ fn sharp_is_refused_where_the_fabric_cannot_do_it() {
     assert!(err(&machine("dgx1-v100", sharp()), 4, ar, AlgoChoice::CollNet).contains("EDR"));
     // NVLS needs NVSwitch gen 3 even with SHARP switches.
     assert!(err(&machine("dgx-a100", sharp()), 4, ar, AlgoChoice::Nvls).contains("NVSwitch"));
+    // NCCL runs neither CollNet on more than 8 GPUs per node
+    // (NCCL_MAX_DIRECT_ARITY + 1); --sharp itself stays usable there.
+    let dgx2 = sharp_hdr("dgx2", None);
+    for a in [AlgoChoice::CollNet, AlgoChoice::CollNetChain] {
+        let e = err(&dgx2, 2, ar, a);
+        assert!(e.contains("at most 8 GPUs per node"), "{e}");
+    }
+    assert!(gpucomm_sim::innet::sharp_usable(&dgx2, 2).is_ok());
+    let f = dgx2.fabric(Engine::Nccl, 2).unwrap();
+    let picked = simulate(&f, ar, 1 << 20, &CollOptions::default()).unwrap();
+    assert!(!picked.algorithm.name().starts_with("collnet"));
+}
+
+#[test]
+fn more_nics_per_gpu_do_not_slow_in_network_reduction() {
+    // Two NICs per GPU: each GPU heads once (NCCL's connectCollNet), as
+    // with one NIC each; the heads were GPUs 0, 0, 1, 1, ... and CollNet
+    // took 8561 us instead of 6403 at 1 GiB on 2 DGX H100 nodes.
+    for a in [
+        AlgoChoice::CollNet,
+        AlgoChoice::CollNetChain,
+        AlgoChoice::Nvls,
+    ] {
+        let t = |n: usize| {
+            let m = sharp_hdr("dgx-h100", Some(n));
+            assert_eq!(m.node.nics, n);
+            let f = m.fabric(Engine::Nccl, 2).unwrap();
+            time_us(&f, Collective::AllReduce, GIB, Some(a))
+        };
+        let (eight, sixteen) = (t(8), t(16));
+        assert!(
+            sixteen <= eight,
+            "{}: {eight} us on 8 NICs, {sixteen} on 16",
+            a.name()
+        );
+    }
 }
 
 #[test]

@@ -667,6 +667,82 @@ fn nccl_algo_and_proto_lists_restrict_what_the_tuner_picks_from() {
     // Lists of names: among those only.
     assert_eq!(pick("ring,nvls_tree", every).0, "nvls_tree");
     assert_eq!(pick("ring", "LL,LL128").1, Protocol::Ll128);
+    // A list allows only what NCCL offers for the collective, as NCCL_ALGO:
+    // NCCL runs broadcast on rings, so ring,tree is the ring (gpucomm's
+    // tree broadcast, rated by the all_reduce tree's formula, ran) and
+    // tree,pat nothing; one name still forces its schedule.
+    let f2 = common::fabric("dgx-h100", 2);
+    let bcast = |algo: &str| {
+        let opts = CollOptions {
+            algorithm: Select::parse(algo, AlgoChoice::parse).unwrap(),
+            ..Default::default()
+        };
+        simulate(&f2, Collective::Broadcast { root: 0 }, 8, &opts)
+    };
+    assert_eq!(bcast("ring,tree").unwrap().algorithm.name(), "ring");
+    let none = bcast("tree,pat").unwrap_err().to_string();
+    assert!(
+        none.contains("NCCL runs none of tree, pat for broadcast"),
+        "{none}"
+    );
+    assert_eq!(bcast("tree").unwrap().algorithm.name(), "tree");
+}
+
+#[test]
+fn one_rank_is_rated_as_nccl_rates_it() {
+    // NCCL's cost table for one rank is ring Simple at 0, nothing else
+    // (`updateCollCostTable`); the bus bandwidth factor of 0 made every
+    // rating NaN (and printed as 18446744073709.6 us).
+    let f = common::fabric_gpus("dgx-h100", 1, 1);
+    for c in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ] {
+        let r = simulate(&f, c, 1024, &CollOptions::default()).unwrap();
+        let rated: Vec<(String, Protocol, f64)> = r
+            .model
+            .iter()
+            .map(|(a, p, t)| (a.name().to_string(), *p, t.as_us()))
+            .collect();
+        assert_eq!(rated, [("ring".to_string(), Protocol::Simple, 0.0)]);
+        assert_eq!((r.algorithm.name(), r.protocol), ("ring", Protocol::Simple));
+    }
+}
+
+#[test]
+fn an_empty_collective_still_refuses_what_a_non_empty_one_refuses() {
+    let bad = |preset: &str, c: Collective, algo: &str, proto: &str| {
+        let f = common::fabric(preset, 1);
+        let opts = CollOptions {
+            algorithm: Select::parse(algo, AlgoChoice::parse).unwrap(),
+            protocol: Select::parse(proto, Protocol::parse).unwrap(),
+            ..Default::default()
+        };
+        let empty = simulate(&f, c, 0, &opts).map(|r| r.time);
+        let full = simulate(&f, c, 1 << 20, &opts).map(|r| r.time);
+        (
+            empty.map_err(|e| e.to_string()),
+            full.map_err(|e| e.to_string()),
+        )
+    };
+    for (preset, c, algo, proto) in [
+        ("dgx-a100", Collective::AllReduce, "nvls", "Simple,LL128,LL"),
+        ("pcie-8gpu", Collective::AllReduce, "ring", "LL128"),
+        (
+            "dgx-h100",
+            Collective::Broadcast { root: 0 },
+            "pat",
+            "Simple,LL128,LL",
+        ),
+    ] {
+        let (empty, full) = bad(preset, c, algo, proto);
+        assert!(full.is_err(), "{preset} {algo} {proto}");
+        assert_eq!(empty, full, "{preset} {algo} {proto}");
+    }
+    // What runs still takes no time at 0 bytes.
+    let (empty, _) = bad("dgx-h100", Collective::AllReduce, "ring,nvls", "Simple,LL");
+    assert_eq!(empty, Ok(SimTime::ZERO));
 }
 
 /// NCCL's point-to-point operations take no protocol from its tuner: LL up
