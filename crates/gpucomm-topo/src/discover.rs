@@ -770,7 +770,7 @@ pub(crate) fn discover_with(
         let kind_link = d.link.unwrap_or(LinkKind::Integrated);
         b.push_link(Link::new(ix, parent, kind_link));
         if kind == NodeKind::Gpu {
-            gpu_by_bdf.insert(d.bdf.to_ascii_lowercase(), ix);
+            gpu_by_bdf.insert(norm_bus_id(&d.bdf), ix);
         }
     }
     for ix in 0..b.nodes().len() {
@@ -826,12 +826,17 @@ pub(crate) struct NvmlGpu {
     pub links: Vec<(u8, String)>,
 }
 
+/// A PCI address as sysfs names it: NVML's "00000000:17:00.0" is sysfs'
+/// "0000:17:00.0", and a VMD domain keeps its fifth digit ("00010000" is
+/// "10000"; cutting to four digits made it domain 0's).
 fn norm_bus_id(s: &str) -> String {
-    // NVML: "00000000:17:00.0"; sysfs: "0000:17:00.0".
     let s = s.trim().to_ascii_lowercase();
     match s.split_once(':') {
-        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
-        _ => s,
+        Some((dom, rest)) => match u32::from_str_radix(dom, 16) {
+            Ok(d) => format!("{d:04x}:{rest}"),
+            Err(_) => s,
+        },
+        None => s,
     }
 }
 
@@ -1058,6 +1063,16 @@ mod tests {
     }
 
     const DGX_GPUS: [&str; 8] = ["1b", "1c", "43", "44", "9b", "9c", "c3", "c4"];
+
+    #[test]
+    fn bus_ids_match_across_nvml_and_sysfs_spellings() {
+        assert_eq!(norm_bus_id("00000000:17:00.0"), "0000:17:00.0");
+        assert_eq!(norm_bus_id(" 0000:1B:00.0\n"), "0000:1b:00.0");
+        // VMD domains have five digits in sysfs and keep them.
+        assert_eq!(norm_bus_id("00010000:17:00.0"), "10000:17:00.0");
+        assert_eq!(norm_bus_id("10000:17:00.0"), "10000:17:00.0");
+        assert_ne!(norm_bus_id("00010000:17:00.0"), norm_bus_id("0000:17:00.0"));
+    }
 
     /// The DGX fixture's 8 GPUs as NVML reports them, each with 18 links
     /// of NVML version code `code` spread 5/4/4/5 over four NVSwitch chips.
