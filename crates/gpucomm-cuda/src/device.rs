@@ -164,6 +164,9 @@ impl Gpu {
                 (drv.primary_ctx_retain)(&mut ctx, dev),
             )?;
         }
+        // Every `?` below releases the context again; on success the
+        // `Device` (its `DevInner`) takes the reference over.
+        let retained = Retained { drv: &drv, dev };
         let attr = |a: c_int| -> Result<i32, Error> {
             let mut v: c_int = 0;
             // SAFETY: out-pointer to a live local; `dev` is valid.
@@ -215,6 +218,8 @@ impl Gpu {
             copy_engines: attr(ffi::ATTR_ASYNC_ENGINES)? as u32,
             unified_addressing: attr(ffi::ATTR_UNIFIED_ADDRESSING)? != 0,
         };
+        // DevInner's Drop releases the context from here on.
+        std::mem::forget(retained);
         Ok(Device {
             inner: Arc::new(DevInner {
                 drv,
@@ -229,6 +234,23 @@ impl Gpu {
     /// Every device.
     pub fn devices(&self) -> Result<Vec<Device>, Error> {
         (0..self.count).map(|i| self.device(i)).collect()
+    }
+}
+
+/// A primary context retained by [`Gpu::device`] and not yet owned by a
+/// [`Device`]: released if `Gpu::device` fails after the retain.
+struct Retained<'a> {
+    drv: &'a Driver,
+    dev: ffi::CuDevice,
+}
+
+impl Drop for Retained<'_> {
+    fn drop(&mut self) {
+        // SAFETY: balances the cuDevicePrimaryCtxRetain of `Gpu::device`,
+        // which made nothing that uses the context before failing.
+        unsafe {
+            (self.drv.primary_ctx_release)(self.dev);
+        }
     }
 }
 
