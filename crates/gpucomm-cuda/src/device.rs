@@ -514,8 +514,10 @@ impl Device {
 
     /// Maps device memory another process exported with
     /// [`DeviceBuffer::ipc_handle`] (`cuIpcOpenMemHandle`, peer access
-    /// enabled lazily). `len` is what the exporter announced; a handle from
-    /// this same process is refused by CUDA.
+    /// enabled lazily). `len` is what the exporter announced: checked
+    /// against the allocation the driver mapped (`cuMemGetAddressRange`),
+    /// and a longer one is refused ([`Error::Malformed`]) and the mapping
+    /// closed. A handle from this same process is refused by CUDA.
     pub fn open_ipc_memory(&self, handle: &IpcMemHandle, len: usize) -> Result<IpcBuffer, Error> {
         self.bind()?;
         let mut p: CuDevicePtr = 0;
@@ -524,11 +526,19 @@ impl Device {
             (self.drv().ipc_open_mem_handle)(&mut p, handle.raw(), ffi::IPC_LAZY_ENABLE_PEER_ACCESS)
         };
         self.check("cuIpcOpenMemHandle", r)?;
-        Ok(IpcBuffer {
+        // From here on an error drops (closes) the mapping.
+        let b = IpcBuffer {
             dev: self.clone(),
             ptr: p,
             len,
-        })
+        };
+        let (mut base, mut size): (CuDevicePtr, usize) = (0, 0);
+        // SAFETY: out-pointers to live locals; `p` is a live mapping of
+        // this (current) context.
+        let r = unsafe { (self.drv().mem_get_address_range)(&mut base, &mut size, p) };
+        self.check("cuMemGetAddressRange", r)?;
+        fits_allocation(p, len, base, size)?;
+        Ok(b)
     }
 
     /// Opens an event another process exported with [`Event::ipc_handle`].
@@ -606,6 +616,25 @@ impl DeviceMemory for DeviceSlice<'_> {
     fn device(&self) -> &Device {
         self.dev
     }
+}
+
+/// Checks that `len` bytes at `ptr` lie inside the allocation
+/// `base..base + size` the driver reports for it: a peer's descriptor may
+/// announce no more than the memory its IPC handle maps.
+pub(crate) fn fits_allocation(ptr: u64, len: usize, base: u64, size: usize) -> Result<(), Error> {
+    let off = ptr.checked_sub(base);
+    let ok = off
+        .and_then(|o| o.checked_add(len as u64))
+        .is_some_and(|end| end <= size as u64);
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Malformed {
+        what: "IPC buffer descriptor",
+        detail: format!(
+            "it announces {len} bytes at {ptr:#x}, the mapped allocation is {size} bytes at {base:#x}"
+        ),
+    })
 }
 
 /// Checks `[off, off + len)` lies within a buffer of `total` bytes.
@@ -1142,5 +1171,29 @@ impl Event {
         let r = unsafe { (self.dev.drv().ipc_get_event_handle)(&mut h, self.raw) };
         self.dev.check("cuIpcGetEventHandle", r)?;
         Ok(IpcEventHandle::from_raw(h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer's descriptor announcing more than its allocation (a length
+    /// CUDA IPC mapped for it) is refused: it was trusted, and copies ran
+    /// past the mapping.
+    #[test]
+    fn an_ipc_length_beyond_the_mapped_allocation_is_refused() {
+        let base = 0x7f00_0000_0000u64;
+        assert!(fits_allocation(base, 64, base, 64).is_ok());
+        assert!(fits_allocation(base, 0, base, 64).is_ok());
+        assert!(fits_allocation(base + 16, 48, base, 64).is_ok());
+        let e = fits_allocation(base, 1 << 40, base, 64).unwrap_err();
+        assert!(matches!(e, Error::Malformed { .. }), "{e}");
+        assert!(e.to_string().contains("1099511627776 bytes"), "{e}");
+        assert!(fits_allocation(base, 65, base, 64).is_err());
+        assert!(fits_allocation(base + 16, 49, base, 64).is_err());
+        // Below the allocation, and lengths that wrap the address space.
+        assert!(fits_allocation(base - 1, 1, base, 64).is_err());
+        assert!(fits_allocation(base, usize::MAX, base, 64).is_err());
     }
 }

@@ -219,6 +219,8 @@ fn_table! {
         ctx_enable_peer_access: ["cuCtxEnablePeerAccess"] fn(CuHandle, c_uint) -> CuResult;
         mem_alloc: ["cuMemAlloc_v2", "cuMemAlloc"] fn(*mut CuDevicePtr, usize) -> CuResult;
         mem_free: ["cuMemFree_v2", "cuMemFree"] fn(CuDevicePtr) -> CuResult;
+        // Only `_v2` (size_t): the unversioned name takes 32-bit sizes.
+        mem_get_address_range: ["cuMemGetAddressRange_v2"] fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult;
         mem_host_alloc: ["cuMemHostAlloc"] fn(*mut *mut c_void, usize, c_uint) -> CuResult;
         mem_free_host: ["cuMemFreeHost"] fn(*mut c_void) -> CuResult;
         mem_host_register: ["cuMemHostRegister_v2", "cuMemHostRegister"] fn(*mut c_void, usize, c_uint) -> CuResult;
