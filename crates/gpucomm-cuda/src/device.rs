@@ -571,8 +571,33 @@ impl WeakDevice {
 }
 
 /// Device memory: something a copy or kernel can address on a device.
-/// Implemented by [`DeviceBuffer`] (ours) and [`IpcBuffer`] (a peer's).
-pub trait DeviceMemory {
+/// Implemented by [`DeviceBuffer`] (ours), [`IpcBuffer`] (a peer's) and
+/// [`DeviceSlice`] (a view of either).
+///
+/// # Safety
+///
+/// Every copy, memset and kernel launch of this crate is a safe function
+/// that trusts these methods: the driver writes `len()` bytes at
+/// `device_ptr()`. An implementation guarantees, for as long as the value
+/// is borrowed, that `device_ptr()..device_ptr() + len()` is memory that
+/// the context of `device()` can read and write (an allocation of it, a
+/// peer allocation mapped into it through IPC, or page-locked host memory
+/// registered with it), that the range stays allocated and is not freed
+/// while the work queued on it may run (device memory: `cuMemFree` waits
+/// for it), and that the three methods return the same values every time.
+///
+/// A safe implementation does not compile:
+///
+/// ```compile_fail,E0200
+/// use gpucomm_cuda::{Device, DeviceMemory};
+/// struct Lie<'a> { dev: &'a Device, ptr: u64, len: usize }
+/// impl DeviceMemory for Lie<'_> {
+///     fn device_ptr(&self) -> u64 { self.ptr }
+///     fn len(&self) -> usize { self.len }
+///     fn device(&self) -> &Device { self.dev }
+/// }
+/// ```
+pub unsafe trait DeviceMemory {
     /// The device address.
     fn device_ptr(&self) -> u64;
     /// Length in bytes.
@@ -606,7 +631,9 @@ pub struct DeviceSlice<'a> {
     len: usize,
 }
 
-impl DeviceMemory for DeviceSlice<'_> {
+// SAFETY: made only by `DeviceMemory::slice`, a bounds-checked range of
+// memory that satisfies the contract, borrowed for `'a`.
+unsafe impl DeviceMemory for DeviceSlice<'_> {
     fn device_ptr(&self) -> u64 {
         self.ptr
     }
@@ -677,7 +704,9 @@ impl std::fmt::Debug for DeviceBuffer {
     }
 }
 
-impl DeviceMemory for DeviceBuffer {
+// SAFETY: our cuMemAlloc allocation of `len` bytes in `dev`'s context,
+// freed only on drop (cuMemFree waits for queued work); fields never change.
+unsafe impl DeviceMemory for DeviceBuffer {
     fn device_ptr(&self) -> u64 {
         self.ptr
     }
@@ -726,7 +755,10 @@ pub struct IpcBuffer {
     len: usize,
 }
 
-impl DeviceMemory for IpcBuffer {
+// SAFETY: a mapping in `dev`'s context from cuIpcOpenMemHandle, closed only
+// on drop; `len` was checked against the mapped allocation
+// (`Device::open_ipc_memory`); fields never change.
+unsafe impl DeviceMemory for IpcBuffer {
     fn device_ptr(&self) -> u64 {
         self.ptr
     }

@@ -48,12 +48,18 @@ struct Raw<'a> {
 }
 
 impl<'a> Raw<'a> {
-    fn new(dev: &'a Device, ptr: u64, len: usize) -> Self {
+    /// # Safety
+    /// `ptr..ptr + len` is memory `dev`'s context reaches (an allocation of
+    /// this backend, a peer's mapping opened through IPC) and stays
+    /// allocated until the stream has run the work using the value: what
+    /// the [`DeviceBackend`] caller guarantees.
+    unsafe fn new(dev: &'a Device, ptr: u64, len: usize) -> Self {
         Raw { dev, ptr, len }
     }
 }
 
-impl DeviceMemory for Raw<'_> {
+// SAFETY: `Raw::new`'s contract is `DeviceMemory`'s; the fields never change.
+unsafe impl DeviceMemory for Raw<'_> {
     fn device_ptr(&self) -> u64 {
         self.ptr
     }
@@ -233,7 +239,8 @@ impl DeviceBackend for CudaBackend {
         // SAFETY: the caller keeps `src` live and unchanged until the stream
         // has run the copy.
         let src = unsafe { std::slice::from_raw_parts(src, bytes) };
-        let d = Raw::new(dev, dst, bytes);
+        // SAFETY: the caller guarantees `dst` is `bytes` of live device memory.
+        let d = unsafe { Raw::new(dev, dst, bytes) };
         // SAFETY: as above.
         unsafe { s.copy_from_host_async(&d, 0, src) }
             .map_err(|e| Self::err(dev.ordinal(), "host-to-device copy", e))
@@ -251,7 +258,8 @@ impl DeviceBackend for CudaBackend {
         // SAFETY: the caller keeps `dst` live and untouched until the
         // stream has run the copy.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
-        let sr = Raw::new(dev, src, bytes);
+        // SAFETY: the caller guarantees `src` is `bytes` of live device memory.
+        let sr = unsafe { Raw::new(dev, src, bytes) };
         // SAFETY: as above.
         unsafe { s.copy_to_host_async(dst, &sr, 0) }
             .map_err(|e| Self::err(dev.ordinal(), "device-to-host copy", e))
@@ -266,8 +274,9 @@ impl DeviceBackend for CudaBackend {
     ) -> Result<(), Error> {
         let s = self.stream(stream)?;
         let dev = s.device();
-        let d = Raw::new(dev, dst, bytes);
-        let sr = Raw::new(dev, src, bytes);
+        // SAFETY: the caller guarantees both ranges are `bytes` of live
+        // device memory (ours or a peer's mapping).
+        let (d, sr) = unsafe { (Raw::new(dev, dst, bytes), Raw::new(dev, src, bytes)) };
         // Peer memory opened through IPC is mapped into our context (UVA),
         // so a plain device-to-device copy reaches it over P2P.
         s.copy_device(&d, 0, &sr, 0, bytes)
@@ -288,7 +297,9 @@ impl DeviceBackend for CudaBackend {
         let dev = s.device();
         let k = self.kernels(dev.ordinal())?;
         let len = count * dtype.size();
-        let r = |ptr| Raw::new(dev, ptr, len);
+        // SAFETY: the caller guarantees the three operands are `count`
+        // elements of live device memory (ours or a peer's mapping).
+        let r = |ptr| unsafe { Raw::new(dev, ptr, len) };
         k.reduce(&s, op, dtype, &r(dst), &r(a), &r(b), count)
             .map_err(|e| Self::err(dev.ordinal(), "reduction kernel", e))
     }
@@ -304,7 +315,9 @@ impl DeviceBackend for CudaBackend {
         let s = self.stream(stream)?;
         let dev = s.device();
         let k = self.kernels(dev.ordinal())?;
-        let d = Raw::new(dev, dst, count * dtype.size());
+        // SAFETY: the caller guarantees `dst` is `count` elements of live
+        // device memory.
+        let d = unsafe { Raw::new(dev, dst, count * dtype.size()) };
         k.divide(&s, dtype, &d, count, ranks)
             .map_err(|e| Self::err(dev.ordinal(), "divide kernel", e))
     }
