@@ -252,9 +252,26 @@ impl<M: StagingMemory> StagingRing<M> {
         unsafe { self.base.add(HEADER_BYTES + c.slot * self.plan.chunk) }
     }
 
+    /// Refuses to start a side whose counter (`at`) is not 0: that side
+    /// already ran on this ring, and a second run without
+    /// [`StagingRing::reset`] would take the first transfer's counters for
+    /// its own (the receiver reading stale slots while the sender
+    /// overwrites them). Only that side writes the counter, so it is
+    /// exact.
+    fn check_fresh(&self, side: &str, at: usize) -> Result<(), Error> {
+        let done = self.counter(at).load(Ordering::Acquire);
+        if done != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "this staging ring's {side} already ran ({done} chunks): reset() the ring before the next transfer"
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs the sending side: for each chunk, waits for a free slot and calls
     /// `fill(chunk, slot)`, which must have written the slot completely
-    /// when it returns. An error from `fill` aborts the transfer.
+    /// when it returns. An error from `fill` aborts the transfer. Once per
+    /// transfer: a second send before [`StagingRing::reset`] is refused.
     pub fn send(
         &self,
         mut fill: impl FnMut(&Chunk, &mut [u8]) -> Result<(), Error>,
@@ -263,6 +280,10 @@ impl<M: StagingMemory> StagingRing<M> {
             return Err(Error::InvalidArgument(
                 "this staging ring already has a sender".into(),
             ));
+        }
+        if let Err(e) = self.check_fresh("sender", FILLED) {
+            self.sender.store(false, Ordering::Release);
+            return Err(e);
         }
         let r = (|| {
             for i in 0..self.plan.chunks() {
@@ -286,7 +307,8 @@ impl<M: StagingMemory> StagingRing<M> {
 
     /// Runs the receiving side: for each chunk, waits until it is filled and
     /// calls `drain(chunk, slot)`, which must be done reading the slot when
-    /// it returns. An error from `drain` aborts the transfer.
+    /// it returns. An error from `drain` aborts the transfer. Once per
+    /// transfer: a second receive before [`StagingRing::reset`] is refused.
     pub fn receive(
         &self,
         mut drain: impl FnMut(&Chunk, &[u8]) -> Result<(), Error>,
@@ -295,6 +317,10 @@ impl<M: StagingMemory> StagingRing<M> {
             return Err(Error::InvalidArgument(
                 "this staging ring already has a receiver".into(),
             ));
+        }
+        if let Err(e) = self.check_fresh("receiver", DRAINED) {
+            self.receiver.store(false, Ordering::Release);
+            return Err(e);
         }
         let r = (|| {
             for i in 0..self.plan.chunks() {
@@ -504,6 +530,61 @@ mod tests {
             assert!(dst.iter().all(|&b| b == round + 1));
             ring.reset();
         }
+    }
+
+    /// `send` and `receive` take `&self`: a second transfer on a ring that
+    /// was not reset ran on the first one's counters, the receiver taking
+    /// stale slots as filled (and the sender overwriting slots being read).
+    #[test]
+    fn a_second_transfer_without_reset_is_refused() {
+        let plan = StagingPlan::new(64, 16, 2).unwrap();
+        let mut ring = ring_for(plan);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                ring.send(|_, slot| {
+                    slot.fill(0xAA);
+                    Ok(())
+                })
+            });
+            ring.receive(|_, _| Ok(())).unwrap();
+            t.join().unwrap().unwrap();
+        });
+        let mut filled = false;
+        let e = ring
+            .send(|_, _| {
+                filled = true;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("reset()"), "{e}");
+        assert!(!filled, "a slot was written");
+        let mut drained = false;
+        let e = ring
+            .receive(|_, _| {
+                drained = true;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("reset()"), "{e}");
+        assert!(!drained, "a stale slot was read");
+        // Refusing neither aborted the ring nor kept a side claimed.
+        ring.reset();
+        let mut dst = [0u8; 64];
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                ring.send(|_, slot| {
+                    slot.fill(0xBB);
+                    Ok(())
+                })
+            });
+            ring.receive(|c, slot| {
+                dst[c.offset..c.offset + c.len].copy_from_slice(slot);
+                Ok(())
+            })
+            .unwrap();
+            t.join().unwrap().unwrap();
+        });
+        assert!(dst.iter().all(|&b| b == 0xBB));
     }
 
     #[test]
