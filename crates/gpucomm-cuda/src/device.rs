@@ -794,6 +794,15 @@ unsafe impl Send for PinnedBuffer {}
 // SAFETY: shared access only reads through `&[u8]`.
 unsafe impl Sync for PinnedBuffer {}
 
+impl PinnedBuffer {
+    /// The start of the memory as the driver returned it: writes through it
+    /// are allowed (a pointer taken from the `&[u8]` of `Deref` would only
+    /// permit reads).
+    pub(crate) fn base_mut(&mut self) -> *mut u8 {
+        self.ptr
+    }
+}
+
 impl Deref for PinnedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -123,10 +123,11 @@ pub unsafe trait StagingMemory: Send + Sync {
     }
 }
 
-// SAFETY: pinned memory from cuMemHostAlloc never moves.
+// SAFETY: pinned memory from cuMemHostAlloc never moves; the pointer is the
+// allocation's own, valid for reads and writes of `len()` bytes.
 unsafe impl StagingMemory for crate::PinnedBuffer {
     fn as_mut_ptr(&mut self) -> *mut u8 {
-        (**self).as_ptr() as *mut u8
+        self.base_mut()
     }
     fn len(&self) -> usize {
         (**self).len()
