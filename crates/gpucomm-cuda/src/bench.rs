@@ -163,7 +163,7 @@ pub fn measure_with(
     let stream = dev.stream()?;
     let (t0, t1) = (dev.event(true, false)?, dev.event(true, false)?);
     // One timed loop: `op` issues one copy on `stream`.
-    let timed = |op: &mut dyn FnMut() -> Result<(), Error>| -> Result<f64, Error> {
+    let run = |op: &mut dyn FnMut() -> Result<(), Error>| -> Result<f64, Error> {
         for _ in 0..warmup {
             op()?;
         }
@@ -184,6 +184,16 @@ pub fn measure_with(
         t1.wait()?;
         Ok(t1.elapsed_ms(&t0)? as f64 / 1e3 / iters as f64)
     };
+    // A failure leaves the stream synchronized too: copies queued before it
+    // still use the host buffer the caller frees next (an error of this
+    // synchronize is dropped, the first one is returned).
+    let timed = |op: &mut dyn FnMut() -> Result<(), Error>| -> Result<f64, Error> {
+        let r = run(op);
+        if r.is_err() {
+            let _ = stream.synchronize();
+        }
+        r
+    };
     let seconds = match kind {
         CopyKind::HostToDevicePinned | CopyKind::DeviceToHostPinned => {
             let mut host = dev.alloc_pinned(bytes)?;
@@ -192,7 +202,8 @@ pub fn measure_with(
             let host_ptr: *mut [u8] = &mut *host;
             timed(&mut || {
                 // SAFETY: `host` outlives the loop, which ends with the
-                // stream synchronized (t1.wait), and nothing else touches it.
+                // stream synchronized (t1.wait, or `timed` on an error), and
+                // nothing else touches it.
                 unsafe {
                     if to_device {
                         stream.copy_from_host_async(&d, 0, &*host_ptr)
