@@ -88,6 +88,10 @@ impl Gpu {
     }
 
     /// Loads the driver from the libraries named in `cfg` (not cached).
+    /// Every failure is [`Error::NoGpu`] with the reason, as for
+    /// [`Gpu::probe`]: no library, a library without an entry point we need,
+    /// `cuInit`, `cuDeviceGetCount` or `cuDriverGetVersion` failing, or no
+    /// device.
     pub fn probe_with(cfg: &ProbeConfig) -> Result<Gpu, Error> {
         let names: Vec<&str> = cfg.driver_libraries.iter().map(String::as_str).collect();
         let drv = ffi::load_driver(&names).map_err(|e| Error::NoGpu {
@@ -102,16 +106,26 @@ impl Gpu {
         }
         let mut n: c_int = 0;
         let mut version: c_int = 0;
+        // A driver that initialised but cannot count its devices or say its
+        // version is no usable GPU either (`probe` said so; this said
+        // `Error::Driver`, which callers took for a broken machine).
+        let usable = |call: &str, r: ffi::CuResult| {
+            if r == ffi::CUDA_SUCCESS {
+                Ok(())
+            } else {
+                Err(Error::NoGpu {
+                    reason: format!("{call} failed: {}", drv.describe(r)),
+                })
+            }
+        };
         // SAFETY: out-pointers to live locals.
-        unsafe {
-            check(&drv, "cuDeviceGetCount", -1, (drv.device_get_count)(&mut n))?;
-            check(
-                &drv,
-                "cuDriverGetVersion",
-                -1,
-                (drv.driver_get_version)(&mut version),
-            )?;
-        }
+        usable("cuDeviceGetCount", unsafe {
+            (drv.device_get_count)(&mut n)
+        })?;
+        // SAFETY: as above.
+        usable("cuDriverGetVersion", unsafe {
+            (drv.driver_get_version)(&mut version)
+        })?;
         if n <= 0 {
             return Err(Error::NoGpu {
                 reason: "the CUDA driver is loaded but reports no device".into(),

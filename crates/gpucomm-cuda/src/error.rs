@@ -5,7 +5,8 @@
 #[non_exhaustive]
 pub enum Error {
     /// No usable GPU in this process: no driver library, a driver without an
-    /// entry point we need, `cuInit` failing, or zero devices.
+    /// entry point we need, `cuInit` (or, after it, `cuDeviceGetCount` or
+    /// `cuDriverGetVersion`) failing, or zero devices.
     #[error("no GPU: {reason}")]
     NoGpu {
         /// Why, in words (the `dlopen` error, the driver's error text...).
