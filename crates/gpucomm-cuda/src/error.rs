@@ -44,6 +44,11 @@ pub enum Error {
         /// What is wrong with it.
         detail: String,
     },
+    /// A valid operation broke while it ran: a staged transfer aborted
+    /// because the other side failed, or its sender thread panicked. Not a
+    /// bad argument, and not a capability this machine lacks.
+    #[error("transfer failed: {0}")]
+    Transfer(String),
     /// A bounded wait ran out (a staging peer that stopped making progress).
     #[error("timed out after {millis} ms waiting for {what}")]
     Timeout {

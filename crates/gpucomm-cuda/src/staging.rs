@@ -224,8 +224,8 @@ impl<M: StagingMemory> StagingRing<M> {
         let mut spins = 0u32;
         loop {
             if self.counter(ABORTED).load(Ordering::Acquire) != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "staged transfer aborted while waiting for {what}"
+                return Err(Error::Transfer(format!(
+                    "the staged transfer was aborted while waiting for {what}"
                 )));
             }
             if ready(self.counter(at).load(Ordering::Acquire)) {
@@ -415,7 +415,7 @@ impl StagedCopier {
             let r = ring.receive(|c, slot| in_stream.copy_from_host(dst, c.offset, slot));
             let s = sender
                 .join()
-                .unwrap_or_else(|_| Err(Error::InvalidArgument("staging sender panicked".into())));
+                .unwrap_or_else(|_| Err(Error::Transfer("the staging sender panicked".into())));
             r.and(s)
         })
     }
@@ -679,7 +679,12 @@ mod tests {
                     .to_string()
                     .contains("copy failed")
             );
-            assert!(r.unwrap_err().to_string().contains("aborted"));
+            // The other side's failure is a failed transfer, not a bad
+            // argument (which `gpucomm bandwidth` skips as "cannot run
+            // here").
+            let e = r.unwrap_err();
+            assert!(matches!(e, Error::Transfer(_)), "{e:?}");
+            assert!(e.to_string().contains("aborted"), "{e}");
         });
     }
 

@@ -81,7 +81,10 @@ struct Skipped {
     reason: String,
 }
 
-/// Errors that mean "this test cannot run on this machine" rather than failure.
+/// Errors that mean "this test cannot run on this machine" rather than
+/// failure: no NVRTC, a kernel copy without P2P (an invalid argument of
+/// `measure`). A transfer that broke while running ([`Error::Transfer`]),
+/// a timeout or a driver error fails the command.
 fn skippable(e: &Error) -> bool {
     matches!(e, Error::Nvrtc { .. } | Error::InvalidArgument(_))
 }
@@ -461,6 +464,27 @@ mod tests {
         assert!((r[1].ratio - 1.5).abs() < 1e-9);
         assert!(ratio_text(&r).contains("4.00"));
         assert_eq!(ratio_text(&[]), "");
+    }
+
+    /// The staged path reported its runtime failures ("staged transfer
+    /// aborted", "staging sender panicked") as invalid arguments, which
+    /// this command skipped ("# skipped host_staged: ...", exit 0).
+    #[test]
+    fn a_failed_transfer_is_an_error_not_a_skip() {
+        assert!(!skippable(&Error::Transfer(
+            "the staging sender panicked".into()
+        )));
+        assert!(!skippable(&Error::Timeout {
+            what: "a filled staging slot".into(),
+            millis: 30_000,
+        }));
+        assert!(skippable(&Error::InvalidArgument(
+            "device 1 cannot access device 0 directly (no P2P): no kernel copy".into()
+        )));
+        assert!(skippable(&Error::Nvrtc {
+            message: "cannot load NVRTC".into(),
+            log: String::new(),
+        }));
     }
 
     #[test]
