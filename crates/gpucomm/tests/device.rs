@@ -860,6 +860,90 @@ fn a_device_failure_on_one_rank_ends_every_rank_without_hanging() {
     }
 }
 
+/// Another process holding a file of `bytes` at its fd 3: what the fake
+/// device's IPC handle `(pid, fd, length)` names. Killed on drop.
+struct PeerFile {
+    child: Child,
+    path: std::path::PathBuf,
+}
+
+impl PeerFile {
+    fn new(tag: &str, bytes: &[u8]) -> PeerFile {
+        let path = std::env::temp_dir().join(format!("gpucomm-{tag}-{}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                &format!("exec 3<>'{}'; exec sleep 60", path.display()),
+            ])
+            .spawn()
+            .unwrap();
+        let fd = format!("/proc/{}/fd/3", child.id());
+        let t = Instant::now();
+        while std::fs::read_link(&fd).is_err() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        PeerFile { child, path }
+    }
+
+    /// The fake IPC handle announcing `len` bytes.
+    fn handle(&self, len: u64) -> Vec<u8> {
+        let mut h = b"GFAK".to_vec();
+        h.extend_from_slice(&self.child.id().to_le_bytes());
+        h.extend_from_slice(&3i32.to_le_bytes());
+        h.extend_from_slice(&len.to_le_bytes());
+        h
+    }
+}
+
+impl Drop for PeerFile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// CUDA maps a peer allocation once per context: a second open of it
+/// returns the same address and counts a reference, and the mapping goes
+/// with the last close. Two users of one backend (ranks as threads, a
+/// communicator and its split child) open the same peer buffer; the CUDA
+/// backend's table, keyed by address, replaced the first open by the
+/// second, so the first close unmapped the buffer under the other user.
+/// The fake device models CUDA here and shares that table.
+#[test]
+fn an_ipc_mapping_opened_twice_stays_until_its_last_close() {
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let peer = PeerFile::new("ipc-refs", &data);
+    let gpu = FakeDevice::new(1);
+    let (a, la) = gpu.ipc_open(0, &peer.handle(4096)).unwrap();
+    let (b, lb) = gpu.ipc_open(0, &peer.handle(1000)).unwrap();
+    assert_eq!((a, la, lb), (b, 4096, 1000), "the second open maps anew");
+    let s = gpu.create_stream(0).unwrap();
+    let read = |p: u64| -> Result<Vec<u8>, Error> {
+        let mut back = vec![0u8; 64];
+        // SAFETY: `back` outlives the synchronize; the source is checked
+        // against the open mappings by the fake.
+        unsafe { gpu.copy_d2h(s, back.as_mut_ptr(), p + 64, 64)? };
+        gpu.synchronize(s)?;
+        Ok(back)
+    };
+    // SAFETY: the second user's reference, closed once, nothing in flight.
+    unsafe { gpu.ipc_close(0, b) };
+    assert_eq!(
+        read(a).expect("the first user's mapping went with the second's close"),
+        data[64..128]
+    );
+    // SAFETY: the first user's reference, closed once, nothing in flight.
+    unsafe { gpu.ipc_close(0, a) };
+    let e = read(a).unwrap_err().to_string();
+    assert!(e.contains("not in any device allocation"), "{e}");
+    assert_eq!((gpu.stats().ipc_open, gpu.stats().ipc_close), (2, 2));
+    // A handle announcing more than the allocation is refused.
+    let e = gpu.ipc_open(0, &peer.handle(4097)).unwrap_err().to_string();
+    assert!(e.contains("4097 bytes of an allocation of 4096"), "{e}");
+}
+
 #[test]
 fn no_gpu_is_a_clear_error() {
     match gpucomm::device::open_cuda() {
@@ -1041,6 +1125,42 @@ fn worker() {
                     assert_eq!(st.ipc_open, st.ipc_close, "{st:?}");
                 }
             }
+            "shared_mapping" => {
+                // Rank 0's communicator and its split child both map rank
+                // 1's buffer `x` (one mapping, two references, as CUDA
+                // counts them): the child's receive opens it for its copy
+                // and closes it, and the parent's cached mapping stays.
+                let count = 8192; // 32 KiB: the receiver copies from `x`
+                let x = dc.alloc_from(&vec![rank as u32 + 1; count], &s).unwrap();
+                let mut sum = dc.alloc::<u32>(count).unwrap();
+                dc.all_reduce(&x, &mut sum, ReduceOp::Sum, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let child = dc.split(Some(0), rank as i64).unwrap().unwrap();
+                let cs = child.stream().unwrap();
+                let o = CallOptions::default();
+                if rank == 1 {
+                    let mut none = child.alloc::<u32>(0).unwrap();
+                    child.run(Call::Send { peer: 0 }, Some(&x), &mut none, &cs, &o)
+                } else {
+                    let mut got = child.alloc::<u32>(count).unwrap();
+                    let r = child.run(Call::Recv { peer: 1 }, None, &mut got, &cs, &o);
+                    assert!(got.to_vec(&cs).unwrap().iter().all(|&v| v == 2));
+                    r
+                }
+                .unwrap()
+                .wait()
+                .unwrap();
+                let before = fake.stats();
+                dc.all_reduce(&x, &mut sum, ReduceOp::Sum, &s)
+                    .unwrap_or_else(|e| panic!("rank {rank}: the parent's mapping is gone: {e}"))
+                    .wait()
+                    .unwrap();
+                assert!(sum.to_vec(&s).unwrap().iter().all(|&v| v == 3));
+                assert_eq!(fake.stats().ipc_open, before.ipc_open, "reopened");
+                drop(child);
+            }
             "crash" => {
                 // Rank 1 dies after setup; the others must fail, not hang.
                 if rank == 1 {
@@ -1133,6 +1253,17 @@ fn processes_open_each_peer_buffer_once() {
     all_ok(&job(
         "cache",
         3,
+        "fake",
+        GpuPath::Ipc,
+        Duration::from_secs(60),
+    ));
+}
+
+#[test]
+fn processes_a_split_child_and_its_parent_share_a_peer_mapping() {
+    all_ok(&job(
+        "shared_mapping",
+        2,
         "fake",
         GpuPath::Ipc,
         Duration::from_secs(60),

@@ -13,6 +13,7 @@ use gpucomm_cuda::{
     RegisteredRegion,
 };
 
+use super::opened::{Close, Opened};
 use super::{DeviceBackend, DevicePtr, EventId, StreamId};
 use crate::{DataType, Error, ReduceOp};
 
@@ -77,7 +78,7 @@ struct Tables {
     streams: HashMap<u64, Arc<gpucomm_cuda::Stream>>,
     events: HashMap<u64, Arc<Event>>,
     allocs: HashMap<u64, DeviceBuffer>,
-    opened: HashMap<u64, IpcBuffer>,
+    opened: Opened<IpcBuffer>,
     registered: HashMap<usize, RegisteredRegion>,
     kernels: HashMap<u32, Arc<Kernels>>,
 }
@@ -413,12 +414,20 @@ impl DeviceBackend for CudaBackend {
                 )
             })?;
         let p = b.device_ptr();
-        self.lock().opened.insert(p, b);
+        // Open already (another user of this backend): the driver returned
+        // the same address and counted a reference, which dropping the
+        // duplicate (cuIpcCloseMemHandle) gives back; the table counts it.
+        let dup = self.lock().opened.open(p, b);
+        drop(dup);
         Ok((p, len))
     }
 
     unsafe fn ipc_close(&self, _device: u32, ptr: DevicePtr) {
-        let b = self.lock().opened.remove(&ptr);
-        drop(b);
+        let last = match self.lock().opened.close(ptr) {
+            Close::Last(b) => Some(b),
+            Close::Kept | Close::NotOpen => None,
+        };
+        // Unmapped outside the table lock.
+        drop(last);
     }
 }

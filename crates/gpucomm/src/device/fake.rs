@@ -2,9 +2,11 @@
 //! above the device without a GPU.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::opened::{Close, Opened};
 use super::{DeviceBackend, DevicePtr, EventId, StreamId};
 use crate::buffer::Segment;
 use crate::{DataType, Error, ReduceOp};
@@ -40,12 +42,21 @@ struct FakeEvent {
     target: u64,
 }
 
+/// A peer's whole allocation mapped here, and which file it is (device,
+/// inode): the same allocation opened again reuses it, as CUDA does.
+#[derive(Clone)]
+struct PeerMapping {
+    seg: Arc<Segment>,
+    file: (u64, u64),
+}
+
 #[derive(Default)]
 struct State {
     /// Our allocations: base → (device, segment).
     allocs: HashMap<u64, (u32, Arc<Segment>)>,
-    /// Peers' allocations opened through "IPC": base → segment.
-    opened: HashMap<u64, Arc<Segment>>,
+    /// Peers' allocations opened through "IPC", counted as CUDA counts
+    /// them: base → mapping.
+    opened: Opened<PeerMapping>,
     streams: HashMap<u64, Arc<FakeStream>>,
     events: HashMap<u64, FakeEvent>,
     registered: HashMap<usize, usize>,
@@ -97,7 +108,10 @@ struct Counters {
 /// * Device memory is a `memfd` segment per allocation; its "IPC handle" is
 ///   `(pid, fd, length)`, opened by another process through
 ///   `/proc/<pid>/fd/<fd>` — and, as with CUDA, refused in the process
-///   that exported it.
+///   that exported it. As with CUDA, opening maps the whole allocation (a
+///   length beyond it is refused), and opening an allocation that is open
+///   already returns the same address and counts a reference: each close
+///   drops one, and the mapping goes with the last.
 /// * Stream work is **deferred**: copies and kernels are queued and run, in
 ///   order, only when the stream is synchronized or an event on it is
 ///   waited for. Code that reads a result without synchronizing reads stale
@@ -237,7 +251,7 @@ impl FakeDevice {
             .allocs
             .values()
             .map(|(_, s)| s)
-            .chain(st.opened.values())
+            .chain(st.opened.iter().map(|(_, m)| &m.seg))
             .any(|s| s.contains(p as *const u8, bytes));
         if inside {
             Ok(())
@@ -566,17 +580,51 @@ impl DeviceBackend for FakeDevice {
                 "a handle cannot be opened by the process that exported it (as with CUDA IPC)",
             ));
         }
-        let seg = Segment::open_peer(pid, fd, len)
-            .map_err(|e| self.err(device, "ipc_open", format!("process {pid}: {e}")))?;
-        let p = seg.ptr() as u64;
-        self.lock().opened.insert(p, seg);
+        let fail = |what: String| self.err(device, "ipc_open", format!("process {pid}: {what}"));
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let meta = std::fs::metadata(&path).map_err(|e| fail(e.to_string()))?;
+        let file = (meta.dev(), meta.ino());
+        let size =
+            usize::try_from(meta.len()).map_err(|_| fail("an allocation too large".into()))?;
+        if len > size {
+            return Err(fail(format!(
+                "the handle announces {len} bytes of an allocation of {size}"
+            )));
+        }
+        let mut st = self.lock();
+        let known = st
+            .opened
+            .iter()
+            .find(|(_, m)| m.file == file)
+            .map(|(p, m)| (p, m.clone()));
+        let (p, m) = match known {
+            Some(k) => k,
+            None => {
+                // The whole allocation, as cuIpcOpenMemHandle maps it.
+                let seg = Segment::open_peer(pid, fd, size).map_err(|e| fail(e.to_string()))?;
+                let own = std::fs::metadata(format!("/proc/self/fd/{}", seg.raw_fd()))
+                    .map_err(|e| fail(e.to_string()))?;
+                if (own.dev(), own.ino()) != file {
+                    return Err(fail("its descriptor changed while being opened".into()));
+                }
+                (seg.ptr() as u64, PeerMapping { seg, file })
+            }
+        };
+        // A duplicate handed back is a clone of the mapping kept.
+        let _ = st.opened.open(p, m);
+        drop(st);
         self.counters.ipc_open.fetch_add(1, Ordering::Relaxed);
         Ok((p, len))
     }
 
     unsafe fn ipc_close(&self, _device: u32, ptr: DevicePtr) {
-        if self.lock().opened.remove(&ptr).is_some() {
-            self.counters.ipc_close.fetch_add(1, Ordering::Relaxed);
-        }
+        let last = match self.lock().opened.close(ptr) {
+            Close::NotOpen => return,
+            Close::Kept => None,
+            Close::Last(m) => Some(m),
+        };
+        // Unmapped (the last reference) outside the state lock.
+        drop(last);
+        self.counters.ipc_close.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -79,6 +79,7 @@
 mod comm;
 mod cuda;
 mod fake;
+mod opened;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -219,12 +220,17 @@ pub trait DeviceBackend: Send + Sync {
     /// handle in a checked wire form).
     fn ipc_export(&self, device: u32, ptr: DevicePtr, bytes: usize) -> Result<Vec<u8>, Error>;
     /// Opens bytes from [`DeviceBackend::ipc_export`] of another process;
-    /// returns the local address and the usable length.
+    /// returns the local address and the usable length (refused when the
+    /// handle announces more than the allocation it maps). As with CUDA,
+    /// opening an allocation this process has open already returns the
+    /// same address and counts one more reference.
     fn ipc_open(&self, device: u32, handle: &[u8]) -> Result<(DevicePtr, usize), Error>;
-    /// Closes what [`DeviceBackend::ipc_open`] opened.
+    /// Closes one [`DeviceBackend::ipc_open`]: the mapping goes with the
+    /// last reference.
     ///
     /// # Safety
-    /// `ptr` came from `ipc_open` and no work using it is in flight.
+    /// `ptr` came from `ipc_open`, each open is closed once, and no work
+    /// using this reference is in flight.
     unsafe fn ipc_close(&self, device: u32, ptr: DevicePtr);
 }
 
