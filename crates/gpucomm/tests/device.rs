@@ -1161,6 +1161,68 @@ fn worker() {
                 assert_eq!(fake.stats().ipc_open, before.ipc_open, "reopened");
                 drop(child);
             }
+            "split_retire" => {
+                // Buffers of the parent used in calls of its split child:
+                // the peer opens them in its child's cache, so only the
+                // child's calls can announce them retired; freeing them
+                // when the parent's next call announced them freed memory
+                // the peer still mapped.
+                let child = dc.split(Some(0), rank as i64).unwrap().unwrap();
+                let cs = child.stream().unwrap();
+                let send = dc.alloc_from(&vec![1u32; 1024], &s).unwrap();
+                let mut recv = dc.alloc::<u32>(1024).unwrap();
+                child
+                    .all_reduce(&send, &mut recv, ReduceOp::Sum, &cs)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert!(recv.to_vec(&cs).unwrap().iter().all(|&v| v == n as u32));
+                // And one used by both: the peer maps it in both caches.
+                let mut both = dc.alloc_from(&[2u32; 64], &s).unwrap();
+                dc.all_reduce_in_place(&mut both, ReduceOp::Sum, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                child
+                    .all_reduce_in_place(&mut both, ReduceOp::Sum, &cs)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                assert!(both.to_vec(&s).unwrap().iter().all(|&v| v == 2 * 4));
+                let (live0, closed0) = (fake.live_allocations(), fake.stats().ipc_close);
+                drop((send, recv, both));
+                assert_eq!(fake.live_allocations(), live0, "freed while peers map them");
+                // The parent's next call announces `both` (the peer closes
+                // its parent mapping) and frees nothing: the peer's child
+                // still maps all three.
+                let mut x = dc.alloc_from(&[1u32; 16], &s).unwrap();
+                dc.all_reduce_in_place(&mut x, ReduceOp::Sum, &s)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let st = fake.stats();
+                assert_eq!(
+                    fake.live_allocations(),
+                    live0 + 1,
+                    "rank {rank}: freed while the peer's split child maps them: {st:?}"
+                );
+                assert_eq!(st.ipc_close - closed0, 1, "{st:?}");
+                // The child's next call announces the three: the peer
+                // closes them, and they go.
+                let mut y = child.alloc_from(&[1u32; 16], &cs).unwrap();
+                child
+                    .all_reduce_in_place(&mut y, ReduceOp::Sum, &cs)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let st = fake.stats();
+                assert_eq!(fake.live_allocations(), live0 + 2 - 3, "{st:?}");
+                assert_eq!(st.ipc_close - closed0, 1 + 3, "{st:?}");
+                assert_eq!(x.to_vec(&s).unwrap(), vec![n as u32; 16]);
+                assert_eq!(y.to_vec(&cs).unwrap(), vec![n as u32; 16]);
+                drop((x, y));
+                drop(child);
+            }
             "crash" => {
                 // Rank 1 dies after setup; the others must fail, not hang.
                 if rank == 1 {
@@ -1263,6 +1325,17 @@ fn processes_open_each_peer_buffer_once() {
 fn processes_a_split_child_and_its_parent_share_a_peer_mapping() {
     all_ok(&job(
         "shared_mapping",
+        2,
+        "fake",
+        GpuPath::Ipc,
+        Duration::from_secs(60),
+    ));
+}
+
+#[test]
+fn processes_free_a_buffer_only_after_every_communicator_that_exposed_it_retired_it() {
+    all_ok(&job(
+        "split_retire",
         2,
         "fake",
         GpuPath::Ipc,

@@ -242,6 +242,10 @@ impl Drop for Registration {
 /// recorded after its last step. Buffers follow the conventions of the host
 /// calls ([`Communicator::run`]): `send` `None` means in place, and lengths
 /// are checked the same way. Ranks in one process must share one backend.
+/// A buffer may come from any `DeviceComm` of the same backend and device
+/// (a parent used with its split child, say, as NCCL takes any device
+/// pointer): a dropped buffer is freed once every communicator whose peer
+/// processes mapped it has announced it in a later call of its own.
 ///
 /// See the [module documentation](super) for an example.
 pub struct DeviceComm {
@@ -829,8 +833,11 @@ impl DeviceComm {
     }
 
     /// `b`'s descriptor for a call; `lasting`: peers may keep it mapped
-    /// (collectives), so that its memory is freed only after they closed
-    /// it (see `DevCtx::release`).
+    /// (collectives), so that its memory is freed only after this
+    /// communicator has announced it retired and they closed it (`b` may
+    /// come from another communicator on this backend and device, a
+    /// parent or a split child: each that exposed it announces it; see
+    /// `Retired`).
     fn desc<T: Element>(
         &self,
         b: Option<&DeviceBuffer<T>>,
@@ -861,7 +868,7 @@ impl DeviceComm {
                 });
             }
             if lasting {
-                b.mark_mapped();
+                b.mark_mapped(&self.ctx);
             }
             (DescKind::Ipc, h.to_vec())
         } else {
@@ -1067,9 +1074,9 @@ impl DeviceComm {
             mine[DESC..2 * DESC]
                 .copy_from_slice(&self.desc(Some(&*recv), call_hash, true)?.encode());
             mine[2 * DESC..2 * DESC + 8].copy_from_slice(&(freeing.len() as u64).to_le_bytes());
-            for (i, (k, _)) in freeing.iter().enumerate() {
+            for (i, r) in freeing.iter().enumerate() {
                 mine[2 * DESC + 8 * (i + 1)..2 * DESC + 8 * (i + 2)]
-                    .copy_from_slice(&k.to_le_bytes());
+                    .copy_from_slice(&r.key().to_le_bytes());
             }
             let mut all = vec![0u8; REC * n];
             self.comm
@@ -1381,7 +1388,7 @@ impl DeviceComm {
             && let Some(x) = send
         {
             // Unacknowledged: the receiver may still map it.
-            x.mark_mapped();
+            x.mark_mapped(&self.ctx);
         }
         r
     }

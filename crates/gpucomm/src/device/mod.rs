@@ -82,8 +82,8 @@ mod fake;
 mod opened;
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::dtype::Element;
 use crate::{DataType, Error, ReduceOp};
@@ -242,16 +242,44 @@ impl std::fmt::Debug for dyn DeviceBackend {
 
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 
+/// An exported allocation dropped while peers may still map it (CUDA:
+/// freeing memory another process has open is undefined behaviour). Every
+/// communicator that exposed it to peers for longer than a call holds an
+/// `Arc` until a call of its own has announced it retired and its peers
+/// have closed their mappings; the memory is freed when the last goes.
+pub(crate) struct Retired {
+    backend: Arc<dyn DeviceBackend>,
+    device: u32,
+    key: u64,
+    ptr: DevicePtr,
+}
+
+impl Retired {
+    /// The buffer's key (what peers cache its mapping under).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        // SAFETY: the buffer's own allocation (it dropped), freed once, here;
+        // every communicator that exposed it has announced it to its peers,
+        // which closed their mappings before that call's closing barrier,
+        // or is gone (dropped on every rank together).
+        unsafe { self.backend.free(self.device, self.ptr) }
+    }
+}
+
 /// A backend and the device a communicator uses, shared by its buffers,
 /// streams and events.
 pub(crate) struct DevCtx {
     pub backend: Arc<dyn DeviceBackend>,
     pub device: u32,
-    /// Exported allocations dropped while peers may still map them (CUDA:
-    /// freeing memory another process has open is undefined behaviour):
-    /// `(key, address)`, freed by the next call once peers closed them.
-    /// `None` once the communicator is gone (then buffers free at once).
-    retired: Mutex<Option<Vec<(u64, DevicePtr)>>>,
+    /// Exported allocations dropped while this communicator's peers may
+    /// still map them, to announce in its next calls. `None` once the
+    /// communicator is gone (then it holds none).
+    retired: Mutex<Option<Vec<Arc<Retired>>>>,
 }
 
 impl DevCtx {
@@ -263,18 +291,16 @@ impl DevCtx {
         })
     }
 
-    /// Frees `ptr` now, or later if peers may map it.
-    fn release(&self, key: u64, ptr: DevicePtr, exported: bool) {
-        if exported && let Some(v) = crate::lock(&self.retired).as_mut() {
-            v.push((key, ptr));
-            return;
+    /// Keeps `r` until a call of this communicator has announced it (no
+    /// effect once the communicator is gone).
+    fn retire(&self, r: &Arc<Retired>) {
+        if let Some(v) = crate::lock(&self.retired).as_mut() {
+            v.push(r.clone());
         }
-        // SAFETY: our allocation, freed once; no peer maps it.
-        unsafe { self.backend.free(self.device, ptr) }
     }
 
     /// Up to `max` retired allocations, to announce in a call.
-    pub fn take_retired(&self, max: usize) -> Vec<(u64, DevicePtr)> {
+    pub fn take_retired(&self, max: usize) -> Vec<Arc<Retired>> {
         match crate::lock(&self.retired).as_mut() {
             Some(v) => {
                 let k = v.len().min(max);
@@ -284,28 +310,32 @@ impl DevCtx {
         }
     }
 
-    /// After a call that announced `freeing`: free them when every peer has
-    /// closed them (`done`), else keep them for later.
-    pub fn finish_retired(&self, freeing: Vec<(u64, DevicePtr)>, done: bool) {
-        if done {
-            for (_, p) in freeing {
-                // SAFETY: announced to every peer, which closed its mapping
-                // before the call's closing barrier.
-                unsafe { self.backend.free(self.device, p) }
+    /// After a call that announced `freeing`: let them go when every peer
+    /// has closed them (`done`; each is freed once no other communicator
+    /// still has to announce it), else keep them for later.
+    pub fn finish_retired(&self, freeing: Vec<Arc<Retired>>, done: bool) {
+        let release = if done {
+            Some(freeing)
+        } else {
+            match crate::lock(&self.retired).as_mut() {
+                Some(v) => {
+                    v.extend(freeing);
+                    None
+                }
+                None => Some(freeing),
             }
-        } else if let Some(v) = crate::lock(&self.retired).as_mut() {
-            v.extend(freeing);
-        }
+        };
+        // Freed outside the lock.
+        drop(release);
     }
 
-    /// The communicator is going: free what is retired, and from now on
-    /// free buffers as they drop.
+    /// The communicator is going: let go of what is retired, and hold
+    /// nothing from now on.
     pub fn close(&self) {
-        let left = crate::lock(&self.retired).take().unwrap_or_default();
-        for (_, p) in left {
-            // SAFETY: ours, freed once (see DeviceComm's Drop for peers).
-            unsafe { self.backend.free(self.device, p) }
-        }
+        let left = crate::lock(&self.retired).take();
+        // Freed outside the lock, where no other communicator holds them
+        // (see DeviceComm's Drop for peers).
+        drop(left);
     }
 }
 
@@ -416,10 +446,13 @@ pub struct DeviceBuffer<T: Element> {
     key: u64,
     /// The allocation's IPC export, made on first use.
     ipc: OnceLock<Vec<u8>>,
-    /// Peer processes may hold a lasting mapping (a collective published
-    /// it): freed only once they have closed it. A point-to-point send's
-    /// receiver maps the buffer for its copy alone.
-    mapped: AtomicBool,
+    /// The communicators (any that use this backend and device, not only
+    /// the one that allocated it) whose peer processes may hold a lasting
+    /// mapping of it (a collective published it, or a send was not
+    /// acknowledged): freed only once each has announced it retired and
+    /// its peers closed it. A point-to-point send's receiver maps the
+    /// buffer for its copy alone.
+    exposed: Mutex<Vec<Weak<DevCtx>>>,
     _t: PhantomData<T>,
 }
 
@@ -437,7 +470,7 @@ impl<T: Element> DeviceBuffer<T> {
             len,
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             ipc: OnceLock::new(),
-            mapped: AtomicBool::new(false),
+            exposed: Mutex::new(Vec::new()),
             _t: PhantomData,
         })
     }
@@ -540,9 +573,13 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(v)
     }
 
-    /// Marks the buffer as mapped by peer processes beyond the current call.
-    pub(crate) fn mark_mapped(&self) {
-        self.mapped.store(true, Ordering::Relaxed);
+    /// Marks the buffer as mapped beyond the current call by peer
+    /// processes of the communicator whose context is `by`.
+    pub(crate) fn mark_mapped(&self, by: &Arc<DevCtx>) {
+        let mut v = crate::lock(&self.exposed);
+        if !v.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(by))) {
+            v.push(Arc::downgrade(by));
+        }
     }
 
     pub(crate) fn ipc_export(&self) -> Result<&[u8], Error> {
@@ -561,9 +598,19 @@ impl<T: Element> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Device calls synchronize the caller's stream before they return,
         // so no work uses the memory; peers that opened it through IPC
-        // close it first (see DevCtx::release).
-        self.ctx
-            .release(self.key, self.ptr, self.mapped.load(Ordering::Relaxed));
+        // close it first: it is freed when the last communicator that
+        // exposed it lets go (see `Retired`), here if none did.
+        let exposed = std::mem::take(self.exposed.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let r = Arc::new(Retired {
+            backend: self.ctx.backend.clone(),
+            device: self.ctx.device,
+            key: self.key,
+            ptr: self.ptr,
+        });
+        for c in exposed.iter().filter_map(Weak::upgrade) {
+            c.retire(&r);
+        }
+        drop(r);
     }
 }
 
