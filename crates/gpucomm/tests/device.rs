@@ -302,6 +302,48 @@ fn ranks_in_place_and_out_of_place_in_one_call() {
     }
 }
 
+/// A floating-point `avg` divides every input by the rank count before
+/// the sum on both paths, as the host path does (NCCL's PreMulSum): two
+/// f16 40000s average to 40000. The IPC path summed then divided, and the
+/// f16 sum was inf.
+#[test]
+fn float_avg_divides_before_it_sums_on_both_paths() {
+    for path in [GpuPath::Ipc, GpuPath::Staged] {
+        let gpu = Arc::new(FakeDevice::new(1));
+        let res = with_ranks(2, &[gpu], &[0], path, |dc| -> Result<Vec<f32>, Error> {
+            let dc = dc?;
+            let s = dc.stream()?;
+            let big = f16::from_f32(40000.0);
+            let send = dc.alloc_from(&[big; 4], &s)?;
+            let mut got = Vec::new();
+            let mut r = dc.alloc::<f16>(4)?;
+            dc.all_reduce(&send, &mut r, ReduceOp::Avg, &s)?.wait()?;
+            got.extend(r.to_vec(&s)?);
+            let mut r = dc.alloc_from(&[big; 4], &s)?;
+            dc.all_reduce_in_place(&mut r, ReduceOp::Avg, &s)?.wait()?;
+            got.extend(r.to_vec(&s)?);
+            let mut r = dc.alloc::<f16>(2)?;
+            dc.reduce_scatter(&send, &mut r, ReduceOp::Avg, &s)?
+                .wait()?;
+            got.extend(r.to_vec(&s)?);
+            let mut r = dc.alloc::<f16>(4)?;
+            dc.reduce(&send, &mut r, ReduceOp::Avg, 1, &s)?.wait()?;
+            if dc.rank() == 1 {
+                got.extend(r.to_vec(&s)?);
+            }
+            Ok(got.into_iter().map(f32::from).collect())
+        });
+        for (rank, r) in res.into_iter().enumerate() {
+            let got = r.unwrap();
+            assert_eq!(got.len(), if rank == 1 { 14 } else { 10 });
+            assert!(
+                got.iter().all(|&x| x == 40000.0),
+                "{path} rank {rank}: {got:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn point_to_point_on_device_buffers() {
     for path in [GpuPath::Ipc, GpuPath::Staged] {

@@ -207,6 +207,9 @@ struct State {
     opened: HashMap<(usize, u64), Peer>,
     order: VecDeque<(usize, u64)>,
     scratch: Option<DeviceBuffer<u8>>,
+    /// This rank's input divided by the rank count, published instead of
+    /// the input by a floating-point `avg` (see `DeviceComm::premul`).
+    premul: Option<DeviceBuffer<u8>>,
     staging: Option<Staging>,
     calls: u64,
     /// Point-to-point records (and inline payloads) per peer, received
@@ -971,8 +974,9 @@ impl DeviceComm {
         self.ctx.backend.synchronize(s)
     }
 
-    /// `dst = srcs[0] op srcs[1] op ...` in rank order, then `/ n` for
-    /// avg. `dst` may alias `srcs[0]` only.
+    /// `dst = srcs[0] op srcs[1] op ...` in rank order, then `/ n` for an
+    /// `avg` whose inputs were not divided already (`premul`). `dst` may
+    /// alias `srcs[0]` only.
     #[allow(clippy::too_many_arguments)]
     fn fold(
         &self,
@@ -982,6 +986,7 @@ impl DeviceComm {
         dst: DevicePtr,
         srcs: &[DevicePtr],
         count: usize,
+        premul: bool,
     ) -> Result<(), Error> {
         if count == 0 {
             return Ok(());
@@ -1001,7 +1006,7 @@ impl DeviceComm {
                     b.reduce(s, op, dtype, dst, dst, x, count)?;
                 }
             }
-            if op == ReduceOp::Avg {
+            if op == ReduceOp::Avg && !premul {
                 b.divide(s, dtype, dst, count, srcs.len() as u64)?;
             }
         }
@@ -1064,13 +1069,38 @@ impl DeviceComm {
         if call == Call::Barrier {
             return barrier();
         }
+        // Floating-point avg divides every input by n before the sum (as
+        // the host path and NCCL's PreMulSum): a sum of f16 gradients
+        // overflows where their average does not. Each rank publishes a
+        // divided copy of its input, and the folds only sum.
+        let premul = n > 1
+            && !dtype.is_integer()
+            && matches!(
+                call,
+                Call::AllReduce(ReduceOp::Avg)
+                    | Call::ReduceScatter(ReduceOp::Avg)
+                    | Call::Reduce {
+                        op: ReduceOp::Avg,
+                        ..
+                    }
+            );
+        let divided = if premul {
+            let input = send.map_or(recv.ptr, |x| x.ptr);
+            Some(self.premul(s, dtype, input, count, n)?)
+        } else {
+            None
+        };
         // Exported buffers dropped since the last call: announced now, freed
         // once every peer has closed its mapping (after the closing barrier).
         let freeing = self.ctx.take_retired(MAX_RETIRE);
         let r = (|| -> Result<(), Error> {
             // Exchange: every rank's send and receive descriptors and retired keys.
             let mut mine = [0u8; REC];
-            mine[..DESC].copy_from_slice(&self.desc(send, call_hash, true)?.encode());
+            let sd = match &divided {
+                Some(d) => self.desc(Some(d), call_hash, true)?,
+                None => self.desc(send, call_hash, true)?,
+            };
+            mine[..DESC].copy_from_slice(&sd.encode());
             mine[DESC..2 * DESC]
                 .copy_from_slice(&self.desc(Some(&*recv), call_hash, true)?.encode());
             mine[2 * DESC..2 * DESC + 8].copy_from_slice(&(freeing.len() as u64).to_le_bytes());
@@ -1171,7 +1201,7 @@ impl DeviceComm {
                     } else {
                         dst
                     };
-                    self.fold(s, op, dtype, target, &srcs, l)?;
+                    self.fold(s, op, dtype, target, &srcs, l, premul)?;
                     if target != dst && l > 0 {
                         // SAFETY: scratch and our own block, both in bounds.
                         unsafe { b.copy_d2d(s, dst, target, l * es)? };
@@ -1211,7 +1241,7 @@ impl DeviceComm {
                     } else {
                         dst
                     };
-                    self.fold(s, op, dtype, target, &srcs, l)?;
+                    self.fold(s, op, dtype, target, &srcs, l, premul)?;
                     if target != dst && l > 0 {
                         // SAFETY: scratch into our own block.
                         unsafe { b.copy_d2d(s, dst, target, l * es)? };
@@ -1254,7 +1284,7 @@ impl DeviceComm {
                         } else {
                             rptr
                         };
-                        self.fold(s, op, dtype, target, &srcs, count)?;
+                        self.fold(s, op, dtype, target, &srcs, count, premul)?;
                         if target != rptr && count > 0 {
                             // SAFETY: scratch into our output.
                             unsafe { b.copy_d2d(s, rptr, target, count * es)? };
@@ -1313,7 +1343,43 @@ impl DeviceComm {
             barrier()
         })();
         self.ctx.finish_retired(freeing, r.is_ok());
+        // Kept for the next call (peers cache its mapping).
+        if let Some(d) = divided {
+            crate::lock(&self.st).premul = Some(d);
+        }
         r
+    }
+
+    /// This rank's `count` elements at `input`, divided by `n`, in the
+    /// communicator's premultiplied-input buffer (taken out of the state
+    /// for the call; grown as needed), ready when this returns.
+    fn premul(
+        &self,
+        s: StreamId,
+        dtype: DataType,
+        input: DevicePtr,
+        count: usize,
+        n: usize,
+    ) -> Result<DeviceBuffer<u8>, Error> {
+        let bytes = count * dtype.size();
+        let kept = crate::lock(&self.st).premul.take();
+        let d = match kept {
+            Some(d) if d.len() >= bytes => d,
+            // A smaller one goes (retired, if peers map it).
+            _ => DeviceBuffer::alloc(&self.ctx, bytes.next_power_of_two())?,
+        };
+        if count > 0 {
+            let b = &self.ctx.backend;
+            // SAFETY: `input` is this rank's live input of `count` elements
+            // (checked by `counts`), `d` holds at least `bytes`; the stream
+            // is synchronized before anyone reads `d`.
+            unsafe {
+                b.copy_d2d(s, d.ptr, input, bytes)?;
+                b.divide(s, dtype, d.ptr, count, n as u64)?;
+            }
+        }
+        self.sync(s)?;
+        Ok(d)
     }
 
     /// Closes this rank's mapping of peer `p`'s allocation `key`, if open.

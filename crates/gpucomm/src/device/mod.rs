@@ -192,7 +192,8 @@ pub trait DeviceBackend: Send + Sync {
         b: DevicePtr,
         count: usize,
     ) -> Result<(), Error>;
-    /// `dst[i] /= ranks`: the end of `avg`.
+    /// `dst[i] /= ranks`: `avg` (of the sum for integers, of each input
+    /// before the sum for floating-point types).
     ///
     /// # Safety
     /// See the trait.
