@@ -674,10 +674,13 @@ fn slurm_local_size(get: &impl Fn(&str) -> Option<String>) -> Result<Option<usiz
         };
         let tasks: usize = tasks.parse().map_err(|_| malformed())?;
         let repeat: usize = repeat.parse().map_err(|_| malformed())?;
-        if node < seen + repeat {
+        // More nodes than a usize counts: no real list, and a wrapped count
+        // would pick the wrong entry.
+        let upto = seen.checked_add(repeat).ok_or_else(malformed)?;
+        if node < upto {
             return Ok(Some(tasks));
         }
-        seen += repeat;
+        seen = upto;
     }
     Err(EnvError::Contradictory {
         launcher: Launcher::Slurm,
@@ -1230,6 +1233,23 @@ mod tests {
         );
         let e = cfg(&with(SLURM, &[("SLURM_STEP_TASKS_PER_NODE", "2(x3")])).unwrap_err();
         assert!(matches!(e, EnvError::Malformed { .. }), "{e}");
+        // Repeat counts that overflow a node count are malformed, not a
+        // panic (debug) or a wrapped count (release).
+        for (spec, node) in [
+            ("1(x18446744073709551615),1", "18446744073709551615"),
+            (
+                "2(x9223372036854775808),1(x9223372036854775808)",
+                "18446744073709551615",
+            ),
+        ] {
+            let e = cfg(&with(
+                SLURM,
+                &[("SLURM_STEP_TASKS_PER_NODE", spec), ("SLURM_NODEID", node)],
+            ))
+            .unwrap_err();
+            assert!(matches!(e, EnvError::Malformed { .. }), "{spec}: {e}");
+            assert!(e.to_string().contains("SLURM_STEP_TASKS_PER_NODE"), "{e}");
+        }
         let e = cfg(&with(SLURM, &[("SLURM_STEP_NODELIST", "gpu[a-b]")])).unwrap_err();
         assert!(e.to_string().contains("Slurm node list"), "{e}");
         let e = cfg(&with(SLURM, &[("SLURM_STEP_NODELIST", "gpu[01-02")])).unwrap_err();
