@@ -73,6 +73,12 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         rank: me,
         detail: d,
     };
+    if n > crate::env::MAX_WORLD_SIZE {
+        return Err(fail(format!(
+            "world size {n} is more than gpucomm supports (at most {} ranks)",
+            crate::env::MAX_WORLD_SIZE
+        )));
+    }
     if n == 0 || me >= n {
         return Err(fail(format!("rank {me} out of range for world size {n}")));
     }
@@ -408,7 +414,7 @@ pub(crate) fn join(
             TransportChoice::Tcp => false,
         };
         if use_shm {
-            if info.region_len < region_bytes(n) {
+            if region_bytes(n).is_none_or(|b| info.region_len < b) {
                 return Err(fail(format!("rank {p} announced a region too small")));
             }
             let seg =

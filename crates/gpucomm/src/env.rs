@@ -81,6 +81,15 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The largest world size gpucomm accepts: 2^20 (1,048,576) ranks, far
+/// beyond any job it serves. Every rank sizes per-peer state by the world
+/// size (its shared-memory region holds a ring per peer, bootstrap keeps an
+/// entry per peer), so a size no job has (a typo, a wrapped number) is
+/// refused with an error instead of an allocation that aborts the process.
+/// [`BootstrapConfig::from_vars`], `Communicator::new` and
+/// `Communicator::in_process` all check it.
+pub const MAX_WORLD_SIZE: usize = 1 << 20;
+
 /// Which transport to use between peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum TransportChoice {
@@ -336,6 +345,14 @@ impl BootstrapConfig {
                 var: size_var.to_string(),
                 value: "0".into(),
                 expected: "a positive number of ranks",
+            });
+        }
+        if world_size > MAX_WORLD_SIZE {
+            return Err(EnvError::Malformed {
+                var: size_var.to_string(),
+                value: world_size.to_string(),
+                // MAX_WORLD_SIZE (a test checks that the two agree).
+                expected: "a number of ranks of at most 1048576",
             });
         }
         if rank >= world_size {
@@ -947,6 +964,36 @@ mod tests {
         // IPv6 in brackets is fine.
         let c = cfg(&with(GPUCOMM, &[("GPUCOMM_STORE", "[::1]:29500")])).unwrap();
         assert_eq!(c.store_addr, "[::1]:29500");
+    }
+
+    /// A world size no job has is refused before anything is sized by it
+    /// (it aborted the process: a vector of that many peers).
+    #[test]
+    fn world_size_is_bounded() {
+        let size = |base: &[(&str, &str)], var: &str, value: &str| {
+            let mut v: Vec<(&str, &str)> =
+                base.iter().filter(|(k, _)| *k != var).copied().collect();
+            v.push((var, value));
+            cfg(&v)
+        };
+        let max = MAX_WORLD_SIZE.to_string();
+        let c = size(GPUCOMM, "GPUCOMM_WORLD_SIZE", &max).unwrap();
+        assert_eq!(c.world_size, MAX_WORLD_SIZE);
+        for (base, var, value) in [
+            (GPUCOMM, "GPUCOMM_WORLD_SIZE", "1000000000000".to_string()),
+            (
+                GPUCOMM,
+                "GPUCOMM_WORLD_SIZE",
+                (MAX_WORLD_SIZE + 1).to_string(),
+            ),
+            (TORCHRUN, "WORLD_SIZE", "99999999999".to_string()),
+        ] {
+            let e = size(base, var, &value).unwrap_err();
+            assert!(matches!(e, EnvError::Malformed { .. }), "{e:?}");
+            let e = e.to_string();
+            assert!(e.contains(&format!("{var}=\"{value}\"")), "{e}");
+            assert!(e.contains(&format!("at most {max}")), "{e}");
+        }
     }
 
     #[test]

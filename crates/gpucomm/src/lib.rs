@@ -199,6 +199,12 @@ impl Communicator {
                 "in_process: at least one rank".into(),
             ));
         }
+        if n > env::MAX_WORLD_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "in_process: world size {n} is more than gpucomm supports (at most {} ranks)",
+                env::MAX_WORLD_SIZE
+            )));
+        }
         let regions: Vec<Region> = (0..n)
             .map(|_| Region::create(n))
             .collect::<Result<_, _>>()?;

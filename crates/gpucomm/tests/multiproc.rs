@@ -588,6 +588,32 @@ fn thread_rank(
     }
 }
 
+/// A world size beyond `MAX_WORLD_SIZE` given to `Communicator::new` (or
+/// `in_process`) is an error at once, on any rank; it aborted the process
+/// (a vector of that many peers, a region size that overflowed).
+#[test]
+fn a_huge_world_size_is_refused() {
+    use gpucomm::env::MAX_WORLD_SIZE;
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    for (rank, world) in [
+        (0, 1_000_000_000_000),
+        (1, MAX_WORLD_SIZE + 1),
+        (0, usize::MAX),
+    ] {
+        let t = Instant::now();
+        let e = Communicator::new(&thread_rank(rank, world, &addr, TransportChoice::Auto))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains(&format!("world size {world}")) && e.contains(&MAX_WORLD_SIZE.to_string()),
+            "{e}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+    let e = Communicator::in_process(MAX_WORLD_SIZE + 1).expect_err("refused");
+    assert!(e.to_string().contains(&MAX_WORLD_SIZE.to_string()), "{e}");
+}
+
 /// Ranks started with different transports (one GPUCOMM_TRANSPORT=tcp, one
 /// shm or auto): every rank fails at once, saying so. Before, the shm side
 /// failed on "a region too small" and the tcp side waited out its timeout.

@@ -78,9 +78,11 @@ pub(crate) const STATE_ALIVE: u32 = 0;
 pub(crate) const STATE_CLOSED: u32 = 1;
 pub(crate) const STATE_ABORTED: u32 = 2;
 
-/// Bytes of a region for `world` ranks.
-pub(crate) fn region_bytes(world: usize) -> usize {
-    CONTROL_BYTES + world * CHANNELS * RING_BYTES
+/// Bytes of a region for `world` ranks; `None` when that overflows.
+pub(crate) fn region_bytes(world: usize) -> Option<usize> {
+    world
+        .checked_mul(CHANNELS * RING_BYTES)?
+        .checked_add(CONTROL_BYTES)
 }
 
 /// A rank's region, with typed accessors.
@@ -91,8 +93,11 @@ pub(crate) struct Region {
 
 impl Region {
     pub fn create(world: usize) -> Result<Region, crate::Error> {
+        let len = region_bytes(world).ok_or_else(|| {
+            crate::Error::InvalidArgument(format!("a region for {world} ranks is too large"))
+        })?;
         Ok(Region {
-            seg: Segment::create(region_bytes(world), "gpucomm-region")?,
+            seg: Segment::create(len, "gpucomm-region")?,
         })
     }
     pub fn from_segment(seg: Arc<Segment>) -> Region {
@@ -820,6 +825,21 @@ mod tests {
     use super::*;
     use crate::dtype::{DataType, Reducer};
     use gpucomm_algo::ReduceOp;
+
+    /// A region size that does not fit a usize is `None` (it wrapped in
+    /// release builds, a small region for many rings), and `create` says so.
+    #[test]
+    fn region_size_overflow_is_an_error() {
+        assert_eq!(
+            region_bytes(2),
+            Some(CONTROL_BYTES + 2 * CHANNELS * RING_BYTES)
+        );
+        assert_eq!(region_bytes(usize::MAX / RING_BYTES + 1), None);
+        assert!(matches!(
+            Region::create(usize::MAX),
+            Err(crate::Error::InvalidArgument(_))
+        ));
+    }
 
     /// A peer (buggy, or not ours) that cuts a message of f32s into a
     /// chunk of 3 bytes: refused before anything is reduced (the reduction
