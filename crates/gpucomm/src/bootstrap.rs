@@ -349,8 +349,11 @@ pub(crate) fn join(
             .unwrap_or_default();
         let ip =
             netif::data_ip(local, store_host, spec.as_deref(), netif::interfaces).map_err(fail)?;
-        let l = TcpListener::bind(SocketAddr::new(ip, 0))
-            .map_err(|e| Error::io(format!("binding the data listener to {ip}"), e))?;
+        // A link-local address binds with its scope (the zone of the
+        // store address, as the store connection took it).
+        let bind = netif::bind_addr(ip, store.local_addr());
+        let l = TcpListener::bind(bind)
+            .map_err(|e| Error::io(format!("binding the data listener to {bind}"), e))?;
         l.set_nonblocking(true)
             .map_err(|e| Error::io("listener nonblocking", e))?;
         Some(l)
@@ -453,6 +456,7 @@ pub(crate) fn join(
                 .as_ref()
                 .and_then(|i| i.tcp.as_ref())
                 .and_then(|a| a.parse().ok())
+                .map(|a| netif::peer_addr(a, store.local_addr()))
                 .ok_or_else(|| fail(format!("rank {p} has no TCP address")))?;
             for (ch, slot) in socks[p].iter_mut().enumerate() {
                 // A group stops retrying when it gives up (a member that

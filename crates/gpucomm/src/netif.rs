@@ -3,7 +3,7 @@
 //! addresses listen*).
 
 use std::ffi::CStr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 /// One address of a network interface that is up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,13 +57,128 @@ pub(crate) fn parse_ifname(spec: &str) -> Option<Vec<IfMatch>> {
 
 /// Whether `host` (the host part of a `host:port`, IPv6 in brackets) is an
 /// IP literal; the store binds exactly that address then, and every
-/// interface for a name.
+/// interface for a name. An IPv6 zone (`[fe80::1%eth0]`) is allowed and
+/// not part of the address returned.
 pub(crate) fn ip_literal(host: &str) -> Option<IpAddr> {
+    split_literal(host).map(|(ip, _)| ip)
+}
+
+/// An IP literal host split into its address and its IPv6 zone (scope):
+/// `10.0.0.1`, `[fd00::1]`, `[fe80::1%eth0]` (an interface name) or
+/// `[fe80::1%4]` (an interface index); brackets optional for IPv6. `None`
+/// for a host name, or a zone no interface could have.
+pub(crate) fn split_literal(host: &str) -> Option<(IpAddr, Option<&str>)> {
     let h = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    h.parse().ok()
+    if let Ok(v4) = h.parse::<Ipv4Addr>() {
+        return Some((IpAddr::V4(v4), None));
+    }
+    let (a, zone) = match h.split_once('%') {
+        Some((a, z)) => (a, Some(z)),
+        None => (h, None),
+    };
+    let v6: Ipv6Addr = a.parse().ok()?;
+    if zone.is_some_and(|z| z.parse::<u32>().is_err() && !valid_ifname(z)) {
+        return None;
+    }
+    Some((IpAddr::V6(v6), zone))
+}
+
+/// A name Linux could give an interface: 1 to 15 bytes (IFNAMSIZ with its
+/// NUL), no `/`, `:`, `%`, `,` or white space, not `.` or `..`.
+pub(crate) fn valid_ifname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | ':' | '%' | ','))
+}
+
+/// The socket address of the IP literal `host` (see [`split_literal`]) and
+/// `port`, an IPv6 zone resolved to this host's interface index; `None` for
+/// a host name.
+pub(crate) fn literal_addr(host: &str, port: u16) -> std::io::Result<Option<SocketAddr>> {
+    let Some((ip, zone)) = split_literal(host) else {
+        return Ok(None);
+    };
+    Ok(Some(match (ip, zone) {
+        (IpAddr::V6(v6), Some(zone)) => {
+            SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope_id(zone)?))
+        }
+        _ => SocketAddr::new(ip, port),
+    }))
+}
+
+/// The interface index an IPv6 zone names (`4`, or `eth0`).
+#[allow(unsafe_code)] // if_nametoindex: the interface index of a name
+fn scope_id(zone: &str) -> std::io::Result<u32> {
+    if let Ok(index) = zone.parse::<u32>() {
+        return Ok(index);
+    }
+    let missing = || {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("the IPv6 zone %{zone} names no network interface of this host"),
+        )
+    };
+    let name = std::ffi::CString::new(zone).map_err(|_| missing())?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call;
+    // if_nametoindex only reads it and returns 0 when there is no such
+    // interface.
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => Err(missing()),
+        index => Ok(index),
+    }
+}
+
+/// Every address `addr` (`host:port`) stands for, in the resolver's order:
+/// an IP literal as given (with its zone), a name as resolved.
+pub(crate) fn resolve(addr: &str) -> std::io::Result<Vec<SocketAddr>> {
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "expected host:port with a port from 0 to 65535",
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if let Some(sa) = literal_addr(host, port)? {
+        return Ok(vec![sa]);
+    }
+    Ok(std::net::ToSocketAddrs::to_socket_addrs(addr)?.collect())
+}
+
+/// `ip` (chosen for a data listener) as a socket address to bind, port 0:
+/// an IPv6 link-local address needs a scope, the one of `local` (this
+/// rank's store connection, on the same link) when that is the same
+/// address.
+pub(crate) fn bind_addr(ip: IpAddr, local: Option<SocketAddr>) -> SocketAddr {
+    match (ip, local) {
+        (IpAddr::V6(v6), Some(SocketAddr::V6(l))) if *l.ip() == v6 => {
+            SocketAddr::V6(SocketAddrV6::new(v6, 0, 0, l.scope_id()))
+        }
+        _ => SocketAddr::new(ip, 0),
+    }
+}
+
+/// A peer's published data address as this rank connects to it: a scope
+/// id is a host's own interface index, so a link-local address takes this
+/// rank's own scope (`local`: its store connection's address, on the link
+/// the job uses) rather than the publisher's.
+pub(crate) fn peer_addr(mut peer: SocketAddr, local: Option<SocketAddr>) -> SocketAddr {
+    if let (SocketAddr::V6(p), Some(SocketAddr::V6(l))) = (&mut peer, local)
+        && is_link_local(p.ip())
+        && l.scope_id() != 0
+    {
+        p.set_scope_id(l.scope_id());
+    }
+    peer
+}
+
+fn is_link_local(a: &Ipv6Addr) -> bool {
+    (a.segments()[0] & 0xffc0) == 0xfe80
 }
 
 /// An address a peer on another host can be given: not IPv6 link-local
@@ -71,7 +186,7 @@ pub(crate) fn ip_literal(host: &str) -> Option<IpAddr> {
 fn usable(ip: &IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => !a.is_unspecified(),
-        IpAddr::V6(a) => !a.is_unspecified() && (a.segments()[0] & 0xffc0) != 0xfe80,
+        IpAddr::V6(a) => !a.is_unspecified() && !is_link_local(a),
     }
 }
 
@@ -275,6 +390,56 @@ mod tests {
         assert_eq!(ip_literal("[fe80::1]"), Some(ip("fe80::1")));
         assert_eq!(ip_literal("node7"), None);
         assert_eq!(ip_literal("localhost"), None);
+    }
+
+    #[test]
+    fn ipv6_zones_are_kept_and_resolved() {
+        assert_eq!(
+            split_literal("[fe80::1%eth0]"),
+            Some((ip("fe80::1"), Some("eth0")))
+        );
+        assert_eq!(
+            split_literal("[fe80::1%4]"),
+            Some((ip("fe80::1"), Some("4")))
+        );
+        assert_eq!(ip_literal("[fe80::1%eth0]"), Some(ip("fe80::1")));
+        for bad in [
+            "[fe80::1%]",
+            "[fe80::1%a/b]",
+            "[fe80::1%x%y]",
+            "node7",
+            "[x]",
+        ] {
+            assert_eq!(split_literal(bad), None, "{bad}");
+        }
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        // An index as given; a name as this host numbers it (lo exists).
+        assert_eq!(
+            literal_addr("[fe80::1%4]", 7).unwrap(),
+            Some(sa("[fe80::1%4]:7"))
+        );
+        let lo = literal_addr("[fe80::1%lo]", 7).unwrap().unwrap();
+        assert!(matches!(lo, SocketAddr::V6(a) if a.scope_id() > 0), "{lo}");
+        let e = literal_addr("[fe80::1%nosuch0]", 7).unwrap_err();
+        assert!(e.to_string().contains("%nosuch0"), "{e}");
+        assert_eq!(literal_addr("node7", 7).unwrap(), None);
+        assert_eq!(resolve("[fe80::1%3]:9").unwrap(), [sa("[fe80::1%3]:9")]);
+        assert_eq!(resolve("10.0.0.1:9").unwrap(), [sa("10.0.0.1:9")]);
+        // The data listener binds a link-local address with the store
+        // connection's scope; a peer's link-local address takes this host's.
+        assert_eq!(
+            bind_addr(ip("fe80::1"), Some(sa("[fe80::1%3]:5"))),
+            sa("[fe80::1%3]:0")
+        );
+        assert_eq!(bind_addr(ip("10.0.0.1"), None), sa("10.0.0.1:0"));
+        assert_eq!(
+            peer_addr(sa("[fe80::2%7]:9"), Some(sa("[fe80::1%3]:5"))),
+            sa("[fe80::2%3]:9")
+        );
+        assert_eq!(
+            peer_addr(sa("[fd00::2]:9"), Some(sa("[fe80::1%3]:5"))),
+            sa("[fd00::2]:9")
+        );
     }
 
     #[test]

@@ -98,12 +98,12 @@ fn bind_store(addr: &str) -> std::io::Result<TcpListener> {
     let Some((host, port)) = addr.rsplit_once(':') else {
         return TcpListener::bind(addr); // its own error for a malformed one
     };
-    if crate::netif::ip_literal(host).is_some() {
-        return TcpListener::bind(addr);
-    }
     let port: u16 = port
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad port"))?;
+    if let Some(sa) = crate::netif::literal_addr(host, port)? {
+        return TcpListener::bind(sa);
+    }
     let any6 = || -> std::io::Result<TcpListener> {
         use socket2::{Domain, Socket, Type};
         let s = Socket::new(Domain::IPV6, Type::STREAM, None)?;
@@ -352,8 +352,9 @@ impl StoreClient {
             context: format!("store {addr}"),
             source: std::io::Error::other(d),
         };
-        let sa: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        let sa: SocketAddr = crate::netif::resolve(addr)
             .map_err(|e| Error::io(format!("store address {addr}"), e))?
+            .into_iter()
             .next()
             .ok_or_else(|| err("no address".into()))?;
         let sock = crate::transport::tcp::connect_retry(&sa, deadline, &mut || Ok(()))
