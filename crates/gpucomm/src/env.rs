@@ -19,7 +19,10 @@
 //! Whatever the launcher, these override or complete it:
 //!
 //! - `GPUCOMM_STORE=host:port`: the rendezvous store (hosted by rank 0). Takes
-//!   precedence over everything else.
+//!   precedence over everything else. The host is a host name, an IPv4
+//!   address, or an IPv6 address in brackets (`[fd00::1]:29500`; a
+//!   link-local one with its zone, `[fe80::1%eth0]:29500` or `%2`);
+//!   anything else is refused, naming the variable ([`parse_store_addr`]).
 //! - `GPUCOMM_TOKEN`: the per-job secret (see *Token* below).
 //! - `GPUCOMM_TRANSPORT=auto|shm|tcp` (default `auto`).
 //! - `GPUCOMM_ALGORITHM=ring|tree|halving_doubling|recursive_doubling|direct|hierarchical|bruck|auto`
@@ -39,6 +42,9 @@
 //! on rank 0) already listens there with its own store. So gpucomm's store
 //! listens on `MASTER_ADDR:(MASTER_PORT + 1)`, and gpucomm and
 //! `torch.distributed` can share a job. Set `GPUCOMM_STORE` to choose exactly.
+//! `MASTER_ADDR` is a bare host: a name, an IPv4 address or an IPv6 address
+//! (`fe80::1%eth0` with a zone; brackets optional); one with a port or a
+//! scheme (`10.0.0.1:29500`, `http://x`) is refused.
 //!
 //! Under Slurm without `MASTER_ADDR`, the store is on the first host of the
 //! step's node list (where task 0 runs with Slurm's default block
@@ -512,19 +518,43 @@ fn parse_port(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<Option
     }
 }
 
-/// Checks a `host:port` address (IPv6 hosts in brackets: `[::1]:29500`)
-/// without resolving the host. Returns the host and the port.
+/// Checks a `host:port` address without resolving the host. Returns the
+/// host and the port. The host is a host name, an IPv4 address, or an IPv6
+/// address in brackets, which may carry a zone for a link-local address
+/// (`[fe80::1%eth0]:29500` or `[fe80::1%2]:29500`); the port is 1 to 65535.
 pub fn parse_store_addr(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     let port: u16 = port.parse().ok().filter(|&p| p > 0)?;
-    let host_ok = if let Some(inner) = host.strip_prefix('[') {
-        inner
-            .strip_suffix(']')
-            .is_some_and(|h| !h.is_empty() && h.contains(':'))
+    let host_ok = if host.starts_with('[') {
+        host.ends_with(']')
+            && matches!(
+                crate::netif::split_literal(host),
+                Some((std::net::IpAddr::V6(_), _))
+            )
     } else {
-        !host.is_empty() && !host.contains(':') && !host.contains(char::is_whitespace)
+        valid_host(host)
     };
     host_ok.then_some((host, port))
+}
+
+/// An IPv4 address or a host name: dot-separated labels of 1 to 63 letters,
+/// digits, `-` or `_` (Slurm node names have it), at most 253 bytes, maybe
+/// one trailing dot; not all digits and dots (a mistyped IPv4 address).
+fn valid_host(host: &str) -> bool {
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        && !name.bytes().all(|b| b.is_ascii_digit() || b == b'.')
 }
 
 /// Joins a host and a port, bracketing IPv6 literals.
@@ -548,7 +578,9 @@ fn store_addr(
             None => Err(EnvError::Malformed {
                 var: "GPUCOMM_STORE".into(),
                 value: v,
-                expected: "host:port with a port from 1 to 65535 (IPv6: [addr]:port)",
+                expected: "host:port: a host name, an IPv4 address or an IPv6 address in \
+                           brackets ([fd00::1]:29500; a link-local one with its zone, \
+                           [fe80::1%eth0]:29500), and a port from 1 to 65535",
             }),
         };
     }
@@ -579,7 +611,9 @@ fn store_addr(
             return Err(EnvError::Malformed {
                 var: "MASTER_ADDR".into(),
                 value: addr,
-                expected: "a host name or IP address",
+                expected: "a host name or an IP address, without a port (gpucomm's store \
+                           listens on MASTER_PORT + 1); an IPv6 link-local address with its \
+                           zone, as fe80::1%eth0",
             });
         }
         return Ok(joined);
@@ -1096,8 +1130,33 @@ mod tests {
         assert!(e.to_string().contains("MASTER_PORT + 1"), "{e}");
         let e = cfg(&with(TORCHRUN, &[("MASTER_PORT", "0")])).unwrap_err();
         assert!(matches!(e, EnvError::Malformed { .. }), "{e}");
-        let e = cfg(&with(TORCHRUN, &[("MASTER_ADDR", "bad host")])).unwrap_err();
-        assert!(e.to_string().contains("MASTER_ADDR"), "{e}");
+        // A port, a URL or garbage in MASTER_ADDR is refused, naming it (a
+        // port came out as the "host" [10.0.0.1:29500]:29501).
+        for bad in [
+            "bad host",
+            "10.0.0.1:29500",
+            "http://x",
+            "node7:1",
+            "[x]",
+            "fe80::1%",
+        ] {
+            let e = cfg(&with(TORCHRUN, &[("MASTER_ADDR", bad)])).unwrap_err();
+            assert!(matches!(e, EnvError::Malformed { .. }), "{bad}: {e:?}");
+            assert!(
+                e.to_string().contains(&format!("MASTER_ADDR=\"{bad}\"")),
+                "{bad}: {e}"
+            );
+        }
+        for (good, store) in [
+            ("10.0.0.1", "10.0.0.1:29501"),
+            ("fd00::2", "[fd00::2]:29501"),
+            ("[fd00::2]", "[fd00::2]:29501"),
+            ("fe80::1%eth0", "[fe80::1%eth0]:29501"),
+            ("node7.cluster", "node7.cluster:29501"),
+        ] {
+            let c = cfg(&with(TORCHRUN, &[("MASTER_ADDR", good)])).unwrap();
+            assert_eq!(c.store_addr, store);
+        }
         let e = cfg(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")]).unwrap_err();
         assert!(
             matches!(
@@ -1379,6 +1438,46 @@ mod tests {
         assert_eq!(parse_store_addr("h:"), None);
         assert_eq!(parse_store_addr("[]:2"), None);
         assert_eq!(parse_store_addr("a b:2"), None);
+        for ok in [
+            "node-7.example.org:29500",
+            "gpu_01:1",
+            "node7.:1",
+            "10.0.0.1:1",
+            "[fd00::2]:3",
+            "[fe80::1%eth0]:1234",
+            "[fe80::1%4]:1234",
+            "[::ffff:10.0.0.1]:5",
+        ] {
+            assert!(parse_store_addr(ok).is_some(), "{ok}");
+        }
+        // Garbage that passed: anything in brackets, URLs, a port twice,
+        // numbers that are no IPv4 address, empty labels, bad zones.
+        for bad in [
+            "[a b:c]:1234",
+            "[x:y]:1",
+            "[10.0.0.1]:1",
+            "http://x:1",
+            "x/y:1",
+            "[10.0.0.1:29500]:29501",
+            "10.0.0.1:29500:29501",
+            "10.0.0.256:1",
+            "1.2.3:1",
+            "a..b:1",
+            ".a:1",
+            "[fe80::1%]:1",
+            "[fe80::1%a/b]:1",
+            "[fe80::1%eth0%1]:1",
+            "[fe80::1%abcdefghijklmnop]:1",
+        ] {
+            assert_eq!(parse_store_addr(bad), None, "{bad}");
+        }
+        let long = format!("{}:1", "a".repeat(64));
+        assert_eq!(parse_store_addr(&long), None);
+        let e = cfg(&with(GPUCOMM, &[("GPUCOMM_STORE", "[a b:c]:1234")])).unwrap_err();
+        assert!(
+            e.to_string().contains("GPUCOMM_STORE=\"[a b:c]:1234\""),
+            "{e}"
+        );
     }
 
     #[test]
