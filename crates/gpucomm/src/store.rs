@@ -328,6 +328,36 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
     }
 }
 
+/// Connects to the first of `addrs` that accepts: each in turn (a blackholed
+/// one costs at most 2 s a round), round after round until `deadline` (rank
+/// 0 may start late). The error is the last address's.
+fn connect_any(addrs: &[SocketAddr], deadline: Instant) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let mut last = None;
+    loop {
+        for sa in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let tried = Socket::new(Domain::for_address(*sa), Type::STREAM, None).and_then(|s| {
+                s.connect_timeout(&(*sa).into(), left.min(Duration::from_secs(2)))?;
+                Ok(s)
+            });
+            match tried {
+                Ok(s) => return Ok(s.into()),
+                Err(e) => last = Some(e),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(last.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A client of the store.
 ///
 /// ```no_run
@@ -345,21 +375,32 @@ pub struct StoreClient {
 impl StoreClient {
     /// Connects (retrying until `timeout`: rank 0 may start late) and
     /// presents the token.
+    /// A name that resolves to several addresses (IPv6 and IPv4, several
+    /// interfaces) is tried at each in turn.
     pub fn connect(addr: &str, token: &str, timeout: Duration) -> Result<StoreClient, Error> {
         check_token(token)?;
+        let addrs = crate::netif::resolve(addr)
+            .map_err(|e| Error::io(format!("store address {addr}"), e))?;
+        Self::connect_to(addr, &addrs, token, timeout)
+    }
+
+    /// [`StoreClient::connect`] to the addresses `addr` resolved to.
+    fn connect_to(
+        addr: &str,
+        addrs: &[SocketAddr],
+        token: &str,
+        timeout: Duration,
+    ) -> Result<StoreClient, Error> {
         let deadline = crate::comm::deadline_after(timeout);
         let err = |d: String| Error::Io {
             context: format!("store {addr}"),
             source: std::io::Error::other(d),
         };
-        let sa: SocketAddr = crate::netif::resolve(addr)
-            .map_err(|e| Error::io(format!("store address {addr}"), e))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| err("no address".into()))?;
-        let sock = crate::transport::tcp::connect_retry(&sa, deadline, &mut || Ok(()))
+        if addrs.is_empty() {
+            return Err(err("the name resolves to no address".into()));
+        }
+        let s = connect_any(addrs, deadline)
             .map_err(|e| Error::io(format!("connecting to store {addr}"), e))?;
-        let s: TcpStream = sock.into();
         s.set_nodelay(true)
             .map_err(|e| Error::io("store nodelay", e))?;
         let mut c = StoreClient {
@@ -543,5 +584,40 @@ impl StoreClient {
             self.set(&format!("{key}/done"), b"1")?;
         }
         self.wait(&format!("{key}/done"), timeout).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name whose first address refuses (a store listening on IPv4 only
+    /// while the name lists IPv6 first) connects through the next one; only
+    /// the first was tried, until the timeout.
+    #[test]
+    fn every_resolved_address_is_tried() {
+        let server = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let t = Instant::now();
+        let mut c = StoreClient::connect_to(
+            "both",
+            &[dead, server.addr()],
+            "tok",
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        c.set("k", b"v").unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // None accepting: the last error, within the timeout.
+        let t = Instant::now();
+        let e = StoreClient::connect_to("none", &[dead, dead], "tok", Duration::from_millis(300))
+            .err()
+            .expect("nothing listens");
+        assert!(e.to_string().contains("connecting to store none"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(StoreClient::connect_to("empty", &[], "tok", Duration::from_secs(1)).is_err());
     }
 }
