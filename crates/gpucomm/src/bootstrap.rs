@@ -26,7 +26,7 @@ use crate::env::{BootstrapConfig, TransportChoice};
 use crate::error::{Error, TransportKind};
 use crate::netif;
 use crate::split::Origin;
-use crate::store::{StoreClient, StoreServer};
+use crate::store::{Bounded, StoreClient, StoreServer};
 use crate::transport::ring::{Liveness, Region, RingLink, pidfd, region_bytes};
 use crate::transport::tcp::{TcpLink, connect_retry, encode_hello, read_hello, tune_socket};
 use crate::transport::{CHANNELS, Link};
@@ -243,24 +243,6 @@ fn left_count(store: &mut StoreClient) -> usize {
         .map(i64::from_le_bytes)
         .unwrap_or(0)
         .max(0) as usize
-}
-
-/// Reads from a socket until `until` in all, however the bytes arrive.
-struct Bounded<'a> {
-    s: &'a Socket,
-    until: Instant,
-}
-
-impl std::io::Read for Bounded<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        self.s.set_read_timeout(Some(left))?;
-        let mut s: &Socket = self.s;
-        std::io::Read::read(&mut s, buf)
-    }
 }
 
 /// The key under which rank `r` of the job or group `ns` publishes its

@@ -3,8 +3,10 @@
 //! Operations: `set`, `get`, `wait` (until a key exists, bounded), `add`
 //! (atomic counter), `delete_keys`, `num_keys` and `barrier`. Every
 //! connection must first present the job token (at most 256 bytes); a
-//! connection that sends anything else, an oversized length, or nothing
-//! within 5 s is dropped. Every wait is bounded by the caller's timeout.
+//! connection that sends anything else or an oversized length is dropped,
+//! and so is one whose hello has not arrived in full 5 s after it was
+//! accepted (however it is cut up: a byte every few seconds gets no longer).
+//! Every wait is bounded by the caller's timeout.
 //!
 //! Wire format (little endian): a request is `op u8 | key length u32 | key |
 //! value length u32 | value`; a reply is `status u8 (0 ok, 1 not found or
@@ -164,8 +166,29 @@ fn check_token(token: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Reads from a socket until `until` in all, however the bytes arrive: a
+/// peer that sends a byte at a time gets no more time than one that sends
+/// nothing. Bounds the store's hello and the data connections' hello
+/// (`crate::bootstrap`).
+pub(crate) struct Bounded<'a> {
+    pub s: &'a socket2::Socket,
+    pub until: Instant,
+}
+
+impl Read for Bounded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        let mut s: &socket2::Socket = self.s;
+        Read::read(&mut s, buf)
+    }
+}
+
 /// Reads one request whose value holds at most `max_value` bytes.
-fn read_frame(s: &mut TcpStream, max_value: usize) -> std::io::Result<(u8, String, Vec<u8>)> {
+fn read_frame(s: &mut impl Read, max_value: usize) -> std::io::Result<(u8, String, Vec<u8>)> {
     let mut op = [0u8; 5];
     s.read_exact(&mut op)?;
     let klen = u32::from_le_bytes(op[1..5].try_into().expect("4")) as usize;
@@ -214,10 +237,15 @@ fn reply(s: &mut TcpStream, status: u8, v: &[u8]) -> std::io::Result<()> {
 /// Reads with a short timeout so the thread notices `stop`.
 fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> std::io::Result<()> {
     s.set_nodelay(true)?;
-    s.set_read_timeout(Some(HELLO_TIMEOUT))?;
     // The hello holds a token (at most MAX_TOKEN bytes): a stranger's
-    // claim of a larger one is dropped before anything is allocated.
-    let (op, _, val) = read_frame(&mut s, crate::transport::tcp::MAX_TOKEN)?;
+    // claim of a larger one is dropped before anything is allocated. It
+    // must arrive within HELLO_TIMEOUT in all, however it is cut up.
+    let sock = socket2::SockRef::from(&s);
+    let mut hello = Bounded {
+        s: &sock,
+        until: Instant::now() + HELLO_TIMEOUT,
+    };
+    let (op, _, val) = read_frame(&mut hello, crate::transport::tcp::MAX_TOKEN)?;
     if op != OP_HELLO || !ct_eq(&val, token.as_bytes()) {
         // Drop the connection without a word: a stray client learns nothing.
         return Ok(());

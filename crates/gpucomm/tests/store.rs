@@ -129,6 +129,48 @@ fn garbage_and_oversized_lengths_are_dropped_and_the_store_keeps_serving() {
     assert_eq!(a.get("still").unwrap().as_deref(), Some(&b"works"[..]));
 }
 
+/// A stranger that sends a hello a byte at a time, each byte well within
+/// the 5 s a read may take, is still dropped 5 s after it connected: the
+/// bound is on the whole hello (it was per read, so such a client held a
+/// server thread for as long as it kept trickling).
+#[test]
+fn a_trickled_hello_is_dropped_within_five_seconds() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let mut t = TcpStream::connect(s.addr()).unwrap();
+    // A hello announcing a token of 256 bytes: 265 bytes to trickle.
+    let mut hello = frame(1, b"", &[b'x'; 256]);
+    hello.truncate(hello.len() - 1);
+    t.set_read_timeout(Some(Duration::from_millis(400)))
+        .unwrap();
+    let start = Instant::now();
+    let mut closed = None;
+    for b in &hello {
+        if t.write_all(&[*b]).is_err() {
+            closed = Some(start.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 1];
+        match t.read(&mut buf) {
+            Ok(0) => {
+                closed = Some(start.elapsed());
+                break;
+            }
+            Ok(_) => panic!("a reply to half a hello"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => {
+                closed = Some(start.elapsed());
+                break;
+            }
+        }
+        if start.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+    }
+    let took = closed.expect("the trickling stranger kept its connection past 8 s");
+    assert!(took >= Duration::from_secs(4), "dropped early: {took:?}");
+}
+
 /// A request frame as the client writes it (op, key, value).
 fn frame(op: u8, key: &[u8], val: &[u8]) -> Vec<u8> {
     let mut out = vec![op];
