@@ -604,14 +604,36 @@ impl StoreClient {
             .ok_or_else(|| Error::io(ctx, std::io::Error::other("short reply")))
     }
 
-    /// Returns once `n` clients have entered the barrier `name` (at most `timeout`).
+    /// Returns once `n` clients have entered the barrier `name` (at most
+    /// `timeout`).
+    ///
+    /// A name can be used again, as an MPI or Gloo barrier: each of the `n`
+    /// clients enters every round once, and the `k`-th arrival in all
+    /// belongs to round `ceil(k / n)` and waits until that round is full.
+    /// After a timeout the name's rounds are out of step (the late client's
+    /// arrival counts toward the next round): use a new name.
     pub fn barrier(&mut self, name: &str, n: usize, timeout: Duration) -> Result<(), Error> {
+        let size = i64::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+            Error::InvalidArgument(format!("store barrier {name:?} of {n} clients"))
+        })?;
         let key = format!("barrier/{name}");
-        let c = self.add(&key, 1)?;
-        if c as usize == n {
-            self.set(&format!("{key}/done"), b"1")?;
+        let arrival = self.add(&key, 1)?;
+        if arrival < 1 {
+            return Err(Error::InvalidArgument(format!(
+                "store barrier {name:?}: its counter {key:?} holds {arrival} (changed by add?)"
+            )));
         }
-        self.wait(&format!("{key}/done"), timeout).map(|_| ())
+        let round = (arrival - 1) / size + 1;
+        let done = |round: i64| format!("{key}/done/{round}");
+        if arrival % size == 0 {
+            self.set(&done(round), b"1")?;
+            // Every client has left the round before (it entered this one),
+            // so its key is read by no one any more.
+            if round > 1 {
+                self.delete_keys(&[done(round - 1)])?;
+            }
+        }
+        self.wait(&done(round), timeout).map(|_| ())
     }
 }
 

@@ -29,6 +29,39 @@ fn set_get_wait_add_barrier() {
     assert_eq!(h.join().unwrap(), b"now");
 }
 
+/// A barrier name used again is a new barrier: each round waits for all
+/// `n` (the counter was never reset, so every round after the first
+/// passed at once).
+#[test]
+fn a_barrier_name_can_be_reused() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let addr = s.addr().to_string();
+    let connect = || StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+    let (mut a, mut b) = (connect(), connect());
+    for round in 0..3 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|sc| {
+            let a = &mut a;
+            sc.spawn(move || {
+                let r = a.barrier("again", 2, Duration::from_secs(10));
+                tx.send(r.map_err(|e| e.to_string())).unwrap();
+            });
+            // Alone in the barrier, `a` waits.
+            assert!(
+                rx.recv_timeout(Duration::from_millis(300)).is_err(),
+                "round {round}: the barrier let one of two through"
+            );
+            b.barrier("again", 2, Duration::from_secs(10)).unwrap();
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert!(r.is_ok(), "round {round}: {r:?}");
+        });
+    }
+    // The store keeps no key per round.
+    let keys = a.num_keys().unwrap();
+    assert!(keys <= 2, "{keys} keys after three rounds");
+    assert!(a.barrier("zero", 0, Duration::from_secs(1)).is_err());
+}
+
 #[test]
 fn wait_is_bounded() {
     let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
