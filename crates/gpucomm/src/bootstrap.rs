@@ -315,22 +315,18 @@ pub(crate) fn join(
             .local_addr()
             .map(|a| a.ip())
             .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
-        let spec = match cfg.socket_ifname.as_deref() {
-            None => None,
-            Some(s) => Some(netif::parse_ifname(s).ok_or_else(|| {
-                fail(format!(
-                    "GPUCOMM_SOCKET_IFNAME={s}: expected comma-separated interface name \
-                     prefixes, or =name for an exact name"
-                ))
-            })?),
-        };
         let store_host = store
             .addr()
             .rsplit_once(':')
             .map(|(h, _)| h)
             .unwrap_or_default();
-        let ip =
-            netif::data_ip(local, store_host, spec.as_deref(), netif::interfaces).map_err(fail)?;
+        let ip = netif::data_ip(
+            local,
+            store_host,
+            cfg.socket_ifname.as_ref(),
+            netif::interfaces,
+        )
+        .map_err(fail)?;
         // A link-local address binds with its scope (the zone of the
         // store address, as the store connection took it).
         let bind = netif::bind_addr(ip, store.local_addr());

@@ -30,9 +30,10 @@
 //! - `GPUCOMM_TIMEOUT_MS`: the bound on every wait, in milliseconds (default
 //!   [`BootstrapConfig::DEFAULT_TIMEOUT`]).
 //! - `GPUCOMM_SOCKET_IFNAME`: the network interfaces the TCP transport may
-//!   listen on, as `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME`:
-//!   comma-separated name prefixes (`eth,ib`), or `=name` for an exact name
-//!   (see *Data addresses* below).
+//!   listen on, as `NCCL_SOCKET_IFNAME`: comma-separated name prefixes
+//!   (`eth,ib`), `^` first to exclude the listed ones (`^docker,lo`), `=`
+//!   first for exact names (`=eth0`, `^=docker0`) ([`SocketIfname`]; see
+//!   *Data addresses* below).
 //!
 //! An empty value counts as unset. Values are trimmed of surrounding spaces.
 //!
@@ -135,6 +136,99 @@ impl fmt::Display for TransportChoice {
     }
 }
 
+/// Which network interfaces the TCP data listener may use: the value of
+/// `GPUCOMM_SOCKET_IFNAME`, with the syntax and meaning of
+/// `NCCL_SOCKET_IFNAME`.
+///
+/// A comma-separated list of interface name prefixes (`eth,ib`: any name
+/// starting with one); a leading `^` excludes the listed interfaces instead
+/// (`^docker,lo`: any but those); a leading `=` (after the `^`, if any)
+/// makes every entry an exact name (`=eth0,eth1`, `^=docker0`). A single
+/// entry may also be written `=name` for an exact name (`eth,=ib0`). Parsed
+/// once, here ([`str::parse`]); an empty entry, a name no interface can
+/// have, or a `^` or `=` inside the list is refused.
+///
+/// ```
+/// use gpucomm::env::SocketIfname;
+/// let spec: SocketIfname = "^docker,lo".parse().unwrap();
+/// assert!(spec.matches("eth0") && !spec.matches("docker0") && !spec.matches("lo"));
+/// let spec: SocketIfname = "=eth0".parse().unwrap();
+/// assert!(spec.matches("eth0") && !spec.matches("eth01"));
+/// assert!("eth0,".parse::<SocketIfname>().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocketIfname {
+    /// `^`: the entries say which interfaces not to use.
+    exclude: bool,
+    /// Each name, and whether it must match exactly (else as a prefix).
+    entries: Vec<(String, bool)>,
+}
+
+impl SocketIfname {
+    /// Whether the interface `name` may be used.
+    pub fn matches(&self, name: &str) -> bool {
+        let listed = self.entries.iter().any(|(e, exact)| {
+            if *exact {
+                name == e
+            } else {
+                name.starts_with(e.as_str())
+            }
+        });
+        listed != self.exclude
+    }
+}
+
+impl std::str::FromStr for SocketIfname {
+    type Err = EnvError;
+
+    fn from_str(spec: &str) -> Result<Self, EnvError> {
+        let malformed = || EnvError::Malformed {
+            var: "GPUCOMM_SOCKET_IFNAME".into(),
+            value: spec.to_string(),
+            expected: "comma-separated interface name prefixes (eth,ib), ^ first to exclude \
+                       them (^docker,lo), = first for exact names (=eth0, ^=docker0); =name \
+                       for one exact name (eth,=ib0)",
+        };
+        let list = spec.trim();
+        let (exclude, list) = match list.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let (all_exact, list) = match list.strip_prefix('=') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let entries = list
+            .split(',')
+            .map(|e| {
+                let e = e.trim();
+                let (exact, name) = match e.strip_prefix('=') {
+                    Some(name) => (true, name),
+                    None => (all_exact, e),
+                };
+                (crate::netif::valid_ifname(name) && !name.contains(['^', '=']))
+                    .then(|| (name.to_string(), exact))
+                    .ok_or_else(malformed)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(SocketIfname { exclude, entries })
+    }
+}
+
+impl fmt::Display for SocketIfname {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.exclude {
+            f.write_str("^")?;
+        }
+        for (i, (name, exact)) in self.entries.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let eq = if *exact { "=" } else { "" };
+            write!(f, "{sep}{eq}{name}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Everything a rank needs to join a job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BootstrapConfig {
@@ -157,11 +251,11 @@ pub struct BootstrapConfig {
     /// Bound on every wait (`GPUCOMM_TIMEOUT_MS`).
     pub timeout: Duration,
     /// Interfaces the TCP data listener may use (`GPUCOMM_SOCKET_IFNAME`, as
-    /// `NCCL_SOCKET_IFNAME`: comma-separated name prefixes, `=name` for an
-    /// exact name). `None`: the address this rank reaches the store from,
+    /// `NCCL_SOCKET_IFNAME`: see [`SocketIfname`]). `None`: the address this
+    /// rank reaches the store from,
     /// unless that is a loopback address and the store's host is not a
     /// loopback IP (see the [module docs](self#data-addresses)).
-    pub socket_ifname: Option<String>,
+    pub socket_ifname: Option<SocketIfname>,
 }
 
 /// The launchers whose environment [`BootstrapConfig::from_vars`] understands.
@@ -457,18 +551,9 @@ impl BootstrapConfig {
             },
         };
 
-        let socket_ifname = match get("GPUCOMM_SOCKET_IFNAME") {
-            None => None,
-            Some(v) if crate::netif::parse_ifname(&v).is_some() => Some(v),
-            Some(v) => {
-                return Err(EnvError::Malformed {
-                    var: "GPUCOMM_SOCKET_IFNAME".into(),
-                    value: v,
-                    expected: "comma-separated interface name prefixes, or =name for an exact \
-                               name (eth0, ib, =eth1)",
-                });
-            }
-        };
+        let socket_ifname = get("GPUCOMM_SOCKET_IFNAME")
+            .map(|v| v.parse::<SocketIfname>())
+            .transpose()?;
 
         Ok(BootstrapConfig {
             rank,
@@ -954,7 +1039,53 @@ mod tests {
     fn socket_ifname_is_read() {
         assert_eq!(cfg(GPUCOMM).unwrap().socket_ifname, None);
         let c = cfg(&with(GPUCOMM, &[("GPUCOMM_SOCKET_IFNAME", " ib,=eth1 ")])).unwrap();
-        assert_eq!(c.socket_ifname.as_deref(), Some("ib,=eth1"));
+        let spec = c.socket_ifname.unwrap();
+        assert_eq!(spec.to_string(), "ib,=eth1");
+        assert!(spec.matches("ib0") && spec.matches("eth1") && !spec.matches("eth10"));
+    }
+
+    /// NCCL_SOCKET_IFNAME's `^` (exclude) and leading `=` (every name
+    /// exact): `^docker,lo` was taken as the prefix "^docker", which no
+    /// interface has, and `=eth0,eth1` made eth1 a prefix.
+    #[test]
+    fn socket_ifname_has_nccl_semantics() {
+        let spec = |s: &str| s.parse::<SocketIfname>().unwrap();
+        let names = ["lo", "eth0", "eth1", "eth10", "docker0", "ib0"];
+        let picks = |s: &str| -> Vec<&str> {
+            let spec = spec(s);
+            names.into_iter().filter(|n| spec.matches(n)).collect()
+        };
+        assert_eq!(picks("eth"), ["eth0", "eth1", "eth10"]);
+        assert_eq!(picks("^docker,lo"), ["eth0", "eth1", "eth10", "ib0"]);
+        assert_eq!(picks("=eth0,eth1"), ["eth0", "eth1"]);
+        assert_eq!(picks("^=eth1"), ["lo", "eth0", "eth10", "docker0", "ib0"]);
+        assert_eq!(picks("^eth,=ib0"), ["lo", "docker0"]);
+        assert_eq!(picks("docker, =eth1"), ["eth1", "docker0"]);
+        assert_eq!(spec(" ^=eth0 , ib ").to_string(), "^=eth0,=ib");
+        for bad in [
+            "",
+            "eth0,",
+            "=",
+            "^",
+            "^=",
+            "=^eth",
+            "eth,^ib",
+            "e th",
+            "a/b",
+            "eth:1",
+            "a=b",
+            "abcdefghijklmnop",
+            ",eth",
+        ] {
+            let e = bad.parse::<SocketIfname>().unwrap_err();
+            assert!(matches!(e, EnvError::Malformed { .. }), "{bad:?}: {e:?}");
+            assert!(e.to_string().contains("GPUCOMM_SOCKET_IFNAME"), "{e}");
+        }
+        let c = cfg(&with(GPUCOMM, &[("GPUCOMM_SOCKET_IFNAME", "^docker,lo")])).unwrap();
+        assert!(
+            c.socket_ifname
+                .is_some_and(|s| s.matches("eth0") && !s.matches("lo"))
+        );
     }
 
     #[test]
@@ -973,8 +1104,9 @@ mod tests {
             ("GPUCOMM_TRANSPORT", "rdma", "auto, shm or tcp"),
             ("GPUCOMM_ALGORITHM", "bogus", "ring, tree"),
             ("GPUCOMM_TIMEOUT_MS", "0", "positive number of milliseconds"),
-            ("GPUCOMM_SOCKET_IFNAME", "eth0,", "=name for an exact name"),
+            ("GPUCOMM_SOCKET_IFNAME", "eth0,", "= first for exact names"),
             ("GPUCOMM_SOCKET_IFNAME", "=", "interface name prefixes"),
+            ("GPUCOMM_SOCKET_IFNAME", "eth,^lo", "^ first to exclude"),
             (
                 "GPUCOMM_TIMEOUT_MS",
                 "1.5",

@@ -5,54 +5,14 @@
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
+use crate::env::SocketIfname;
+
 /// One address of a network interface that is up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Iface {
     pub name: String,
     pub ip: IpAddr,
     pub loopback: bool,
-}
-
-/// One entry of a `GPUCOMM_SOCKET_IFNAME` list.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum IfMatch {
-    /// `name`: interfaces whose name starts with it.
-    Prefix(String),
-    /// `=name`: the interface with exactly this name.
-    Exact(String),
-}
-
-impl IfMatch {
-    fn matches(&self, name: &str) -> bool {
-        match self {
-            IfMatch::Prefix(p) => name.starts_with(p.as_str()),
-            IfMatch::Exact(e) => name == e,
-        }
-    }
-}
-
-/// Parses `eth,ib` or `=eth1`; `None` when an entry is empty or has
-/// characters no interface name has.
-pub(crate) fn parse_ifname(spec: &str) -> Option<Vec<IfMatch>> {
-    spec.split(',')
-        .map(|e| {
-            let e = e.trim();
-            let (exact, name) = match e.strip_prefix('=') {
-                Some(n) => (true, n),
-                None => (false, e),
-            };
-            let ok = !name.is_empty()
-                && name.len() < 16 // IFNAMSIZ, with its NUL
-                && !name.contains(|c: char| c.is_whitespace() || c == '/' || c == ',');
-            ok.then(|| {
-                if exact {
-                    IfMatch::Exact(name.to_string())
-                } else {
-                    IfMatch::Prefix(name.to_string())
-                }
-            })
-        })
-        .collect()
 }
 
 /// Whether `host` (the host part of a `host:port`, IPv6 in brackets) is an
@@ -204,23 +164,23 @@ fn first(ifaces: &[Iface], pick: impl Fn(&Iface) -> bool) -> Option<IpAddr> {
 /// The IP the data listener binds and publishes.
 ///
 /// `store_local` is the local address of this rank's store connection,
-/// `store_host` the host part of the store address, `ifname` the parsed
+/// `store_host` the host part of the store address, `ifname`
 /// `GPUCOMM_SOCKET_IFNAME`; `ifaces` lists this host's interfaces (asked
 /// only when needed).
 pub(crate) fn data_ip(
     store_local: IpAddr,
     store_host: &str,
-    ifname: Option<&[IfMatch]>,
+    ifname: Option<&SocketIfname>,
     ifaces: impl FnOnce() -> std::io::Result<Vec<Iface>>,
 ) -> Result<IpAddr, String> {
     if let Some(spec) = ifname {
         let all = ifaces().map_err(|e| format!("listing network interfaces: {e}"))?;
-        return first(&all, |i| spec.iter().any(|m| m.matches(&i.name))).ok_or_else(|| {
+        return first(&all, |i| spec.matches(&i.name)).ok_or_else(|| {
             let mut names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
             names.dedup();
             format!(
-                "GPUCOMM_SOCKET_IFNAME: no interface that is up with a usable address matches \
-                 it (this host has: {})",
+                "GPUCOMM_SOCKET_IFNAME={spec}: no interface that is up with a usable address \
+                 matches it (this host has: {})",
                 names.join(", ")
             )
         });
@@ -356,32 +316,47 @@ mod tests {
         assert_eq!(got, ip("127.0.0.1"));
     }
 
-    #[test]
-    fn socket_ifname_chooses_and_explains() {
-        let spec = parse_ifname("ib").unwrap();
-        let got = data_ip(ip("192.0.2.2"), "node7", Some(&spec), || Ok(host())).unwrap();
-        assert_eq!(got, ip("10.1.0.2"));
-        // A prefix list in the host's order; an exact name.
-        let spec = parse_ifname("docker, eth").unwrap();
-        let got = data_ip(ip("192.0.2.2"), "n", Some(&spec), || Ok(host())).unwrap();
-        assert_eq!(got, ip("172.17.0.1"));
-        let spec = parse_ifname("=eth0").unwrap();
-        let got = data_ip(ip("127.0.0.1"), "127.0.0.1", Some(&spec), || Ok(host())).unwrap();
-        assert_eq!(got, ip("192.0.2.2"));
-        let spec = parse_ifname("=eth").unwrap();
-        let e = data_ip(ip("192.0.2.2"), "n", Some(&spec), || Ok(host())).unwrap_err();
-        assert!(e.contains("lo, docker0, eth0, ib0"), "{e}");
+    fn spec(s: &str) -> SocketIfname {
+        s.parse().unwrap()
     }
 
     #[test]
-    fn ifname_lists_are_checked() {
-        assert_eq!(
-            parse_ifname("eth,=ib0").unwrap(),
-            vec![IfMatch::Prefix("eth".into()), IfMatch::Exact("ib0".into())]
-        );
-        for bad in ["", "eth,", "=", "e th", "a/b", "abcdefghijklmnop"] {
-            assert!(parse_ifname(bad).is_none(), "{bad:?}");
-        }
+    fn socket_ifname_chooses_and_explains() {
+        let got = data_ip(ip("192.0.2.2"), "node7", Some(&spec("ib")), || Ok(host())).unwrap();
+        assert_eq!(got, ip("10.1.0.2"));
+        // A prefix list in the host's order; an exact name.
+        let got = data_ip(ip("192.0.2.2"), "n", Some(&spec("docker, eth")), || {
+            Ok(host())
+        })
+        .unwrap();
+        assert_eq!(got, ip("172.17.0.1"));
+        let got = data_ip(ip("127.0.0.1"), "127.0.0.1", Some(&spec("=eth0")), || {
+            Ok(host())
+        })
+        .unwrap();
+        assert_eq!(got, ip("192.0.2.2"));
+        let e = data_ip(ip("192.0.2.2"), "n", Some(&spec("=eth")), || Ok(host())).unwrap_err();
+        assert!(e.contains("lo, docker0, eth0, ib0"), "{e}");
+        assert!(e.contains("GPUCOMM_SOCKET_IFNAME==eth:"), "{e}");
+    }
+
+    /// NCCL's `^` excludes: `^docker,lo` takes eth0 (it found no
+    /// interface: "^docker" was a prefix), `^=` exact names to exclude.
+    #[test]
+    fn socket_ifname_excludes() {
+        let got = data_ip(ip("127.0.0.1"), "n", Some(&spec("^docker,lo")), || {
+            Ok(host())
+        })
+        .unwrap();
+        assert_eq!(got, ip("192.0.2.2"));
+        let got = data_ip(
+            ip("127.0.0.1"),
+            "n",
+            Some(&spec("^=lo,=docker0,=eth0")),
+            || Ok(host()),
+        )
+        .unwrap();
+        assert_eq!(got, ip("10.1.0.2"));
     }
 
     #[test]
