@@ -111,6 +111,40 @@ fn the_timeout_stops_a_hung_job() {
     assert!(out.elapsed < Duration::from_secs(10), "{}", out.dump());
 }
 
+/// `--algorithm auto` is accepted (the tuner chooses), and it overrides a
+/// GPUCOMM_ALGORITHM the launcher inherited; it was refused as an unknown
+/// algorithm though the help says "auto means none".
+#[test]
+fn algorithm_auto_is_accepted_and_overrides_the_environment() {
+    let run = |args: &[&str]| {
+        let out = Command::new(common::exe())
+            .args(["launch", "-n", "2"])
+            .args(args)
+            .args(["--", "sh", "-c", "echo algo=$GPUCOMM_ALGORITHM"])
+            .env("GPUCOMM_ALGORITHM", "ring")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
+        stdout
+    };
+    for (args, want) in [
+        (&["--algorithm", "auto"][..], "algo=auto"),
+        (&["--algorithm", "AUTO"][..], "algo=auto"),
+        (&["--algorithm", "tree"][..], "algo=tree"),
+        (&[][..], "algo=ring"),
+    ] {
+        let out = run(args);
+        assert_eq!(out.matches(want).count(), 2, "{args:?}: {out}");
+    }
+    let out = gpucomm(
+        &["launch", "-n", "1", "--algorithm", "magic", "--", "true"],
+        LIMIT,
+    );
+    out.assert_fails(2, "expected auto or one of ring");
+}
+
 #[test]
 fn bad_invocations_are_clear_errors() {
     let out = gpucomm(&["launch", "-n", "2"], LIMIT);

@@ -1,4 +1,4 @@
-//! `gpucomm launch -n N [--transport shm|tcp] [--timeout S] -- PROGRAM ARGS`:
+//! `gpucomm launch -n N [--transport shm|tcp] [--algorithm NAME|auto] [--timeout S] -- PROGRAM ARGS`:
 //! starts N local ranks of a program with the rendezvous environment set
 //! (see `gpucomm::launch`), prefixes their output with the rank, and exits
 //! non-zero naming the rank that failed first.
@@ -35,9 +35,11 @@ pub struct Args {
     /// Transport between the ranks (sets GPUCOMM_TRANSPORT; default: inherited, else auto).
     #[arg(long, value_parser = parse_transport, value_name = "auto|shm|tcp")]
     pub transport: Option<TransportChoice>,
-    /// Collective algorithm (sets GPUCOMM_ALGORITHM; default: the tuner chooses).
-    #[arg(long, value_parser = parse_algorithm, value_name = "NAME")]
-    pub algorithm: Option<gpucomm_algo::Algorithm>,
+    /// Collective algorithm, or auto for the tuner's choice (sets
+    /// GPUCOMM_ALGORITHM, auto included, so it overrides an inherited one;
+    /// default: inherited, else the tuner chooses).
+    #[arg(long, value_parser = parse_algorithm_or_auto, value_name = "NAME|auto")]
+    pub algorithm: Option<AlgorithmChoice>,
     /// Stop every rank and fail after this many seconds.
     #[arg(long, value_parser = parse_secs, value_name = "SECONDS")]
     pub timeout: Option<Duration>,
@@ -67,7 +69,22 @@ pub fn parse_transport(s: &str) -> Result<TransportChoice, String> {
         .ok_or_else(|| format!("unknown transport {s:?} (expected auto, shm or tcp)"))
 }
 
-/// Parses an algorithm name; `auto` means none.
+/// `--algorithm`: a fixed algorithm, or `None` for `auto` (the tuner chooses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlgorithmChoice(pub Option<gpucomm_algo::Algorithm>);
+
+/// Parses an algorithm name or `auto` (case-insensitive), as
+/// `GPUCOMM_ALGORITHM` takes them.
+pub fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmChoice, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(AlgorithmChoice(None));
+    }
+    parse_algorithm(s)
+        .map(|a| AlgorithmChoice(Some(a)))
+        .map_err(|e| e.replace("(expected one of ", "(expected auto or one of "))
+}
+
+/// Parses an algorithm name (not `auto`: see [`parse_algorithm_or_auto`]).
 pub fn parse_algorithm(s: &str) -> Result<gpucomm_algo::Algorithm, String> {
     gpucomm_algo::Algorithm::from_name(s).ok_or_else(|| {
         let names: Vec<_> = gpucomm_algo::Algorithm::ALL
@@ -117,15 +134,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(program) = command.next() else {
         usage!("no program given (usage: gpucomm launch -n N -- PROGRAM ARGS)");
     };
-    let cfg = LaunchConfig {
+    let mut cfg = LaunchConfig {
         transport: args.transport,
-        algorithm: args.algorithm,
+        algorithm: args.algorithm.and_then(|a| a.0),
         rank_timeout: args.rank_timeout,
         timeout: args.timeout,
         term_delay: args.term_delay,
         grace: args.grace,
         ..LaunchConfig::new(args.nranks, program).args(command)
     };
+    if args.algorithm == Some(AlgorithmChoice(None)) {
+        // `auto` overrides a GPUCOMM_ALGORITHM this process inherited
+        // (LaunchConfig::algorithm None would pass that one on).
+        cfg.env.push(("GPUCOMM_ALGORITHM".into(), "auto".into()));
+    }
     match launch(&cfg) {
         Ok(_) => Ok(ExitCode::SUCCESS),
         // A configuration the library refuses is a bad command line too
@@ -168,5 +190,18 @@ mod tests {
             gpucomm_algo::Algorithm::Ring
         );
         assert!(parse_algorithm("magic").unwrap_err().contains("ring"));
+        assert_eq!(
+            parse_algorithm_or_auto("Auto").unwrap(),
+            AlgorithmChoice(None)
+        );
+        assert_eq!(
+            parse_algorithm_or_auto("bruck").unwrap(),
+            AlgorithmChoice(Some(gpucomm_algo::Algorithm::Bruck))
+        );
+        assert!(
+            parse_algorithm_or_auto("magic")
+                .unwrap_err()
+                .contains("expected auto or one of ring")
+        );
     }
 }
