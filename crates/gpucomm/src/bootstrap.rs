@@ -65,6 +65,9 @@ struct Info {
     cma_probe: usize,
     /// The rank's `TransportChoice` (name): every rank must have the same.
     transport: String,
+    /// The world size the rank was started with: every rank must have the
+    /// same, and a rank at or beyond rank 0's is no rank of the job.
+    world_size: usize,
 }
 
 pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
@@ -103,7 +106,8 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         _ => cfg.store_addr.clone(),
     };
     let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
-    match join(cfg, &mut store, deadline, "", None).and_then(|parts| {
+    let mut note = JoinNote::default();
+    match join_as(cfg, &mut store, deadline, "", None, &mut note).and_then(|parts| {
         leave(&mut store, me, n, deadline, timeout)?;
         Ok(parts)
     }) {
@@ -124,12 +128,19 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
             // Every rank counts itself out of the store, also on failure; the
             // rank hosting it lingers a little, so that the others read what
             // they need to fail with their own clear error (not "the store
-            // went away").
+            // went away"): its own ranks, and the ranks of a larger world
+            // size some rank was started with (strays, counted apart: in a
+            // job that runs, rank 0 must not take one for its own).
             if me == 0 {
+                let expect = n.max(note.world_seen);
                 let linger = (Instant::now() + Duration::from_secs(2)).min(deadline);
-                while Instant::now() < linger && left_count(&mut store) + 1 < n {
+                while Instant::now() < linger
+                    && count(&mut store, "init/left") + count(&mut store, "init/stray") + 1 < expect
+                {
                     std::thread::sleep(Duration::from_millis(1));
                 }
+            } else if note.stray {
+                let _ = store.add("init/stray", 1);
             } else {
                 let _ = store.add("init/left", 1);
             }
@@ -216,7 +227,7 @@ fn leave(
         return Ok(());
     }
     loop {
-        let left = left_count(store);
+        let left = count(store, "init/left");
         if left >= n - 1 {
             return Ok(());
         }
@@ -233,10 +244,11 @@ fn leave(
     }
 }
 
-/// How many ranks other than the store's host have counted themselves out.
-fn left_count(store: &mut StoreClient) -> usize {
+/// The counter `key`: how many ranks other than the store's host counted
+/// themselves out (`init/left`), or how many strays did (`init/stray`).
+fn count(store: &mut StoreClient, key: &str) -> usize {
     store
-        .get("init/left")
+        .get(key)
         .ok()
         .flatten()
         .and_then(|v| v.get(..8).and_then(|b| b.try_into().ok()))
@@ -283,6 +295,29 @@ pub(crate) fn join(
     deadline: Instant,
     ns: &str,
     stop: Option<&dyn Fn() -> Option<String>>,
+) -> Result<InnerParts, Error> {
+    join_as(cfg, store, deadline, ns, stop, &mut JoinNote::default())
+}
+
+/// What a failed join tells the job's bootstrap about the ranks to wait
+/// for before the store goes.
+#[derive(Default)]
+struct JoinNote {
+    /// The job has no such rank (rank 0 was started with a world size at
+    /// most this rank).
+    stray: bool,
+    /// A world size another rank was started with, when it differs.
+    world_seen: usize,
+}
+
+/// [`join`], noting in `note` why a world size check failed.
+fn join_as(
+    cfg: &BootstrapConfig,
+    store: &mut StoreClient,
+    deadline: Instant,
+    ns: &str,
+    stop: Option<&dyn Fn() -> Option<String>>,
+    note: &mut JoinNote,
 ) -> Result<InnerParts, Error> {
     let watch = Watch { ns, stop };
     let (me, n) = (cfg.rank, cfg.world_size);
@@ -349,6 +384,7 @@ pub(crate) fn join(
             .map(|a| a.to_string()),
         cma_probe: crate::transport::ring::CMA_PROBE.as_ptr() as usize,
         transport: cfg.transport.name().to_string(),
+        world_size: n,
     };
     let json = serde_json::to_vec(&info).map_err(|e| fail(format!("encoding info: {e}")))?;
     store.set(&info_key(ns, me), &json)?;
@@ -365,6 +401,25 @@ pub(crate) fn join(
             })?;
         let info: Info =
             serde_json::from_slice(&v).map_err(|e| fail(format!("bad info from rank {p}: {e}")))?;
+        // Ranks that disagree on the world size would wait for peers that
+        // never come, or a stray rank would join (its count completing a
+        // barrier of its own size). Every rank reads rank 0's info first
+        // and rank 0 reads everyone's, so each side learns it at once.
+        if info.world_size != n {
+            note.world_seen = info.world_size;
+            if p == 0 && me >= info.world_size {
+                note.stray = true;
+                return Err(fail(format!(
+                    "rank 0 was started with world size {}, so the job has no rank {me}                      (this rank was started with world size {n}: check RANK and WORLD_SIZE,                      or whether another job uses this store address and token)",
+                    info.world_size
+                )));
+            }
+            return Err(fail(format!(
+                "rank {p} was started with world size {} and this rank with {n}: every rank \
+                 of a job needs the same (WORLD_SIZE, GPUCOMM_WORLD_SIZE...)",
+                info.world_size
+            )));
+        }
         // Ranks that chose differently would each wait for a link the
         // other never opens (shm against tcp), or fail on a region the
         // other did not make: say so, on every rank, at once.

@@ -666,6 +666,66 @@ fn a_link_local_store_address_with_a_zone_works() {
     }
 }
 
+/// Ranks started with different world sizes fail at once, saying so; a
+/// rank beyond rank 0's world size is refused, and the job of the others
+/// runs. Before, the stray rank of (0,2),(1,2),(2,3) joined (its count
+/// completed a barrier of 3) and other shapes waited out the timeout.
+#[test]
+fn ranks_that_disagree_on_the_world_size_are_told() {
+    for transport in [TransportChoice::Tcp, TransportChoice::Auto] {
+        for (shape, joins) in [
+            (&[(0, 2), (1, 2), (2, 3)][..], &[true, true, false][..]),
+            (&[(0, 2), (1, 3), (2, 3)][..], &[false, false, false][..]),
+            (&[(0, 3), (1, 2), (2, 3)][..], &[false, false, false][..]),
+        ] {
+            let addr = format!("127.0.0.1:{}", common::free_port());
+            let t = Instant::now();
+            // The job's ranks keep it (and rank 0's store) up until the
+            // stray has its answer.
+            let all_told = std::sync::Barrier::new(shape.len());
+            let got: Vec<Result<f32, String>> = std::thread::scope(|s| {
+                let hs: Vec<_> = shape
+                    .iter()
+                    .map(|&(rank, world)| {
+                        let (addr, all_told) = (&addr, &all_told);
+                        s.spawn(move || {
+                            let c = Communicator::new(&thread_rank(rank, world, addr, transport));
+                            all_told.wait();
+                            let c = c.map_err(|e| e.to_string())?;
+                            let mut v = [0f32; 4];
+                            c.all_reduce(&[rank as f32 + 1.0; 4], &mut v, ReduceOp::Sum)
+                                .map_err(|e| e.to_string())?;
+                            c.barrier().map_err(|e| e.to_string())?;
+                            Ok(v[0])
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let took = t.elapsed();
+            for (r, (&(rank, world), &joined)) in got.iter().zip(shape.iter().zip(joins)) {
+                match r {
+                    Ok(sum) => assert!(joined && *sum == 3.0, "{shape:?} {transport}: {got:?}"),
+                    Err(e) => {
+                        assert!(!joined, "{shape:?} {transport}: rank {rank}: {e}");
+                        assert!(e.contains("world size"), "{shape:?} rank {rank}: {e}");
+                        if rank >= 2 && shape[0].1 == 2 {
+                            assert!(e.contains(&format!("no rank {rank}")), "{e}");
+                        } else {
+                            assert!(e.contains(&format!("this rank with {world}")), "{e}");
+                        }
+                    }
+                }
+            }
+            // Well within the 10 s timeout the ranks would wait out.
+            assert!(
+                took < Duration::from_secs(5),
+                "{shape:?} {transport}: {took:?}"
+            );
+        }
+    }
+}
+
 /// Ranks started with different transports (one GPUCOMM_TRANSPORT=tcp, one
 /// shm or auto): every rank fails at once, saying so. Before, the shm side
 /// failed on "a region too small" and the tcp side waited out its timeout.
@@ -796,7 +856,7 @@ fn a_dribbled_hello_does_not_outlive_the_timeout() {
     store
         .set(
             "info/1",
-            br#"{"host":"elsewhere","pid":1,"region_fd":-1,"region_len":0,"tcp":"127.0.0.1:1","cma_probe":0,"transport":"tcp"}"#,
+            br#"{"host":"elsewhere","pid":1,"region_fd":-1,"region_len":0,"tcp":"127.0.0.1:1","cma_probe":0,"transport":"tcp","world_size":2}"#,
         )
         .unwrap();
     let mut s = std::net::TcpStream::connect(info["tcp"].as_str().unwrap()).unwrap();
