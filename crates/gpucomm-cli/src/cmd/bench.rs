@@ -30,7 +30,7 @@ use gpucomm_algo::{Algorithm, Collective, ReduceOp};
 use serde::{Deserialize, Serialize};
 
 use super::common::{parse_dtype, parse_size, size_sweep, usage};
-use super::launch::{parse_algorithm, parse_secs, parse_transport};
+use super::launch::{AlgorithmChoice, parse_algorithm_or_auto, parse_secs, parse_transport};
 
 mod check;
 mod device;
@@ -87,7 +87,7 @@ pub struct Args {
     /// Algorithm: auto (the tuner chooses per size), ring, tree,
     /// halving_doubling, recursive_doubling, direct, hierarchical, bruck.
     #[arg(long, default_value = "auto", value_parser = parse_algorithm_or_auto)]
-    pub algorithm: AlgorithmArg,
+    pub algorithm: AlgorithmChoice,
     /// Verify every result against a reference (the default).
     #[arg(long, overrides_with = "no_check")]
     pub check: bool,
@@ -219,26 +219,6 @@ fn parse_op(s: &str) -> Result<ReduceOp, String> {
         .into_iter()
         .find(|o| o.name().eq_ignore_ascii_case(s))
         .ok_or_else(|| format!("unknown op {s:?} (expected sum, prod, min, max or avg)"))
-}
-
-/// `--algorithm`: a name, or `auto` (the tuner chooses).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AlgorithmArg(pub Option<Algorithm>);
-
-impl AlgorithmArg {
-    fn name(&self) -> &'static str {
-        self.0.map(|a| a.name()).unwrap_or("auto")
-    }
-}
-
-fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmArg, String> {
-    if s.eq_ignore_ascii_case("auto") {
-        Ok(AlgorithmArg(None))
-    } else {
-        parse_algorithm(s)
-            .map(|a| AlgorithmArg(Some(a)))
-            .map_err(|e| e.replace("(expected one of ", "(expected auto or one of "))
-    }
 }
 
 /// How per-rank times combine into the reported time (nccl-tests' `-a`).
@@ -949,7 +929,7 @@ mod tests {
         assert_eq!(a.dtype, gpucomm::DataType::Bf16);
         assert_eq!(a.op, ReduceOp::Max);
         assert_eq!((a.iters, a.warmup), (Some(7), Some(1)));
-        assert_eq!(a.algorithm, AlgorithmArg(Some(Algorithm::Ring)));
+        assert_eq!(a.algorithm, AlgorithmChoice(Some(Algorithm::Ring)));
         assert_eq!(a.average, Average::Avg);
         assert!(a.no_check && a.json);
         assert!(!a.plan().unwrap().check);

@@ -73,6 +73,13 @@ pub fn parse_transport(s: &str) -> Result<TransportChoice, String> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgorithmChoice(pub Option<gpucomm_algo::Algorithm>);
 
+impl AlgorithmChoice {
+    /// The algorithm's name, or `auto`.
+    pub fn name(&self) -> &'static str {
+        self.0.map_or("auto", |a| a.name())
+    }
+}
+
 /// Parses an algorithm name or `auto` (case-insensitive), as
 /// `GPUCOMM_ALGORITHM` takes them.
 pub fn parse_algorithm_or_auto(s: &str) -> Result<AlgorithmChoice, String> {
