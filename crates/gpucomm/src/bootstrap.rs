@@ -410,7 +410,9 @@ fn join_as(
             if p == 0 && me >= info.world_size {
                 note.stray = true;
                 return Err(fail(format!(
-                    "rank 0 was started with world size {}, so the job has no rank {me}                      (this rank was started with world size {n}: check RANK and WORLD_SIZE,                      or whether another job uses this store address and token)",
+                    "rank 0 was started with world size {}, so the job has no rank {me} \
+                     (this rank was started with world size {n}: check RANK and WORLD_SIZE, \
+                     or whether another job uses this store address and token)",
                     info.world_size
                 )));
             }
