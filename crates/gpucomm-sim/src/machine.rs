@@ -1177,6 +1177,35 @@ impl ClusterFabric {
         }
     }
 
+    /// Route from host memory of socket `sock` out through NIC `k`
+    /// (node-local ids, ending with the NIC's port): the socket link to the
+    /// NIC's socket where it is another, the CPU's way down into the NIC's
+    /// PCIe switch (the NIC sits on the attachment of GPU
+    /// [`ClusterFabric::nic_gpu`]), the NIC's PCIe link, its port.
+    fn host_to_nic(&self, sock: usize, k: usize, out: &mut Vec<u32>) {
+        let g = self.nic_gpu(k);
+        out.push(self.host_mem[sock]);
+        self.qpi_hop(sock, self.socket_of_gpu(g), out);
+        if let Some(s) = self.switch_of_gpu(g) {
+            out.push(self.sw_down[s]);
+        }
+        out.push(self.nic_pcie_up[k]);
+        out.push(self.nic_out[k]);
+    }
+
+    /// Route from NIC `k`'s port into host memory of socket `sock`, the
+    /// reverse of [`ClusterFabric::host_to_nic`].
+    fn nic_to_host(&self, k: usize, sock: usize, out: &mut Vec<u32>) {
+        let g = self.nic_gpu(k);
+        out.push(self.nic_in[k]);
+        out.push(self.nic_pcie_down[k]);
+        if let Some(s) = self.switch_of_gpu(g) {
+            out.push(self.sw_up[s]);
+        }
+        self.qpi_hop(self.socket_of_gpu(g), sock, out);
+        out.push(self.host_mem[sock]);
+    }
+
     fn role_name(&self, r: Role) -> String {
         match r {
             Role::GpuUp(g) => format!("gpu{g}->nvswitch"),
@@ -1477,20 +1506,54 @@ impl ClusterFabric {
         // the NIC through the PCIe switch (NCCL has no PXN on receive).
         self.to_nic(a, ks, &mut v);
         self.nic_to_gpu(kr, b, peer_nics, &mut w);
+        Ok(self.across_network(na, &v, nb, &w))
+    }
+
+    /// The route of a transfer between nodes that leaves node `na` by the
+    /// node-local links `out` (ending with a NIC's port) and enters node
+    /// `nb` by `into` (starting with one): between them the leaves'
+    /// uplink and downlink where they are modeled and the nodes are on
+    /// different leaves, and the network switch's latency.
+    fn across_network(&self, na: usize, out: &[u32], nb: usize, into: &[u32]) -> Route {
         let latency =
-            self.latency_of(&v) + self.latency_of(&w) + SimTime::from_us(model::NET_SWITCH_US);
-        let mut links = self.globalize(na, &v);
+            self.latency_of(out) + self.latency_of(into) + SimTime::from_us(model::NET_SWITCH_US);
+        let mut links = self.globalize(na, out);
         let (la, lb) = (self.leaf_of(na), self.leaf_of(nb));
         if self.has_uplinks() && la != lb {
             links.push(self.trunk_link(la, true));
             links.push(self.trunk_link(lb, false));
         }
-        links.extend(self.globalize(nb, &w));
-        Ok(Route {
+        links.extend(self.globalize(nb, into));
+        Route {
             links,
             latency,
             class: Some(PathClass::Net),
-        })
+        }
+    }
+
+    /// The network leg of a transfer staged through host memory between
+    /// rank `src` and rank `dst` of another node, on the NIC that
+    /// [`Fabric::route`] gives the GPUs' transfer on `channel`: from host
+    /// memory of `src`'s socket out through that NIC (crossing the socket
+    /// link and the CPU's way down into the NIC's PCIe switch as the route
+    /// structure has them), over the network as the GPUs' transfer goes
+    /// (leaf uplinks included), into host memory of `dst`'s socket.
+    pub fn host_net_route(&self, src: usize, dst: usize, channel: u16) -> Result<Route, SimError> {
+        let n = self.ranks();
+        let (na, a) = (src / self.rpn, src % self.rpn);
+        let (nb, b) = (dst / self.rpn, dst % self.rpn);
+        if src >= n || dst >= n || na == nb || self.machine.node.nics == 0 {
+            return Err(SimError::NoRoute {
+                src,
+                dst,
+                why: "a host-staged network transfer joins two nodes with NICs".into(),
+            });
+        }
+        let k = self.rail(a, usize::from(channel));
+        let (mut v, mut w) = (Vec::with_capacity(6), Vec::with_capacity(6));
+        self.host_to_nic(self.socket_of_gpu(a), k, &mut v);
+        self.nic_to_host(k, self.socket_of_gpu(b), &mut w);
+        Ok(self.across_network(na, &v, nb, &w))
     }
 }
 

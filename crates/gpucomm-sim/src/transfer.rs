@@ -622,34 +622,22 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
             phases: vec![("RDMA write".into(), SimTime::ZERO, t)],
         });
     }
-    // Host staged: D2H on node 0, host-memory to host-memory over the NIC, H2D on node 1.
+    // Host staged: D2H on node 0, host memory to host memory over the
+    // NIC the GPUDirect transfer takes (and the network links it
+    // crosses), H2D on node 1.
     let d2h = f.host_route(gpu, false);
     let h2d = f.host_route(gpu, true);
     let per_node = f.links_per_node() as u32;
     let mut h2d_far = h2d.clone();
     h2d_far.links.iter_mut().for_each(|l| *l += per_node);
-    // The NIC hop: host memory -> NIC -> network -> NIC -> host memory. Use
-    // the network links of the GPU route (those past the PCIe of the GPUs).
-    let net_only: Vec<LinkId> = net
-        .links
-        .iter()
-        .copied()
-        .filter(|&l| f.link_name(l).contains("nic"))
-        .collect();
-    let mut wire = Route {
-        links: vec![d2h.links[0]],
-        latency: net.latency,
-        class: net.class,
-    };
-    wire.links.extend(net_only);
-    wire.links.push(h2d_far.links[0]);
+    let wire = f.host_net_route(gpu, rpn + gpu, 0)?;
     let flows = vec![
         PhaseFlow::new(&d2h, s),
         PhaseFlow::new(&wire, s),
         PhaseFlow::new(&h2d_far, s),
     ];
     let t = SimError::within_time_range(run_phases(&caps, &[(ce, flows)]))?;
-    let lat = ce + d2h.latency + net.latency + ce + h2d.latency;
+    let lat = ce + d2h.latency + wire.latency + ce + h2d.latency;
     Ok(RdmaResult {
         bandwidth_gbps: s / t.as_secs_f64() / 1e9,
         latency_us: lat.as_us(),
@@ -868,6 +856,54 @@ mod tests {
         let h = rdma(&m, 0, false, 1 << 30).unwrap();
         assert!(d.latency_us < h.latency_us);
         assert!(d.bandwidth_gbps >= h.bandwidth_gbps * 0.999);
+    }
+
+    #[test]
+    fn host_staged_rdma_crosses_the_leaf_uplinks_and_the_way_to_the_nic() {
+        // One 400 Gb/s NIC per node, one node per leaf, 4:1 uplinks: the
+        // uplink (a quarter of the NIC) binds GPUDirect RDMA at 12.42 GB/s;
+        // the staged transfer crosses the same uplink (it ran at 49.67,
+        // the NIC's rate, past it).
+        let leaves = gpucomm_topo::ClusterOptions {
+            fabric: gpucomm_topo::Fabric::LeafSpine,
+            nodes_per_leaf: 1,
+            oversubscription: 4.0,
+            ..Default::default()
+        };
+        let m = Machine::select_with_nics("dgx-h100", Some(1), None)
+            .unwrap()
+            .with_cluster_options(&leaves)
+            .unwrap();
+        let f = m.fabric(Engine::CopyEngine, 2).unwrap();
+        let uplink = f.uplink_gbps(0).unwrap();
+        let gdr = rdma(&m, 0, true, 1 << 30).unwrap().bandwidth_gbps;
+        let staged = rdma(&m, 0, false, 1 << 30).unwrap().bandwidth_gbps;
+        assert!(gdr <= uplink * 1.0001, "GDR {gdr} GB/s, uplink {uplink}");
+        assert!(staged <= gdr * 1.0001, "staged {staged} GB/s, GDR {gdr}");
+        // GPU 4 sits on the other socket from the node's one NIC (next to
+        // GPU 0): host memory reaches it over the socket link and the
+        // CPU's way down into the NIC's PCIe switch, on both nodes.
+        let rpn = f.ranks_per_node();
+        let names: Vec<String> = f
+            .host_net_route(4, rpn + 4, 0)
+            .unwrap()
+            .links
+            .iter()
+            .map(|&l| f.link_name(l))
+            .collect();
+        for want in [
+            "node0:cpu1 memory",
+            "node0:cpu1->cpu0",
+            "node0:cpu->pcie-switch0",
+            "node0:nic0->net",
+            "leaf0->spine",
+            "spine->leaf1",
+            "node1:pcie-switch0->cpu",
+            "node1:cpu0->cpu1",
+            "node1:cpu1 memory",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+        }
     }
 
     #[test]
