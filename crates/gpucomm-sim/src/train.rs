@@ -403,28 +403,34 @@ pub fn shard_bytes(params: u64, bytes_per_param: u64, gpus: usize) -> u64 {
         .saturating_mul(bytes_per_param)
 }
 
-/// Splits gradients into DDP buckets (reverse layer order) with their ready times.
+/// Splits gradients into DDP buckets (reverse layer order) with their
+/// ready times: the end of the backward of the bucket's last layer with
+/// parameters (a layer without any readies no gradient, so the backward
+/// of such layers after it does not hold the bucket back).
 pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
     let fwd: f64 = model.layers.iter().map(|l| l.fwd_ms).sum();
+    // The last layer backward reaches with gradients: the last bucket is
+    // ready as its backward ends.
+    let last = model.layers.iter().position(|l| l.params > 0);
     let mut t = fwd;
     let mut out = Vec::new();
     let mut cur = 0u64;
     let first_cap = (1u64 << 20).min(bucket_bytes);
-    for l in model.layers.iter().rev() {
+    for (i, l) in model.layers.iter().enumerate().rev() {
         t += l.bwd_ms;
+        if l.params == 0 {
+            continue;
+        }
         cur += l.params * model.bytes_per_param;
         let cap = if out.is_empty() {
             first_cap
         } else {
             bucket_bytes
         };
-        if cur >= cap {
+        if cur >= cap || Some(i) == last {
             out.push((cur, SimTime::from_secs_f64(t * 1e-3)));
             cur = 0;
         }
-    }
-    if cur > 0 {
-        out.push((cur, SimTime::from_secs_f64(t * 1e-3)));
     }
     out
 }
@@ -783,6 +789,40 @@ mod tests {
         assert!(b[0].0 < b[1].0 || b.len() == 1);
         // Ready times increase.
         assert!(b.windows(2).all(|w| w[0].1 <= w[1].1));
+    }
+
+    #[test]
+    fn the_last_bucket_is_ready_when_its_last_gradient_is() {
+        // A stem without parameters whose backward (50 ms) comes last: the
+        // fc layer's gradients are ready 1 ms into backward, at 3 ms, and
+        // their all_reduce hides behind the stem's backward. It waited
+        // for the whole backward (53 ms) and stood exposed after it.
+        let layer = |name: &str, bwd_ms: f64, params: u64| Layer {
+            name: name.into(),
+            fwd_ms: 1.0,
+            bwd_ms,
+            params,
+        };
+        let m = ModelSpec {
+            name: "trail".into(),
+            bytes_per_param: 4,
+            source: String::new(),
+            layers: vec![layer("stem", 50.0, 0), layer("fc", 1.0, 100_000)],
+        };
+        let ms = |x: f64| SimTime::from_secs_f64(x * 1e-3);
+        assert_eq!(buckets(&m, 25 << 20), [(400_000, ms(3.0))]);
+        let mach = Machine::preset("dgx-h100").unwrap();
+        let r = step(
+            &mach,
+            2,
+            &m,
+            &TrainConfig::default(),
+            &mut CommTimes::default(),
+        )
+        .unwrap();
+        assert_eq!(r.ops[0].start, ms(3.0));
+        assert_eq!(r.exposed, SimTime::ZERO);
+        assert_eq!(r.step, ms(53.0));
     }
 
     #[test]
