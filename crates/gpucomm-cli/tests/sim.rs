@@ -148,6 +148,31 @@ fn train_sweep_reports_the_step_and_its_exposed_communication() {
 }
 
 #[test]
+fn an_explicit_bucket_cap_caps_the_first_bucket_too() {
+    // PyTorch keeps its 1 MiB first bucket only where bucket_cap_mb is
+    // left out: --bucket-mb 25 ran as the default did (step 113.867 ms on
+    // 2 nodes, exposed 0.167), the fc layer's 8.2 MB alone in bucket 0.
+    let run = |extra: &[&str]| {
+        let args = "train --topology dgx-h100 --model resnet50 --nodes 2";
+        let mut args: Vec<&str> = args.split(' ').collect();
+        args.extend_from_slice(extra);
+        sim_json(&args)
+    };
+    let (default, given) = (run(&[]), run(&["--bucket-mb", "25"]));
+    assert_eq!(
+        (f(&default, "bucket_mb"), f(&default, "first_bucket_mb")),
+        (25.0, 1.0)
+    );
+    assert_eq!(
+        (f(&given, "bucket_mb"), f(&given, "first_bucket_mb")),
+        (25.0, 25.0)
+    );
+    let step = |v: &Value| f(&v["results"][1], "step_ms");
+    // Other buckets, another step (113.790 ms).
+    assert_ne!(step(&given), step(&default), "{default}\n{given}");
+}
+
+#[test]
 fn train_shards_as_fsdp_does() {
     let base = "train --topology dgx-h100 --model bert-large --sweep-nodes 1,4";
     let run = |sharding: &str| {

@@ -5,8 +5,10 @@
 //!
 //! * **DDP** (PyTorch `DistributedDataParallel`): every GPU holds the whole
 //!   model. Gradients are grouped into buckets as DDP does (`bucket_cap_mb`,
-//!   25 MiB by default, the first bucket 1 MiB: `torch/nn/parallel/distributed.py`,
-//!   `_DEFAULT_FIRST_BUCKET_BYTES`), in reverse layer order. A bucket's
+//!   25 MiB by default, and then the first bucket 1 MiB,
+//!   `_DEFAULT_FIRST_BUCKET_BYTES`; a `bucket_cap_mb` given caps the first
+//!   bucket too: `torch/nn/parallel/distributed.py`,
+//!   `bucket_bytes_cap_default`), in reverse layer order. A bucket's
 //!   all_reduce is issued when the last of its gradients is ready.
 //! * **FSDP** (`FullyShardedDataParallel` / `fully_shard`, one unit per
 //!   layer; ZeRO, Rajbhandari et al. 2020): each GPU holds 1/N of every
@@ -289,20 +291,56 @@ impl Sharding {
     }
 }
 
-/// How a training step is run: the sharding, and DDP's bucket cap.
+/// How a training step is run: the sharding, and DDP's bucket caps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrainConfig {
     /// DDP's bucket cap, bytes (`bucket_cap_mb`); FSDP does not bucket.
     pub bucket_bytes: u64,
+    /// DDP's cap on its first bucket (the last layers' gradients), bytes:
+    /// [`DEFAULT_FIRST_BUCKET_BYTES`] where `bucket_cap_mb` is left at its
+    /// default, `bucket_bytes` where it is given
+    /// ([`TrainConfig::with_bucket_bytes`]).
+    pub first_bucket_bytes: u64,
     /// How the ranks hold the model.
     pub sharding: Sharding,
 }
 
+/// DDP's first bucket cap when `bucket_cap_mb` is not given, 1 MiB
+/// (`torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`).
+pub const DEFAULT_FIRST_BUCKET_BYTES: u64 = 1 << 20;
+
 impl Default for TrainConfig {
-    /// DDP with 25 MiB buckets, PyTorch's defaults.
+    /// DDP with PyTorch's defaults: 25 MiB buckets, the first 1 MiB.
     fn default() -> Self {
         TrainConfig {
             bucket_bytes: 25 << 20,
+            first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
+            sharding: Sharding::Ddp,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// DDP with `bucket_cap_mb` given as `bytes`: every bucket, the first
+    /// included, is capped at `bytes`. PyTorch keeps the small first
+    /// bucket only for the default cap (`torch/nn/parallel/distributed.py`:
+    /// `bucket_bytes_cap_default` is set where `bucket_cap_mb` is None, and
+    /// only then is the first bucket's cap `_DEFAULT_FIRST_BUCKET_BYTES`),
+    /// so an explicit 25 MiB differs from the default.
+    ///
+    /// ```
+    /// use gpucomm_sim::train::{buckets, ModelSpec, TrainConfig};
+    /// let m = ModelSpec::preset("resnet50").unwrap();
+    /// let small = buckets(&m, &TrainConfig::default());
+    /// let given = buckets(&m, &TrainConfig::with_bucket_bytes(25 << 20));
+    /// // The fc layer's gradients alone (past 1 MiB), or with layer4.2's.
+    /// assert_eq!(small[0].0, 4 * 2_049_000);
+    /// assert_eq!(given[0].0, 4 * (2_049_000 + 4_990_000));
+    /// ```
+    pub fn with_bucket_bytes(bytes: u64) -> Self {
+        TrainConfig {
+            bucket_bytes: bytes,
+            first_bucket_bytes: bytes,
             sharding: Sharding::Ddp,
         }
     }
@@ -406,8 +444,11 @@ pub fn shard_bytes(params: u64, bytes_per_param: u64, gpus: usize) -> u64 {
 /// Splits gradients into DDP buckets (reverse layer order) with their
 /// ready times: the end of the backward of the bucket's last layer with
 /// parameters (a layer without any readies no gradient, so the backward
-/// of such layers after it does not hold the bucket back).
-pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
+/// of such layers after it does not hold the bucket back). The buckets
+/// are capped as `cfg` says (the first at `first_bucket_bytes`).
+pub fn buckets(model: &ModelSpec, cfg: &TrainConfig) -> Vec<(u64, SimTime)> {
+    let bucket_bytes = cfg.bucket_bytes.max(1);
+    let first_cap = cfg.first_bucket_bytes.max(1);
     let fwd: f64 = model.layers.iter().map(|l| l.fwd_ms).sum();
     // The last layer backward reaches with gradients: the last bucket is
     // ready as its backward ends.
@@ -415,7 +456,6 @@ pub fn buckets(model: &ModelSpec, bucket_bytes: u64) -> Vec<(u64, SimTime)> {
     let mut t = fwd;
     let mut out = Vec::new();
     let mut cur = 0u64;
-    let first_cap = (1u64 << 20).min(bucket_bytes);
     for (i, l) in model.layers.iter().enumerate().rev() {
         t += l.bwd_ms;
         if l.params == 0 {
@@ -518,7 +558,7 @@ fn comm_plan(model: &ModelSpec, cfg: &TrainConfig, gpus: usize) -> Vec<(Kind, St
         (kind, format!("{} {pass}", l.name), bytes)
     };
     match cfg.sharding {
-        Sharding::Ddp => buckets(model, cfg.bucket_bytes.max(1))
+        Sharding::Ddp => buckets(model, cfg)
             .into_iter()
             .enumerate()
             .map(|(i, (b, _))| (Kind::AllReduce, format!("bucket {i}"), b))
@@ -655,7 +695,7 @@ pub fn step(
             let bwd: f64 = layers.iter().map(|l| l.bwd_ms).sum();
             t = span("forward".into(), t, ms(fwd));
             span("backward".into(), t, ms(bwd));
-            for (_, ready) in buckets(model, cfg.bucket_bytes.max(1)) {
+            for (_, ready) in buckets(model, cfg) {
                 queue.issue(ready)?;
             }
         }
@@ -782,7 +822,7 @@ mod tests {
     #[test]
     fn buckets_follow_ddp() {
         let m = ModelSpec::preset("bert-large").unwrap();
-        let b = buckets(&m, 25 << 20);
+        let b = buckets(&m, &TrainConfig::default());
         let total: u64 = b.iter().map(|x| x.0).sum();
         assert_eq!(total, m.params() * 4);
         // First bucket is the small one (1 MiB cap -> one 12.6M-param layer).
@@ -810,7 +850,7 @@ mod tests {
             layers: vec![layer("stem", 50.0, 0), layer("fc", 1.0, 100_000)],
         };
         let ms = |x: f64| SimTime::from_secs_f64(x * 1e-3);
-        assert_eq!(buckets(&m, 25 << 20), [(400_000, ms(3.0))]);
+        assert_eq!(buckets(&m, &TrainConfig::default()), [(400_000, ms(3.0))]);
         let mach = Machine::preset("dgx-h100").unwrap();
         let r = step(
             &mach,

@@ -344,9 +344,11 @@ struct TrainArgs {
     /// not both): run in increasing order; a count given twice is refused.
     #[arg(long, value_delimiter = ',', conflicts_with = "nodes")]
     sweep_nodes: Vec<usize>,
-    /// DDP bucket cap in MiB.
-    #[arg(long, default_value_t = 25.0)]
-    bucket_mb: f64,
+    /// DDP bucket cap in MiB (DDP's bucket_cap_mb). Left out: 25 MiB with
+    /// a 1 MiB first bucket, PyTorch's default; given (even 25): every
+    /// bucket, the first included, capped at it, as PyTorch does.
+    #[arg(long)]
+    bucket_mb: Option<f64>,
     /// How the ranks hold the model: ddp (whole model, gradients
     /// all-reduced in buckets), shard_grad_op (FSDP's, ZeRO-2: parameters
     /// all-gathered per layer in forward, gradients reduce-scattered) or
@@ -1108,13 +1110,21 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     } else {
         ModelSpec::preset(&a.model)?
     };
-    if !(a.bucket_mb.is_finite() && a.bucket_mb > 0.0) {
-        bail!("--bucket-mb must be positive");
-    }
-    let cfg = TrainConfig {
-        bucket_bytes: (a.bucket_mb * 1048576.0) as u64,
-        sharding: a.sharding,
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    let cfg = match a.bucket_mb {
+        Some(mb) if !(mb.is_finite() && mb > 0.0) => bail!("--bucket-mb must be positive"),
+        Some(mb) => TrainConfig {
+            sharding: a.sharding,
+            ..TrainConfig::with_bucket_bytes((mb * 1048576.0) as u64)
+        },
+        None => TrainConfig {
+            sharding: a.sharding,
+            ..TrainConfig::default()
+        },
     };
+    // As given (0.1 stays 0.1), or the default's.
+    let bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.bucket_bytes));
+    let first_bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.first_bucket_bytes));
     let sweep = if a.sweep_nodes.is_empty() {
         vec![mach.nodes]
     } else {
@@ -1180,13 +1190,17 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
-            "sharding": cfg.sharding.name(), "bucket_mb": a.bucket_mb, "model_source": model.source,
+            "sharding": cfg.sharding.name(), "bucket_mb": bucket_mb,
+            "first_bucket_mb": first_bucket_mb, "model_source": model.source,
             "network": network_json(&mach), "gpu_memory_gb": memory_gb,
             "tuner": a.tuner.json(), "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         let how = match cfg.sharding {
-            Sharding::Ddp => format!("DDP buckets {} MiB", a.bucket_mb),
+            Sharding::Ddp if a.bucket_mb.is_some() => {
+                format!("DDP buckets {bucket_mb} MiB, the first too (--bucket-mb given)")
+            }
+            Sharding::Ddp => format!("DDP buckets {bucket_mb} MiB"),
             s => format!("FSDP {}, one unit per layer", s.name().to_ascii_uppercase()),
         };
         writeln!(
