@@ -1110,6 +1110,36 @@ fn train_says_no_such_file_for_a_missing_model_file() {
 }
 
 #[test]
+fn a_sweep_on_a_multi_node_topology_runs_only_its_own_node_count() {
+    // A file of two nodes describes their network: --nodes 3 was refused,
+    // --sweep-nodes 1,3,4 ran the file's nodes 1, 3 and 4 times.
+    let dir = scratch_dir("sweep-multi-node");
+    let file = dir.join("2n.json");
+    let file = file.to_str().unwrap();
+    let export = [
+        "topo", "--preset", "dgx-h100", "--nodes", "2", "--export", file,
+    ];
+    gpucomm(&export, LIMIT).assert_ok();
+    let train = |nodes: &[&'static str]| {
+        let mut args = vec!["train", "-t", file, "--model", "resnet50"];
+        args.extend_from_slice(nodes);
+        args
+    };
+    sim_fails(
+        &train(&["--nodes", "3"]),
+        &format!("--nodes 3: {file} already describes 2 nodes"),
+    );
+    for (sweep, says) in [("1,3,4", "--sweep-nodes 1:"), ("2,4", "--sweep-nodes 4:")] {
+        sim_fails(
+            &train(&["--sweep-nodes", sweep]),
+            &format!("{says} {file} already describes 2 nodes"),
+        );
+    }
+    let v = sim_json(&train(&["--sweep-nodes", "2"]));
+    assert_eq!(v["results"][1]["nodes"], 2, "{v}");
+}
+
+#[test]
 fn train_sweep_runs_in_order_and_refuses_a_count_twice() {
     sim_fails(
         &["train", "--model", "resnet50", "--sweep-nodes", "2,2,2"],

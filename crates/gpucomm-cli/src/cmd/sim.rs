@@ -450,14 +450,11 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         .transpose()?;
     let mut mach = Machine::select_with_nics(&m.topology, m.nics, nic_speed)
         .with_context(|| format!("--topology {}", m.topology))?;
-    match m.nodes {
-        Some(0) => bail!("--nodes must be at least 1"),
-        Some(n) if mach.nodes > 1 && n != mach.nodes => bail!(
-            "--nodes {n}: {} already describes {} nodes (leave --nodes out, or give a one-node topology)",
-            m.topology,
-            mach.nodes
-        ),
-        _ => {}
+    if let Some(n) = m.nodes {
+        if n == 0 {
+            bail!("--nodes must be at least 1");
+        }
+        nodes_fit(m, &mach, "--nodes", n)?;
     }
     if let Some(g) = m.gpus {
         mach.use_gpus(g).with_context(|| format!("--gpus {g}"))?;
@@ -496,6 +493,21 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
             .map_err(|e| anyhow::anyhow!("--sharp: {e}"))?;
     }
     Ok(mach)
+}
+
+/// A node count `flag` gave for a run on `mach` as its topology describes
+/// it: any for a one-node topology (replicated); exactly its own for one
+/// that describes several nodes and their network. `--nodes` and every
+/// count of `train --sweep-nodes` are checked here.
+fn nodes_fit(m: &Machine_, mach: &Machine, flag: &str, n: usize) -> anyhow::Result<()> {
+    if mach.nodes > 1 && n != mach.nodes {
+        bail!(
+            "{flag} {n}: {} already describes {} nodes (leave {flag} out, or give a one-node topology)",
+            m.topology,
+            mach.nodes
+        );
+    }
+    Ok(())
 }
 
 fn out() -> std::io::StdoutLock<'static> {
@@ -1095,6 +1107,16 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let mach = machine(&a.m, a.sweep_nodes.iter().copied().max())?;
+    let sweep = if a.sweep_nodes.is_empty() {
+        vec![mach.nodes]
+    } else {
+        // (--sweep-nodes excludes --nodes: mach.nodes is the topology's.)
+        let sweep = sweep_counts(&a.sweep_nodes)?;
+        for &n in &sweep {
+            nodes_fit(&a.m, &mach, "--sweep-nodes", n)?;
+        }
+        sweep
+    };
     let model = if std::path::Path::new(&a.model).exists() {
         let text =
             std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
@@ -1125,11 +1147,6 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     // As given (0.1 stays 0.1), or the default's.
     let bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.bucket_bytes));
     let first_bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.first_bucket_bytes));
-    let sweep = if a.sweep_nodes.is_empty() {
-        vec![mach.nodes]
-    } else {
-        sweep_counts(&a.sweep_nodes)?
-    };
     let mut cache = CommTimes::new(a.tuner.options()?);
     prefill(&mach, &sweep, &model, &cfg, &mut cache)?;
     let mut one = mach.clone();
