@@ -1140,6 +1140,44 @@ fn a_sweep_on_a_multi_node_topology_runs_only_its_own_node_count() {
 }
 
 #[test]
+fn a_preset_model_name_is_the_preset_whatever_the_directory_holds() {
+    // A file `resnet50` and a directory `bert-large` in the working
+    // directory were read for `--model resnet50` and the default model
+    // (a TOML parse error; "Is a directory"). Preset names win, as
+    // `--topology dgx-h100` does over a file `dgx-h100`; `./resnet50`
+    // reads the file.
+    let dir = scratch_dir("model-shadow");
+    std::fs::write(dir.join("resnet50"), "garbage").unwrap();
+    std::fs::create_dir_all(dir.join("bert-large")).unwrap();
+    std::fs::write(dir.join("dgx-h100"), "garbage").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpucomm"))
+            .args(["sim", "train", "--json"])
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    for (args, name) in [
+        (&["--model", "resnet50"][..], "resnet50"),
+        (&["--model", "RESNET50"][..], "resnet50"),
+        (&[][..], "bert-large"),
+        (&["-t", "dgx-h100", "--model", "resnet50"][..], "resnet50"),
+    ] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["model"], name, "{args:?}");
+    }
+    let (code, _, stderr) = run(&["--model", "./resnet50"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("model file"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn train_sweep_runs_in_order_and_refuses_a_count_twice() {
     sim_fails(
         &["train", "--model", "resnet50", "--sweep-nodes", "2,2,2"],

@@ -174,9 +174,11 @@ impl ModelSpec {
     /// 340 M, Devlin et al. 2019; GPT-2 XL 1.56 B, Radford et al. 2019),
     /// spread over layer groups in proportion to their sizes; compute times
     /// are round numbers of the right order for one A100 at a typical
-    /// per-GPU batch (backward = 2x forward), not measurements.
+    /// per-GPU batch (backward = 2x forward), not measurements. The name
+    /// is taken in any case, as topology presets are.
     pub fn preset(name: &str) -> Result<Self, SimError> {
-        let (src, bpp, groups): (&str, u64, Vec<LayerGroup>) = match name {
+        let name = name.to_ascii_lowercase();
+        let (src, bpp, groups): (&str, u64, Vec<LayerGroup>) = match name.as_str() {
             // (name, repeat, fwd_ms per layer, params per layer)
             "resnet50" => (
                 "illustrative: 25.6M params (He et al. 2016), ~100 ms/step at batch 256 on one A100",
@@ -231,7 +233,7 @@ impl ModelSpec {
             }
         }
         Ok(ModelSpec {
-            name: name.to_string(),
+            name,
             bytes_per_param: bpp,
             source: src.to_string(),
             layers,

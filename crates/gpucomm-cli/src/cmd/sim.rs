@@ -15,7 +15,9 @@ use gpucomm_sim::collective::{
 use gpucomm_sim::exec::{ExecResult, Symmetry};
 use gpucomm_sim::fabric::Fabric;
 use gpucomm_sim::model::Protocol;
-use gpucomm_sim::train::{CommTimes, ModelSpec, Sharding, TrainConfig, prefill, step};
+use gpucomm_sim::train::{
+    CommTimes, MODEL_PRESETS, ModelSpec, Sharding, TrainConfig, prefill, step,
+};
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
@@ -336,8 +338,10 @@ struct TrainArgs {
     /// Write a Chrome trace of the run (phases; compute and communication for train).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Model: a preset (resnet50, bert-large, gpt2-xl) or a file (TOML, or
-    /// JSON when it ends in .json).
+    /// Model: a preset (resnet50, bert-large, gpt2-xl; any case) or a file
+    /// (TOML, or JSON when it ends in .json). A preset name is the preset
+    /// even where a file of that name exists, as with --topology: ./NAME
+    /// reads the file.
     #[arg(long, default_value = "bert-large")]
     model: String,
     /// Node counts to sweep, e.g. 1,2,4,8,16,32,64 (default: --nodes;
@@ -1117,21 +1121,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         sweep
     };
-    let model = if std::path::Path::new(&a.model).exists() {
-        let text =
-            std::fs::read_to_string(&a.model).with_context(|| format!("reading {}", a.model))?;
-        // JSON by its extension, as topology files are; TOML otherwise.
-        if a.model.to_ascii_lowercase().ends_with(".json") {
-            ModelSpec::from_json(&text)?
-        } else {
-            ModelSpec::from_toml(&text)?
-        }
-    } else if looks_like_path(&a.model) {
-        // It said `unknown model "/nonexistent.toml"`.
-        bail!("--model {}: no such file", a.model);
-    } else {
-        ModelSpec::preset(&a.model)?
-    };
+    let model = model(&a.model)?;
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
     let cfg = match a.bucket_mb {
         Some(mb) if !(mb.is_finite() && mb > 0.0) => bail!("--bucket-mb must be positive"),
@@ -1284,6 +1274,32 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The model `--model` names, resolved as `--topology` resolves its
+/// PRESET|FILE (`gpucomm_topo::select`): a preset name, in any case, is
+/// the preset, whatever the working directory holds (`./resnet50` reads
+/// a file of that name); else a file that exists (TOML, or JSON by its
+/// extension, as topology files are); else an error, "no such file" for
+/// what looks like a path.
+fn model(spec: &str) -> anyhow::Result<ModelSpec> {
+    let lower = spec.to_ascii_lowercase();
+    if MODEL_PRESETS.contains(&lower.as_str()) {
+        return Ok(ModelSpec::preset(&lower)?);
+    }
+    if std::path::Path::new(spec).exists() {
+        let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec}"))?;
+        return Ok(if lower.ends_with(".json") {
+            ModelSpec::from_json(&text)?
+        } else {
+            ModelSpec::from_toml(&text)?
+        });
+    }
+    if looks_like_path(spec) {
+        // It said `unknown model "/nonexistent.toml"`.
+        bail!("--model {spec}: no such file");
+    }
+    Ok(ModelSpec::preset(spec)?)
 }
 
 /// A `--model` that names a file rather than a preset: a path (a `/`) or
