@@ -1057,12 +1057,20 @@ impl ClusterFabric {
     /// Route from host memory of GPU `g`'s socket (node 0) to GPU `g`
     /// (`to_gpu`) or back: host memory, then PCIe.
     pub fn host_route(&self, g: usize, to_gpu: bool) -> Route {
-        let sock = self.socket_of_gpu(g);
+        self.host_route_at(g, self.socket_of_gpu(g), to_gpu)
+    }
+
+    /// Route from host memory of socket `sock` (node 0) to GPU `g`
+    /// (`to_gpu`) or back: host memory, the socket link where `sock` is
+    /// not `g`'s socket, then PCIe.
+    pub fn host_route_at(&self, g: usize, sock: usize, to_gpu: bool) -> Route {
         let mut v = vec![self.host_mem[sock]];
         if to_gpu {
+            self.qpi_hop(sock, self.socket_of_gpu(g), &mut v);
             self.pcie_from_cpu(g, &mut v);
         } else {
             self.pcie_to_cpu(g, &mut v);
+            self.qpi_hop(self.socket_of_gpu(g), sock, &mut v);
         }
         Route {
             latency: self.latency_of(&v),

@@ -314,7 +314,13 @@ impl StagedPipeline<'_> {
 /// one staged copy at a time, first come first served, so in a
 /// bidirectional copy each GPU's engine serves both its outgoing and its
 /// incoming chunks (published bidirectional staged figures are 1.0-1.7
-/// times the unidirectional ones, not twice).
+/// times the unidirectional ones, not twice). The buffers are in the
+/// memory of the destination GPU's socket, where NCCL's shared-memory
+/// transport (its path between GPUs without P2P) puts its buffers by
+/// default (NVIDIA/nccl `src/transport/shm.cc`: `NCCL_SHM_LOCALITY`
+/// defaults to `SHM_RECV_SIDE`, the receiver allocating them); the CUDA
+/// driver's staging for `cudaMemcpyPeer` is not published. So a copy
+/// across sockets crosses the socket link on its device-to-host half.
 ///
 /// Beyond [`STAGED_EXACT_CHUNKS`] chunks the pipeline is periodic, so the
 /// time is extrapolated from two exact runs (that many chunks and half as
@@ -361,7 +367,13 @@ fn staged_run(
         }
     };
     let sync = SimTime::from_us(model::STAGED_SYNC_US);
-    let down: Vec<Route> = dirs.iter().map(|&(x, _)| f.host_route(x, false)).collect();
+    // The staging buffers sit in the destination GPU's socket's memory
+    // (see `staged_copies`): the device-to-host half crosses the socket
+    // link where the GPUs are on different sockets.
+    let down: Vec<Route> = dirs
+        .iter()
+        .map(|&(x, y)| f.host_route_at(x, f.socket_of_gpu(y), false))
+        .collect();
     let up: Vec<Route> = dirs.iter().map(|&(_, y)| f.host_route(y, true)).collect();
     let mut p = StagedPipeline {
         dirs,
@@ -703,10 +715,13 @@ mod tests {
     /// GB/s (their links' least capacity).
     fn staged_link_gbps(f: &ClusterFabric, x: usize, y: usize) -> f64 {
         let caps = f.capacities();
-        [f.host_route(x, false), f.host_route(y, true)]
-            .iter()
-            .flat_map(|r| r.links.iter().map(|&l| caps[l as usize]))
-            .fold(f64::INFINITY, f64::min)
+        [
+            f.host_route_at(x, f.socket_of_gpu(y), false),
+            f.host_route(y, true),
+        ]
+        .iter()
+        .flat_map(|r| r.links.iter().map(|&l| caps[l as usize]))
+        .fold(f64::INFINITY, f64::min)
     }
 
     #[test]
@@ -786,6 +801,44 @@ mod tests {
         let two = staged_copies(&caps, &f, &[(0, 1)], 1.5 * c)[0].1;
         let three = staged_copies(&caps, &f, &[(0, 1)], 2.5 * c)[0].1;
         assert!(one < two && two < three, "{one:?} {two:?} {three:?}");
+    }
+
+    #[test]
+    fn a_staged_copy_across_sockets_crosses_the_socket_link() {
+        // pcie-8gpu: GPUs 0-3 on socket 0, 4-7 on socket 1. A staged copy
+        // from GPU 0 to GPU 4 went through no socket link: it cost what
+        // GPU 0 to GPU 1 did (20.35 GB/s, 17.12 us).
+        let m = Machine::preset("pcie-8gpu").unwrap();
+        let f = m.fabric(Engine::CopyEngine, 1).unwrap();
+        assert_ne!(f.socket_of_gpu(0), f.socket_of_gpu(4));
+        assert_eq!(f.socket_of_gpu(0), f.socket_of_gpu(1));
+        let size = 64 << 20;
+        let near = p2p(&m, 0, 1, false, false, size).unwrap();
+        let far = p2p(&m, 0, 4, false, false, size).unwrap();
+        // The buffers are on the destination's socket: the device-to-host
+        // half crosses the socket link, its hop latency once per chunk.
+        assert!(
+            (far.latency_us - near.latency_us - model::SMP_HOP_US).abs() < 1e-6,
+            "{} vs {}",
+            far.latency_us,
+            near.latency_us
+        );
+        assert!(far.bandwidth_gbps < near.bandwidth_gbps);
+        let down = f.host_route_at(0, f.socket_of_gpu(4), false);
+        let names: Vec<String> = down.links.iter().map(|&l| f.link_name(l)).collect();
+        assert!(names.contains(&"node0:cpu0->cpu1".to_string()), "{names:?}");
+        assert!(
+            names.contains(&"node0:cpu1 memory".to_string()),
+            "{names:?}"
+        );
+        // A socket link slower than PCIe binds the copy across sockets
+        // only.
+        let mut slow = m.clone();
+        slow.node.inter_socket_gbps = 2.0;
+        let slow_far = p2p(&slow, 0, 4, false, false, size).unwrap();
+        assert!(slow_far.bandwidth_gbps < 2.0, "{}", slow_far.bandwidth_gbps);
+        let slow_near = p2p(&slow, 0, 1, false, false, size).unwrap();
+        assert_eq!(slow_near.bandwidth_gbps, near.bandwidth_gbps);
     }
 
     #[test]
