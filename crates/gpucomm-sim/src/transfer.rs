@@ -104,11 +104,8 @@ pub fn p2p(
 ) -> Result<P2pResult, SimError> {
     let f = machine.fabric(Engine::CopyEngine, 1)?;
     let g = machine.node.gpus;
-    if a >= g || b >= g {
-        return Err(SimError::Model(format!(
-            "GPU index out of range: the machine has {g} GPUs"
-        )));
-    }
+    let check = gpu_in_use(machine);
+    let (a, b) = (check(a)?, check(b)?);
     if a == b {
         return Err(SimError::Model("--pair needs two different GPUs".into()));
     }
@@ -429,6 +426,29 @@ fn staged_run(
     ends.into_iter().map(|e| (SimTime::ZERO, e)).collect()
 }
 
+/// Checks a GPU index of a copy on `machine`: one of the GPUs in use
+/// ([`Machine::gpus_per_node`], `--gpus`), not merely of the node's.
+fn gpu_in_use(machine: &Machine) -> impl Fn(usize) -> Result<usize, SimError> + '_ {
+    move |g| {
+        let used = machine.gpus_per_node();
+        if g < used {
+            Ok(g)
+        } else if used < machine.node.gpus {
+            Err(SimError::Model(format!(
+                "gpu{g} is not in use: GPUs 0 to {} of {}'s {} are",
+                used - 1,
+                machine.name,
+                machine.node.gpus
+            )))
+        } else {
+            Err(SimError::Model(format!(
+                "GPU index out of range: gpu{g} does not exist ({} GPUs)",
+                machine.node.gpus
+            )))
+        }
+    }
+}
+
 /// An endpoint of `gpucomm sim copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
@@ -489,16 +509,7 @@ pub fn copy(
     let caps = f.capacities();
     let ce = SimTime::from_us(model::HOST_COPY_START_US);
     let s = bytes as f64;
-    let check = |g: usize| -> Result<usize, SimError> {
-        if g < machine.node.gpus {
-            Ok(g)
-        } else {
-            Err(SimError::Model(format!(
-                "gpu{g} does not exist ({} GPUs)",
-                machine.node.gpus
-            )))
-        }
-    };
+    let check = gpu_in_use(machine);
     let (phases, path): (Vec<(SimTime, Vec<PhaseFlow>)>, String) = match (from, to) {
         (Endpoint::Host, Endpoint::Gpu(g)) | (Endpoint::Gpu(g), Endpoint::Host) => {
             let g = check(g)?;
@@ -615,9 +626,7 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
     }
     let f = machine.fabric(Engine::CopyEngine, 2)?;
     let rpn = f.ranks_per_node();
-    if gpu >= rpn {
-        return Err(SimError::Model(format!("gpu{gpu} does not exist")));
-    }
+    let gpu = gpu_in_use(machine)(gpu)?;
     let caps = f.capacities();
     let s = bytes as f64;
     let net = f.route(gpu, rpn + gpu, 0)?;
@@ -956,6 +965,25 @@ mod tests {
             "node1:cpu1 memory",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+        }
+    }
+
+    #[test]
+    fn copies_take_only_the_gpus_in_use() {
+        // pcie-8gpu with --gpus 4: a copy with GPU 5 ran (over PCIe, or
+        // staged, or from host memory) on a GPU not in use.
+        let mut m = Machine::preset("pcie-8gpu").unwrap();
+        m.use_gpus(4).unwrap();
+        assert!(p2p(&m, 0, 3, false, true, 1 << 20).is_ok());
+        let refused = [
+            p2p(&m, 0, 5, false, true, 1 << 20).unwrap_err(),
+            p2p(&m, 5, 0, true, false, 1 << 20).unwrap_err(),
+            copy(&m, Endpoint::Host, Endpoint::Gpu(5), false, false, 1024).unwrap_err(),
+            copy(&m, Endpoint::Gpu(4), Endpoint::Gpu(0), false, false, 1024).unwrap_err(),
+        ];
+        for e in refused {
+            let e = e.to_string();
+            assert!(e.contains("is not in use: GPUs 0 to 3"), "{e}");
         }
     }
 
