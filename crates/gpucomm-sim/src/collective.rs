@@ -115,7 +115,13 @@ impl AlgoChoice {
 
     /// The names of [`AlgoChoice::all`], comma-separated (for messages).
     pub fn names() -> String {
-        Self::all().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+        Self::list(Self::all())
+    }
+
+    /// The names of `choices`, comma-separated (for messages).
+    fn list(choices: impl IntoIterator<Item = AlgoChoice>) -> String {
+        let names: Vec<&str> = choices.into_iter().map(|c| c.name()).collect();
+        names.join(", ")
     }
 
     /// The name printed and accepted on the command line.
@@ -1232,17 +1238,9 @@ pub fn simulate(
             if kept.is_empty() {
                 return Err(SimError::Model(format!(
                     "NCCL runs none of {} for {} here (it offers {})",
-                    named
-                        .iter()
-                        .map(|c| c.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    AlgoChoice::list(named.iter().copied()),
                     collective.name(),
-                    offered
-                        .iter()
-                        .map(|c| c.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    AlgoChoice::list(offered)
                 )));
             }
             kept
@@ -1254,11 +1252,7 @@ pub fn simulate(
                 return Err(SimError::Model(format!(
                     "every algorithm the tuner has for {} here is excluded ({})",
                     collective.name(),
-                    offered
-                        .iter()
-                        .map(|c| c.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    AlgoChoice::list(offered)
                 )));
             }
             allowed
