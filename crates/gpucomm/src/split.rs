@@ -53,8 +53,18 @@ type Made = Result<Vec<Option<Communicator>>, (String, usize)>;
 /// Where in-process ranks meet to split, by the group's namespace.
 #[derive(Default)]
 pub(crate) struct Hub {
-    groups: Mutex<HashMap<String, Made>>,
+    groups: Mutex<Groups>,
     ready: Condvar,
+}
+
+/// The [`Hub`]'s groups, and the ranks that gave up waiting for a group
+/// before its rank 0 published it: their communicators are not kept for
+/// them (a group entry with a slot nobody takes stayed in the hub for
+/// good, with the communicator in it).
+#[derive(Default)]
+struct Groups {
+    made: HashMap<String, Made>,
+    gave_up: HashMap<String, Vec<usize>>,
 }
 
 impl Hub {
@@ -67,18 +77,27 @@ impl Hub {
         made: Result<Vec<Communicator>, Error>,
     ) -> Result<Communicator, Error> {
         let mut groups = crate::lock(&self.groups);
+        let gone = groups.gave_up.remove(ns).unwrap_or_default();
         let result = match made {
             Ok(comms) => {
                 let mut slots: Vec<Option<Communicator>> = comms.into_iter().map(Some).collect();
                 let mine = slots[0].take().expect("rank 0's communicator");
-                if slots.len() > 1 {
-                    groups.insert(ns.to_string(), Ok(slots));
+                for &r in &gone {
+                    if let Some(slot) = slots.get_mut(r) {
+                        *slot = None;
+                    }
+                }
+                if slots.iter().any(Option::is_some) {
+                    groups.made.insert(ns.to_string(), Ok(slots));
                 }
                 Ok(mine)
             }
             Err(e) => {
-                if size > 1 {
-                    groups.insert(ns.to_string(), Err((e.to_string(), size - 1)));
+                let left = (size - 1).saturating_sub(gone.len());
+                if left > 0 {
+                    groups
+                        .made
+                        .insert(ns.to_string(), Err((e.to_string(), left)));
                 }
                 Err(e)
             }
@@ -100,8 +119,12 @@ impl Hub {
     ) -> Result<Communicator, Error> {
         let fail = |detail: String| Error::Bootstrap { rank, detail };
         let mut groups = crate::lock(&self.groups);
+        let give_up = |groups: &mut Groups, why: String| {
+            groups.gave_up.entry(ns.to_string()).or_default().push(rank);
+            Err(fail(why))
+        };
         loop {
-            if let Some(group) = groups.get_mut(ns) {
+            if let Some(group) = groups.made.get_mut(ns) {
                 let (taken, done) = match group {
                     Ok(slots) => {
                         let mine = slots.get_mut(rank).and_then(Option::take);
@@ -117,15 +140,14 @@ impl Hub {
                     }
                 };
                 if done {
-                    groups.remove(ns);
+                    groups.made.remove(ns);
                 }
                 return taken;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(fail(format!(
-                    "split {ns}: the group's rank 0 did not create it in time"
-                )));
+                let why = format!("split {ns}: the group's rank 0 did not create it in time");
+                return give_up(&mut groups, why);
             }
             groups = self
                 .ready
@@ -133,7 +155,7 @@ impl Hub {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
             if let Some(why) = stop() {
-                return Err(fail(format!("split {ns}: {why}")));
+                return give_up(&mut groups, format!("split {ns}: {why}"));
             }
         }
     }
@@ -286,5 +308,40 @@ fn group(
             "this communicator cannot be split (it was not made by Communicator::new or in_process)"
                 .into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank that gave up waiting for its group before the group's rank 0
+    /// published it: its communicator is not kept for it, so the hub ends
+    /// empty once the others have taken theirs (the entry, a communicator
+    /// in it, stayed for good).
+    #[test]
+    fn a_rank_that_gave_up_leaves_nothing_in_the_hub() {
+        let soon = || Instant::now() + Duration::from_secs(5);
+        let empty = |hub: &Hub| {
+            let g = crate::lock(&hub.groups);
+            g.made.is_empty() && g.gave_up.is_empty()
+        };
+        // The group was made.
+        let hub = Hub::default();
+        let e = hub.take("g/", 2, Instant::now(), &|| None).unwrap_err();
+        assert!(e.to_string().contains("did not create it in time"), "{e}");
+        let made = Communicator::in_process(3).unwrap();
+        let _mine = hub.publish("g/", 3, Ok(made)).unwrap();
+        let _one = hub.take("g/", 1, soon(), &|| None).unwrap();
+        assert!(empty(&hub));
+        // Rank 0 could not make it: the failure is kept for rank 2 alone.
+        let hub = Hub::default();
+        let e = hub.take("h/", 1, soon(), &|| Some("stop".into()));
+        assert!(e.unwrap_err().to_string().contains("stop"));
+        let failed = Err(Error::InvalidArgument("no".into()));
+        assert!(hub.publish("h/", 3, failed).is_err());
+        let e = hub.take("h/", 2, soon(), &|| None).unwrap_err();
+        assert!(e.to_string().contains("rank 0 failed"), "{e}");
+        assert!(empty(&hub));
     }
 }
