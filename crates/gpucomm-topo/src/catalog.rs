@@ -160,10 +160,14 @@ impl NvLinkGen {
     }
 }
 
+/// An FDR lane's data rate: 14.0625 Gb/s signaling, 64b/66b coding (IBTA).
+const FDR_LANE_GBIT: f64 = 14.0625 * 64.0 / 66.0;
+
 /// InfiniBand speed (4x port unless the name says otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IbSpeed {
-    /// FDR 4x: 56 Gb/s (14.0625 Gb/s per lane, 64b/66b).
+    /// FDR 4x: sold as 56 Gb/s; 4 lanes signaling at 14.0625 Gb/s with
+    /// 64b/66b coding carry 54.55 Gb/s of data.
     Fdr,
     /// EDR 4x: 100 Gb/s (25 Gb/s per lane).
     Edr,
@@ -208,24 +212,44 @@ impl IbSpeed {
             .into_iter()
             .find(|v| v.name().eq_ignore_ascii_case(s))
     }
-    /// Data rate of the port in Gb/s.
+    /// Data rate of the port in Gb/s (after line coding, as every other
+    /// rate of the catalog).
     ///
     /// Source: InfiniBand Trade Association roadmap (EDR 100, HDR 200,
     /// NDR 400, XDR 800 Gb/s per 4x port; HDR100/NDR200 are 2-lane ports);
-    /// NVIDIA ConnectX-6/-7 and Quantum/Quantum-2 datasheets.
+    /// NVIDIA ConnectX-6/-7 and Quantum/Quantum-2 datasheets. FDR is the
+    /// exception to its name: IBTA's FDR lane signals at 14.0625 Gb/s with
+    /// 64b/66b coding, so a 4x port carries 4 x 14.0625 x 64/66 = 54.55
+    /// Gb/s of data; "56" is 4 x 14 rounded from the signaling rate
+    /// ([`IbSpeed::nominal_gbit`]).
+    ///
+    /// ```
+    /// use gpucomm_topo::IbSpeed;
+    /// assert!((IbSpeed::Fdr.gbit() - 54.545).abs() < 0.001);
+    /// assert_eq!(IbSpeed::Edr.gbit(), 100.0);
+    /// ```
     pub fn gbit(self) -> f64 {
         match self {
-            Self::Fdr => 56.0,
+            Self::Fdr => FDR_LANE_GBIT * 4.0,
             Self::Edr | Self::Hdr100 => 100.0,
             Self::Hdr | Self::Ndr200 => 200.0,
             Self::Ndr => 400.0,
             Self::Xdr => 800.0,
         }
     }
-    /// Lanes per port and per-lane rate in Gb/s.
+    /// The rate the port is sold as and sysfs names it by ("56 Gb/sec
+    /// (4X FDR)"): [`IbSpeed::gbit`] but for FDR's 56.
+    pub fn nominal_gbit(self) -> f64 {
+        match self {
+            Self::Fdr => 56.0,
+            other => other.gbit(),
+        }
+    }
+    /// Lanes per port and per-lane data rate in Gb/s (their product is
+    /// [`IbSpeed::gbit`]; FDR's lane signals at 14.0625 Gb/s, 64b/66b).
     pub fn lanes(self) -> (u8, f64) {
         match self {
-            Self::Fdr => (4, 14.0),
+            Self::Fdr => (4, FDR_LANE_GBIT),
             Self::Edr => (4, 25.0),
             Self::Hdr100 => (2, 50.0),
             Self::Hdr => (4, 50.0),
@@ -836,9 +860,13 @@ mod tests {
         assert!(close(bw(IbSpeed::Ndr200), 25.0));
         assert!(close(bw(IbSpeed::Ndr), 50.0));
         assert!(close(bw(IbSpeed::Xdr), 100.0));
+        // FDR: 56 Gb/s was its signaling rate (4 x 14.0625), not its data.
+        assert!(close(bw(IbSpeed::Fdr), 4.0 * 14.0625 * 64.0 / 66.0 / 8.0));
+        assert!((bw(IbSpeed::Fdr) - 6.818).abs() < 0.001);
+        assert_eq!(IbSpeed::Fdr.nominal_gbit(), 56.0);
         for s in IbSpeed::ALL {
             let (lanes, rate) = s.lanes();
-            assert!((f64::from(lanes) * rate - s.gbit()).abs() <= 0.5, "{s:?}");
+            assert!(close(f64::from(lanes) * rate, s.gbit()), "{s:?}");
             assert_eq!(IbSpeed::parse(s.name()), Some(s));
         }
     }

@@ -506,13 +506,15 @@ fn ib_speed_of_rate(rate: &str) -> Result<IbSpeed, String> {
             "InfiniBand rate {rate:?} not understood: port speed unknown"
         ));
     };
-    if let Some(s) = named.filter(|s| (s.gbit() - gbit).abs() < 0.5) {
+    // Compared with the rate each speed is sold as, which is what sysfs
+    // prints ("56 Gb/sec (4X FDR)" for FDR's 54.55 Gb/s of data).
+    if let Some(s) = named.filter(|s| (s.nominal_gbit() - gbit).abs() < 0.5) {
         return Ok(s);
     }
     match IbSpeed::ALL
         .into_iter()
         .rev()
-        .find(|s| s.gbit() <= gbit + 0.5)
+        .find(|s| s.nominal_gbit() <= gbit + 0.5)
     {
         Some(s) => Ok(s),
         None => Err(format!(
