@@ -127,6 +127,20 @@ fn words(label: &str) -> Vec<String> {
         .collect()
 }
 
+/// The memory size a product name's `words` state, GB: a word `<n>GB`
+/// ("80GB") or a number followed by the word `GB` ("80 GB"), 4 to 1024.
+fn stated_gb(words: &[String]) -> Option<u32> {
+    let size = |n: &str| n.parse::<u32>().ok().filter(|n| (4..=1024).contains(n));
+    words
+        .iter()
+        .enumerate()
+        .find_map(|(i, w)| match w.strip_suffix("GB") {
+            Some(n) => size(n),
+            None if words.get(i + 1).is_some_and(|next| next == "GB") => size(w),
+            None => None,
+        })
+}
+
 /// Whether a product name's `words` name the GPU model `model` (upper
 /// case): a word that is the model, or the model followed by letters
 /// (`L40S` is an `L40`, `4090D` a `4090`), never by more digits (`A4000` is
@@ -175,16 +189,15 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
         };
         (GpuArch::Hopper, bw)
     } else if is("A100") || is("A800") {
-        let bw = if l.contains("80") {
-            if l.contains("PCIE") {
-                m::A100_80GB_PCIE
-            } else {
-                m::A100_80GB_SXM
-            }
-        } else if l.contains("40") || l.contains("PCIE") {
-            m::A100_40GB
-        } else {
-            m::A100_80GB_SXM
+        // The memory size the name states, as a word ("80GB", "80 GB"):
+        // "80" anywhere in it matched the A800's own number, and gave an
+        // "A800 40GB" the 80 GB part's 2,039 GB/s.
+        let bw = match stated_gb(&w) {
+            Some(80) if l.contains("PCIE") => m::A100_80GB_PCIE,
+            Some(80) => m::A100_80GB_SXM,
+            Some(40) => m::A100_40GB,
+            _ if l.contains("PCIE") => m::A100_40GB,
+            _ => m::A100_80GB_SXM,
         };
         (GpuArch::Ampere, bw)
     } else if is("V100") {
@@ -226,12 +239,7 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
         let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
         return Some(if hbm3e { 144.0 } else { 96.0 });
     }
-    let stated = words.iter().find_map(|w| {
-        w.strip_suffix("GB")
-            .and_then(|n| n.parse::<u32>().ok())
-            .filter(|n| (4..=1024).contains(n))
-    });
-    if let Some(n) = stated {
+    if let Some(n) = stated_gb(&words) {
         return Some(f64::from(n));
     }
     let word = |x: &str| words.iter().any(|w| w == x);
@@ -363,6 +371,27 @@ mod tests {
             GpuArch::Blackwell
         );
         assert_eq!(gpu_from_label("NVIDIA A100-SXM4-80GB").unwrap().1, 2039.0);
+        // The A800's "80" is its model, not its memory: an A800 40GB has
+        // the 40 GB part's 1,555 GB/s (NVIDIA A800 40GB datasheet), not
+        // 2,039. Sizes are words, "80GB" or "80 GB".
+        for (label, gbps) in [
+            ("NVIDIA A800-SXM4-40GB", 1555.0),
+            ("A800 40GB", 1555.0),
+            ("NVIDIA A800 40GB Active", 1555.0),
+            ("A800 SXM4 80GB", 2039.0),
+            ("NVIDIA A800 80GB PCIe", 1935.0),
+            ("NVIDIA A800-PCIE-40GB", 1555.0),
+            ("NVIDIA A100 80 GB SXM4", 2039.0),
+            ("NVIDIA A100 40 GB PCIe", 1555.0),
+            ("NVIDIA A800", 2039.0),
+        ] {
+            assert_eq!(gpu_from_label(label).unwrap().1, gbps, "{label}");
+        }
+        assert_eq!(gpu_memory_gb_from_label("A800 40GB"), Some(40.0));
+        assert_eq!(
+            gpu_memory_gb_from_label("NVIDIA A100 40 GB PCIe"),
+            Some(40.0)
+        );
         assert_eq!(gpu_from_label("NVIDIA GeForce RTX 3090"), None);
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
