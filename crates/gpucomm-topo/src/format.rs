@@ -300,6 +300,17 @@ impl LinkEntry {
                     ));
                 }
                 let mts = (r * 1000.0).round() as u16;
+                // A rate under half an MT/s rounds to 0: a link of no
+                // bandwidth, which the error used to blame on `bandwidth`,
+                // a field the file need not have.
+                if mts == 0 {
+                    return Err(bad(
+                        f("rate_gts"),
+                        format!(
+                            "{r} GT/s is below 0.001 GT/s (1 MT/s), the finest rate a link holds"
+                        ),
+                    ));
+                }
                 let count = count(16)? as u8;
                 match self.kind.as_str() {
                     "qpi" => LinkKind::Qpi { mts, count },

@@ -126,6 +126,30 @@ fn negative_count_and_out_of_range_generation() {
 }
 
 #[test]
+fn a_transfer_rate_too_small_to_hold_is_named_by_its_field() {
+    // 0.0004 GT/s rounds to 0 MT/s: the error blamed `bandwidth`, which the
+    // file does not have.
+    let upi = |rate: &str| {
+        good_with(
+            "[[link]]\na = \"gpu0\"\nb = \"gpu1\"",
+            &format!(
+                "[[node]]\nid = \"cpu1\"\nkind = \"cpu\"\nhost = \"host0\"\n\n\
+                 [[link]]\na = \"cpu0\"\nb = \"cpu1\"\nkind = \"upi\"\nrate_gts = {rate}\n\n\
+                 [[link]]\na = \"gpu0\"\nb = \"gpu1\""
+            ),
+        )
+    };
+    let m = err(&upi("0.0004"));
+    assert_names(
+        &m,
+        &["bad.toml", "link[0].rate_gts", "0.0004 GT/s is below 0.001"],
+    );
+    assert!(!m.contains("bandwidth"), "{m}");
+    // The smallest rate that holds loads.
+    format::parse(&upi("0.001"), Format::Toml, "ok.toml").unwrap();
+}
+
+#[test]
 fn duplicate_id() {
     let m = err(&good_with("id = \"gpu1\"", "id = \"gpu0\""));
     assert_names(
