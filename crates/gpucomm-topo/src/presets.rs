@@ -156,6 +156,13 @@ impl<'a> Host<'a> {
         n.memory_bandwidth = Some(g.memory_gbps);
         ix
     }
+    /// Puts a node under root complex (host bridge) `rc`: devices under
+    /// different root complexes of one socket are NODE apart, under one
+    /// PHB (`nvidia-smi topo -m`).
+    fn under(&mut self, ix: NodeIx, rc: &str) -> NodeIx {
+        self.b.node_mut(ix).root_complex = Some(rc.to_string());
+        ix
+    }
     fn nic(&mut self, prefix: &str, i: u32, label: &str, socket: u32, port: LinkKind) -> NodeIx {
         let ix = self.node(format!("{prefix}nic{i}"), NodeKind::Nic, label, socket);
         self.b.node_mut(ix).port = Some(port);
@@ -338,19 +345,26 @@ fn dgx1(spec: &Dgx1) -> TopologyBuilder {
     let mut gpus = Vec::new();
     for s in 0..4u32 {
         let socket = s / 2;
+        // Broadwell-EP has one PCIe host bridge per socket: both switches of
+        // a socket are under it, so GPU0 to NIC1 is PHB, not NODE (the
+        // DGX-1's published `nvidia-smi topo -m`).
+        let rc = format!("rc{socket}");
         let sw = h.node(
             format!("pcisw{s}"),
             NodeKind::PcieSwitch,
             "PLX PCIe Gen3 switch",
             socket,
         );
+        h.under(sw, &rc);
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen3, 16));
         for g in 0..2 {
             let gpu = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
+            h.under(gpu, &rc);
             h.b.link(gpu, sw, pcie(PcieGen::Gen3, 16));
             gpus.push(gpu);
         }
         let nic = h.nic("", s, "ConnectX-4 EDR", socket, ib(IbSpeed::Edr));
+        h.under(nic, &rc);
         h.b.link(nic, sw, pcie(PcieGen::Gen3, 16));
     }
     for (x, y, n) in DGX1_V100_NVLINKS {
@@ -395,18 +409,22 @@ fn dgx2() -> TopologyBuilder {
         boards.push(sw);
     }
     h.b.link(boards[0], boards[1], nvlink(NvLinkGen::V2, 48));
-    // PCIe: per socket two upper switches, each with two lower switches;
-    // each lower switch holds two GPUs and one EDR NIC.
+    // PCIe: per socket two upper switches, each on its own root port (host
+    // bridge) and with two lower switches; each lower switch holds two GPUs
+    // and one EDR NIC. GPU0 to the NICs: PIX, PXB, NODE, NODE, then SYS,
+    // as the DGX-2's `nvidia-smi topo -m` (NVIDIA/nccl-tests#78).
     let mut gi = 0u32;
     let mut ni = 0u32;
     for up in 0..4u32 {
         let socket = up / 2;
+        let rc = format!("rc{up}");
         let usw = h.node(
             format!("pcisw{up}"),
             NodeKind::PcieSwitch,
             "PCIe Gen3 switch",
             socket,
         );
+        h.under(usw, &rc);
         h.b.link(usw, cpus[socket as usize], pcie(PcieGen::Gen3, 16));
         for low in 0..2u32 {
             let lsw = h.node(
@@ -415,14 +433,17 @@ fn dgx2() -> TopologyBuilder {
                 "PCIe Gen3 switch",
                 socket,
             );
+            h.under(lsw, &rc);
             h.b.link(lsw, usw, pcie(PcieGen::Gen3, 16));
             for _ in 0..2 {
                 let gpu = h.gpu(format!("gpu{gi}"), V100_SXM3, socket);
+                h.under(gpu, &rc);
                 h.b.link(gpu, lsw, pcie(PcieGen::Gen3, 16));
                 h.b.link(gpu, boards[(gi / 8) as usize], nvlink(NvLinkGen::V2, 6));
                 gi += 1;
             }
             let nic = h.nic("", ni, "ConnectX-5 EDR", socket, ib(IbSpeed::Edr));
+            h.under(nic, &rc);
             h.b.link(nic, lsw, pcie(PcieGen::Gen3, 16));
             ni += 1;
         }
@@ -430,9 +451,31 @@ fn dgx2() -> TopologyBuilder {
     b
 }
 
+/// How an NVSwitch box's GPUs and NICs hang off the CPUs' PCIe.
+#[derive(Clone, Copy)]
+enum PcieLayout {
+    /// DGX A100: per socket two root ports (host bridges), each with a
+    /// switch holding a switch for its two GPUs, one switch for each of
+    /// its two NICs, and an NVMe drive. Every GPU-NIC and NIC-NIC pair of
+    /// a root port is PXB, across root ports of a socket NODE: GPU0 reads
+    /// `PXB PXB SYS ...` (NVIDIA/nccl#1505, rapidsai/dask-cuda#1358, both
+    /// DGX A100; the second shows NIC0-NIC1 PXB too). The two GPUs share
+    /// their switch's uplink.
+    PairsNested,
+    /// DGX H100 / DGX B200: a root port (host bridge) per GPU, whose switch
+    /// holds the GPU and, one switch further, the GPU's own ConnectX-7: GPU
+    /// to its NIC PXB, to the other NICs and GPUs of its socket NODE, SYS
+    /// across (DGX H100: vllm-project/vllm#6746; DGX B200-class, Xeon
+    /// 0-55,112-167: vllm-project/vllm#16336, GPU0 `PXB NODE NODE NODE SYS
+    /// SYS SYS SYS`, GPU0-GPU2 NODE where NVLink was down; the DGX H100 user
+    /// guide pairs each GPU with one ConnectX-7 of the network modules).
+    /// Each GPU has its own Gen5 x16 up to the CPU.
+    PerGpu,
+}
+
 /// An 8-GPU NVSwitch baseboard system (DGX A100, HGX A800, DGX H100, HGX
-/// H200, HGX H800, DGX B200): two sockets, 4 PCIe switches each with 2
-/// GPUs, 2 NICs and an NVMe drive.
+/// H200, HGX H800, DGX B200): two sockets, 8 GPUs, 8 NICs and 4 NVMe
+/// drives on PCIe laid out as [`PcieLayout`] says.
 struct NvSwitchBox {
     name: &'static str,
     description: &'static str,
@@ -451,6 +494,8 @@ struct NvSwitchBox {
     sockets_link: LinkKind,
     /// PCIe generation of the switches, GPUs and NICs.
     pcie: PcieGen,
+    /// The PCIe tree.
+    layout: PcieLayout,
     nic: &'static str,
     nic_speed: IbSpeed,
 }
@@ -475,6 +520,7 @@ const DGX_A100: NvSwitchBox = NvSwitchBox {
         count: 4,
     },
     pcie: PcieGen::Gen4,
+    layout: PcieLayout::PairsNested,
     nic: "ConnectX-6 HDR",
     nic_speed: IbSpeed::Hdr,
 };
@@ -511,6 +557,7 @@ const DGX_H100: NvSwitchBox = NvSwitchBox {
         count: 4,
     },
     pcie: PcieGen::Gen5,
+    layout: PcieLayout::PerGpu,
     nic: "ConnectX-7 NDR",
     nic_speed: IbSpeed::Ndr,
 };
@@ -561,8 +608,7 @@ const DGX_B200: NvSwitchBox = NvSwitchBox {
     ..DGX_H100
 };
 
-/// 8 GPUs on one NVSwitch fabric (NVLink SHARP), 4 PCIe Gen5 switches each
-/// with 2 GPUs and 2 NDR NICs (and one NVMe drive).
+/// 8 GPUs on one NVSwitch fabric, their PCIe tree as `spec.layout` says.
 fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
     let mut b = TopologyBuilder::new(spec.name);
     b.description(spec.description);
@@ -581,26 +627,67 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
         n.socket = None;
     }
     let switch = format!("PCIe Gen{} switch", spec.pcie.number());
-    for s in 0..4u32 {
-        let socket = s / 2;
-        let sw = h.node(format!("pcisw{s}"), NodeKind::PcieSwitch, &switch, socket);
-        h.b.link(sw, cpus[socket as usize], pcie(spec.pcie, 16));
-        for g in 0..2 {
-            let gx = h.gpu(format!("gpu{}", s * 2 + g), spec.gpu, socket);
-            h.b.link(gx, sw, pcie(spec.pcie, 16));
-            h.b.link(gx, nvs, nvlink(spec.nvlink, spec.nvlinks));
-        }
-        for n in 0..2 {
-            let nic = h.nic("", s * 2 + n, spec.nic, socket, ib(spec.nic_speed));
-            h.b.link(nic, sw, pcie(spec.pcie, 16));
-        }
-        let nvme = h.node(
-            format!("nvme{s}"),
+    let x16 = pcie(spec.pcie, 16);
+    // A switch `id` under root complex `rc`, linked up to `up`.
+    let add_switch = |h: &mut Host, id: String, rc: &str, socket: u32, up: NodeIx| {
+        let sw = h.node(id, NodeKind::PcieSwitch, &switch, socket);
+        h.under(sw, rc);
+        h.b.link(sw, up, x16);
+        sw
+    };
+    let gpu = |h: &mut Host, i: u32, rc: &str, socket: u32, sw: NodeIx| {
+        let gx = h.gpu(format!("gpu{i}"), spec.gpu, socket);
+        h.under(gx, rc);
+        h.b.link(gx, sw, x16);
+        h.b.link(gx, nvs, nvlink(spec.nvlink, spec.nvlinks));
+    };
+    let nic = |h: &mut Host, i: u32, rc: &str, socket: u32, sw: NodeIx| {
+        let n = h.nic("", i, spec.nic, socket, ib(spec.nic_speed));
+        h.under(n, rc);
+        h.b.link(n, sw, x16);
+    };
+    let nvme = |h: &mut Host, i: u32, rc: &str, socket: u32, sw: NodeIx| {
+        let d = h.node(
+            format!("nvme{i}"),
             NodeKind::Storage,
             "NVMe U.2 3.84TB",
             socket,
         );
-        h.b.link(nvme, sw, pcie(PcieGen::Gen4, 4));
+        h.under(d, rc);
+        h.b.link(d, sw, pcie(PcieGen::Gen4, 4));
+    };
+    match spec.layout {
+        PcieLayout::PairsNested => {
+            for s in 0..4u32 {
+                let socket = s / 2;
+                let rc = format!("rc{s}");
+                let up = cpus[socket as usize];
+                let top = add_switch(&mut h, format!("pcisw{s}"), &rc, socket, up);
+                let gsw = add_switch(&mut h, format!("pcisw{s}.0"), &rc, socket, top);
+                for g in 0..2 {
+                    gpu(&mut h, s * 2 + g, &rc, socket, gsw);
+                }
+                for n in 0..2 {
+                    let nsw = add_switch(&mut h, format!("pcisw{s}.{}", n + 1), &rc, socket, top);
+                    nic(&mut h, s * 2 + n, &rc, socket, nsw);
+                }
+                nvme(&mut h, s, &rc, socket, top);
+            }
+        }
+        PcieLayout::PerGpu => {
+            for i in 0..8u32 {
+                let socket = i / 4;
+                let rc = format!("rc{i}");
+                let up = cpus[socket as usize];
+                let sw = add_switch(&mut h, format!("pcisw{i}"), &rc, socket, up);
+                gpu(&mut h, i, &rc, socket, sw);
+                let nsw = add_switch(&mut h, format!("pcisw{i}.1"), &rc, socket, sw);
+                nic(&mut h, i, &rc, socket, nsw);
+                if i % 2 == 0 {
+                    nvme(&mut h, i / 2, &rc, socket, sw);
+                }
+            }
+        }
     }
     b
 }
@@ -715,20 +802,27 @@ fn pcie_8gpu() -> TopologyBuilder {
             count: 3,
         },
     );
+    // Ice Lake-SP gives each x16 root port its own host bridge: each switch
+    // is under its own root complex, so GPU0 to GPU2 (the other switch of
+    // socket 0) is NODE, as on the `pcie-server` discovery fixture.
     for s in 0..4u32 {
         let socket = s / 2;
+        let rc = format!("rc{s}");
         let sw = h.node(
             format!("pcisw{s}"),
             NodeKind::PcieSwitch,
             "PCIe Gen4 switch",
             socket,
         );
+        h.under(sw, &rc);
         h.b.link(sw, cpus[socket as usize], pcie(PcieGen::Gen4, 16));
         for g in 0..2 {
             let gpu = h.gpu(format!("gpu{}", s * 2 + g), A100_PCIE_80GB, socket);
+            h.under(gpu, &rc);
             h.b.link(gpu, sw, pcie(PcieGen::Gen4, 16));
         }
         let nic = h.nic("", s, "ConnectX-6 HDR", socket, ib(IbSpeed::Hdr));
+        h.under(nic, &rc);
         h.b.link(nic, sw, pcie(PcieGen::Gen4, 16));
     }
     b

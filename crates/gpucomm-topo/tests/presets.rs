@@ -215,6 +215,96 @@ fn workstation_rtx4090_one_gpu_on_the_cpu() {
     assert!((t.node(cpu).memory_gbps().unwrap() - 89.6).abs() < 1e-9);
 }
 
+/// The GPU/NIC rows of `nvidia-smi topo -m` for GPU `r`: its class to
+/// each NIC, in NIC order.
+fn nic_row(t: &Topology, r: usize) -> String {
+    let nics: Vec<_> = t.nodes_of_kind(NodeKind::Nic).collect();
+    nics.iter()
+        .map(|&n| t.path(t.gpus()[r], n).unwrap().class.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn nvswitch_boxes_print_the_published_nic_classes() {
+    // DGX H100 (vllm-project/vllm#6746) and DGX B200-class machines
+    // (vllm-project/vllm#16336): a root port per GPU, each GPU PXB to its
+    // own ConnectX-7, NODE to the other NICs of its socket, SYS across.
+    // HGX H200 and H800 are taken as the DGX H100's host. It was PIX to two
+    // NICs (both on one switch with two GPUs), PHB to the next two.
+    for name in ["dgx-h100", "hgx-h200", "hgx-h800", "dgx-b200"] {
+        let t = preset(name).unwrap();
+        assert_eq!(
+            nic_row(&t, 0),
+            "PXB NODE NODE NODE SYS SYS SYS SYS",
+            "{name}"
+        );
+        assert_eq!(
+            nic_row(&t, 5),
+            "SYS SYS SYS SYS NODE PXB NODE NODE",
+            "{name}"
+        );
+        let g = t.gpus();
+        // Under NVLink, the GPUs' PCIe relation: other root ports of the
+        // socket, NODE (vllm#16336 shows it where a GPU's NVLink was down).
+        let cpu0 = t.find("cpu0").unwrap();
+        let mut pcie = t.route(g[0], cpu0).unwrap();
+        pcie.extend(t.route(cpu0, g[2]).unwrap());
+        assert_eq!(t.classify(g[0], g[2], &pcie), PathClass::Node, "{name}");
+        for (r, &gpu) in g.iter().enumerate() {
+            let nic = t.nic_of_rank(r).unwrap();
+            assert_eq!(t.node(nic).id, format!("nic{r}"), "{name}");
+            let p = t.path(gpu, nic).unwrap();
+            assert!(p.rdma, "{name}");
+            // Each GPU and each NIC on its own Gen5 x16, 63 GB/s, and the
+            // NIC at 400 Gb/s.
+            assert!((p.bandwidth - 63.015).abs() < 0.01, "{name}");
+            let cpu = t.local_cpu(gpu).unwrap();
+            assert!((t.path(cpu, gpu).unwrap().bandwidth - 63.015).abs() < 0.01);
+            assert_eq!(t.node(nic).port.unwrap().bandwidth(), 50.0);
+        }
+        let switches = t.nodes_of_kind(NodeKind::PcieSwitch).count();
+        assert_eq!(switches, 16, "{name}: a switch per GPU, one more per NIC");
+        assert_eq!(t.nodes_of_kind(NodeKind::Storage).count(), 4, "{name}");
+    }
+    // DGX A100 (NVIDIA/nccl#1505, rapidsai/dask-cuda#1358): GPU0 PXB to
+    // NIC0 and NIC1, nested switches; NIC0-NIC1 PXB too. HGX A800 as it.
+    for name in ["dgx-a100", "hgx-a800"] {
+        let t = preset(name).unwrap();
+        assert_eq!(
+            nic_row(&t, 0),
+            "PXB PXB NODE NODE SYS SYS SYS SYS",
+            "{name}"
+        );
+        assert_eq!(
+            nic_row(&t, 7),
+            "SYS SYS SYS SYS NODE NODE PXB PXB",
+            "{name}"
+        );
+        let (n0, n1) = (t.find("nic0").unwrap(), t.find("nic1").unwrap());
+        assert_eq!(t.path(n0, n1).unwrap().class, PathClass::Pxb, "{name}");
+        let g = t.gpus();
+        assert!(t.path(g[0], n0).unwrap().rdma);
+        // The pair of GPUs shares a switch (and its uplink).
+        let sw = |gpu| {
+            t.links_of(gpu)
+                .iter()
+                .map(|&(l, d)| t.link(l).head(d))
+                .find(|&n| t.node(n).kind == NodeKind::PcieSwitch)
+                .unwrap()
+        };
+        assert_eq!(sw(g[0]), sw(g[1]));
+        assert_ne!(sw(g[1]), sw(g[2]));
+    }
+    // DGX-2 (NVIDIA/nccl-tests#78): GPU0 to the NICs PIX, PXB, NODE, NODE.
+    let t = preset("dgx2").unwrap();
+    assert_eq!(nic_row(&t, 0), "PIX PXB NODE NODE SYS SYS SYS SYS");
+    assert_eq!(nic_row(&t, 4), "NODE NODE PIX PXB SYS SYS SYS SYS");
+    // DGX-1 (Broadwell, one host bridge per socket): PHB stays PHB.
+    let t = preset("dgx1-v100").unwrap();
+    assert_eq!(nic_row(&t, 0), "PIX PHB SYS SYS");
+}
+
 #[test]
 fn dgx_a100_nv12_and_hdr_rails() {
     let t = preset("dgx-a100").unwrap();
@@ -321,10 +411,15 @@ fn gh200_superchips_one_and_four_per_node() {
 fn pcie_8gpu_classes() {
     let t = preset("pcie-8gpu").unwrap();
     let m = class_matrix(&t);
-    assert_eq!(m[0].join(" "), "X PIX PHB PHB SYS SYS SYS SYS");
-    assert_eq!(m[5].join(" "), "SYS SYS SYS SYS PIX X PHB PHB");
+    // Ice Lake-SP: each switch on its own root port and host bridge, so
+    // the other switch of the socket is NODE (the `pcie-server` fixture's
+    // expectation), not PHB.
+    assert_eq!(m[0].join(" "), "X PIX NODE NODE SYS SYS SYS SYS");
+    assert_eq!(m[5].join(" "), "SYS SYS SYS SYS PIX X NODE NODE");
     let g = t.gpus();
-    assert!(t.path(g[0], g[2]).unwrap().p2p);
+    // CUDA P2P does not cross host bridges: NODE is no P2P path.
+    assert!(t.path(g[0], g[1]).unwrap().p2p);
+    assert!(!t.path(g[0], g[2]).unwrap().p2p);
     assert!(!t.path(g[0], g[4]).unwrap().p2p);
     // Two GPUs share each switch's NIC.
     assert_eq!(t.nic_of_rank(0), t.nic_of_rank(1));
@@ -353,11 +448,13 @@ fn rail_optimized_cluster_routes_through_the_rails() {
     assert_eq!(
         ids,
         [
-            "n0.pcisw1",
+            "n0.pcisw3",
+            "n0.pcisw3.1",
             "n0.nic3",
             "rail3",
             "n2.nic3",
-            "n2.pcisw1",
+            "n2.pcisw3.1",
+            "n2.pcisw3",
             "n2.gpu3"
         ]
     );
