@@ -455,15 +455,15 @@ fn dgx2() -> TopologyBuilder {
 #[derive(Clone, Copy)]
 enum PcieLayout {
     /// DGX A100: per socket two root ports (host bridges), each with a
-    /// switch holding a switch for its two GPUs, one switch for each of
-    /// its two NICs, and an NVMe drive. Every GPU-NIC and NIC-NIC pair of
-    /// a root port is PXB, across root ports of a socket NODE: GPU0 reads
-    /// `PXB PXB SYS ...` (NVIDIA/nccl#1505, rapidsai/dask-cuda#1358, both
-    /// DGX A100; the second shows NIC0-NIC1 PXB too). The two GPUs share
-    /// their switch's uplink.
+    /// switch holding its two NICs, an NVMe drive and a switch for its two
+    /// GPUs. GPU to NIC is PXB (two switches), NODE across root ports of a
+    /// socket: GPU0 reads `PXB PXB SYS ...` (NVIDIA/nccl#1505,
+    /// rapidsai/dask-cuda#1358, both DGX A100). The two GPUs share their
+    /// switch's uplink. (dask-cuda#1358 shows NIC0-NIC1 PXB where this
+    /// gives PIX: which switch each NIC sits behind is not published.)
     PairsNested,
     /// DGX H100 / DGX B200: a root port (host bridge) per GPU, whose switch
-    /// holds the GPU and, one switch further, the GPU's own ConnectX-7: GPU
+    /// holds the GPU's own ConnectX-7 and, one switch further, the GPU: GPU
     /// to its NIC PXB, to the other NICs and GPUs of its socket NODE, SYS
     /// across (DGX H100: vllm-project/vllm#6746; DGX B200-class, Xeon
     /// 0-55,112-167: vllm-project/vllm#16336, GPU0 `PXB NODE NODE NODE SYS
@@ -668,8 +668,7 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
                     gpu(&mut h, s * 2 + g, &rc, socket, gsw);
                 }
                 for n in 0..2 {
-                    let nsw = add_switch(&mut h, format!("pcisw{s}.{}", n + 1), &rc, socket, top);
-                    nic(&mut h, s * 2 + n, &rc, socket, nsw);
+                    nic(&mut h, s * 2 + n, &rc, socket, top);
                 }
                 nvme(&mut h, s, &rc, socket, top);
             }
@@ -680,9 +679,9 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
                 let rc = format!("rc{i}");
                 let up = cpus[socket as usize];
                 let sw = add_switch(&mut h, format!("pcisw{i}"), &rc, socket, up);
-                gpu(&mut h, i, &rc, socket, sw);
-                let nsw = add_switch(&mut h, format!("pcisw{i}.1"), &rc, socket, sw);
-                nic(&mut h, i, &rc, socket, nsw);
+                let gsw = add_switch(&mut h, format!("pcisw{i}.0"), &rc, socket, sw);
+                gpu(&mut h, i, &rc, socket, gsw);
+                nic(&mut h, i, &rc, socket, sw);
                 if i % 2 == 0 {
                     nvme(&mut h, i / 2, &rc, socket, sw);
                 }
