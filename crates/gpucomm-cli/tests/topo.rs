@@ -203,6 +203,32 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
             &["--nodes", "2", "--oversubscription", "1e300"][..],
             "--oversubscription 1e300 needs --fabric leaf-spine",
         ),
+        // One leaf (nodes up to --nodes-per-leaf, 4 by default) has no
+        // uplink: the oversubscription was taken and ignored.
+        (
+            &[
+                "--nodes",
+                "4",
+                "--fabric",
+                "leaf-spine",
+                "--oversubscription",
+                "2",
+            ][..],
+            "--oversubscription 2 needs more than one leaf: 4 nodes at 4 per leaf",
+        ),
+        (
+            &[
+                "--nodes",
+                "8",
+                "--nodes-per-leaf",
+                "8",
+                "--fabric",
+                "leaf-spine",
+                "--oversubscription",
+                "3",
+            ][..],
+            "--oversubscription 3 needs more than one leaf: 8 nodes at 8 per leaf",
+        ),
     ] {
         let mut full = vec!["topo", "--preset", "dgx-h100"];
         full.extend_from_slice(argv);
@@ -230,6 +256,18 @@ fn leaf_spine_options_need_a_leaf_spine_fabric_of_several_nodes() {
         out.contains("leaf-spine fabric, 2:1 oversubscribed"),
         "{out}"
     );
+    // Two leaves: taken.
+    ok(&[
+        "topo",
+        "--preset",
+        "dgx-h100",
+        "--nodes",
+        "5",
+        "--fabric",
+        "leaf-spine",
+        "--oversubscription",
+        "2",
+    ]);
     ok(&["topo", "--preset", "dgx-h100", "--oversubscription", "1"]);
     ok(&[
         "topo",
@@ -378,4 +416,91 @@ fn matrices_left_empty_by_the_first_host_limit_say_so() {
     }
     let all = ok(&["topo", "--file", file, "--all"]);
     assert!(all.lines().any(|l| l.starts_with("GPU29 ")), "{all}");
+}
+
+#[test]
+fn nic_options_that_change_nothing_or_leave_gpus_without_a_route() {
+    // --nic-speed on a machine without NICs was taken and did nothing.
+    let ws = ["topo", "--preset", "workstation-rtx4090"];
+    gpucomm(&[&ws[..], &["--nic-speed", "ndr"]].concat(), LIMIT).assert_fails(
+        2,
+        "--nic-speed ndr: no NIC to set it on; workstation-rtx4090 has none (--nics N gives it some)",
+    );
+    gpucomm(
+        &[&ws[..], &["--nics", "0", "--nic-speed", "hdr"]].concat(),
+        LIMIT,
+    )
+    .assert_fails(
+        2,
+        "--nic-speed hdr: no NIC to set it on; --nics 0 leaves none",
+    );
+    // --nics 0 needs no port speed there (it asked for --nic-speed).
+    let out = ok(&[&ws[..], &["--nics", "0"]].concat());
+    assert!(out.contains("GPUs 1, NICs 0,"), "{out}");
+    // --nics on a GB200 NVL72 rack: N per tray. With 4 for the rack, 17
+    // trays had none and no route out.
+    let path = ok(&[
+        "topo",
+        "--preset",
+        "gb200-nvl72",
+        "--nics",
+        "4",
+        "--nodes",
+        "2",
+        "--path",
+        "n0.tray1.gpu0",
+        "n1.tray1.gpu0",
+    ]);
+    assert!(path.contains("n0.tray1.nic0 -> rail0"), "{path}");
+    // Spread over the GPUs' switches: 3 GPUs of the PCIe server (two on
+    // pcisw0, one on pcisw1) and 2 NICs put both on pcisw0.
+    let tree = ok(&[
+        "topo",
+        "--preset",
+        "pcie-8gpu",
+        "--gpus",
+        "3",
+        "--nics",
+        "2",
+    ]);
+    let under = |sw: &str| {
+        let at = tree.find(&format!("{sw} [pcie-switch]")).unwrap();
+        let rest = &tree[at..];
+        let end = rest[1..].find("pcisw").map_or(rest.len(), |e| e + 1);
+        rest[..end].matches("[nic]").count()
+    };
+    assert_eq!((under("pcisw0"), under("pcisw1")), (1, 1), "{tree}");
+}
+
+#[test]
+fn an_exported_cluster_is_not_joined_again() {
+    let dir = scratch_dir("topo-c2");
+    let file = dir.join("c2.toml");
+    let file = file.to_str().unwrap();
+    ok(&[
+        "topo", "--preset", "dgx-h100", "--nodes", "2", "--export", file,
+    ]);
+    // It routed n0.n0.gpu0 -> n1.n0.gpu0 over the file's rail0 and a new
+    // rail0, each NIC cabled twice.
+    gpucomm(
+        &[
+            "topo",
+            "--file",
+            file,
+            "--nodes",
+            "2",
+            "--path",
+            "n0.n0.gpu0",
+            "n1.n0.gpu0",
+        ],
+        LIMIT,
+    )
+    .assert_fails(
+        1,
+        "--nodes 2: dgx-h100x2 already has its own network (n0.nic0 is cabled to rail0)",
+    );
+    // As it is, it routes on its own rails.
+    let path = ok(&["topo", "--file", file, "--path", "n0.gpu3", "n1.gpu3"]);
+    assert!(path.contains("n0.nic3 -> rail3"), "{path}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -58,10 +58,12 @@ impl Fabric {
 pub struct ClusterOptions {
     /// Number of copies of the base topology (nodes). 1 = no cluster.
     pub nodes: usize,
-    /// Keep only the first N GPUs of the base topology.
+    /// Keep only the first N GPUs of each host of the base topology (of a
+    /// GB200 NVL72 rack, N per tray).
     pub gpus: Option<usize>,
-    /// NICs per node: replace the base's NICs with this many, spread evenly
-    /// over the GPUs' PCIe attachment points.
+    /// NICs per host: replace the base's NICs with this many in each host,
+    /// spread evenly over the PCIe attachment points (switches, or the CPU)
+    /// of the host's GPUs ([`cluster`] says how).
     pub nics: Option<usize>,
     /// NIC port speed (see [`crate::catalog::parse_port`]); default: the
     /// base's.
@@ -92,16 +94,44 @@ impl Default for ClusterOptions {
     }
 }
 
-/// Keeps the first `n` GPUs (node order) and drops the rest with their links.
+/// The GPUs of each host, hosts in order of their first GPU, GPUs in rank
+/// order; GPUs that name no host are one group (host `None`).
+fn gpus_by_host(t: &Topology) -> Vec<(Option<NodeIx>, Vec<NodeIx>)> {
+    let mut groups: Vec<(Option<NodeIx>, Vec<NodeIx>)> = Vec::new();
+    let mut at: HashMap<Option<NodeIx>, usize> = HashMap::new();
+    for &g in t.gpus() {
+        let h = t.node(g).host;
+        let i = *at.entry(h).or_insert_with(|| {
+            groups.push((h, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(g);
+    }
+    groups
+}
+
+/// Keeps the first `n` GPUs of each host (rank order) and drops the rest
+/// with their links: on a one-host topology its first `n` GPUs, on a GB200
+/// NVL72 rack `n` of each tray. GPUs that name no host count as one host.
 pub fn first_gpus(t: &Topology, n: usize) -> Result<Topology, TopoError> {
-    let have = t.gpus().len();
+    let groups = gpus_by_host(t);
+    let fewest = groups.iter().min_by_key(|g| g.1.len());
+    let have = fewest.map_or(0, |g| g.1.len());
     if n == 0 || n > have {
+        let whose = match fewest {
+            Some((Some(h), _)) if groups.len() > 1 => {
+                format!("host {} of {}", t.node(*h).id, t.name())
+            }
+            _ => t.name().to_string(),
+        };
         return Err(TopoError::Options(format!(
-            "--gpus {n}: {} has {have} GPUs",
-            t.name()
+            "--gpus {n}: {whose} has {have} GPUs"
         )));
     }
-    let drop: Vec<NodeIx> = t.gpus()[n..].to_vec();
+    let drop: std::collections::HashSet<NodeIx> = groups
+        .iter()
+        .flat_map(|g| g.1[n..].iter().copied())
+        .collect();
     retain(t.to_builder(), |ix, _| !drop.contains(&ix))
 }
 
@@ -134,15 +164,25 @@ fn retain(b: TopologyBuilder, keep: impl Fn(NodeIx, &Node) -> bool) -> Result<To
 /// `NCCL_TOPO_MAX_NODES` (640) nodes of each kind.
 pub const MAX_NICS: usize = 640;
 
-/// Replaces the NICs of a single-unit topology by `count` new ones,
-/// spread evenly over the GPUs: NIC `j` goes where GPU `j * gpus / count`
-/// attaches to PCIe (its switch), with the same PCIe link.
+/// Replaces the NICs of a single-unit topology by `count` new ones in each
+/// host that has GPUs. A host's NICs are spread evenly over the distinct
+/// PCIe attachment points of its GPUs (their switch, or their CPU where a
+/// GPU has no PCIe link), taken in GPU order: with `a` of them, NIC `j`
+/// goes on attachment point `j * a / count`, with the GPU's PCIe link.
+/// Eight switches and four NICs: switches 0, 2, 4, 6; two switches (GPUs
+/// 0-1 on one, GPU 2 on the other) and two NICs: one on each. NIC ids are
+/// `nic<j>` with the host's GPUs' id prefix (`tray3.nic0`).
 fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<Topology, TopoError> {
     if count > MAX_NICS {
         return Err(TopoError::Options(format!(
             "--nics {count}: at most {MAX_NICS} per node (NCCL's topology holds at most \
              NCCL_TOPO_MAX_NODES = {MAX_NICS} nodes of a kind, src/include/graph.h)"
         )));
+    }
+    let nb = retain(t.to_builder(), |_, n| n.kind != NodeKind::Nic)?;
+    if count == 0 {
+        // No NIC needs a port speed (a machine without NICs takes --nics 0).
+        return Ok(nb);
     }
     let old_port = t.nodes_of_kind(NodeKind::Nic).find_map(|n| t.node(n).port);
     let port = port.or(old_port).ok_or_else(|| {
@@ -151,49 +191,57 @@ fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<To
             t.name()
         ))
     })?;
-    let gpus = t.gpus().to_vec();
-    if count > 0 && gpus.is_empty() {
+    if nb.gpus().is_empty() {
         return Err(TopoError::Options(
             "--nics needs GPUs to place NICs near".into(),
         ));
     }
-    let nb = retain(t.to_builder(), |_, n| n.kind != NodeKind::Nic)?;
     let mut b = nb.to_builder();
-    for j in 0..count {
-        let g = nb.gpus()[j * gpus.len() / count];
-        let gnode = nb.node(g).clone();
-        // The GPU's PCIe attachment, else its CPU.
-        let attach = nb
-            .links_of(g)
-            .iter()
-            .find(|(l, _)| nb.link(*l).kind.is_pcie())
-            .map(|&(l, d)| (nb.link(l).head(d), nb.link(l).kind));
-        let (at, kind) = match attach {
-            Some(x) => x,
-            None => match nb.local_cpu(g) {
-                Some(c) => (
-                    c,
-                    LinkKind::Pcie {
-                        generation: PcieGen::Gen5,
-                        width: 16,
-                    },
-                ),
-                None => {
-                    return Err(TopoError::Options(format!(
-                        "cannot place a NIC near {}: no PCIe link and no CPU",
-                        gnode.id
-                    )));
-                }
-            },
-        };
-        let mut nic = Node::new(format!("nic{j}"), NodeKind::Nic).with_label("NIC");
-        nic.host = gnode.host;
-        nic.numa = gnode.numa;
-        nic.socket = gnode.socket;
-        nic.root_complex = gnode.root_complex.clone();
-        nic.port = Some(port);
-        let ix = b.node(nic);
-        b.link(ix, at, kind);
+    for (_, gpus) in gpus_by_host(&nb) {
+        // The GPUs' attachment points, each once, in GPU order.
+        let mut points: Vec<(NodeIx, LinkKind, NodeIx)> = Vec::new();
+        for &g in &gpus {
+            let attach = nb
+                .links_of(g)
+                .iter()
+                .find(|(l, _)| nb.link(*l).kind.is_pcie())
+                .map(|&(l, d)| (nb.link(l).head(d), nb.link(l).kind));
+            let (at, kind) = match attach {
+                Some(x) => x,
+                None => match nb.local_cpu(g) {
+                    Some(c) => (
+                        c,
+                        LinkKind::Pcie {
+                            generation: PcieGen::Gen5,
+                            width: 16,
+                        },
+                    ),
+                    None => {
+                        return Err(TopoError::Options(format!(
+                            "cannot place a NIC near {}: no PCIe link and no CPU",
+                            nb.node(g).id
+                        )));
+                    }
+                },
+            };
+            if !points.iter().any(|p| p.0 == at) {
+                points.push((at, kind, g));
+            }
+        }
+        let gid = &nb.node(gpus[0]).id;
+        let prefix = gid.rfind('.').map_or("", |i| &gid[..=i]);
+        for j in 0..count {
+            let (at, kind, g) = points[j * points.len() / count];
+            let gnode = nb.node(g);
+            let mut nic = Node::new(format!("{prefix}nic{j}"), NodeKind::Nic).with_label("NIC");
+            nic.host = gnode.host;
+            nic.numa = gnode.numa;
+            nic.socket = gnode.socket;
+            nic.root_complex = gnode.root_complex.clone();
+            nic.port = Some(port);
+            let ix = b.node(nic);
+            b.link(ix, at, kind);
+        }
     }
     b.build()
 }
@@ -267,6 +315,21 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
             "--nodes-per-leaf must be at least 1".into(),
         ));
     }
+    if let Some(port) = opts.nic_speed {
+        let none = match opts.nics {
+            Some(0) => Some("--nics 0 leaves none".to_string()),
+            None if base.nodes_of_kind(NodeKind::Nic).next().is_none() => {
+                Some(format!("{} has none (--nics N gives it some)", base.name()))
+            }
+            _ => None,
+        };
+        if let Some(why) = none {
+            return Err(TopoError::NoEffect(format!(
+                "--nic-speed {}: no NIC to set it on; {why}",
+                crate::catalog::port_name(port).unwrap_or_else(|| port.to_string())
+            )));
+        }
+    }
     let mut unit = match opts.gpus {
         Some(n) => first_gpus(base, n)?,
         None => base.clone(),
@@ -306,6 +369,31 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
             )));
         }
     }
+    // A unit with a network of its own (an exported cluster): joining its
+    // copies would cable each of its NICs to a second switch.
+    if let Some(l) = unit.links().iter().find(|l| l.kind.is_network()) {
+        return Err(TopoError::Options(format!(
+            "--nodes {}: {} already has its own network ({} is cabled to {}); --nodes would \
+             give each of its NICs a second port. Build the cluster from one node of it, or \
+             use it as it is",
+            opts.nodes,
+            unit.name(),
+            unit.node(l.a).id,
+            unit.node(l.b).id
+        )));
+    }
+    // Each NIC's rail: its index among its host's NICs (NIC 2 of every
+    // host, every tray of a GB200 NVL72 rack included, on rail 2).
+    let mut seen: HashMap<Option<NodeIx>, usize> = HashMap::new();
+    let rail_of: Vec<usize> = nics
+        .iter()
+        .map(|&n| {
+            let k = seen.entry(unit.node(n).host).or_insert(0);
+            *k += 1;
+            *k - 1
+        })
+        .collect();
+    let rails = rail_of.iter().max().map_or(0, |&r| r + 1);
     let per = unit.nodes().len();
     check_size(&unit, opts.nodes, crate::discover::available_memory())?;
     let mut b = TopologyBuilder::new(format!("{}x{}", unit.name(), opts.nodes));
@@ -357,12 +445,14 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
             }
         }
         Fabric::RailOptimized => {
-            for j in 0..nics.len() {
-                let sw = switch(&mut b, format!("rail{j}"), "rail leaf switch");
+            for r in 0..rails {
+                let sw = switch(&mut b, format!("rail{r}"), "rail leaf switch");
                 let mut down = Vec::new();
                 for i in 0..opts.nodes {
-                    b.link(nic_at(i, j), sw, port(i, j));
-                    down.push(port(i, j));
+                    for j in (0..nics.len()).filter(|&j| rail_of[j] == r) {
+                        b.link(nic_at(i, j), sw, port(i, j));
+                        down.push(port(i, j));
+                    }
                 }
                 leaves.push((sw, down));
             }

@@ -49,6 +49,11 @@ pub enum TopoError {
     /// Cluster or selection options that cannot be applied.
     #[error("{0}")]
     Options(String),
+    /// An option that would change nothing on this topology (`--nic-speed`
+    /// where there is no NIC to set it on): refused rather than ignored, so
+    /// a command line that asks for it learns it was not applied.
+    #[error("{0}")]
+    NoEffect(String),
     /// No route exists between two nodes.
     #[error("no route from {from:?} to {to:?}")]
     NoRoute {

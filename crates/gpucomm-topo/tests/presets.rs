@@ -575,3 +575,205 @@ fn a_spine_trunk_past_u16_links_is_refused_not_wrapped() {
         "{trunk:?}"
     );
 }
+
+/// The PCIe switch (or CPU) a NIC hangs off.
+fn attachment(t: &Topology, id: &str) -> String {
+    let n = t.find(id).unwrap_or_else(|| panic!("no {id}"));
+    let (l, d) = t
+        .links_of(n)
+        .iter()
+        .find(|(l, _)| t.link(*l).kind.is_pcie())
+        .unwrap();
+    t.node(t.link(*l).head(*d)).id.clone()
+}
+
+#[test]
+fn nics_spread_over_the_gpus_switches_not_their_first_gpus() {
+    // Three GPUs of the PCIe server: two on pcisw0, one on pcisw1. NIC j
+    // went next to GPU j * 3 / 2 (GPUs 0 and 1): both on pcisw0.
+    let opts = ClusterOptions {
+        gpus: Some(3),
+        nics: Some(2),
+        ..Default::default()
+    };
+    let t = select("pcie-8gpu", &opts).unwrap();
+    assert_eq!(attachment(&t, "nic0"), "pcisw0");
+    assert_eq!(attachment(&t, "nic1"), "pcisw1");
+    // Eight switches, four NICs: every other one (next to GPUs 0, 2, 4, 6,
+    // as gpucomm sim's --nics places them); eight GPUs on four switches
+    // and eight NICs: two on each.
+    let four = select(
+        "dgx-h100",
+        &ClusterOptions {
+            nics: Some(4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let at: Vec<String> = (0..4)
+        .map(|j| attachment(&four, &format!("nic{j}")))
+        .collect();
+    assert_eq!(at, ["pcisw0.0", "pcisw2.0", "pcisw4.0", "pcisw6.0"]);
+    let eight = select(
+        "pcie-8gpu",
+        &ClusterOptions {
+            nics: Some(8),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let at: Vec<String> = (0..8)
+        .map(|j| attachment(&eight, &format!("nic{j}")))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            "pcisw0", "pcisw0", "pcisw1", "pcisw1", "pcisw2", "pcisw2", "pcisw3", "pcisw3"
+        ]
+    );
+}
+
+#[test]
+fn nics_0_and_nic_speed_without_nics() {
+    let ws = |nics, nic_speed| {
+        select(
+            "workstation-rtx4090",
+            &ClusterOptions {
+                nics,
+                nic_speed,
+                ..Default::default()
+            },
+        )
+    };
+    // --nics 0 on a machine without NICs needs no port speed.
+    let t = ws(Some(0), None).unwrap();
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 0);
+    // --nic-speed with no NIC to set changed nothing, silently.
+    let ndr = gpucomm_topo::catalog::parse_port("ndr");
+    for (nics, says) in [
+        (
+            None,
+            "workstation-rtx4090 has none (--nics N gives it some)",
+        ),
+        (Some(0), "--nics 0 leaves none"),
+    ] {
+        match ws(nics, ndr) {
+            Err(gpucomm_topo::TopoError::NoEffect(m)) => {
+                assert!(m.starts_with("--nic-speed ndr: no NIC to set it on"), "{m}");
+                assert!(m.contains(says), "{m}");
+            }
+            other => panic!("{nics:?}: {other:?}"),
+        }
+    }
+    // With NICs to set, or NICs to make, it applies.
+    let t = ws(Some(1), ndr).unwrap();
+    assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 1);
+    assert!(
+        select(
+            "pcie-8gpu",
+            &ClusterOptions {
+                nic_speed: ndr,
+                ..Default::default()
+            }
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn a_multi_host_unit_keeps_gpus_and_nics_per_host_and_rails_per_host() {
+    let nvl72 = |nodes, gpus, nics| {
+        select(
+            "gb200-nvl72",
+            &ClusterOptions {
+                nodes,
+                gpus,
+                nics,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    // Rails by the NIC's index in its tray: 4 rails, not 72.
+    let t = nvl72(2, None, None);
+    let rails: Vec<&str> = t
+        .nodes()
+        .iter()
+        .filter(|n| n.id.starts_with("rail"))
+        .map(|n| n.id.as_str())
+        .collect();
+    assert_eq!(rails, ["rail0", "rail1", "rail2", "rail3"]);
+    let hops = |t: &Topology, a: &str, b: &str| -> Vec<String> {
+        let p = t.path(t.find(a).unwrap(), t.find(b).unwrap()).unwrap();
+        p.hops
+            .iter()
+            .map(|h| t.node(t.link(h.link).head(h.dir)).id.clone())
+            .collect()
+    };
+    // GPU 0 of tray 1 to GPU 0 of tray 5 of the other rack: one rail, no
+    // spine (NIC 0 of both trays is on rail 0).
+    let h = hops(&t, "n0.tray1.gpu0", "n1.tray5.gpu0");
+    assert!(
+        h.contains(&"rail0".to_string()) && !h.contains(&"spine".to_string()),
+        "{h:?}"
+    );
+    // --nics N: N in every tray. With 4 per rack one tray in 18 had one
+    // and the others no route out.
+    for n in [1, 4] {
+        let t = nvl72(2, None, Some(n));
+        assert_eq!(t.nodes_of_kind(NodeKind::Nic).count(), 2 * 18 * n);
+        assert!(t.find("n1.tray17.nic0").is_some());
+        let h = hops(&t, "n0.tray1.gpu0", "n1.tray1.gpu0");
+        assert!(h.contains(&"rail0".to_string()), "{h:?}");
+    }
+    // --gpus N: N of each tray, as for one host.
+    let t = nvl72(1, Some(2), None);
+    assert_eq!(t.gpus().len(), 36);
+    assert!(t.find("tray17.gpu1").is_some() && t.find("tray17.gpu2").is_none());
+    let e = select(
+        "gb200-nvl72",
+        &ClusterOptions {
+            gpus: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(e, "--gpus 5: host tray0 of gb200-nvl72 has 4 GPUs");
+}
+
+#[test]
+fn a_unit_with_its_own_network_is_not_joined_again() {
+    // An exported 2-node cluster, replicated: each NIC got a second port
+    // (the file's rail and a new one), and rails were numbered across the
+    // file's two hosts (n0.n0.gpu0 -> rail0 -> spine -> rail8 -> n1.n1.gpu0).
+    let two = select(
+        "dgx-h100",
+        &ClusterOptions {
+            nodes: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let file = gpucomm_topo::format::to_string(&two, gpucomm_topo::format::Format::Toml);
+    let unit =
+        gpucomm_topo::format::parse(&file, gpucomm_topo::format::Format::Toml, "c2.toml").unwrap();
+    let e = gpucomm_topo::cluster(
+        &unit,
+        &ClusterOptions {
+            nodes: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(
+            "--nodes 2: dgx-h100x2 already has its own network (n0.nic0 is cabled to rail0)"
+        ),
+        "{e}"
+    );
+    // As it is, it routes on its own rails.
+    let p = unit.path(unit.find("n0.gpu3").unwrap(), unit.find("n1.gpu3").unwrap());
+    assert_eq!(p.unwrap().class, PathClass::Net);
+}

@@ -106,7 +106,11 @@ fn host_memory_and_remote_cpu_routes() {
     let cpu = t.local_cpu(g).unwrap();
     assert_eq!(t.node(cpu).id, "n0.cpu1");
     let p = t.path(cpu, g).unwrap();
-    assert_eq!(p.hops.len(), 3, "CPU -> PCIe switch -> its GPU switch -> GPU");
+    assert_eq!(
+        p.hops.len(),
+        3,
+        "CPU -> PCIe switch -> its GPU switch -> GPU"
+    );
     assert!((p.bandwidth - 63.015).abs() < 0.01);
     // A CPU on another host goes through the nearest NIC.
     let remote = t.find("n1.cpu0").unwrap();

@@ -83,20 +83,24 @@ pub struct ClusterArgs {
     /// Build a cluster of this many nodes.
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,
-    /// Keep only the first N GPUs of each node.
+    /// Keep only the first N GPUs of each host (of a GB200 NVL72, of each
+    /// tray).
     #[arg(long)]
     pub gpus: Option<usize>,
-    /// NICs per node (replaces the node's NICs).
+    /// NICs per host (replaces its NICs), spread evenly over its GPUs' PCIe
+    /// switches; 0 removes them.
     #[arg(long)]
     pub nics: Option<usize>,
     /// NIC port speed: edr, hdr, hdr100, ndr, ndr200, xdr, roce400, eth100...
+    /// (refused where there is no NIC to set).
     #[arg(long)]
     pub nic_speed: Option<String>,
     /// Inter-node fabric: rail (default), single, leaf-spine.
     #[arg(long)]
     pub fabric: Option<String>,
     /// Leaf-to-spine oversubscription (default 1 = non-blocking; above 1
-    /// needs --fabric leaf-spine and --nodes above 1).
+    /// needs --fabric leaf-spine and more than one leaf: --nodes above
+    /// --nodes-per-leaf).
     #[arg(long, value_parser = parse_oversubscription)]
     pub oversubscription: Option<f64>,
     /// Nodes per leaf switch (default 4; needs --fabric leaf-spine and
@@ -159,6 +163,22 @@ fn check_network_options(f: &NetworkFlags) -> anyhow::Result<()> {
                 fabric.name()
             );
         }
+    }
+    // One leaf has no uplink to narrow: every node on it, no spine.
+    let per_leaf = f
+        .nodes_per_leaf
+        .unwrap_or(ClusterOptions::default().nodes_per_leaf);
+    if let Some(x) = oversubscribed
+        && fabric == Fabric::LeafSpine
+        && f.nodes > 1
+        && f.nodes <= per_leaf
+    {
+        usage!(
+            "--oversubscription {} needs more than one leaf: {} nodes at {per_leaf} per leaf \
+             (--nodes-per-leaf) are one leaf switch, with no uplink to the spine to narrow",
+            gpucomm_topo::readable_number(x),
+            f.nodes
+        );
     }
     if f.nodes <= 1 {
         let first = leaf
@@ -320,6 +340,16 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
     })
 }
 
+/// A topology error as `gpucomm topo` reports it: an option that would
+/// change nothing ([`gpucomm_topo::TopoError::NoEffect`]) is a bad command
+/// line (exit 2), as the network options refused before loading are.
+fn topo_error(e: gpucomm_topo::TopoError) -> anyhow::Error {
+    match e {
+        gpucomm_topo::TopoError::NoEffect(m) => anyhow::Error::new(super::common::Usage(m)),
+        other => other.into(),
+    }
+}
+
 fn load(args: &Args) -> anyhow::Result<Topology> {
     let opts = options(&args.cluster)?;
     // `local` is discovered below, where --no-nvml applies.
@@ -328,10 +358,12 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
         .as_ref()
         .filter(|t| !t.eq_ignore_ascii_case("local"))
     {
-        return gpucomm_topo::select(t, &opts).with_context(|| format!("--topology {t}"));
+        return gpucomm_topo::select(t, &opts)
+            .map_err(topo_error)
+            .with_context(|| format!("--topology {t}"));
     }
     if let Some(p) = &args.preset {
-        return Ok(gpucomm_topo::select(p, &opts)?);
+        return gpucomm_topo::select(p, &opts).map_err(topo_error);
     }
     if let Some(f) = &args.file {
         // A path that exists but is not a file (a directory, /dev/null)
@@ -340,7 +372,7 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
         if !f.exists() {
             bail!("--file {}: no such file", f.display());
         }
-        return Ok(gpucomm_topo::select_file(f, &opts)?);
+        return gpucomm_topo::select_file(f, &opts).map_err(topo_error);
     }
     let d = DiscoverOptions {
         root: args
@@ -353,7 +385,7 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
     if opts == ClusterOptions::default() {
         Ok(base)
     } else {
-        Ok(gpucomm_topo::cluster(&base, &opts)?)
+        gpucomm_topo::cluster(&base, &opts).map_err(topo_error)
     }
 }
 
