@@ -504,3 +504,25 @@ fn an_exported_cluster_is_not_joined_again() {
     assert!(path.contains("n0.nic3 -> rail3"), "{path}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_matrix_has_nvidia_smi_s_affinity_columns() {
+    // nvidia-smi prints CPU Affinity, NUMA Affinity and GPU NUMA ID, and
+    // leaves them blank on NIC rows (which printed `N/A  0`).
+    let out = ok(&["topo", "--preset", "dgx-h100"]);
+    let header = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("GPU0 "))
+        .unwrap();
+    assert!(
+        header.ends_with("NIC7  CPU Affinity  NUMA Affinity  GPU NUMA ID"),
+        "{header}"
+    );
+    let gpu4 = out.lines().find(|l| l.starts_with("GPU4 ")).unwrap();
+    assert!(gpu4.ends_with("N/A           1              N/A"), "{gpu4}");
+    let nic0 = out.lines().find(|l| l.starts_with("NIC0 ")).unwrap();
+    assert!(
+        nic0.ends_with("SYS   X     NODE  NODE  NODE  SYS   SYS   SYS   SYS"),
+        "{nic0}"
+    );
+}

@@ -784,8 +784,12 @@ fn print_matrix(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result
     }
     let mut header = vec![String::new()];
     header.extend(devs.iter().map(|d| d.0.clone()));
+    // nvidia-smi's three affinity columns. A NIC row leaves them blank, as
+    // nvidia-smi does; GPU NUMA ID is the GPU's own NUMA node where its
+    // memory is one (Grace machines), which the model does not hold: N/A.
     header.push("CPU Affinity".into());
     header.push("NUMA Affinity".into());
+    header.push("GPU NUMA ID".into());
     let mut rows = Vec::new();
     for (name, a) in &devs {
         let mut row = vec![name.clone()];
@@ -795,18 +799,23 @@ fn print_matrix(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result
                 Err(_) => "-".into(),
             });
         }
-        let cpu = t.local_cpu(*a);
-        row.push(
-            cpu.and_then(|c| t.node(c).props.get("cpus").cloned())
-                .map(|s| s.split(' ').next().unwrap_or("").to_string())
-                .unwrap_or_else(|| "N/A".into()),
-        );
-        row.push(
-            t.node(*a)
-                .numa
-                .or_else(|| cpu.and_then(|c| t.node(c).numa))
-                .map_or("N/A".into(), |n| n.to_string()),
-        );
+        if t.node(*a).kind == NodeKind::Gpu {
+            let cpu = t.local_cpu(*a);
+            row.push(
+                cpu.and_then(|c| t.node(c).props.get("cpus").cloned())
+                    .map(|s| s.split(' ').next().unwrap_or("").to_string())
+                    .unwrap_or_else(|| "N/A".into()),
+            );
+            row.push(
+                t.node(*a)
+                    .numa
+                    .or_else(|| cpu.and_then(|c| t.node(c).numa))
+                    .map_or("N/A".into(), |n| n.to_string()),
+            );
+            row.push("N/A".into());
+        } else {
+            row.extend([String::new(), String::new(), String::new()]);
+        }
         rows.push(row);
     }
     print_grid(out, &header, &rows)?;
