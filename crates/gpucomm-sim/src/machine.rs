@@ -1738,13 +1738,18 @@ mod peer_nic_tests {
 
     #[test]
     fn a_gpu_alone_in_use_keeps_every_nic_near_it() {
-        // One DGX H100 GPU in use: GPU 0's PCIe switch holds NICs 0 and 1,
-        // which NCCL (trimming only GPUs) alternates over the channels; a
-        // collective's rails keep GPU 0's own (`rails`).
-        let mut m = Machine::preset("dgx-h100").unwrap();
-        m.use_gpus(1).unwrap();
-        let f = m.fabric(Engine::Nccl, 2).unwrap();
-        let nics: Vec<usize> = (0..4).map(|ch| f.local_nic(0, ch).unwrap()).collect();
-        assert_eq!(nics, [0, 1, 0, 1]);
+        // One GPU in use: NCCL trims only GPUs, so the NICs nearest GPU 0
+        // are kept and alternate over the channels; a collective's rails
+        // keep GPU 0's own (`rails`). A DGX H100's GPU 0 has one (its own
+        // NIC behind its PCIe switch, PXB; the others are NODE, as the
+        // published topo -m reads); with 16 NICs its switch holds two.
+        let nics = |mut m: Machine| -> Vec<usize> {
+            m.use_gpus(1).unwrap();
+            let f = m.fabric(Engine::Nccl, 2).unwrap();
+            (0..4).map(|ch| f.local_nic(0, ch).unwrap()).collect()
+        };
+        assert_eq!(nics(Machine::preset("dgx-h100").unwrap()), [0, 0, 0, 0]);
+        let sixteen = Machine::select_with_nics("dgx-h100", Some(16), None).unwrap();
+        assert_eq!(nics(sixteen), [0, 1, 0, 1]);
     }
 }
