@@ -198,39 +198,43 @@ fn half_precision_avg_does_not_overflow_where_the_average_fits() {
 fn the_timeout_bounds_each_wait_not_a_call_that_keeps_moving() {
     // A call that moves data for longer than the timeout, without ever
     // waiting that long, succeeds (it failed at the timeout after start).
-    let timeout = Duration::from_millis(40);
+    // Every send completes 60 ms after its data went (a slow link), and a
+    // ring all_reduce on 8 ranks sends 14 times one after another: the
+    // call outlasts the 300 ms timeout twice over while no wait comes near
+    // it, so a loaded machine's scheduling pauses do not fail it (a 40 ms
+    // timeout on a call grown past 160 ms did fail so).
+    let n = 8;
+    let timeout = Duration::from_millis(300);
+    let slow = gpucomm::Fault::Delay(Duration::from_millis(60));
     let comms = Communicator::in_process_with(
-        2,
+        n,
         &InProcessOptions {
             timeout: Some(timeout),
-            ..Default::default()
+            algorithm: Some(gpucomm::Algorithm::Ring),
+            faults: (0..n).map(|r| (r, (r + 1) % n, slow)).collect(),
         },
     )
     .unwrap();
-    let mut count = 1 << 20;
-    loop {
-        let took = std::thread::scope(|s| {
-            let hs: Vec<_> = comms
-                .iter()
-                .map(|c| {
-                    s.spawn(move || {
-                        let send = vec![1.0f32; count];
-                        let mut recv = vec![0.0f32; count];
-                        let t = std::time::Instant::now();
-                        c.all_reduce(&send, &mut recv, gpucomm::ReduceOp::Sum)
-                            .unwrap_or_else(|e| panic!("{count} floats: {e}"));
-                        assert!(recv.iter().all(|&x| x == 2.0));
-                        t.elapsed()
-                    })
+    let count = 1 << 12;
+    let took = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let send = vec![1.0f32; count];
+                    let mut recv = vec![0.0f32; count];
+                    let t = std::time::Instant::now();
+                    c.all_reduce(&send, &mut recv, gpucomm::ReduceOp::Sum)
+                        .unwrap_or_else(|e| panic!("{count} floats: {e}"));
+                    assert!(recv.iter().all(|&x| x == n as f32));
+                    t.elapsed()
                 })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).min().unwrap()
-        });
-        // Shown once a call has outlasted the timeout several times over.
-        if took > 4 * timeout {
-            break;
-        }
-        assert!(count < 1 << 27, "{count} floats took only {took:?}");
-        count *= 2;
-    }
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).min().unwrap()
+    });
+    assert!(
+        took > 2 * timeout,
+        "{took:?}: the slow link did not slow it"
+    );
 }

@@ -13,6 +13,10 @@ pub enum Fault {
     BreakAfterSends(u64),
     /// Every send stalls forever (the peer sees nothing): only the timeout ends it.
     Blackhole,
+    /// Every send completes this long after its data went (a slow link,
+    /// which moves every byte through its sends, no zero-copy): a call
+    /// takes longer, without any one wait taking longer than this.
+    Delay(std::time::Duration),
 }
 
 pub(crate) struct FaultyLink {
@@ -20,6 +24,9 @@ pub(crate) struct FaultyLink {
     fault: Fault,
     sends: u64,
     broken: bool,
+    /// Under [`Fault::Delay`]: per channel, when its send in hand (whose
+    /// data went) may report completion.
+    held: Vec<(usize, std::time::Instant)>,
 }
 
 impl FaultyLink {
@@ -29,6 +36,7 @@ impl FaultyLink {
             fault,
             sends: 0,
             broken: false,
+            held: Vec::new(),
         }
     }
     fn broken_err(&self) -> LinkError {
@@ -41,7 +49,8 @@ impl Link for FaultyLink {
         self.inner.kind()
     }
     fn zero_copy_ok(&self, zc: &ZeroCopy) -> bool {
-        self.inner.zero_copy_ok(zc)
+        // A slow link moves every byte through its (delayed) sends.
+        !matches!(self.fault, Fault::Delay(_)) && self.inner.zero_copy_ok(zc)
     }
     fn poll_send(
         &mut self,
@@ -54,6 +63,20 @@ impl Link for FaultyLink {
         }
         match self.fault {
             Fault::Blackhole => Ok(false),
+            Fault::Delay(d) => {
+                let now = std::time::Instant::now();
+                if let Some(i) = self.held.iter().position(|&(c, _)| c == ch) {
+                    let ready = now >= self.held[i].1;
+                    if ready {
+                        self.held.swap_remove(i);
+                    }
+                    return Ok(ready);
+                }
+                if self.inner.poll_send(ch, req, st)? {
+                    self.held.push((ch, now + d));
+                }
+                Ok(false)
+            }
             Fault::BreakAfterSends(n) => {
                 if self.sends >= n {
                     self.broken = true;
