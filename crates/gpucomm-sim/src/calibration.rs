@@ -348,8 +348,10 @@ fn nic_port(system: &str) -> Result<Option<(usize, LinkKind)>, SimError> {
     };
     let w = words(system);
     let ib = |speed| LinkKind::Infiniband { speed, count: 1 };
+    // Texts state a port's nominal rate (FDR's 56 Gb/s, not its 54.55 of
+    // data).
     let named = IbSpeed::ALL.into_iter().find(|s| {
-        s.gbit() == gbit
+        s.nominal_gbit() == gbit
             && w.iter().any(|x| {
                 x == s.name()
                     || x.strip_prefix(s.name())
@@ -362,7 +364,7 @@ fn nic_port(system: &str) -> Result<Option<(usize, LinkKind)>, SimError> {
     let ethernet = w
         .iter()
         .any(|x| x.starts_with("roce") || x.ends_with("gbe") || x == "ethernet" || x == "efa");
-    let any_ib = IbSpeed::ALL.into_iter().find(|s| s.gbit() == gbit);
+    let any_ib = IbSpeed::ALL.into_iter().find(|s| s.nominal_gbit() == gbit);
     let port = match any_ib {
         Some(s) if !ethernet => ib(s),
         _ if gbit.fract() == 0.0 && (1.0..=f64::from(u16::MAX)).contains(&gbit) => {
@@ -481,11 +483,12 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
     fn generation_gbits(tok: &str) -> Option<f64> {
         let t = tok.split(['-', '/']).next().unwrap_or("");
         if let Some(speed) = IbSpeed::parse(t) {
-            return Some(speed.gbit());
+            return Some(speed.nominal_gbit());
         }
         let name = t.trim_end_matches(|c: char| c.is_ascii_digit());
         let speed = IbSpeed::parse(name)?;
-        (t[name.len()..].parse::<f64>().ok()? == speed.gbit()).then(|| speed.gbit())
+        let nominal = speed.nominal_gbit();
+        (t[name.len()..].parse::<f64>().ok()? == nominal).then_some(nominal)
     }
     // Network words and a speed among `rest`: the first stated speed, else
     // the first generation's.
@@ -1081,6 +1084,10 @@ mod tests {
             ("2x H100 SXM nodes, 4x EFA 100 Gb/s", (4, "roce100")),
             ("2x DGX H100, 8x 400G NICs", (8, "ndr")),
             ("2x DGX H100, 16x 300 Gb/s NICs", (16, "roce300")),
+            // FDR is stated at its nominal 56 Gb/s (54.55 of data).
+            ("2x DGX-1 V100, 4x FDR 56 Gb/s InfiniBand", (4, "fdr")),
+            ("4x 56Gb/s FDR InfiniBand", (4, "fdr")),
+            ("2x DGX-1, 4x FDR56 InfiniBand", (4, "fdr")),
         ];
         for (text, (n, name)) in cases {
             assert_eq!(port(text), Some((n, name.to_string())), "{text}");

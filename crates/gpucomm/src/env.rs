@@ -206,7 +206,7 @@ impl std::str::FromStr for SocketIfname {
                     Some(name) => (true, name),
                     None => (all_exact, e),
                 };
-                (crate::netif::valid_ifname(name) && !name.contains(['^', '=']))
+                (crate::netif::valid_if_label(name) && !name.contains(['^', '=']))
                     .then(|| (name.to_string(), exact))
                     .ok_or_else(malformed)
             })
@@ -1062,6 +1062,11 @@ mod tests {
         assert_eq!(picks("^eth,=ib0"), ["lo", "docker0"]);
         assert_eq!(picks("docker, =eth1"), ["eth1", "docker0"]);
         assert_eq!(spec(" ^=eth0 , ib ").to_string(), "^=eth0,=ib");
+        // IPv4 alias labels, as getifaddrs names their addresses (they
+        // were refused as names with a ':').
+        let alias = spec("=eth0:1");
+        assert!(alias.matches("eth0:1") && !alias.matches("eth0"));
+        assert!(spec("eth0").matches("eth0:1"));
         for bad in [
             "",
             "eth0,",
@@ -1072,7 +1077,7 @@ mod tests {
             "eth,^ib",
             "e th",
             "a/b",
-            "eth:1",
+            "a%b",
             "a=b",
             "abcdefghijklmnop",
             ",eth",

@@ -49,11 +49,18 @@ pub(crate) fn split_literal(host: &str) -> Option<(IpAddr, Option<&str>)> {
 /// A name Linux could give an interface: 1 to 15 bytes (IFNAMSIZ with its
 /// NUL), no `/`, `:`, `%`, `,` or white space, not `.` or `..`.
 pub(crate) fn valid_ifname(name: &str) -> bool {
+    !name.contains(':') && valid_if_label(name)
+}
+
+/// A name `getifaddrs` reports an address under: an interface name
+/// ([`valid_ifname`]), or an IPv4 alias label (`eth0:1`), which
+/// `NCCL_SOCKET_IFNAME` matches as well.
+pub(crate) fn valid_if_label(name: &str) -> bool {
     !name.is_empty()
         && name.len() < 16
         && name != "."
         && name != ".."
-        && !name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | ':' | '%' | ','))
+        && !name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | '%' | ','))
 }
 
 /// The socket address of the IP literal `host` (see [`split_literal`]) and

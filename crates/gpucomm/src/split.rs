@@ -154,7 +154,12 @@ impl Hub {
                 .wait_timeout(groups, left.min(bootstrap::WATCH_SLICE))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
-            if let Some(why) = stop() {
+            // A group published meanwhile is taken (next pass) before a
+            // reason to stop is honoured: giving up on it would leave the
+            // slot in the hub.
+            if !groups.made.contains_key(ns)
+                && let Some(why) = stop()
+            {
                 return give_up(&mut groups, format!("split {ns}: {why}"));
             }
         }

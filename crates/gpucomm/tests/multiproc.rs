@@ -620,6 +620,12 @@ fn link_local() -> Option<(std::net::Ipv6Addr, String, u32)> {
     let table = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
     table.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
+        // Flags (the fifth field): not a tentative (0x40) or dadfailed
+        // (0x08) address, which cannot be bound.
+        let flags = u32::from_str_radix(f.get(4)?, 16).ok()?;
+        if flags & (0x40 | 0x08) != 0 {
+            return None;
+        }
         let hex = f
             .first()
             .filter(|h| h.len() == 32 && h.starts_with("fe80"))?;
