@@ -616,6 +616,17 @@ fn a_huge_world_size_is_refused() {
 
 /// This host's first IPv6 link-local address and its interface (name and
 /// index), from `/proc/net/if_inet6`.
+/// On a communicator just made (or the error making it): the sum of every
+/// rank's `rank + 1` (all_reduce, then a barrier), or the first error.
+fn rank_sum(rank: usize, c: Result<Communicator, gpucomm::Error>) -> Result<f32, String> {
+    let c = c.map_err(|e| e.to_string())?;
+    let mut v = [0f32; 4];
+    c.all_reduce(&[rank as f32 + 1.0; 4], &mut v, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    c.barrier().map_err(|e| e.to_string())?;
+    Ok(v[0])
+}
+
 fn link_local() -> Option<(std::net::Ipv6Addr, String, u32)> {
     let table = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
     table.lines().find_map(|l| {
@@ -657,12 +668,7 @@ fn a_link_local_store_address_with_a_zone_works() {
                     s.spawn(move || {
                         let mut cfg = thread_rank(rank, 2, addr, TransportChoice::Tcp);
                         cfg.timeout = Duration::from_secs(5);
-                        let c = Communicator::new(&cfg).map_err(|e| e.to_string())?;
-                        let mut v = [0f32; 4];
-                        c.all_reduce(&[rank as f32 + 1.0; 4], &mut v, ReduceOp::Sum)
-                            .map_err(|e| e.to_string())?;
-                        c.barrier().map_err(|e| e.to_string())?;
-                        Ok(v[0])
+                        rank_sum(rank, Communicator::new(&cfg))
                     })
                 })
                 .collect();
@@ -697,12 +703,7 @@ fn ranks_that_disagree_on_the_world_size_are_told() {
                         s.spawn(move || {
                             let c = Communicator::new(&thread_rank(rank, world, addr, transport));
                             all_told.wait();
-                            let c = c.map_err(|e| e.to_string())?;
-                            let mut v = [0f32; 4];
-                            c.all_reduce(&[rank as f32 + 1.0; 4], &mut v, ReduceOp::Sum)
-                                .map_err(|e| e.to_string())?;
-                            c.barrier().map_err(|e| e.to_string())?;
-                            Ok(v[0])
+                            rank_sum(rank, c)
                         })
                     })
                     .collect();
