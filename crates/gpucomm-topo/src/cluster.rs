@@ -197,7 +197,9 @@ fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<To
         ));
     }
     let mut b = nb.to_builder();
-    for (_, gpus) in gpus_by_host(&nb) {
+    let hosts = gpus_by_host(&nb);
+    let several = hosts.len() > 1;
+    for (host, gpus) in hosts {
         // The GPUs' attachment points, each once, in GPU order.
         let mut points: Vec<(NodeIx, LinkKind, NodeIx)> = Vec::new();
         for &g in &gpus {
@@ -228,8 +230,15 @@ fn replace_nics(t: &Topology, count: usize, port: Option<LinkKind>) -> Result<To
                 points.push((at, kind, g));
             }
         }
+        // The NICs are named as the host's GPUs are (`tray3.nic0` beside
+        // `tray3.gpu0`); where those ids do not say the host and there
+        // are several, after the host (`nic0` in every host clashed).
         let gid = &nb.node(gpus[0]).id;
-        let prefix = gid.rfind('.').map_or("", |i| &gid[..=i]);
+        let prefix = match (gid.rfind('.'), host) {
+            (Some(i), _) => gid[..=i].to_string(),
+            (None, Some(h)) if several => format!("{}.", nb.node(h).id),
+            _ => String::new(),
+        };
         for j in 0..count {
             let (at, kind, g) = points[j * points.len() / count];
             let gnode = nb.node(g);
@@ -507,6 +516,35 @@ pub fn cluster(base: &Topology, opts: &ClusterOptions) -> Result<Topology, TopoE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--nics` on a unit of several hosts whose GPU ids do not name the
+    /// host (`gpu0` in every tray of a file): the NICs are named after
+    /// the host. Every host's were `nic0`, and the build failed on the
+    /// duplicate id.
+    #[test]
+    fn nics_of_hosts_whose_gpu_ids_do_not_say_the_host_get_distinct_ids() {
+        let rack = crate::preset("gb200-nvl72").unwrap();
+        let mut b = rack.to_builder();
+        let gpus: Vec<NodeIx> = rack.gpus().to_vec();
+        for (k, &g) in gpus.iter().enumerate() {
+            b.node_mut(g).id = format!("g{k}");
+        }
+        let unit = b.build().unwrap();
+        let opts = ClusterOptions {
+            nics: Some(2),
+            ..ClusterOptions::default()
+        };
+        let t = cluster(&unit, &opts).unwrap();
+        let nics: Vec<&str> = t
+            .nodes()
+            .iter()
+            .filter(|n| n.kind == NodeKind::Nic)
+            .map(|n| n.id.as_str())
+            .collect();
+        assert_eq!(nics.len(), 18 * 2);
+        let host0 = &t.node(t.node(t.find("g0").unwrap()).host.unwrap()).id;
+        assert!(nics.contains(&format!("{host0}.nic1").as_str()), "{nics:?}");
+    }
 
     #[test]
     fn an_oversubscription_is_written_readably() {
