@@ -671,6 +671,26 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
 mod tests {
     use super::*;
 
+    /// `gpucomm sim p2p` copies GPU to GPU exactly where `gpucomm topo
+    /// --p2p` says GPUDirect P2P applies (`PathInfo::p2p`): the topology
+    /// read NODE pairs (host bridges of one socket) as no P2P while the
+    /// simulator copied P2P between them.
+    #[test]
+    fn p2p_copies_where_the_topology_says_p2p_applies() {
+        for name in ["pcie-8gpu", "dgx1-v100", "dgx-h100", "dgx2", "quad-gh200"] {
+            let t = gpucomm_topo::preset(name).unwrap();
+            let m = Machine::preset(name).unwrap();
+            let g = t.gpus();
+            for a in 0..g.len() {
+                for b in (0..g.len()).filter(|&b| b != a) {
+                    let topo = t.path(g[a], g[b]).unwrap().p2p;
+                    let sim = p2p(&m, a, b, false, true, 1 << 20).unwrap().p2p;
+                    assert_eq!(sim, topo, "{name} gpu{a} -> gpu{b}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn gpus_of_different_hosts_of_an_nvlink_domain_do_not_stage_through_host_memory() {
         let m = Machine::preset("gb200-nvl72").unwrap();

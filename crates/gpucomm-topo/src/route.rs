@@ -124,9 +124,9 @@ pub struct PathInfo {
     pub class: PathClass,
     /// GPUDirect P2P applies: two GPUs joined only by NVLink (in one host,
     /// or across the trays of one NVLink domain such as a GB200 NVL72), or
-    /// two GPUs of one host joined by PCIe through at most a host bridge
-    /// (PIX, PXB, PHB; not NODE or SYS, where CUDA P2P is not supported
-    /// across the SMP link).
+    /// two GPUs of one host joined by PCIe within one CPU socket (PIX,
+    /// PXB, PHB, NODE: between the host bridges of one socket too; not
+    /// SYS, where CUDA P2P is not supported across the SMP link).
     pub p2p: bool,
     /// GPUDirect RDMA applies: a GPU and a NIC under a common PCIe switch
     /// (PIX/PXB) or joined through a Grace CPU by NVLink-C2C; for a NET path
@@ -509,13 +509,17 @@ impl Topology {
         let (sk, dk) = (self.node(src).kind, self.node(dst).kind);
         let same_host = self.node(src).host.is_some() && self.node(src).host == self.node(dst).host;
         // NVLink P2P also works across hosts of one NVLink domain (GB200
-        // NVL72 trays); PCIe P2P only within a host.
+        // NVL72 trays); PCIe P2P only within a host, and not across its
+        // sockets (the simulator's P2P copies follow the same rule).
         let p2p = sk == NodeKind::Gpu
             && dk == NodeKind::Gpu
             && src != dst
             && (matches!(class, PathClass::NvLink(_))
                 || (same_host
-                    && matches!(class, PathClass::Pix | PathClass::Pxb | PathClass::Phb)));
+                    && matches!(
+                        class,
+                        PathClass::Pix | PathClass::Pxb | PathClass::Phb | PathClass::Node
+                    )));
         let rdma = match (sk, dk) {
             (NodeKind::Gpu, NodeKind::Nic) => self.gdr_ok(src, &hops),
             (NodeKind::Nic, NodeKind::Gpu) => self.gdr_ok(dst, &hops),

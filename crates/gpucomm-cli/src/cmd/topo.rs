@@ -895,7 +895,7 @@ fn print_p2p(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Result<()
     print_grid(out, &header, &rows)?;
     writeln!(
         out,
-        "\nLegend:\n\n  X    = Self\n  OK   = Status Ok (NVLink, or PCIe through at most a host bridge)\n  TNS  = Topology not supported (PCIe across the SMP link between sockets, or another host)\n  U    = Unknown (no route)"
+        "\nLegend:\n\n  X    = Self\n  OK   = Status Ok (NVLink, or PCIe within one CPU socket)\n  TNS  = Topology not supported (PCIe across the SMP link between sockets, or another host)\n  U    = Unknown (no route)"
     )?;
     if limited {
         writeln!(out, "(first host only; --all for every GPU)")?;
