@@ -227,6 +227,11 @@ fn bad_arguments_fail_cleanly() {
     gpucomm(&["bench", "-n", "0"], LIMIT).assert_fails(2, "--iters must be at least 1");
     gpucomm(&["bench", "--ranks", "0"], LIMIT).assert_fails(2, "--ranks must be at least 1");
     gpucomm(&["bench", "--algorithm", "foo"], LIMIT).assert_fails(2, "expected auto or one of");
+    // GPU options without GPU memory (they were ignored).
+    gpucomm(&["bench", "--gpu-path", "ipc"], LIMIT)
+        .assert_fails(2, "--gpu-path ipc needs --memory device or pinned");
+    gpucomm(&["bench", "--device", "3"], LIMIT)
+        .assert_fails(2, "--device 3 needs --memory device or pinned");
     // Buffers beyond the host's memory: refused before any rank starts
     // (each rank mapped 3 TiB and ran row by row towards the OOM killer).
     let out = gpucomm(

@@ -936,10 +936,19 @@ fn timing_says_which_ranks_ran_and_why() {
 /// Runs `gpucomm sim ARGS`, asserting exit 1, the words `says` on stderr
 /// and no panic.
 fn sim_fails(args: &[&str], says: &str) {
+    sim_exits(1, args, says);
+}
+
+/// `gpucomm sim ARGS` is refused as a bad command line (exit 2) with `says`.
+fn sim_usage(args: &[&str], says: &str) {
+    sim_exits(2, args, says);
+}
+
+fn sim_exits(code: i32, args: &[&str], says: &str) {
     let mut all = vec!["sim"];
     all.extend_from_slice(args);
     let out = gpucomm(&all, LIMIT);
-    out.assert_fails(1, says);
+    out.assert_fails(code, says);
     assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
 }
 
@@ -1070,13 +1079,29 @@ fn transfers_refuse_options_they_would_ignore() {
         "gpu5 is not in use",
     );
     sim_fails(&["rdma", "--gpu", "5", "--gpus", "4"], "gpu5 is not in use");
-    sim_fails(
+    sim_usage(
         &["p2p", "--nodes", "2"],
         "--nodes 2: p2p: a peer copy joins two GPUs of one node",
     );
-    sim_fails(
+    sim_usage(
         &["copy", "--nodes", "2"],
         "--nodes 2: copy: a copy stays inside one node",
+    );
+    // NICs carry nothing inside a node (they were ignored).
+    for cmd in ["p2p", "copy"] {
+        sim_usage(
+            &[cmd, "--nic-speed", "edr"],
+            "--nics and --nic-speed shape the network",
+        );
+        sim_usage(
+            &[cmd, "--nics", "0"],
+            "--nics and --nic-speed shape the network",
+        );
+    }
+    // --bucket-mb buckets DDP's gradients only (it was ignored).
+    sim_usage(
+        &["train", "--sharding", "full_shard", "--bucket-mb", "10"],
+        "--bucket-mb applies to DDP only",
     );
     for n in ["1", "3"] {
         sim_fails(&["rdma", "--nodes", n], "rdma runs between two nodes");

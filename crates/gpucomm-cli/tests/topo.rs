@@ -526,3 +526,28 @@ fn the_matrix_has_nvidia_smi_s_affinity_columns() {
         "{nic0}"
     );
 }
+
+/// Options that another one would leave unused are refused (`--path` with
+/// `--json` printed the topology file and no route; `--list` ignored
+/// `--catalog` and a preset).
+#[test]
+fn options_another_would_ignore_are_refused() {
+    for args in [
+        &[
+            "topo", "--preset", "dgx-h100", "--path", "gpu0", "gpu3", "--json",
+        ][..],
+        &[
+            "topo", "--preset", "dgx-h100", "--path", "gpu0", "gpu3", "--p2p",
+        ],
+        &["topo", "--preset", "dgx-h100", "--bandwidth", "--json"],
+        &["topo", "--preset", "dgx-h100", "--p2p", "--json"],
+        &["topo", "--list", "--catalog"],
+        &["topo", "--list", "--preset", "dgx2"],
+        &["topo", "--catalog", "--preset", "dgx2"],
+    ] {
+        gpucomm(args, LIMIT).assert_fails(2, "cannot be used with");
+    }
+    // Each alone, and --list/--catalog with --json, still run.
+    assert!(ok(&["topo", "--list", "--json"]).starts_with('['));
+    assert!(ok(&["topo", "--preset", "dgx-h100", "--path", "gpu0", "gpu3"]).contains("NV18"));
+}

@@ -373,6 +373,21 @@ impl Args {
                 gpucomm::launch::MAX_LOCAL_RANKS
             );
         }
+        if self.memory == Memory::Host {
+            // GPU options without GPU memory would be ignored.
+            if let Some(p) = self.gpu_path {
+                usage!(
+                    "--gpu-path {} needs --memory device or pinned: host buffers take no GPU path",
+                    format!("{p:?}").to_ascii_lowercase()
+                );
+            }
+            if self.device != 0 {
+                usage!(
+                    "--device {} needs --memory device or pinned: host buffers use no GPU",
+                    self.device
+                );
+            }
+        }
         let collective = self.collective.with_root(self.root);
         if let Some(root) = collective.root() {
             if root >= self.ranks {

@@ -56,20 +56,23 @@ pub struct Args {
     #[arg(long)]
     pub p2p: bool,
     /// Print the route and figures between two node ids.
-    #[arg(long, num_args = 2, value_names = ["SRC", "DST"])]
+    #[arg(long, num_args = 2, value_names = ["SRC", "DST"],
+          conflicts_with_all = ["bandwidth", "p2p", "all", "json"])]
     pub path: Option<Vec<String>>,
     /// Write the topology to this file (TOML, or JSON for .json).
     #[arg(long, value_name = "FILE")]
     pub export: Option<PathBuf>,
     /// Print the topology as JSON (the file format) instead of text; with
     /// --list or --catalog, their rows as JSON objects.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["bandwidth", "p2p"])]
     pub json: bool,
     /// List the presets.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
+          "p2p", "path", "export", "catalog", "all"])]
     pub list: bool,
     /// Print the catalog of link generations.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
+          "p2p", "path", "export", "all"])]
     pub catalog: bool,
     /// Print matrices for every GPU even when there are many.
     #[arg(long)]
