@@ -238,3 +238,37 @@ fn the_timeout_bounds_each_wait_not_a_call_that_keeps_moving() {
         "{took:?}: the slow link did not slow it"
     );
 }
+
+#[test]
+fn a_delay_beyond_any_instant_is_a_link_that_never_completes() {
+    // `Instant + Duration::MAX` panics; the fault holds the send instead,
+    // and the timeout ends the call.
+    let never = gpucomm::Fault::Delay(Duration::MAX);
+    let comms = Communicator::in_process_with(
+        2,
+        &InProcessOptions {
+            timeout: Some(Duration::from_millis(100)),
+            faults: vec![(0, 1, never), (1, 0, never)],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let got: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut x = [1.0f32; 4];
+                    c.all_reduce_in_place(&mut x, gpucomm::ReduceOp::Sum)
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        got.iter()
+            .all(|r| r.as_ref().is_err_and(|e| e.contains("timed out"))),
+        "{got:?}"
+    );
+}
