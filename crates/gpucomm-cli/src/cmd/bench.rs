@@ -377,8 +377,7 @@ impl Args {
             // GPU options without GPU memory would be ignored.
             if let Some(p) = self.gpu_path {
                 usage!(
-                    "--gpu-path {} needs --memory device or pinned: host buffers take no GPU path",
-                    format!("{p:?}").to_ascii_lowercase()
+                    "--gpu-path {p} needs --memory device or pinned: host buffers take no GPU path"
                 );
             }
             if self.device != 0 {
