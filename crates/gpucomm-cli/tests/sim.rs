@@ -1103,9 +1103,7 @@ fn transfers_refuse_options_they_would_ignore() {
         &["train", "--sharding", "full_shard", "--bucket-mb", "10"],
         "--bucket-mb applies to DDP only",
     );
-    for n in ["1", "3"] {
-        sim_fails(&["rdma", "--nodes", n], "rdma runs between two nodes");
-    }
+    sim_usage(&["rdma", "--nodes", "1"], "rdma runs between two nodes");
     sim_fails(
         &["copy", "--pageable", "--from", "storage", "--to", "gpu0"],
         "--pageable: applies to a copy between host memory and a GPU",
@@ -1116,6 +1114,7 @@ fn transfers_refuse_options_they_would_ignore() {
     );
     // What they do mean still runs.
     sim_json(&["rdma", "--nodes", "2", "--size", "1M"]);
+    sim_json(&["rdma", "--nodes", "3", "--node-pair", "2,0", "--size", "1M"]);
     sim_json(&["p2p", "--nodes", "1", "--pair", "0,3", "--gpus", "4"]);
     sim_json(&["copy", "--from", "storage", "--to", "gpu0", "--no-gds"]);
 }
@@ -1272,5 +1271,169 @@ fn a_memory_need_past_2_64_bytes_is_told_right() {
     sim_fails(
         &["p2p", "--size", &max],
         "needs 36893488147.4 GB of device memory per GPU",
+    );
+}
+
+#[test]
+fn rdma_joins_any_two_nodes_and_crosses_the_spine_between_leaves() {
+    // `sim rdma` ran node 0 to node 1 only (any other --nodes was
+    // refused), so a transfer between the leaves of an oversubscribed
+    // leaf/spine network could not be asked for.
+    let net = [
+        "--nodes",
+        "4",
+        "--fabric",
+        "leaf-spine",
+        "--nodes-per-leaf",
+        "2",
+        "--oversubscription",
+        "32",
+        "--size",
+        "256M",
+    ];
+    let run = |pair: &'static str, extra: &[&'static str]| {
+        let mut a = vec!["rdma", "--node-pair", pair];
+        a.extend_from_slice(&net);
+        a.extend_from_slice(extra);
+        sim_json(&a)
+    };
+    for extra in [&[][..], &["--no-gdr"][..]] {
+        let near = run("0,1", extra);
+        let far = run("3,0", extra);
+        assert_eq!(near["leaves"], serde_json::json!([0, 0]), "{near}");
+        assert_eq!(far["leaves"], serde_json::json!([1, 0]), "{far}");
+        assert_eq!(far["node_pair"], serde_json::json!([3, 0]), "{far}");
+        assert_eq!(far["nodes"], 4, "{far}");
+        // Within a leaf the NIC's rate; across, the leaf's uplink: 2
+        // nodes x 8 NICs / 32 is half a NIC.
+        let (n, x) = (f(&near, "bandwidth_gbps"), f(&far, "bandwidth_gbps"));
+        assert!(
+            (x / n - 0.5).abs() < 0.01,
+            "{extra:?}: {n} within a leaf, {x} across"
+        );
+    }
+    let text = gpucomm(
+        &[
+            "sim",
+            "rdma",
+            "--node-pair",
+            "3,0",
+            "--nodes",
+            "4",
+            "--fabric",
+            "leaf-spine",
+            "--nodes-per-leaf",
+            "2",
+        ],
+        LIMIT,
+    );
+    text.assert_ok();
+    for line in [
+        "# gpucomm sim rdma: 4 x dgx-h100 node3:gpu0 -> node0:gpu0, 1 GiB",
+        "# leaves: node3 on leaf 1, node0 on leaf 0: across the spine",
+    ] {
+        assert!(text.stdout.contains(line), "{line}\n{}", text.dump());
+    }
+    // Bad pairs are bad command lines.
+    sim_usage(
+        &["rdma", "--node-pair", "1,1"],
+        "rdma joins two different nodes",
+    );
+    sim_usage(&["rdma", "--node-pair", "0;1"], "expected two node indices");
+    sim_usage(
+        &["rdma", "--node-pair", "0,4", "--nodes", "4"],
+        "the run has 4 nodes (0 to 3), no node 4; give --nodes 5 or more",
+    );
+    sim_usage(
+        &["rdma", "--node-pair", "2,0"],
+        "the run has 2 nodes (0 to 1), no node 2; give --nodes 3 or more",
+    );
+}
+
+#[test]
+fn a_multi_node_topology_file_is_named_once_with_its_nodes() {
+    // Headers read "2 x dgx-h100x2" for a file that holds two nodes: two
+    // copies of a two-node machine, where the run had two nodes.
+    let dir = scratch_dir("multi-node-header");
+    let file = dir.join("2n.json");
+    let file = file.to_str().unwrap();
+    gpucomm(
+        &[
+            "topo", "--preset", "dgx-h100", "--nodes", "2", "--export", file,
+        ],
+        LIMIT,
+    )
+    .assert_ok();
+    let header = |args: &[&str]| {
+        let out = gpucomm(args, LIMIT);
+        out.assert_ok();
+        out.stdout.lines().next().unwrap_or_default().to_string()
+    };
+    let coll = ["sim", "all_reduce", "-b", "1M", "-e", "1M", "-t"];
+    let mut args = coll.to_vec();
+    args.push(file);
+    assert_eq!(
+        header(&args),
+        "# gpucomm sim all_reduce: dgx-h100x2 (2 nodes, 8 GPUs per node, 16 ranks)"
+    );
+    args.extend(["--gpus", "4"]);
+    assert!(header(&args).starts_with("# gpucomm sim all_reduce: dgx-h100x2 (2 nodes, 4 GPUs"));
+    let mut args = coll.to_vec();
+    args.extend(["dgx-h100", "--nodes", "2"]);
+    assert_eq!(
+        header(&args),
+        "# gpucomm sim all_reduce: 2 x dgx-h100 (8 GPUs per node, 16 ranks)"
+    );
+    assert_eq!(
+        header(&["sim", "rdma", "-t", file, "--node-pair", "1,0"]),
+        "# gpucomm sim rdma: dgx-h100x2 (2 nodes) node1:gpu0 -> node0:gpu0, 1 GiB"
+    );
+    sim_usage(
+        &["rdma", "-t", file, "--node-pair", "0,2"],
+        &format!("--node-pair 0,2: {file} holds 2 nodes (0 to 1), no node 2"),
+    );
+}
+
+#[test]
+fn train_says_when_the_model_times_are_another_gpus() {
+    // The preset models' times are one A100's; on an H100 topology the
+    // step used them unchanged and said nothing.
+    let say =
+        "# compute times: the model's, for A100, used as given on this topology's H100 SXM5 80GB";
+    let text = |topo: &str, model: &str| {
+        let out = gpucomm(&["sim", "train", "-t", topo, "--model", model], LIMIT);
+        out.assert_ok();
+        out.stdout
+    };
+    assert!(text("dgx-h100", "resnet50").contains(say));
+    assert!(!text("dgx-a100", "resnet50").contains("# compute times"));
+    let v = sim_json(&["train", "-t", "dgx-h100", "--model", "resnet50"]);
+    assert_eq!(v["compute_measured_on"], "A100", "{v}");
+    assert_eq!(v["compute_gpu_differs"], true, "{v}");
+    assert_eq!(v["gpu"], "H100 SXM5 80GB", "{v}");
+    let v = sim_json(&["train", "-t", "dgx-a100", "--model", "resnet50"]);
+    assert_eq!(v["compute_gpu_differs"], false, "{v}");
+    // A model file says its GPU, or nothing (then nothing is said).
+    let dir = scratch_dir("model-gpu");
+    let layer = "[[layer]]\nname = \"a\"\nfwd_ms = 1.0\nbwd_ms = 2.0\nparams = 1000\n";
+    let write = |name: &str, head: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("name = \"m\"\n{head}{layer}")).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let h100 = write("h100.toml", "measured_on = \"NVIDIA H100 SXM5\"\n");
+    let v100 = write("v100.toml", "measured_on = \"V100\"\n");
+    let none = write("none.toml", "");
+    assert!(!text("dgx-h100", &h100).contains("# compute times"));
+    assert!(text("dgx-h100", &v100).contains("the model's, for V100, used as given"));
+    assert!(!text("dgx-h100", &none).contains("# compute times"));
+    let v = sim_json(&["train", "-t", "dgx-h100", "--model", &none]);
+    assert_eq!(v["compute_measured_on"], Value::Null, "{v}");
+    assert_eq!(v["compute_gpu_differs"], Value::Null, "{v}");
+    // A name that names no GPU is refused, as a model file's other faults.
+    let bad = write("bad.toml", "measured_on = \"NVIDIA\"\n");
+    sim_fails(
+        &["train", "--model", &bad],
+        "measured_on = \"NVIDIA\" names no GPU",
     );
 }

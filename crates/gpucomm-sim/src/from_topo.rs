@@ -323,6 +323,7 @@ impl Machine {
             name: topo.name().to_string(),
             node,
             nodes,
+            topology_nodes: nodes,
             gpus_used: None,
             network,
         })

@@ -238,6 +238,13 @@ pub struct Machine {
     pub node: NodeModel,
     /// Number of nodes.
     pub nodes: usize,
+    /// Nodes the topology itself describes, as read: 1 for a one-node
+    /// topology (which `nodes` replicates, `--nodes`), more for a
+    /// topology file that holds several nodes and their network (then
+    /// `nodes` is the same count). Headers name the machine by it: `2 x
+    /// dgx-h100` is a node replicated twice, `dgx-h100x2 (2 nodes)` a
+    /// file of two.
+    pub topology_nodes: usize,
     /// Use only the first `gpus` GPUs of each node (`--gpus`), if set.
     pub gpus_used: Option<usize>,
     /// The network between nodes.

@@ -73,6 +73,13 @@ pub struct ModelSpec {
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
+    /// The GPU the layer times were measured (or, for the presets,
+    /// estimated) on, as a product name (`"A100"`, `"H100 SXM5"`); `None`
+    /// where the model does not say. The simulator uses the times as
+    /// given on every topology, whatever its GPU: it scales nothing
+    /// ([`ModelSpec::compute_on_other_gpu`] tells where they differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_on: Option<String>,
     /// Layers in forward order.
     #[serde(rename = "layer")]
     pub layers: Vec<Layer>,
@@ -89,8 +96,9 @@ fn four() -> u64 {
 pub const MODEL_PRESETS: [&str; 3] = ["resnet50", "bert-large", "gpt2-xl"];
 
 impl ModelSpec {
-    /// Reads a model from TOML (`name`, `bytes_per_param`, `[[layer]]` with
-    /// `name`, `fwd_ms`, `bwd_ms`, `params`).
+    /// Reads a model from TOML (`name`, `bytes_per_param`, `source`,
+    /// `measured_on`, `[[layer]]` with `name`, `fwd_ms`, `bwd_ms`,
+    /// `params`).
     pub fn from_toml(text: &str) -> Result<Self, SimError> {
         let m: ModelSpec =
             toml::from_str(text).map_err(|e| SimError::Model(format!("model file: {e}")))?;
@@ -118,8 +126,8 @@ impl ModelSpec {
     /// Checks what [`ModelSpec::from_toml`] checks (at least one layer,
     /// finite non-negative times, some compute (at least 1 ps: without it
     /// the scaling efficiency, compute / step time, is undefined), a
-    /// positive `bytes_per_param`, a step and its gradient bytes within the
-    /// simulator's ranges); [`step`] and
+    /// positive `bytes_per_param`, a `measured_on` that names a GPU, a
+    /// step and its gradient bytes within the simulator's ranges); [`step`] and
     /// [`prefill`] check it too, for a model built in code.
     pub fn validate(&self) -> Result<(), SimError> {
         if self.layers.is_empty() {
@@ -136,6 +144,19 @@ impl ModelSpec {
         }
         if self.bytes_per_param == 0 {
             return Err(SimError::Model("bytes_per_param must be positive".into()));
+        }
+        // A GPU name of no model word ("", "NVIDIA") would name no GPU,
+        // and be reported as differing from every topology's.
+        if let Some(gpu) = self
+            .measured_on
+            .as_deref()
+            .filter(|g| !gpucomm_topo::hardware::names_gpu(g, g))
+        {
+            return Err(SimError::Model(format!(
+                "model {}: measured_on = {gpu:?} names no GPU (give its product name, \
+                 e.g. \"A100\" or \"H100 SXM5\", or leave it out)",
+                self.name
+            )));
         }
         // A step's times are picoseconds in a u64 (about 213 days): a
         // longer one would saturate and print a wrong step time.
@@ -236,8 +257,29 @@ impl ModelSpec {
             name,
             bytes_per_param: bpp,
             source: src.to_string(),
+            // Every preset's times are for one A100 (its source says so).
+            measured_on: Some("A100".into()),
             layers,
         })
+    }
+
+    /// The GPU the model's times are for ([`ModelSpec::measured_on`]),
+    /// where it is not the GPU named `gpu_name` (a topology's GPU,
+    /// [`NodeModel::gpu_name`](crate::machine::NodeModel::gpu_name);
+    /// matched by [`gpucomm_topo::hardware::names_gpu`]): the times are
+    /// then another GPU's, used unscaled. `None` where the model names no
+    /// GPU or names this one.
+    ///
+    /// ```
+    /// use gpucomm_sim::train::ModelSpec;
+    /// let m = ModelSpec::preset("resnet50").unwrap();
+    /// assert_eq!(m.compute_on_other_gpu("H100 SXM5 80GB"), Some("A100"));
+    /// assert_eq!(m.compute_on_other_gpu("A100 SXM4 80GB"), None);
+    /// ```
+    pub fn compute_on_other_gpu(&self, gpu_name: &str) -> Option<&str> {
+        self.measured_on
+            .as_deref()
+            .filter(|gpu| !gpucomm_topo::hardware::names_gpu(gpu_name, gpu))
     }
 
     /// Total parameters.
@@ -849,6 +891,7 @@ mod tests {
             name: "trail".into(),
             bytes_per_param: 4,
             source: String::new(),
+            measured_on: None,
             layers: vec![layer("stem", 50.0, 0), layer("fc", 1.0, 100_000)],
         };
         let ms = |x: f64| SimTime::from_secs_f64(x * 1e-3);
@@ -894,6 +937,7 @@ mod tests {
             name: "equal".into(),
             bytes_per_param: 2,
             source: String::new(),
+            measured_on: None,
             layers: (0..n)
                 .map(|i| Layer {
                     name: format!("l{i}"),

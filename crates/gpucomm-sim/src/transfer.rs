@@ -616,20 +616,54 @@ pub struct RdmaResult {
     pub phases: Vec<(String, SimTime, SimTime)>,
 }
 
-/// A GPU-to-GPU transfer between two nodes through NIC `gpu`'s rail: with
-/// GPUDirect RDMA the NIC reads GPU memory directly; without, the data is
-/// copied to host memory, sent from there and copied up on the far side
-/// (NCCL pipelines the three copies, so they share the links concurrently).
+/// [`rdma_between`] node 0 and node 1: `gpucomm sim rdma`'s default.
 pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<RdmaResult, SimError> {
+    rdma_between(machine, (0, 1), gpu, gdr, bytes)
+}
+
+/// A GPU-to-GPU transfer from GPU `gpu` of node `from` to GPU `gpu` of
+/// node `to` through NIC `gpu`'s rail: with GPUDirect RDMA the NIC reads
+/// GPU memory directly; without, the data is copied to host memory, sent
+/// from there and copied up on the far side (NCCL pipelines the three
+/// copies, so they share the links concurrently). The fabric holds the
+/// machine's `nodes` (at least two: a one-node machine runs as two of
+/// it), so that a pair on different leaves of an oversubscribed
+/// leaf/spine network crosses their uplinks, each of the capacity its
+/// leaf's nodes give it; `from` and `to` are two different nodes among
+/// them.
+///
+/// ```
+/// use gpucomm_sim::{Machine, transfer::rdma_between};
+/// let mut m = Machine::preset("dgx-h100").unwrap();
+/// m.nodes = 4;
+/// assert!(rdma_between(&m, (0, 3), 0, true, 1 << 20).is_ok());
+/// assert!(rdma_between(&m, (0, 4), 0, true, 1 << 20).is_err());
+/// assert!(rdma_between(&m, (2, 2), 0, true, 1 << 20).is_err());
+/// ```
+pub fn rdma_between(
+    machine: &Machine,
+    (from, to): (usize, usize),
+    gpu: usize,
+    gdr: bool,
+    bytes: u64,
+) -> Result<RdmaResult, SimError> {
     if machine.node.nics == 0 {
         return Err(SimError::Model(format!("{} has no NICs", machine.name)));
     }
-    let f = machine.fabric(Engine::CopyEngine, 2)?;
+    let nodes = machine.nodes.max(2);
+    if from == to || from >= nodes || to >= nodes {
+        return Err(SimError::Model(format!(
+            "nodes {from} and {to}: a transfer joins two different nodes of the {nodes} (0 to {})",
+            nodes - 1
+        )));
+    }
+    let f = machine.fabric(Engine::CopyEngine, nodes)?;
     let rpn = f.ranks_per_node();
     let gpu = gpu_in_use(machine)(gpu)?;
     let caps = f.capacities();
     let s = bytes as f64;
-    let net = f.route(gpu, rpn + gpu, 0)?;
+    let (src, dst) = (from * rpn + gpu, to * rpn + gpu);
+    let net = f.route(src, dst, 0)?;
     let ce = SimTime::from_us(model::HOST_COPY_START_US);
     if gdr {
         let t = SimError::within_time_range(run_phases(
@@ -643,17 +677,24 @@ pub fn rdma(machine: &Machine, gpu: usize, gdr: bool, bytes: u64) -> Result<Rdma
             phases: vec![("RDMA write".into(), SimTime::ZERO, t)],
         });
     }
-    // Host staged: D2H on node 0, host memory to host memory over the
-    // NIC the GPUDirect transfer takes (and the network links it
-    // crosses), H2D on node 1.
+    // Host staged: D2H on node `from`, host memory to host memory over
+    // the NIC the GPUDirect transfer takes (and the network links it
+    // crosses), H2D on node `to` (the host routes are node 0's: moved to
+    // those nodes' links).
     let d2h = f.host_route(gpu, false);
     let h2d = f.host_route(gpu, true);
     let per_node = f.links_per_node() as u32;
-    let mut h2d_far = h2d.clone();
-    h2d_far.links.iter_mut().for_each(|l| *l += per_node);
-    let wire = f.host_net_route(gpu, rpn + gpu, 0)?;
+    let on_node = |r: &Route, node: usize| {
+        let mut r = r.clone();
+        r.links
+            .iter_mut()
+            .for_each(|l| *l += per_node * node as u32);
+        r
+    };
+    let (d2h_near, h2d_far) = (on_node(&d2h, from), on_node(&h2d, to));
+    let wire = f.host_net_route(src, dst, 0)?;
     let flows = vec![
-        PhaseFlow::new(&d2h, s),
+        PhaseFlow::new(&d2h_near, s),
         PhaseFlow::new(&wire, s),
         PhaseFlow::new(&h2d_far, s),
     ];

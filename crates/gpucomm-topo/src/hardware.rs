@@ -153,6 +153,31 @@ fn names_model(words: &[String], model: &str) -> bool {
     })
 }
 
+/// Whether GPU product name `label` (a topology's, `"A100 SXM4 80GB"`)
+/// names the GPU `gpu` (what a model file says its times were measured
+/// on, `"A100"`, `"H100 SXM5"`): every word of `gpu` but the vendor's
+/// (`NVIDIA`, `Tesla`, `GeForce`) is a word of `label`, or one followed
+/// by letters, as models are matched in [`gpu_from_label`] (an `A100` is
+/// no `A1000`, `SXM` no `SXM5`). Case does not matter; a `gpu` of no
+/// such word names nothing.
+///
+/// ```
+/// use gpucomm_topo::hardware::names_gpu;
+/// assert!(names_gpu("A100 SXM4 80GB", "A100"));
+/// assert!(names_gpu("A100 SXM4 80GB", "nvidia a100-80gb"));
+/// assert!(!names_gpu("H100 SXM5 80GB", "A100"));
+/// assert!(!names_gpu("A100 PCIe 80GB", "A100 SXM4"));
+/// assert!(!names_gpu("NVIDIA RTX A1000", "A100"));
+/// ```
+pub fn names_gpu(label: &str, gpu: &str) -> bool {
+    let have = words(label);
+    let want: Vec<String> = words(gpu)
+        .into_iter()
+        .filter(|w| !["NVIDIA", "TESLA", "GEFORCE"].contains(&w.as_str()))
+        .collect();
+    !want.is_empty() && want.iter().all(|w| names_model(&have, w))
+}
+
 /// GPU architecture and device memory bandwidth (GB/s) from a product name
 /// (`"NVIDIA H100 80GB HBM3"`, `"Tesla V100-SXM2-16GB"`); `None` for a GPU
 /// not in the table. Figures: [`gpu_memory`]. Models are matched as words

@@ -14,11 +14,12 @@ use gpucomm_sim::collective::{
 };
 use gpucomm_sim::exec::{ExecResult, Symmetry};
 use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::machine::NetLayout;
 use gpucomm_sim::model::Protocol;
 use gpucomm_sim::train::{
     CommTimes, MODEL_PRESETS, ModelSpec, Sharding, TrainConfig, prefill, step,
 };
-use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma};
+use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma_between};
 use gpucomm_sim::{Engine, Machine, calibration, trace};
 use serde_json::json;
 
@@ -253,6 +254,11 @@ struct RdmaArgs {
     /// Local GPU index (the same GPU on the peer node).
     #[arg(long, default_value_t = 0)]
     gpu: usize,
+    /// The two nodes, `A,B`: GPU `--gpu` of node A sends to the same GPU
+    /// of node B. Nodes of the machine: a one-node topology runs on
+    /// `--nodes` (2 if left out), a multi-node topology file on its own.
+    #[arg(long, default_value = "0,1")]
+    node_pair: String,
     /// Stage through host memory instead of GPUDirect RDMA.
     #[arg(long)]
     no_gdr: bool,
@@ -640,11 +646,18 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        // A one-node topology replicated: `2 x dgx-h100`; a topology
+        // that holds its nodes, once (`2 x dgx-h100x2` read as two
+        // copies of a two-node machine).
+        let (times, nodes) = if mach.topology_nodes > 1 {
+            (String::new(), format!("{} nodes, ", mach.nodes))
+        } else {
+            (format!("{} x ", mach.nodes), String::new())
+        };
         writeln!(
             o,
-            "# gpucomm sim {}: {} x {} ({} GPUs per node, {} ranks){}",
+            "# gpucomm sim {}: {times}{} ({nodes}{} GPUs per node, {} ranks){}",
             coll.name(),
-            mach.nodes,
             mach.name,
             fabric.ranks_per_node(),
             ranks,
@@ -1079,40 +1092,109 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
-    // The transfer joins node 0 and node 1: other counts changed nothing.
-    if let Some(n) = a.m.nodes.filter(|&n| n != 2) {
-        bail!(
-            "--nodes {n}: rdma runs between two nodes (node0:gpuN -> node1:gpuN); \
-             leave --nodes out or give 2"
+    let (from, to) = node_pair(&a.node_pair)?;
+    // The transfer joins two nodes: one node has no peer.
+    if let Some(n) = a.m.nodes.filter(|&n| n < 2) {
+        usage!(
+            "--nodes {n}: rdma runs between two nodes (--node-pair, 0,1 by default); \
+             leave --nodes out (2) or give 2 or more"
         );
     }
     gpu_in_use(&a.m, a.gpu, "--gpu")?;
-    let mach = machine(&a.m, Some(2))?;
+    let mut mach = machine(&a.m, Some(a.m.nodes.unwrap_or(2)))?;
+    // A one-node topology runs on --nodes, 2 if left out; a multi-node
+    // file on its own nodes (machine() refused another --nodes).
+    mach.nodes = mach.nodes.max(2);
+    if let Some(n) = [from, to].into_iter().find(|&n| n >= mach.nodes) {
+        if mach.topology_nodes > 1 {
+            usage!(
+                "--node-pair {}: {} holds {} nodes (0 to {}), no node {n}",
+                a.node_pair,
+                a.m.topology,
+                mach.nodes,
+                mach.nodes - 1
+            );
+        }
+        usage!(
+            "--node-pair {}: the run has {} nodes (0 to {}), no node {n}; give --nodes {} or more",
+            a.node_pair,
+            mach.nodes,
+            mach.nodes - 1,
+            from.max(to) + 1
+        );
+    }
     let size = copy_size(&a.size)?;
     mach.check_device_memory(
         size.into(),
         &format!("a transfer of {}", format_bytes(size)),
     )?;
-    let r = rdma(&mach, a.gpu, !a.no_gdr, size)?;
+    let r = rdma_between(&mach, (from, to), a.gpu, !a.no_gdr, size)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
+    // The pair's leaves, on a leaf/spine network: between leaves a
+    // transfer crosses the spine (and, oversubscribed, the leaves' uplinks).
+    let leaves = match mach.network.layout {
+        NetLayout::LeafSpine { nodes_per_leaf } if nodes_per_leaf > 0 => {
+            Some((from / nodes_per_leaf, to / nodes_per_leaf))
+        }
+        _ => None,
+    };
     let mut o = out();
     if a.m.json {
-        let doc = json!({"topology": mach.name, "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path, "network": network_json(&mach),
-            "bandwidth_gbps": r.bandwidth_gbps, "latency_us": r.latency_us, "bytes": size});
+        let doc = json!({"topology": mach.name, "nodes": mach.nodes, "node_pair": [from, to],
+            "leaves": leaves.map(|(x, y)| [x, y]), "gpu": a.gpu, "gdr": !a.no_gdr, "path": r.path,
+            "network": network_json(&mach), "bandwidth_gbps": r.bandwidth_gbps,
+            "latency_us": r.latency_us, "bytes": size});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        // The machine: as before for two nodes of a one-node topology
+        // (`dgx-h100`), `8 x dgx-h100` for more, once with its count for
+        // a file that holds its nodes.
+        let machine = if mach.topology_nodes > 1 {
+            format!("{} ({} nodes)", mach.name, mach.nodes)
+        } else if mach.nodes > 2 {
+            format!("{} x {}", mach.nodes, mach.name)
+        } else {
+            mach.name.clone()
+        };
         writeln!(
             o,
-            "# gpucomm sim rdma: {} node0:gpu{g} -> node1:gpu{g}, {}",
-            mach.name,
+            "# gpucomm sim rdma: {machine} node{from}:gpu{g} -> node{to}:gpu{g}, {}",
             format_bytes(size),
             g = a.gpu
         )?;
+        if let Some((x, y)) = leaves {
+            write_network(&mut o, &mach)?;
+            writeln!(
+                o,
+                "# leaves: node{from} on leaf {x}, node{to} on leaf {y}: {}",
+                if x == y {
+                    "within one leaf"
+                } else {
+                    "across the spine"
+                }
+            )?;
+        }
         writeln!(o, "path:       {}", r.path)?;
         writeln!(o, "bandwidth:  {}", bandwidth(r.bandwidth_gbps))?;
         writeln!(o, "latency:    {:.2} us", r.latency_us)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--node-pair A,B`: two different node indices (bad values: exit 2).
+fn node_pair(s: &str) -> anyhow::Result<(usize, usize)> {
+    let Some((a, b)) = s.split_once(',').and_then(|(x, y)| {
+        Some((
+            x.trim().parse::<usize>().ok()?,
+            y.trim().parse::<usize>().ok()?,
+        ))
+    }) else {
+        usage!("--node-pair {s:?}: expected two node indices like 0,1");
+    };
+    if a == b {
+        usage!("--node-pair {s}: rdma joins two different nodes");
+    }
+    Ok((a, b))
 }
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
@@ -1189,6 +1271,9 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     // Model state beyond the GPU's memory (where its name tells it).
     let memory_gb = mach.node.gpu_memory_gb();
+    // The model's compute times, used as given: another GPU's where the
+    // model says so (a preset's are one A100's).
+    let other_gpu = model.compute_on_other_gpu(&mach.node.gpu_name);
     let too_big = |r: &gpucomm_sim::train::StepResult| {
         memory_gb.is_some_and(|gb| r.state_bytes as f64 > gb * 1e9)
     };
@@ -1211,6 +1296,8 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
             "sharding": cfg.sharding.name(), "bucket_mb": bucket_mb,
             "first_bucket_mb": first_bucket_mb, "model_source": model.source,
+            "gpu": mach.node.gpu_name, "compute_measured_on": model.measured_on,
+            "compute_gpu_differs": model.measured_on.as_ref().map(|_| other_gpu.is_some()),
             "network": network_json(&mach), "gpu_memory_gb": memory_gb,
             "tuner": a.tuner.json(), "results": v});
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -1232,6 +1319,14 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         )?;
         if !model.source.is_empty() {
             writeln!(o, "# model figures: {}", model.source)?;
+        }
+        if let Some(gpu) = other_gpu {
+            writeln!(
+                o,
+                "# compute times: the model's, for {gpu}, used as given on this topology's {} \
+                 (the simulator has no GPU speed model)",
+                mach.node.gpu_name
+            )?;
         }
         if let Some(line) = a.tuner.restriction() {
             let what = match cfg.sharding {
