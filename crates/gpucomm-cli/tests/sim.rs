@@ -1312,24 +1312,12 @@ fn rdma_joins_any_two_nodes_and_crosses_the_spine_between_leaves() {
             "{extra:?}: {n} within a leaf, {x} across"
         );
     }
-    let text = gpucomm(
-        &[
-            "sim",
-            "rdma",
-            "--node-pair",
-            "3,0",
-            "--nodes",
-            "4",
-            "--fabric",
-            "leaf-spine",
-            "--nodes-per-leaf",
-            "2",
-        ],
-        LIMIT,
-    );
+    let mut args = vec!["sim", "rdma", "--node-pair", "3,0"];
+    args.extend_from_slice(&net);
+    let text = gpucomm(&args, LIMIT);
     text.assert_ok();
     for line in [
-        "# gpucomm sim rdma: 4 x dgx-h100 node3:gpu0 -> node0:gpu0, 1 GiB",
+        "# gpucomm sim rdma: 4 x dgx-h100 node3:gpu0 -> node0:gpu0, 256 MiB",
         "# leaves: node3 on leaf 1, node0 on leaf 0: across the spine",
     ] {
         assert!(text.stdout.contains(line), "{line}\n{}", text.dump());
