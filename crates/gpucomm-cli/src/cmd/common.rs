@@ -27,9 +27,6 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("size {s:?} is too large"))
 }
 
-/// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
-/// until past `max` (`max` itself always included when the sweep is not
-/// empty). `factor` must be at least 2.
 /// A bad command line found after parsing (values that conflict, or a
 /// range clap cannot state): `main` exits 2 for it, as for clap's own
 /// usage errors, and 1 for failures of the run.
@@ -52,6 +49,9 @@ macro_rules! usage {
 }
 pub(crate) use usage;
 
+/// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
+/// until past `max` (`max` itself always included when the sweep is not
+/// empty). `factor` must be at least 2.
 pub fn size_sweep(min: u64, max: u64, factor: u64) -> anyhow::Result<Vec<u64>> {
     if factor < 2 {
         usage!("step factor must be at least 2 (got {factor})");
