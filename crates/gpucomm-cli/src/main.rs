@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use cmd::common::chain_message;
+
 mod cmd;
 
 /// gpucomm: collectives, topology, benchmarks and simulation for GPU communication.
@@ -64,28 +66,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes, outer first, joined by ": " as anyhow's `{:#}`
-/// joins them, but each said once: where a message already ends with its
-/// cause's text (an error type that both prints its source and returns it,
-/// as `std::io::Error` wrappers often do), the cause is not repeated.
-fn chain_message(e: &anyhow::Error) -> String {
-    let mut msg = String::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if msg.ends_with(&s) {
-            continue;
-        }
-        if !msg.is_empty() {
-            msg.push_str(": ");
-        }
-        msg.push_str(&s);
-    }
-    msg
-}
-
 #[cfg(test)]
 mod tests {
-    use super::chain_message;
+    use crate::cmd::common::chain_message;
     use anyhow::Context;
 
     #[test]

@@ -119,14 +119,14 @@ fn tune_ranks_only_the_algorithm_channels_and_chunk_given() {
 fn tune_refuses_what_show_and_check_refuse() {
     for cmd in ["show", "check", "tune"] {
         run(&["algo", cmd, "all_reduce", "-a", "bruck"])
-            .assert_fails(1, "algorithm bruck does not implement all_reduce");
-        run(&["algo", cmd, "all_reduce", "-a", "nosuch"]).assert_fails(1, "unknown algorithm");
-        run(&["algo", cmd, "all_reduce", "--chunk", "1X"]).assert_fails(1, "1X");
+            .assert_fails(2, "algorithm bruck does not implement all_reduce");
+        run(&["algo", cmd, "all_reduce", "-a", "nosuch"]).assert_fails(2, "unknown algorithm");
+        run(&["algo", cmd, "all_reduce", "--chunk", "1X"]).assert_fails(2, "1X");
         run(&["algo", cmd, "all_reduce", "-c", "0"]).assert_fails(2, "0 is not in 1..");
     }
     // More channels than the engine runs.
     run(&["algo", "tune", "all_reduce", "-c", "64"])
-        .assert_fails(1, "--channels 64 is more than --max-channels 32");
+        .assert_fails(2, "--channels 64 is more than --max-channels 32");
     // Options that only `show` reads are not offered to tune.
     run(&["algo", "tune", "all_reduce", "--deps"]).assert_fails(2, "--deps");
     run(&["algo", "tune", "all_reduce", "--max-ranks", "2"]).assert_fails(2, "--max-ranks");
@@ -139,11 +139,11 @@ fn tune_refuses_model_figures_that_are_not_finite() {
     for opt in lat.iter().chain(&bw) {
         for bad in ["nan", "NaN", "inf", "-inf", "-1"] {
             let arg = format!("{opt}={bad}");
-            run(&["algo", "tune", "all_reduce", &arg]).assert_fails(1, opt);
+            run(&["algo", "tune", "all_reduce", &arg]).assert_fails(2, opt);
         }
     }
     for opt in bw {
-        run(&["algo", "tune", "all_reduce", &format!("{opt}=0")]).assert_fails(1, opt);
+        run(&["algo", "tune", "all_reduce", &format!("{opt}=0")]).assert_fails(2, opt);
     }
     // Zero latency and overhead are a model (a bandwidth-only one).
     let (_, rows) = tune(&[
@@ -173,7 +173,7 @@ fn tune_refuses_oversized_problems_at_once() {
         let mut argv = vec!["algo", "tune"];
         argv.extend_from_slice(args);
         let out = run(&argv);
-        out.assert_fails(1, "too many to tune here");
+        out.assert_fails(2, "too many to tune here");
         assert!(out.elapsed < Duration::from_secs(5), "{}", out.dump());
     }
 }
@@ -255,7 +255,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "{rows:?}"
     );
     for cmd in ["check", "show"] {
-        run(&[&["algo", cmd][..], &huge[..]].concat()).assert_fails(1, "too many");
+        run(&[&["algo", cmd][..], &huge[..]].concat()).assert_fails(2, "too many");
     }
     // Channels multiply the steps (the estimate left them out: 7.3 M steps
     // were shown against a 2 M limit, 63 M checked against 50 M).
@@ -270,7 +270,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "-c",
         "65535",
     ])
-    .assert_fails(1, "too many");
+    .assert_fails(2, "too many");
     run(&[
         "algo",
         "check",
@@ -284,7 +284,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "-a",
         "ring",
     ])
-    .assert_fails(1, "too many");
+    .assert_fails(2, "too many");
     run(&[
         "algo",
         "check",
@@ -296,7 +296,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "-b",
         "0",
     ])
-    .assert_fails(1, "overflows");
+    .assert_fails(2, "overflows");
     run(&[
         "algo",
         "check",
@@ -306,10 +306,35 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "--ranks-per-node",
         "100",
     ])
-    .assert_fails(1, "--ranks-per-node 100 is more than the 3 ranks");
-    run(&["algo", "check", "all_reduce", "--root", "1"]).assert_fails(1, "has no root");
-    run(&["algo", "check", "broadcast", "--shift", "2"]).assert_fails(1, "--shift");
+    .assert_fails(2, "--ranks-per-node 100 is more than the 3 ranks");
+    run(&["algo", "check", "all_reduce", "--root", "1"]).assert_fails(2, "has no root");
+    run(&["algo", "check", "broadcast", "--shift", "2"]).assert_fails(2, "--shift");
     // Where they apply they still work.
     run(&["algo", "check", "broadcast", "-n", "4", "--root", "3"]).assert_ok();
     run(&["algo", "check", "sendrecv", "-n", "4", "--shift", "3"]).assert_ok();
+}
+
+/// Every refusal of `algo`'s options is a bad command line (exit 2), found
+/// by the command or by gpucomm-algo (they exited 1).
+#[test]
+fn a_bad_command_line_exits_2() {
+    for args in [
+        &[
+            "algo",
+            "show",
+            "all_reduce",
+            "--algorithm",
+            "foo",
+            "-n",
+            "4",
+        ][..],
+        &["algo", "show", "foo", "-n", "4"],
+        &["algo", "check", "all_reduce", "-n", "0"],
+        &["algo", "tune", "broadcast", "-n", "4", "--root", "4"],
+        &["algo", "check", "all_reduce", "-n", "4", "-b", "6"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.dump());
+        assert!(out.stderr.contains("gpucomm: error: "), "{}", out.dump());
+    }
 }

@@ -233,13 +233,14 @@ fn bad_arguments_fail_cleanly() {
     gpucomm(&["bench", "--device", "3"], LIMIT)
         .assert_fails(2, "--device 3 needs --memory device or pinned");
     // Buffers beyond the host's memory: refused before any rank starts
-    // (each rank mapped 3 TiB and ran row by row towards the OOM killer).
+    // (each rank mapped 3 TiB and ran row by row towards the OOM killer),
+    // a size too large for this host is a bad command line (exit 2).
     let out = gpucomm(
         &["bench", "-b", "1G", "-e", "1T", "-n", "1", "-w", "0"],
         LIMIT,
     );
     out.assert_fails(
-        1,
+        2,
         "all_reduce of 1 TiB on 2 ranks needs about 6144.0 GiB of host memory",
     );
     let out = gpucomm(&["bench", "scan"], LIMIT);

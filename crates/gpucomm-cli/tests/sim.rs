@@ -559,10 +559,10 @@ fn bad_input_is_a_clear_error() {
         let mut all = vec!["sim"];
         all.extend_from_slice(args);
         let out = gpucomm(&all, LIMIT);
-        // Sizes that contradict each other are a bad command line (exit 2,
-        // as clap's usage errors); the rest fail the run (exit 1).
-        let code = if says == "larger than max" { 2 } else { 1 };
-        assert_eq!(out.code, Some(code), "{args:?}: {}", out.dump());
+        // Each is a bad command line (exit 2, as clap's usage errors): an
+        // unknown name, a value out of range, options that conflict or that
+        // the machine cannot take.
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.dump());
         assert!(out.stderr.contains(says), "{args:?}: {}", out.dump());
         assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.dump());
     }
@@ -658,7 +658,7 @@ fn nic_options_replace_the_nodes_nics_as_topo_does() {
         &["sim", "all_reduce", "--topology", two, "--nics", "4"],
         LIMIT,
     );
-    out.assert_fails(1, "describes 2 nodes and their network");
+    out.assert_fails(2, "describes 2 nodes and their network");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1070,15 +1070,15 @@ fn calibrate_refuses_cases_it_cannot_check() {
 #[test]
 fn transfers_refuse_options_they_would_ignore() {
     // Each of these ran as if the option had not been given.
-    sim_fails(
+    sim_usage(
         &["copy", "--from", "host", "--to", "gpu5", "--gpus", "4"],
         "gpu5 is not in use: --gpus 4 uses GPUs 0 to 3",
     );
-    sim_fails(
+    sim_usage(
         &["p2p", "--pair", "0,5", "--gpus", "4"],
         "gpu5 is not in use",
     );
-    sim_fails(&["rdma", "--gpu", "5", "--gpus", "4"], "gpu5 is not in use");
+    sim_usage(&["rdma", "--gpu", "5", "--gpus", "4"], "gpu5 is not in use");
     sim_usage(
         &["p2p", "--nodes", "2"],
         "--nodes 2: p2p: a peer copy joins two GPUs of one node",
@@ -1104,11 +1104,11 @@ fn transfers_refuse_options_they_would_ignore() {
         "--bucket-mb applies to DDP only",
     );
     sim_usage(&["rdma", "--nodes", "1"], "rdma runs between two nodes");
-    sim_fails(
+    sim_usage(
         &["copy", "--pageable", "--from", "storage", "--to", "gpu0"],
         "--pageable: applies to a copy between host memory and a GPU",
     );
-    sim_fails(
+    sim_usage(
         &["copy", "--no-gds", "--from", "host", "--to", "gpu0"],
         "--no-gds: applies to a read from storage into a GPU",
     );
@@ -1125,12 +1125,12 @@ fn train_says_no_such_file_for_a_missing_model_file() {
         "/nonexistent-gpucomm/model.toml",
         "model-gpucomm-nonexistent.json",
     ] {
-        sim_fails(
+        sim_usage(
             &["train", "--model", path],
             &format!("--model {path}: no such file"),
         );
     }
-    sim_fails(&["train", "--model", "nope"], "unknown model \"nope\"");
+    sim_usage(&["train", "--model", "nope"], "unknown model \"nope\"");
 }
 
 #[test]
@@ -1149,12 +1149,12 @@ fn a_sweep_on_a_multi_node_topology_runs_only_its_own_node_count() {
         args.extend_from_slice(nodes);
         args
     };
-    sim_fails(
+    sim_usage(
         &train(&["--nodes", "3"]),
         &format!("--nodes 3: {file} already describes 2 nodes"),
     );
     for (sweep, says) in [("1,3,4", "--sweep-nodes 1:"), ("2,4", "--sweep-nodes 4:")] {
-        sim_fails(
+        sim_usage(
             &train(&["--sweep-nodes", sweep]),
             &format!("{says} {file} already describes 2 nodes"),
         );
@@ -1203,7 +1203,7 @@ fn a_preset_model_name_is_the_preset_whatever_the_directory_holds() {
 
 #[test]
 fn train_sweep_runs_in_order_and_refuses_a_count_twice() {
-    sim_fails(
+    sim_usage(
         &["train", "--model", "resnet50", "--sweep-nodes", "2,2,2"],
         "--sweep-nodes: 2 nodes given twice",
     );
@@ -1264,11 +1264,11 @@ fn a_one_byte_transfer_prints_its_bandwidth() {
 fn a_memory_need_past_2_64_bytes_is_told_right() {
     // Saturated at 2^64 bytes it said 18446744073.7 GB.
     let max = u64::MAX.to_string();
-    sim_fails(
+    sim_usage(
         &["all_reduce", "-b", &max, "-e", &max],
         "needs 36893488147.4 GB of device memory per GPU",
     );
-    sim_fails(
+    sim_usage(
         &["p2p", "--size", &max],
         "needs 36893488147.4 GB of device memory per GPU",
     );
@@ -1424,4 +1424,108 @@ fn train_says_when_the_model_times_are_another_gpus() {
         &["train", "--model", &bad],
         "measured_on = \"NVIDIA\" names no GPU",
     );
+}
+
+/// A bad command line exits 2 wherever its value is checked, here or in a
+/// library (an unknown preset or model, a GPU past the node's, an option
+/// the machine cannot take, more than the simulator takes); a file that
+/// exists but is not what it should be fails the run (exit 1). They all
+/// exited 1.
+#[test]
+fn a_bad_command_line_exits_2_and_a_bad_file_1() {
+    for (args, says) in [
+        (
+            &["all_reduce", "--topology", "nosuch"][..],
+            "--topology nosuch: unknown topology \"nosuch\": not a preset",
+        ),
+        (
+            &["all_reduce", "--nodes", "0"],
+            "--nodes must be at least 1",
+        ),
+        (
+            &["all_reduce", "--gpus", "99"],
+            "dgx-h100 has 8 GPUs per node, 99 asked",
+        ),
+        (
+            &["all_reduce", "--algorithm", "foo"],
+            "unknown name \"foo\"",
+        ),
+        (&["all_reduce", "--protocol", "foo"], "unknown name \"foo\""),
+        (&["all_reduce", "--tuner", "foo"], "unknown tuner \"foo\""),
+        (&["all_reduce", "-b", "1X"], "invalid size \"1X\""),
+        (&["all_reduce", "--nics", "999"], "--nics 999: at most"),
+        (
+            &["all_reduce", "--nodes", "100000"],
+            "the simulator takes at most",
+        ),
+        (
+            &["all_to_all", "--algorithm", "tree", "-e", "1M"],
+            "algorithm tree does not implement all_to_all",
+        ),
+        (
+            &[
+                "all_reduce",
+                "-t",
+                "pcie-8gpu",
+                "--algorithm",
+                "nvls",
+                "-e",
+                "1M",
+            ],
+            "has no NVSwitch with in-switch reduction",
+        ),
+        (
+            &["p2p", "--topology", "dgx1-v100", "--pair", "0,99"],
+            "gpu99 does not exist",
+        ),
+        (&["p2p", "--pair", "0,0"], "two different GPUs"),
+        (&["p2p", "--pair", "x"], "expected two GPU indices"),
+        (&["copy", "--from", "gpu99"], "gpu99 does not exist"),
+        (
+            &["copy", "--from", "host", "--to", "host"],
+            "is not modeled",
+        ),
+        (&["copy", "--from", "foo"], "unknown endpoint \"foo\""),
+        (
+            &["train", "--topology", "dgx-h100", "--model", "nosuch"],
+            "unknown model \"nosuch\"",
+        ),
+        (&["train", "--sweep-nodes", "0,1"], "at least 1"),
+        (
+            &["train", "--sweep-nodes", "100000"],
+            "the simulator takes at most",
+        ),
+        (
+            &["calibrate", "--file", "/nonexistent-gpucomm/m.toml"],
+            "--file /nonexistent-gpucomm/m.toml: no such file",
+        ),
+    ] {
+        sim_usage(args, says);
+    }
+    // Files that exist but do not parse: the run failed.
+    let dir = scratch_dir("bad-files");
+    let topology = dir.join("topology.toml");
+    std::fs::write(&topology, "nodes = [\n").unwrap();
+    let topology = topology.to_str().unwrap();
+    sim_fails(
+        &["all_reduce", "--topology", topology],
+        "not a valid TOML topology file",
+    );
+    // NIC options on it do not make the file's failure a bad command line.
+    sim_fails(
+        &["all_reduce", "--topology", topology, "--nics", "4"],
+        "not a valid TOML topology file",
+    );
+    for (name, text) in [("model.toml", "layer = [\n"), ("model.json", "{\"x\":")] {
+        let model = dir.join(name);
+        std::fs::write(&model, text).unwrap();
+        sim_fails(&["train", "--model", model.to_str().unwrap()], "model file");
+    }
+    let cases = dir.join("cases.toml");
+    std::fs::write(&cases, "[[case]\n").unwrap();
+    sim_fails(
+        &["calibrate", "--file", cases.to_str().unwrap()],
+        "calibration file",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -42,7 +42,7 @@ fn topology_names_a_preset_or_a_file_as_sim_does() {
         ok(&["topo", "--file", file, "--gpus", "4", "--json"])
     );
     let nope = gpucomm(&["topo", "--topology", "no-such-machine"], LIMIT);
-    nope.assert_fails(1, "--topology no-such-machine: unknown topology");
+    nope.assert_fails(2, "--topology no-such-machine: unknown topology");
     // A path that exists but is no topology file says what it is.
     let dir_arg = dir.to_str().unwrap();
     let not_a_file = gpucomm(&["topo", "--topology", dir_arg], LIMIT);
@@ -67,14 +67,14 @@ fn a_cluster_or_matrix_too_large_is_refused_at_once() {
         ],
         LIMIT,
     );
-    huge.assert_fails(1, "--nodes 18446744073709551615: ");
+    huge.assert_fails(2, "--nodes 18446744073709551615: ");
     // --all on 4800 devices built a 4800 x 4800 grid of strings.
     let all = gpucomm(
         &["topo", "--preset", "dgx-h100", "--nodes", "300", "--all"],
         LIMIT,
     );
     all.assert_fails(
-        1,
+        2,
         "--all: 4800 GPUs and NICs would make a 4800 x 4800 matrix",
     );
     // Under the cap it prints every host.
@@ -94,7 +94,7 @@ fn file_says_what_is_wrong_with_a_path_that_is_not_a_topology_file() {
     );
     let missing = dir.join("missing.toml");
     let m = missing.to_str().unwrap();
-    gpucomm(&["topo", "--file", m], LIMIT).assert_fails(1, &format!("--file {m}: no such file"));
+    gpucomm(&["topo", "--file", m], LIMIT).assert_fails(2, &format!("--file {m}: no such file"));
 }
 
 #[test]
@@ -340,7 +340,7 @@ fn file_is_always_read_even_when_named_like_a_preset() {
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("--file dgx-b200: no such file"), "{stderr}");
 }
@@ -377,7 +377,7 @@ fn every_nic_speed_taken_exports_and_loads_again() {
             &["topo", "--preset", "dgx-h100", "--nic-speed", speed],
             LIMIT,
         );
-        run.assert_fails(1, &format!("--nic-speed {speed:?}: expected"));
+        run.assert_fails(2, &format!("--nic-speed {speed:?}: expected"));
         assert!(run.stderr.contains("1 to 1600 Gb/s"), "{}", run.dump());
     }
 }
@@ -496,7 +496,7 @@ fn an_exported_cluster_is_not_joined_again() {
         LIMIT,
     )
     .assert_fails(
-        1,
+        2,
         "--nodes 2: dgx-h100x2 already has its own network (n0.nic0 is cabled to rail0)",
     );
     // As it is, it routes on its own rails.
@@ -550,4 +550,68 @@ fn options_another_would_ignore_are_refused() {
     // Each alone, and --list/--catalog with --json, still run.
     assert!(ok(&["topo", "--list", "--json"]).starts_with('['));
     assert!(ok(&["topo", "--preset", "dgx-h100", "--path", "gpu0", "gpu3"]).contains("NV18"));
+}
+
+/// A bad command line exits 2 wherever its value is checked (here or in
+/// gpucomm-topo: an unknown preset, options the topology cannot take); a
+/// file that exists but does not parse, or cannot be written, fails the
+/// run (exit 1). They all exited 1.
+#[test]
+fn a_bad_command_line_exits_2_and_a_bad_file_1() {
+    for (args, says) in [
+        (
+            &["topo", "--preset", "nosuch"][..],
+            "unknown topology \"nosuch\": not a preset",
+        ),
+        (
+            &["topo", "--preset", "dgx-h100", "--gpus", "99"],
+            "--gpus 99: dgx-h100 has 8 GPUs",
+        ),
+        (
+            &["topo", "--preset", "dgx-h100", "--nodes", "0"],
+            "--nodes must be at least 1",
+        ),
+        (
+            &["topo", "--preset", "dgx-h100", "--nics", "999"],
+            "--nics 999: at most",
+        ),
+        (
+            &[
+                "topo", "--preset", "dgx-h100", "--fabric", "foo", "--nodes", "2",
+            ],
+            "--fabric \"foo\": expected",
+        ),
+        (
+            &["topo", "--preset", "dgx-h100", "--path", "gpu0", "nosuch"],
+            "no node \"nosuch\" in dgx-h100",
+        ),
+        (
+            &["topo", "--sysfs-root", "/nonexistent-gpucomm"],
+            "--sysfs-root /nonexistent-gpucomm: no such directory",
+        ),
+    ] {
+        gpucomm(args, LIMIT).assert_fails(2, says);
+    }
+    let dir = scratch_dir("topo-bad-files");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "nodes = [\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    for flag in ["--file", "--topology"] {
+        gpucomm(&["topo", flag, bad], LIMIT).assert_fails(1, "not a valid TOML topology file");
+        gpucomm(&["topo", flag, bad, "--gpus", "2"], LIMIT)
+            .assert_fails(1, "not a valid TOML topology file");
+    }
+    let nowhere = dir.join("no-such-dir").join("x.toml");
+    gpucomm(
+        &[
+            "topo",
+            "--preset",
+            "dgx-h100",
+            "--export",
+            nowhere.to_str().unwrap(),
+        ],
+        LIMIT,
+    )
+    .assert_fails(1, "No such file or directory");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Subcommand;
 use comfy_table::Table;
 use gpucomm_algo::{
@@ -19,7 +19,7 @@ use gpucomm_algo::{
     Slice, Step, StepKind, TuneOptions, candidates_with, check, critical_path, predict,
 };
 
-use super::common::{format_bytes, parse_size};
+use super::common::{OrUsage, format_bytes, parse_size, usage};
 
 /// Arguments of `gpucomm algo`.
 #[derive(clap::Args, Debug)]
@@ -145,10 +145,10 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
     // An option the collective does not take is refused, not ignored.
     if let Some(c) = c {
         if a.root.is_some() && c.root().is_none() {
-            bail!("--root: {} has no root", c.name());
+            usage!("--root: {} has no root", c.name());
         }
         if a.shift.is_some() && !matches!(c, Collective::SendRecv { .. }) {
-            bail!("--shift is sendrecv's; {} takes none", c.name());
+            usage!("--shift is sendrecv's; {} takes none", c.name());
         }
     }
     Ok(match c {
@@ -158,7 +158,7 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
         Some(c) => c.with_root(a.root.unwrap_or(0)),
         None => {
             let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
-            bail!(
+            usage!(
                 "unknown collective {:?} ({})",
                 a.collective,
                 names.join(", ")
@@ -168,37 +168,44 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
 }
 
 fn parse_algorithm(s: &str) -> anyhow::Result<Algorithm> {
-    Algorithm::from_name(s).with_context(|| {
-        let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-        format!("unknown algorithm {s:?} ({})", names.join(", "))
-    })
+    Algorithm::from_name(s)
+        .with_context(|| {
+            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown algorithm {s:?} ({})", names.join(", "))
+        })
+        .or_usage()
 }
 
 fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     let collective = parse_collective(a)?;
     if a.ranks == 0 {
-        bail!("--ranks must be at least 1");
+        usage!("--ranks must be at least 1");
     }
     if a.elem_size == 0 {
-        bail!("--elem-size must be at least 1");
+        usage!("--elem-size must be at least 1");
     }
-    let bytes = usize::try_from(parse_size(&a.bytes)?).context("--bytes too large")?;
+    let bytes = usize::try_from(parse_size(&a.bytes)?)
+        .context("--bytes too large")
+        .or_usage()?;
     // A size is one rank's block of these times the rank count, as
     // nccl-tests counts it.
     let blocked = collective.count_is_a_block();
     let per = if blocked {
-        a.elem_size.checked_mul(a.ranks).with_context(|| {
-            format!(
-                "--elem-size {} times {} ranks overflows",
-                a.elem_size, a.ranks
-            )
-        })?
+        a.elem_size
+            .checked_mul(a.ranks)
+            .with_context(|| {
+                format!(
+                    "--elem-size {} times {} ranks overflows",
+                    a.elem_size, a.ranks
+                )
+            })
+            .or_usage()?
     } else {
         a.elem_size
     };
     let count = match collective {
         Collective::Barrier => 0,
-        _ if bytes % per != 0 => bail!(
+        _ if bytes % per != 0 => usage!(
             "--bytes {bytes} is not a multiple of {per} ({} bytes per element{})",
             a.elem_size,
             if blocked { " times the rank count" } else { "" }
@@ -207,11 +214,11 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     };
     let rpn = a.ranks_per_node.unwrap_or(a.ranks);
     if rpn > a.ranks {
-        bail!("--ranks-per-node {rpn} is more than the {} ranks", a.ranks);
+        usage!("--ranks-per-node {rpn} is more than the {} ranks", a.ranks);
     }
     let p = Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size);
     // Whatever the algorithm (a root past the ranks, say): said once, here.
-    p.validate()?;
+    p.validate().or_usage()?;
     Ok(p)
 }
 
@@ -220,14 +227,18 @@ fn chunk_elems(a: &ProblemArgs, p: &Problem) -> anyhow::Result<Option<usize>> {
     let Some(chunk) = &a.chunk else {
         return Ok(None);
     };
-    let chunk_bytes = usize::try_from(parse_size(chunk)?).context("--chunk too large")?;
+    let chunk_bytes = usize::try_from(parse_size(chunk)?)
+        .context("--chunk too large")
+        .or_usage()?;
     Ok(Some(chunk_bytes.div_ceil(p.elem_size)))
 }
 
 /// The schedule `--algorithm` names (`alg`), with the channels, chunk and
 /// intra-node parts given; fails when `alg` does not implement the problem.
 fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
-    Ok(Schedule::new(p, alg)?
+    // An algorithm that does not implement the problem was asked for.
+    Ok(Schedule::new(p, alg)
+        .or_usage()?
         .with_channels(a.channels.unwrap_or(1))
         .with_chunk_elems(chunk_elems(a, &p)?.unwrap_or(0))
         .with_intra_slices(a.intra_slices as usize))
@@ -248,7 +259,7 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
         .saturating_mul(2 * fan * n)
         .saturating_mul(channels);
     if est > limit {
-        bail!(
+        usage!(
             "{} {} on {n} ranks has about {est} steps, too many to {what} here (raise --chunk, or use fewer ranks)",
             s.algorithm.name(),
             s.problem.collective.name()
@@ -356,7 +367,7 @@ fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
     };
     let s = schedule(a, p, alg)?;
     if p.nranks > 4096 {
-        bail!(
+        usage!(
             "show prints every rank's steps; {} ranks is too many (check and tune scale further)",
             p.nranks
         );
@@ -485,7 +496,7 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             .collect(),
     };
     if algs.is_empty() {
-        bail!(
+        usage!(
             "no algorithm implements {} for this problem",
             p.collective.name()
         );
@@ -531,7 +542,7 @@ fn model_figure(
     let v = given.unwrap_or(default);
     let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
     if !ok {
-        bail!(
+        usage!(
             "--{option} must be a finite number {} (got {v})",
             if positive { "above 0" } else { "at least 0" }
         );
@@ -581,7 +592,7 @@ const TUNE_MAX_TREE_PAIRS: usize = 1 << 24;
 fn tune_guard(p: &Problem, algorithms: &[Algorithm]) -> anyhow::Result<()> {
     let (n, rpn) = (p.nranks, p.ranks_per_node);
     if n > TUNE_MAX_RANKS {
-        bail!(
+        usage!(
             "{} on {n} ranks: too many to tune here (at most {TUNE_MAX_RANKS} ranks)",
             p.collective.name()
         );
@@ -589,7 +600,7 @@ fn tune_guard(p: &Problem, algorithms: &[Algorithm]) -> anyhow::Result<()> {
     let tree = p.collective == Collective::AllReduce
         && (algorithms.is_empty() || algorithms.contains(&Algorithm::Tree));
     if tree && n.saturating_mul(rpn) > TUNE_MAX_TREE_PAIRS {
-        bail!(
+        usage!(
             "tree all_reduce on {n} ranks, {rpn} per node: too many to tune here \
              (ranks x ranks per node at most {TUNE_MAX_TREE_PAIRS}; give --ranks-per-node, \
              fewer ranks, or another --algorithm)"
@@ -618,7 +629,7 @@ fn tune_candidates(
     if let Some(c) = pa.channels
         && c > a.max_channels
     {
-        bail!(
+        usage!(
             "--channels {c} is more than --max-channels {}",
             a.max_channels
         );
@@ -639,7 +650,7 @@ fn tune_cmd(a: &TuneArgs) -> anyhow::Result<ExitCode> {
     let m = tune_model(a)?;
     let all = tune_candidates(a, &p, &m)?;
     let Some((best, _)) = all.first() else {
-        bail!(
+        usage!(
             "no algorithm implements {} for this problem",
             p.collective.name()
         );

@@ -15,7 +15,7 @@ use gpucomm_cuda::bench::{CopyKind, Measurement, Timing, measure, measure_with};
 use gpucomm_cuda::{Device, Error, Gpu, ProbeConfig};
 use serde_json::json;
 
-use super::common::{format_bytes, parse_size, size_sweep};
+use super::common::{OrUsage, format_bytes, parse_size, size_sweep};
 
 /// Exit code when no GPU is present (2 is clap's for a bad command line).
 pub const EXIT_NO_GPU: u8 = 3;
@@ -117,13 +117,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e).context("probing the GPU"),
     };
     let devices = gpu.devices().context("opening the devices")?;
-    let dev = devices.get(args.device as usize).with_context(|| {
-        format!(
-            "--device {}: this machine has {} GPU(s)",
-            args.device,
-            devices.len()
-        )
-    })?;
+    let dev = devices
+        .get(args.device as usize)
+        .with_context(|| {
+            format!(
+                "--device {}: this machine has {} GPU(s)",
+                args.device,
+                devices.len()
+            )
+        })
+        .or_usage()?;
     let tests = if args.tests.is_empty() {
         CopyKind::ALL.to_vec()
     } else {

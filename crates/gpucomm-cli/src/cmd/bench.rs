@@ -347,7 +347,7 @@ fn check_memory(
     let need = per_rank * ranks as u128;
     let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
     match avail {
-        Some(avail) if need > u128::from(avail) => bail!(
+        Some(avail) if need > u128::from(avail) => usage!(
             "{} of {} on {ranks} ranks needs about {:.1} GiB of {place} for its buffers \
              ({:.1} GiB per rank), {:.1} GiB available: lower -e/--maxbytes or --ranks",
             collective.name(),
@@ -609,7 +609,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.memory == Memory::Device {
         if args.fault.is_some() {
-            bail!("fault injection works with --memory host or pinned only");
+            usage!("fault injection works with --memory host or pinned only");
         }
         if !args.fake_gpu
             && let Err(e) = gpucomm::device::open_cuda()
@@ -689,7 +689,7 @@ fn finish(printer: &Mutex<Printer>, plan: &Plan) -> anyhow::Result<ExitCode> {
 fn run_threads(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     // Refused by clap (conflicts_with); kept for callers that build Args.
     if args.fault.is_some() {
-        bail!("fault injection needs separate processes (drop --threads)");
+        usage!("fault injection needs separate processes (drop --threads)");
     }
     let opts = gpucomm::InProcessOptions {
         timeout: Some(args.rank_timeout),

@@ -5,7 +5,12 @@ use anyhow::Context;
 
 /// Parses a byte size as nccl-tests does: a number with an optional suffix
 /// K, M, G or T (powers of 1024; a trailing `B` or `iB` is accepted).
+/// Every size is a command-line value: a bad one is a [`Usage`] error.
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    parse_size_value(s).or_usage()
+}
+
+fn parse_size_value(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let upper = t.to_ascii_uppercase();
     let body = upper
@@ -27,9 +32,11 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("size {s:?} is too large"))
 }
 
-/// A bad command line found after parsing (values that conflict, or a
-/// range clap cannot state): `main` exits 2 for it, as for clap's own
-/// usage errors, and 1 for failures of the run.
+/// A bad command line found after parsing (an unknown name, a value out of
+/// range or beyond what the tool takes, options that conflict or would be
+/// ignored): `main` exits 2 for it, as for clap's own usage errors, and 1
+/// for failures of the run (a file that cannot be read or parsed, an I/O or
+/// transport failure). docs/cli.md, "Exit status".
 #[derive(Debug)]
 pub struct Usage(pub String);
 
@@ -48,6 +55,49 @@ macro_rules! usage {
     };
 }
 pub(crate) use usage;
+
+/// `e` as a bad command line (exit 2), its message kept: for an error a
+/// library returns on a value the command line gave it (a GPU index, a
+/// node count, an option the machine cannot take). Only where the value
+/// checked is the command line's: a run's failures stay failures.
+pub fn usage_error(e: impl Into<anyhow::Error>) -> anyhow::Error {
+    let e = e.into();
+    if e.chain().any(|c| c.is::<Usage>()) {
+        return e;
+    }
+    anyhow::Error::new(Usage(chain_message(&e)))
+}
+
+/// [`usage_error`] on a `Result`'s error.
+pub trait OrUsage<T> {
+    /// The error, if any, as a bad command line (exit 2).
+    fn or_usage(self) -> anyhow::Result<T>;
+}
+
+impl<T, E: Into<anyhow::Error>> OrUsage<T> for Result<T, E> {
+    fn or_usage(self) -> anyhow::Result<T> {
+        self.map_err(usage_error)
+    }
+}
+
+/// The error and its causes, outer first, joined by ": " as anyhow's `{:#}`
+/// joins them, but each said once: where a message already ends with its
+/// cause's text (an error type that both prints its source and returns it,
+/// as `std::io::Error` wrappers often do), the cause is not repeated.
+pub fn chain_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if msg.ends_with(&s) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&s);
+    }
+    msg
+}
 
 /// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
 /// until past `max` (`max` itself always included when the sweep is not

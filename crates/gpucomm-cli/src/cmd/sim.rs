@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Subcommand;
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{
@@ -20,10 +20,12 @@ use gpucomm_sim::train::{
     CommTimes, MODEL_PRESETS, ModelSpec, Sharding, TrainConfig, prefill, step,
 };
 use gpucomm_sim::transfer::{Endpoint, copy, p2p, rdma_between};
-use gpucomm_sim::{Engine, Machine, calibration, trace};
+use gpucomm_sim::{Engine, Machine, SimError, calibration, trace};
 use serde_json::json;
 
-use super::common::{format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage};
+use super::common::{
+    OrUsage, format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage, usage_error,
+};
 
 /// Arguments of `gpucomm sim`.
 #[derive(clap::Args, Debug)]
@@ -313,23 +315,26 @@ impl TunerArgs {
     fn options(&self) -> anyhow::Result<CollOptions> {
         let algorithm = match &self.algorithm {
             None => Select::Any,
-            Some(s) => Select::parse(s, AlgoChoice::parse).map_err(|e| {
-                anyhow::anyhow!(
+            Some(s) => match Select::parse(s, AlgoChoice::parse) {
+                Ok(x) => x,
+                Err(e) => usage!(
                     "--algorithm: {e} ({}; a list, or ^ and a list to exclude)",
                     AlgoChoice::names()
-                )
-            })?,
+                ),
+            },
         };
         let protocol = match &self.protocol {
             None => Select::Any,
-            Some(s) => Select::parse(s, Protocol::parse).map_err(|e| {
-                anyhow::anyhow!(
+            Some(s) => match Select::parse(s, Protocol::parse) {
+                Ok(x) => x,
+                Err(e) => usage!(
                     "--protocol: {e} (LL, LL128, Simple; a list, or ^ and a list to exclude)"
-                )
-            })?,
+                ),
+            },
         };
-        let tuner = Tuner::parse(&self.tuner)
-            .with_context(|| format!("unknown tuner {:?} (nccl, fastest)", self.tuner))?;
+        let Some(tuner) = Tuner::parse(&self.tuner) else {
+            usage!("unknown tuner {:?} (nccl, fastest)", self.tuner);
+        };
         Ok(CollOptions {
             algorithm,
             protocol,
@@ -434,14 +439,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// minutes, rather than after it.
 fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
     if p.is_dir() {
-        bail!("--trace {}: is a directory", p.display());
+        usage!("--trace {}: is a directory", p.display());
     }
     let dir = p
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
     if !dir.is_dir() {
-        bail!(
+        usage!(
             "--trace {}: no directory {} to write it in",
             p.display(),
             dir.display()
@@ -460,22 +465,37 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         .as_deref()
         .map(super::topo::nic_speed)
         .transpose()?;
-    let mut mach = Machine::select_with_nics(&m.topology, m.nics, nic_speed)
+    let mut mach = select_machine(&m.topology, m.nics, nic_speed)
         .with_context(|| format!("--topology {}", m.topology))?;
     if let Some(n) = m.nodes {
         if n == 0 {
-            bail!("--nodes must be at least 1");
+            usage!("--nodes must be at least 1");
         }
         nodes_fit(m, &mach, "--nodes", n)?;
+        // Replicated nodes need NICs to be joined (a file of several nodes
+        // without any is the file's failure, found where a route is).
+        if n > 1 && mach.nodes == 1 && mach.node.nics == 0 {
+            usage!(
+                "--nodes {n}: the nodes have no NIC to join them ({}{})",
+                m.topology,
+                if m.nics == Some(0) {
+                    " with --nics 0"
+                } else {
+                    " has none; --nics N adds them"
+                }
+            );
+        }
     }
     if let Some(g) = m.gpus {
-        mach.use_gpus(g).with_context(|| format!("--gpus {g}"))?;
+        mach.use_gpus(g)
+            .or_usage()
+            .with_context(|| format!("--gpus {g}"))?;
     }
     let net_flags =
         m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
     if net_flags {
         if mach.nodes > 1 {
-            bail!(
+            usage!(
                 "{} describes its own network ({}); --fabric, --oversubscription, --nodes-per-leaf \
                  and --sharp apply to a one-node topology replicated with --nodes",
                 m.topology,
@@ -492,6 +512,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         )?;
         mach = mach
             .with_cluster_options(&opts)
+            .or_usage()
             .context("network options")?;
     }
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
@@ -502,9 +523,53 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         // header saying the switches reduce. CollNet runs wherever they
         // can (Direct on NVSwitch nodes, Chain elsewhere).
         gpucomm_sim::innet::sharp_usable(&mach, mach.nodes)
-            .map_err(|e| anyhow::anyhow!("--sharp: {e}"))?;
+            .or_usage()
+            .context("--sharp")?;
     }
     Ok(mach)
+}
+
+/// `--topology` read, with the NICs `--nics`/`--nic-speed` give it
+/// ([`Machine::select_with_nics`]). A name that is neither a preset, `local`
+/// nor an existing path, and NIC options the topology cannot take, are bad
+/// command lines (exit 2); a file that cannot be read or is not a topology
+/// is a failure (exit 1).
+fn select_machine(
+    spec: &str,
+    nics: Option<usize>,
+    nic_speed: Option<gpucomm_topo::catalog::LinkKind>,
+) -> anyhow::Result<Machine> {
+    let lower = spec.to_ascii_lowercase();
+    // What gpucomm_topo::select takes (and refuses as UnknownTopology).
+    if !(gpucomm_topo::is_preset(&lower) || lower == "local" || std::path::Path::new(spec).exists())
+    {
+        return Err(usage_error(gpucomm_topo::TopoError::UnknownTopology {
+            name: spec.to_string(),
+            known: gpucomm_topo::preset_names(),
+        }));
+    }
+    match Machine::select_with_nics(spec, nics, nic_speed) {
+        Ok(m) => Ok(m),
+        // The topology reads without them: the NIC options are refused.
+        Err(e) if (nics.is_some() || nic_speed.is_some()) && Machine::select(spec).is_ok() => {
+            Err(usage_error(e))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A simulator error about what the command line asked of a machine that
+/// loaded: an invalid request for this machine or these options
+/// ([`SimError::Model`]: a GPU that does not exist, an algorithm the
+/// machine cannot run, a size beyond its memory; [`SimError::Schedule`]: an
+/// algorithm without the collective; [`SimError::TooLarge`]: beyond what
+/// the simulator takes here) is a bad command line (exit 2); the run's own
+/// failures (no route, deadlock, a bound reached) stay failures (exit 1).
+fn asked(e: SimError) -> anyhow::Error {
+    match e {
+        SimError::Model(_) | SimError::Schedule(_) | SimError::TooLarge { .. } => usage_error(e),
+        other => other.into(),
+    }
 }
 
 /// A node count `flag` gave for a run on `mach` as its topology describes
@@ -513,7 +578,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
 /// count of `train --sweep-nodes` are checked here.
 fn nodes_fit(m: &Machine_, mach: &Machine, flag: &str, n: usize) -> anyhow::Result<()> {
     if mach.nodes > 1 && n != mach.nodes {
-        bail!(
+        usage!(
             "{flag} {n}: {} already describes {} nodes (leave {flag} out, or give a one-node topology)",
             m.topology,
             mach.nodes
@@ -529,17 +594,18 @@ fn out() -> std::io::StdoutLock<'static> {
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let coll = coll.with_root(a.root);
     let mach = machine(&a.m, None)?;
-    let fabric = mach.fabric(Engine::Nccl, mach.nodes)?;
+    let fabric = mach.fabric(Engine::Nccl, mach.nodes).map_err(asked)?;
     let base = a.tuner.options()?;
     let average = match &a.average {
         None => None,
-        Some(s) => Some(Average::parse(s).with_context(|| {
-            format!("--average {s:?}: not one of avg, max, min, rank0 (or nccl-tests' 0-3)")
-        })?),
+        Some(s) => match Average::parse(s) {
+            Some(x) => Some(x),
+            None => usage!("--average {s:?}: not one of avg, max, min, rank0 (or nccl-tests' 0-3)"),
+        },
     };
     let shown = average.unwrap_or(Average::default_for(coll));
     if a.iters == 0 {
-        bail!("--iters 0: a loop runs at least one iteration");
+        usage!("--iters 0: a loop runs at least one iteration");
     }
     let ranks = fabric.ranks();
     let elem = a.datatype.size() as u64;
@@ -549,12 +615,12 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks, elem))
         .collect();
     match coll.root() {
-        Some(root) if root >= ranks => bail!(
+        Some(root) if root >= ranks => usage!(
             "--root {root}: the run has {ranks} ranks (0 to {})",
             ranks - 1
         ),
         None if a.root != 0 => {
-            bail!("--root applies to broadcast, reduce, gather and scatter only")
+            usage!("--root applies to broadcast, reduce, gather and scatter only")
         }
         _ => {}
     }
@@ -567,7 +633,8 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 coll.name(),
                 format_bytes(largest)
             ),
-        )?;
+        )
+        .map_err(asked)?;
     }
     let mut results: Vec<CollResult> = Vec::new();
     let mut walls = Vec::new();
@@ -584,14 +651,16 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
             ..base.clone()
         };
         let t0 = Instant::now();
-        let r = simulate(&fabric, coll, bytes, &opts).with_context(|| {
-            format!(
-                "{} of {} on {} ranks",
-                coll.name(),
-                format_bytes(bytes),
-                ranks
-            )
-        })?;
+        let r = simulate(&fabric, coll, bytes, &opts)
+            .map_err(asked)
+            .with_context(|| {
+                format!(
+                    "{} of {} on {} ranks",
+                    coll.name(),
+                    format_bytes(bytes),
+                    ranks
+                )
+            })?;
         walls.push(t0.elapsed().as_secs_f64());
         if tracing {
             trace_run = r.exec.clone();
@@ -916,7 +985,8 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
                 y.trim().parse::<usize>().ok()?,
             ))
         })
-        .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))?;
+        .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))
+        .or_usage()?;
     gpu_in_use(&a.m, x, "--pair")?;
     gpu_in_use(&a.m, y, "--pair")?;
     let size = copy_size(&a.size)?;
@@ -928,8 +998,9 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
             "a peer copy of {} (a source and a destination buffer on each GPU)",
             format_bytes(size)
         ),
-    )?;
-    let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size)?;
+    )
+    .map_err(asked)?;
+    let r = p2p(&mach, x, y, a.bidirectional, !a.no_p2p, size).map_err(asked)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
@@ -1000,7 +1071,7 @@ fn one_node(m: &Machine_, why: &str) -> anyhow::Result<()> {
 /// N-1; a copy ran on a GPU past them).
 fn gpu_in_use(m: &Machine_, g: usize, what: &str) -> anyhow::Result<()> {
     match m.gpus {
-        Some(n) if g >= n => bail!(
+        Some(n) if g >= n => usage!(
             "{what}: gpu{g} is not in use: --gpus {n} uses GPUs 0 to {}",
             n.saturating_sub(1)
         ),
@@ -1024,13 +1095,16 @@ fn bandwidth(gbps: f64) -> String {
 fn copy_size(s: &str) -> anyhow::Result<u64> {
     let size = parse_size(s)?;
     if size == 0 {
-        bail!("--size must be positive");
+        usage!("--size must be positive");
     }
     Ok(size)
 }
 
 fn endpoint(s: &str) -> anyhow::Result<Endpoint> {
-    Endpoint::parse(s).with_context(|| format!("unknown endpoint {s:?} (host, gpuN, storage)"))
+    match Endpoint::parse(s) {
+        Some(e) => Ok(e),
+        None => usage!("unknown endpoint {s:?} (host, gpuN, storage)"),
+    }
 }
 
 fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
@@ -1049,7 +1123,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
         (Endpoint::Host, Endpoint::Gpu(_)) | (Endpoint::Gpu(_), Endpoint::Host)
     );
     if a.pageable && !host_gpu {
-        bail!(
+        usage!(
             "--pageable: applies to a copy between host memory and a GPU (bandwidthTest's \
              --memory=pageable); {} -> {} uses no pageable buffer in the model",
             a.from,
@@ -1057,7 +1131,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if a.no_gds && !matches!((from, to), (Endpoint::Storage, Endpoint::Gpu(_))) {
-        bail!(
+        usage!(
             "--no-gds: applies to a read from storage into a GPU (GPUDirect Storage or a host \
              bounce buffer); {} -> {} has no choice of path",
             a.from,
@@ -1066,9 +1140,10 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     }
     // The GPU end's buffer (storage to host memory holds none).
     if [from, to].iter().any(|e| matches!(e, Endpoint::Gpu(_))) {
-        mach.check_device_memory(size.into(), &format!("a copy of {}", format_bytes(size)))?;
+        mach.check_device_memory(size.into(), &format!("a copy of {}", format_bytes(size)))
+            .map_err(asked)?;
     }
-    let r = copy(&mach, from, to, a.pageable, !a.no_gds, size)?;
+    let r = copy(&mach, from, to, a.pageable, !a.no_gds, size).map_err(asked)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     let mut o = out();
     if a.m.json {
@@ -1127,8 +1202,9 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     mach.check_device_memory(
         size.into(),
         &format!("a transfer of {}", format_bytes(size)),
-    )?;
-    let r = rdma_between(&mach, (from, to), a.gpu, !a.no_gdr, size)?;
+    )
+    .map_err(asked)?;
+    let r = rdma_between(&mach, (from, to), a.gpu, !a.no_gdr, size).map_err(asked)?;
     write_spans(&a.trace, &phase_spans(&r.path, &r.phases))?;
     // The pair's leaves, on a leaf/spine network: between leaves a
     // transfer crosses the spine (and, oversubscribed, the leaves' uplinks).
@@ -1232,7 +1308,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.bucket_bytes));
     let first_bucket_mb = a.bucket_mb.unwrap_or(mib(cfg.first_bucket_bytes));
     let mut cache = CommTimes::new(a.tuner.options()?);
-    prefill(&mach, &sweep, &model, &cfg, &mut cache)?;
+    prefill(&mach, &sweep, &model, &cfg, &mut cache).map_err(asked)?;
     let mut one = mach.clone();
     one.use_gpus(1)?;
     let base = step(&one, 1, &model, &cfg, &mut cache)?;
@@ -1404,9 +1480,11 @@ fn model(spec: &str) -> anyhow::Result<ModelSpec> {
     }
     if looks_like_path(spec) {
         // It said `unknown model "/nonexistent.toml"`.
-        bail!("--model {spec}: no such file");
+        usage!("--model {spec}: no such file");
     }
-    Ok(ModelSpec::preset(spec)?)
+    // Neither a preset nor a file: a bad command line, as an unknown
+    // --topology is (a file that does not parse is a failure, above).
+    ModelSpec::preset(spec).or_usage()
 }
 
 /// A `--model` that names a file rather than a preset: a path (a `/`) or
@@ -1423,17 +1501,18 @@ fn looks_like_path(s: &str) -> bool {
 /// the same row twice) or 0 is refused.
 fn sweep_counts(given: &[usize]) -> anyhow::Result<Vec<usize>> {
     if given.contains(&0) {
-        bail!("--sweep-nodes: node counts must be at least 1");
+        usage!("--sweep-nodes: node counts must be at least 1");
     }
     let mut sweep = given.to_vec();
     sweep.sort_unstable();
     if let Some(w) = sweep.windows(2).find(|w| w[0] == w[1]) {
-        bail!("--sweep-nodes: {} nodes given twice", w[0]);
+        usage!("--sweep-nodes: {} nodes given twice", w[0]);
     }
     Ok(sweep)
 }
 
 fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let given = a.file.is_some();
     let file = a.file.unwrap_or_else(|| {
         let here = PathBuf::from("shared/calibration/measurements.toml");
         let beside = PathBuf::from("../shared/calibration/measurements.toml");
@@ -1443,6 +1522,9 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
             here
         }
     });
+    if given && !file.exists() {
+        usage!("--file {}: no such file", file.display());
+    }
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     let cases = calibration::parse(&text)?;

@@ -7,14 +7,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use super::common::usage;
+use super::common::{OrUsage, usage, usage_error};
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
 use gpucomm_topo::catalog::{self, LinkKind, parse_port};
 use gpucomm_topo::format::{self, Format};
 use gpucomm_topo::{
-    ClusterOptions, DiscoverOptions, Fabric, NodeIx, NodeKind, PRESETS, PathClass, Topology,
+    ClusterOptions, DiscoverOptions, Fabric, NodeIx, NodeKind, PRESETS, PathClass, TopoError,
+    Topology,
 };
 
 /// Arguments of `gpucomm topo`.
@@ -259,7 +260,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let devices = t.gpus().len() + t.nodes_of_kind(NodeKind::Nic).count();
     if args.all && devices > MAX_ALL_DEVICES {
-        bail!(
+        usage!(
             "--all: {devices} GPUs and NICs would make a {devices} x {devices} matrix; \
              --all prints at most {MAX_ALL_DEVICES} (--path A B shows one pair, --json the whole topology)"
         );
@@ -280,13 +281,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Reads `--nic-speed` (`gpucomm topo` and `gpucomm sim`).
 pub fn nic_speed(s: &str) -> anyhow::Result<LinkKind> {
-    parse_port(s).with_context(|| {
-        format!(
+    match parse_port(s) {
+        Some(k) => Ok(k),
+        None => usage!(
             "--nic-speed {s:?}: expected edr, hdr, hdr100, ndr, ndr200, xdr, roce<Gb/s> or \
              eth<Gb/s> (1 to {} Gb/s)",
             catalog::MAX_ETHERNET_GBIT
-        )
-    })
+        ),
+    }
 }
 
 /// The network options as given (`--fabric` as typed; the others where
@@ -305,6 +307,7 @@ pub(crate) fn network_options(
             Fabric::parse(f)
                 .map(|x| (x, f.to_string()))
                 .with_context(|| format!("--fabric {f:?}: expected rail, single or leaf-spine"))
+                .or_usage()
         })
         .transpose()?;
     let defaults = ClusterOptions::default();
@@ -343,12 +346,17 @@ pub fn options(args: &ClusterArgs) -> anyhow::Result<ClusterOptions> {
     })
 }
 
-/// A topology error as `gpucomm topo` reports it: an option that would
-/// change nothing ([`gpucomm_topo::TopoError::NoEffect`]) is a bad command
-/// line (exit 2), as the network options refused before loading are.
-fn topo_error(e: gpucomm_topo::TopoError) -> anyhow::Error {
+/// A topology error as `gpucomm topo` reports it: a name that is neither a
+/// preset nor a file ([`TopoError::UnknownTopology`]), options that cannot
+/// be applied ([`TopoError::Options`]: `--gpus` beyond the node's, too many
+/// `--nodes`...) or would change nothing ([`TopoError::NoEffect`]) are bad
+/// command lines (exit 2), as the network options refused before loading
+/// are; a file that cannot be read or parsed stays a failure (exit 1).
+fn topo_error(e: TopoError) -> anyhow::Error {
     match e {
-        gpucomm_topo::TopoError::NoEffect(m) => anyhow::Error::new(super::common::Usage(m)),
+        TopoError::UnknownTopology { .. } | TopoError::Options(_) | TopoError::NoEffect(_) => {
+            usage_error(e)
+        }
         other => other.into(),
     }
 }
@@ -373,9 +381,14 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
         // is read below, which says what is wrong with it. Always the
         // file: a file named like a preset (or `local`) is not the preset.
         if !f.exists() {
-            bail!("--file {}: no such file", f.display());
+            usage!("--file {}: no such file", f.display());
         }
         return gpucomm_topo::select_file(f, &opts).map_err(topo_error);
+    }
+    if let Some(root) = &args.sysfs_root
+        && !root.exists()
+    {
+        usage!("--sysfs-root {}: no such directory", root.display());
     }
     let d = DiscoverOptions {
         root: args
@@ -384,7 +397,7 @@ fn load(args: &Args) -> anyhow::Result<Topology> {
             .unwrap_or_else(|| PathBuf::from("/")),
         nvml: !args.no_nvml,
     };
-    let base = gpucomm_topo::discover(&d)?;
+    let base = gpucomm_topo::discover(&d).map_err(topo_error)?;
     if opts == ClusterOptions::default() {
         Ok(base)
     } else {
@@ -940,14 +953,16 @@ fn print_bandwidth(out: &mut impl Write, t: &Topology, all: bool) -> anyhow::Res
 
 fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::Result<()> {
     let find = |id: &str| {
-        t.find(id).with_context(|| {
-            let some: Vec<&str> = t.nodes().iter().take(12).map(|n| n.id.as_str()).collect();
-            format!(
-                "no node {id:?} in {} (ids look like: {})",
-                t.name(),
-                some.join(", ")
-            )
-        })
+        t.find(id)
+            .with_context(|| {
+                let some: Vec<&str> = t.nodes().iter().take(12).map(|n| n.id.as_str()).collect();
+                format!(
+                    "no node {id:?} in {} (ids look like: {})",
+                    t.name(),
+                    some.join(", ")
+                )
+            })
+            .or_usage()
     };
     let (x, y) = (find(a)?, find(b)?);
     let p = t.path(x, y)?;
