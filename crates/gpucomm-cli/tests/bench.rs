@@ -629,3 +629,24 @@ fn a_bad_gpu_path_names_where_it_came_from() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.matches("GPUCOMM_GPU_PATH").count(), 1, "{err}");
 }
+
+/// Sweep sizes that round to one size run and print once: `-b 0 -e 16`
+/// printed three rows of 0 B (0, 1 and 2 bytes are no whole float), and
+/// all_gather on 4 ranks five (below 16 B no rank has a whole float).
+#[test]
+fn a_size_the_sweep_rounds_to_twice_is_one_row() {
+    for (args, want) in [
+        (&["-b", "0", "-e", "16"][..], &[0u64, 4, 8, 16][..]),
+        (
+            &["all_gather", "--ranks", "4", "-b", "0", "-e", "64"],
+            &[0, 16, 32, 64],
+        ),
+    ] {
+        let mut argv = vec!["--threads", "-n", "1", "-w", "0"];
+        argv.extend_from_slice(args);
+        let rows = bench_json_rows(&argv, "60", LIMIT);
+        let bytes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(bytes, want, "{args:?}");
+        assert_all_right(&rows, "rounded sweep");
+    }
+}

@@ -359,9 +359,47 @@ fn an_empty_collective_is_discarded_as_nccl_does() {
     assert_eq!(rows[0]["algorithm"], "none");
     assert!(rows[0]["protocol"].is_null());
     assert_eq!(f(&rows[0], "time_us"), 0.0);
-    // 1 B is no whole float: empty too, as in nccl-tests; 4 B runs.
-    assert_eq!(rows[1]["bytes"], 0);
-    assert!(f(&rows[2], "time_us") > 0.0 && rows[2]["protocol"].is_string());
+    // 1 B is no whole float: empty too, as in nccl-tests, the row of 0 B
+    // already printed; 4 B runs.
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(rows[1]["bytes"], 4);
+    assert!(f(&rows[1], "time_us") > 0.0 && rows[1]["protocol"].is_string());
+}
+
+/// Sweep sizes that round to one size print one row: `-b 0 -e 16` printed
+/// three rows of 0 B (0, 1 and 2 bytes are no whole float).
+#[test]
+fn a_size_the_sweep_rounds_to_twice_is_one_row() {
+    let v = sim_json(&["all_reduce", "-b", "0", "-e", "16"]);
+    let bytes: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(bytes, [0, 4, 8, 16], "{v}");
+    let out = gpucomm(&["sim", "all_reduce", "-b", "0", "-e", "16"], LIMIT);
+    let rows: Vec<&str> = out
+        .assert_ok()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert_eq!(rows.len(), 4, "{}", out.dump());
+    assert_eq!(
+        rows[0].split_whitespace().next(),
+        Some("0"),
+        "{}",
+        out.dump()
+    );
+    // all_gather's blocks of 16 B per rank: 8 ranks take 128 B a step.
+    let v = sim_json(&["all_gather", "-b", "1", "-e", "1K", "-d", "half"]);
+    let bytes: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .collect();
+    assert!(bytes.windows(2).all(|w| w[0] < w[1]), "{bytes:?}");
 }
 
 #[test]
@@ -717,7 +755,8 @@ fn a_chain_reports_nccl_tests_mean_and_its_completion() {
 fn gathers_run_and_print_the_sizes_nccl_tests_does() {
     // nccl-tests rounds an all_gather's part per rank down to 16 bytes:
     // on 32 ranks its published 4-node sweep (vpbenchmarking, NCCL 2.24.3)
-    // prints 0 for 8 to 256 B and then 512 B, count 4 (per rank).
+    // prints 0 for 8 to 256 B (six rows of 0; here one, the sizes that
+    // round to it run once) and then 512 B, count 4 (per rank).
     let args = "sim all_gather --topology dgx-h100 --nodes 4 -b 8 -e 512 -f 2";
     let text = gpucomm(&args.split(' ').collect::<Vec<_>>(), LIMIT);
     let rows: Vec<(u64, u64)> = text
@@ -729,7 +768,7 @@ fn gathers_run_and_print_the_sizes_nccl_tests_does() {
             (w[0].parse().unwrap(), w[1].parse().unwrap())
         })
         .collect();
-    assert_eq!(rows, [[(0, 0); 6].as_slice(), &[(512, 4)]].concat());
+    assert_eq!(rows, [(0, 0), (512, 4)]);
     // 1000 B on 8 ranks: 125 B per rank, 112 (28 floats, 14 doubles)
     // run; the other collectives run whole elements: 7 B is one float, or
     // 7 int8s (`-d`, as nccl-tests takes it).

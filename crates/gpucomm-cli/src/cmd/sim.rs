@@ -610,10 +610,13 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let ranks = fabric.ranks();
     let elem = a.datatype.size() as u64;
     // Each size of the sweep as nccl-tests runs and prints it.
-    let sizes: Vec<u64> = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?
+    let mut sizes: Vec<u64> = size_sweep(parse_size(&a.min)?, parse_size(&a.max)?, a.factor)?
         .into_iter()
         .map(|b| gpucomm_sim::collective::nccl_tests_bytes(coll, b, ranks, elem))
         .collect();
+    // Sweep sizes that round to one (0, 1 and 2 bytes of floats are all
+    // 0) are one row: the rounding keeps the order, so they are adjacent.
+    sizes.dedup();
     match coll.root() {
         Some(root) if root >= ranks => usage!(
             "--root {root}: the run has {ranks} ranks (0 to {})",
