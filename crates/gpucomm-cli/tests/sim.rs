@@ -366,6 +366,31 @@ fn an_empty_collective_is_discarded_as_nccl_does() {
     assert!(f(&rows[1], "time_us") > 0.0 && rows[1]["protocol"].is_string());
 }
 
+/// Nodes without a NIC cannot be joined: refused before the run, as a bad
+/// command line, for every command that replicates a node (a train sweep
+/// and rdma ran into "no route" or "has no NICs", exit 1).
+#[test]
+fn nodes_without_nics_are_refused_as_a_bad_command_line() {
+    for (args, says) in [
+        (
+            &["all_reduce", "-t", "workstation-rtx4090", "--nodes", "2"][..],
+            "--nodes 2: the nodes have no NIC to join them (workstation-rtx4090 has none",
+        ),
+        (
+            &["train", "-t", "workstation-rtx4090", "--sweep-nodes", "1,2"],
+            "2 nodes: the nodes have no NIC to join them",
+        ),
+        (
+            &["rdma", "-t", "pcie-8gpu", "--nics", "0"],
+            "the nodes have no NIC to join them (pcie-8gpu with --nics 0)",
+        ),
+    ] {
+        sim_usage(args, says);
+    }
+    // One node needs none.
+    sim_json(&["train", "-t", "workstation-rtx4090", "--model", "resnet50"]);
+}
+
 /// Sweep sizes that round to one size print one row: `-b 0 -e 16` printed
 /// three rows of 0 B (0, 1 and 2 bytes are no whole float).
 #[test]

@@ -472,19 +472,24 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
             usage!("--nodes must be at least 1");
         }
         nodes_fit(m, &mach, "--nodes", n)?;
-        // Replicated nodes need NICs to be joined (a file of several nodes
-        // without any is the file's failure, found where a route is).
-        if n > 1 && mach.nodes == 1 && mach.node.nics == 0 {
-            usage!(
-                "--nodes {n}: the nodes have no NIC to join them ({}{})",
-                m.topology,
-                if m.nics == Some(0) {
-                    " with --nics 0"
-                } else {
-                    " has none; --nics N adds them"
-                }
-            );
-        }
+    }
+    // Replicated nodes need NICs to be joined (a file of several nodes
+    // without any is the file's failure, found where a route is).
+    let most = most_nodes.or(m.nodes).unwrap_or(1);
+    if most > 1 && mach.nodes == 1 && mach.node.nics == 0 {
+        usage!(
+            "{}: the nodes have no NIC to join them ({}{})",
+            match most_nodes {
+                Some(_) if m.nodes.is_none() => format!("{most} nodes"),
+                _ => format!("--nodes {most}"),
+            },
+            m.topology,
+            if m.nics == Some(0) {
+                " with --nics 0"
+            } else {
+                " has none; --nics N adds them"
+            }
+        );
     }
     if let Some(g) = m.gpus {
         mach.use_gpus(g)
