@@ -366,6 +366,51 @@ fn a_killed_rank_under_gpucomm_launch() {
 }
 
 #[test]
+fn a_wrong_result_is_counted_and_fails_the_run() {
+    // One element of rank 1's out-of-place result is changed after the
+    // collective, as a corrupting transport would: the row counts it, the
+    // footer says FAILED, and the run exits 1 as nccl-tests exits
+    // EXIT_FAILURE (it exited 2, the code of a bad command line).
+    let out = faulty(
+        &[
+            "--ranks",
+            "2",
+            "--fault",
+            "corrupt",
+            "--fault-rank",
+            "1",
+            "--fault-row",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(
+        out.stdout.contains("# Out of bounds values : 1 FAILED"),
+        "{}",
+        out.dump()
+    );
+    assert!(
+        out.stderr.contains("1 result(s) had wrong elements"),
+        "{}",
+        out.dump()
+    );
+    // The other rows are right.
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 6, "8 B to 256 KiB by 8: {}", out.dump());
+    for (i, row) in rows.iter().enumerate() {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        // out-of-place #wrong is column 9, in-place column 13.
+        let want = if i == 1 { "1" } else { "0" };
+        assert_eq!((cols[8], cols[12]), (want, "0"), "row {i}: {row}");
+    }
+}
+
+#[test]
 fn abort_from_another_thread() {
     let out = faulty(
         &[

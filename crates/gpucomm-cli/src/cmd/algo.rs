@@ -391,7 +391,7 @@ fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(if rep.is_ok() {
             ExitCode::SUCCESS
         } else {
-            ExitCode::from(2)
+            ExitCode::FAILURE
         });
     }
     let shown = p.nranks.min(sa.max_ranks);
@@ -481,7 +481,7 @@ fn check_result(
                 s.algorithm.name(),
                 p.collective.name()
             )?;
-            Ok(ExitCode::from(2))
+            Ok(ExitCode::FAILURE)
         }
     }
 }
@@ -516,12 +516,12 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
                 "error": rep.as_ref().err().map(|e| e.to_string()),
             }));
             if rep.is_err() {
-                code = ExitCode::from(2);
+                code = ExitCode::FAILURE;
             }
             continue;
         }
         if check_result(&mut out, &p, &s, rep)? != ExitCode::SUCCESS {
-            code = ExitCode::from(2);
+            code = ExitCode::FAILURE;
         }
     }
     if a.json {

@@ -132,7 +132,7 @@ pub struct Args {
     /// (internal) Run as one rank of a bench started by the coordinator.
     #[arg(long, hide = true)]
     pub worker: bool,
-    /// (internal, tests) Inject a fault: kill, exit, abort, mismatch, hang, garbage-store, bad-token.
+    /// (internal, tests) Inject a fault: kill, exit, abort, mismatch, hang, garbage-store, bad-token, corrupt.
     /// Needs separate processes (not with `--threads`).
     #[arg(long, hide = true, value_parser = parse_fault, conflicts_with = "threads")]
     pub fault: Option<Fault>,
@@ -285,6 +285,10 @@ pub enum Fault {
     GarbageStore,
     /// The rank presents a wrong token to the store.
     BadToken,
+    /// The rank changes one element of its checked out-of-place result, as
+    /// a transport that corrupts data would: the check counts it, the
+    /// table says `FAILED` and the run exits 1.
+    Corrupt,
 }
 
 fn parse_fault(s: &str) -> Result<Fault, String> {
@@ -296,6 +300,7 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
         "hang" => Fault::Hang,
         "garbage-store" => Fault::GarbageStore,
         "bad-token" => Fault::BadToken,
+        "corrupt" => Fault::Corrupt,
         _ => return Err(format!("unknown fault {s:?}")),
     })
 }
@@ -310,6 +315,7 @@ impl Fault {
             Fault::Hang => "hang",
             Fault::GarbageStore => "garbage-store",
             Fault::BadToken => "bad-token",
+            Fault::Corrupt => "corrupt",
         }
     }
 }
@@ -684,7 +690,9 @@ fn finish(printer: &Mutex<Printer>, plan: &Plan) -> anyhow::Result<ExitCode> {
             "gpucomm bench: {} result(s) had wrong elements",
             p.wrong_rows
         );
-        return Ok(ExitCode::from(2));
+        // A check that found wrong results fails the run, as nccl-tests
+        // exits EXIT_FAILURE; 2 is for a bad command line.
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

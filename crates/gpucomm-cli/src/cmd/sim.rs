@@ -1623,7 +1623,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
             cases.len(),
             off.join(", ")
         );
-        ExitCode::from(2)
+        ExitCode::FAILURE
     })
 }
 

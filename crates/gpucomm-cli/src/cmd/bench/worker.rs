@@ -326,6 +326,17 @@ fn sweep<T: Elem + Element>(
             .with_context(|| {
                 format!("{} out of place (checked run), {nbytes} bytes", coll.name())
             })?;
+            if let (Some(Fault::Corrupt), Some(first)) =
+                (fault, bufs.recv[..layout.recv].first_mut())
+            {
+                eprintln!("fault injected: rank {rank} changes one element of its result");
+                let bad = T::from_i128(-77);
+                *first = if *first == bad {
+                    T::from_i128(-78)
+                } else {
+                    bad
+                };
+            }
             Some(check::count_wrong(
                 &p,
                 layout,
