@@ -179,9 +179,7 @@ impl Watch<'_> {
             return Err(Stop::Watch(why));
         }
         if !self.ns.is_empty()
-            && let Some(why) = store
-                .get(&format!("{}failed", self.ns))
-                .map_err(Stop::Store)?
+            && let Some(why) = store.get(&failed_key(self.ns)).map_err(Stop::Store)?
         {
             return Err(Stop::Watch(format!(
                 "a member of the group failed: {}",
@@ -273,6 +271,12 @@ fn init_barrier_key(ns: &str) -> String {
 /// first to take it is rank `r`, any other is refused.
 fn claim_key(ns: &str, r: usize) -> String {
     format!("{ns}rank/{r}")
+}
+
+/// Where a member of the group `ns` that failed to join leaves its reason,
+/// for the others to stop waiting for it (`crate::split`).
+pub(crate) fn failed_key(ns: &str) -> String {
+    format!("{ns}failed")
 }
 
 /// Every key [`join`] sets for a job or group `ns` of `n` ranks, to delete

@@ -15,10 +15,12 @@
 //!
 //! A parent barrier ends the split, so no rank (the store's host among them)
 //! returns, and may drop the parent, while another group still reads the
-//! store. After it each group's rank 0 deletes the keys its group's join
-//! set, so a job that splits in a loop keeps the store's size flat. A split
-//! that fails on one rank aborts the parent, so the other ranks fail at
-//! once rather than at their timeout.
+//! store. Before it each member counts itself out of its group's keys, and
+//! the last one out deletes them (those its group's join set, and a failed
+//! member's reason), whether the split succeeded or failed, so a job that
+//! splits in a loop keeps the store's size flat. A split that fails on one
+//! rank aborts the parent, so the other ranks fail at once rather than at
+//! their timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -198,14 +200,17 @@ pub(crate) fn split(
     };
     match made {
         Ok(made) => {
-            comm.barrier()?;
-            // Every member of every group has joined: its keys are read.
-            Ok(made.map(|(child, keys)| {
+            // This member is done with its group's keys (it read its peers'
+            // addresses): the last to be done deletes them, before the
+            // parent barrier, so none is left once every rank has returned.
+            let child = made.map(|(child, keys)| {
                 if let Some(mut keys) = keys {
-                    keys.delete();
+                    keys.leave();
                 }
                 child
-            }))
+            });
+            comm.barrier()?;
+            Ok(child)
         }
         Err(e) => {
             inner.abort(&format!("split failed on rank {}: {e}", inner.rank));
@@ -214,27 +219,49 @@ pub(crate) fn split(
     }
 }
 
-/// A group's keys in the store, which its rank 0 deletes once the split is
-/// over (otherwise a job that splits in a loop grows the store without
-/// bound).
+/// A group's keys in the store (its join's, its reason to fail, its count
+/// of members done), which the last member to be done with them deletes,
+/// whether the split succeeded or failed (otherwise a job that splits in a
+/// loop, and sometimes fails, grows the store without bound).
 struct GroupKeys {
     client: StoreClient,
-    keys: Vec<String>,
+    ns: String,
+    size: usize,
 }
 
 impl GroupKeys {
-    /// Deletes the keys. The groups are made by now: a store that cannot be
-    /// reached leaves them behind, with a warning.
-    fn delete(&mut self) {
-        if let Err(e) = self.client.delete_keys(&self.keys) {
-            tracing::warn!("split: could not delete the group's store keys: {e}");
+    /// The key counting the members done with the group's keys.
+    fn left_key(ns: &str) -> String {
+        format!("{ns}left")
+    }
+
+    /// Counts this member out; the last one out deletes every key of the
+    /// group. By then no member reads them: each counts itself out when
+    /// its join has returned, so a member's reason to fail is read by all
+    /// the others before it goes. A store that cannot be reached leaves
+    /// them behind, with a warning (as does a member killed before it
+    /// counted itself out).
+    fn leave(&mut self) {
+        let left = Self::left_key(&self.ns);
+        match self.client.add(&left, 1) {
+            Ok(k) if usize::try_from(k).is_ok_and(|k| k >= self.size) => {
+                let mut keys = bootstrap::join_keys(&self.ns, self.size);
+                keys.push(bootstrap::failed_key(&self.ns));
+                keys.push(left);
+                if let Err(e) = self.client.delete_keys(&keys) {
+                    tracing::warn!("split: could not delete the group's store keys: {e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("split: could not count this rank out of the group: {e}"),
         }
     }
 }
 
 /// This rank's communicator of the group `ns`: rank `me` of `members`
-/// (their ranks in the parent), and on the group's rank 0, when it joined
-/// through the store, the keys it left there.
+/// (their ranks in the parent), and, when it joined through the store, the
+/// group's keys there, to count this member out of once the split no
+/// longer needs them (a failed join has counted itself out).
 fn group(
     inner: &Inner,
     ns: &str,
@@ -277,21 +304,25 @@ fn group(
                 &config.token,
                 timeout.min(STORE_RECONNECT),
             )?;
-            let mut parts = bootstrap::join(&config, &mut client, deadline, ns, Some(&stop))
-                .inspect_err(|e| {
-                    // The group's other members stop waiting for this one.
-                    let failed = format!("{ns}failed");
-                    if client.get(&failed).ok().flatten().is_none() {
-                        let _ = client.set(&failed, format!("rank {me}: {e}").as_bytes());
-                    }
-                })?;
+            let joined = bootstrap::join(&config, &mut client, deadline, ns, Some(&stop));
+            let mut keys = GroupKeys {
+                client,
+                ns: ns.to_string(),
+                size,
+            };
+            let mut parts = joined.inspect_err(|e| {
+                // The group's other members stop waiting for this one.
+                let failed = bootstrap::failed_key(ns);
+                if keys.client.get(&failed).ok().flatten().is_none() {
+                    let _ = keys
+                        .client
+                        .set(&failed, format!("rank {me}: {e}").as_bytes());
+                }
+                keys.leave();
+            })?;
             parts.origin = Some(Origin::Store { config });
             parts.id = ns.to_string();
-            let keys = (me == 0).then(|| GroupKeys {
-                client,
-                keys: bootstrap::join_keys(ns, size),
-            });
-            Ok((Communicator::from_parts(parts), keys))
+            Ok((Communicator::from_parts(parts), Some(keys)))
         }
         Some(Origin::InProcess(hub)) => {
             if me == 0 {

@@ -880,3 +880,98 @@ fn a_dribbled_hello_does_not_outlive_the_timeout() {
         "a 1.5 s bootstrap took {took:?}"
     );
 }
+
+/// Runs `split` on `n` thread ranks of a store-based job (TCP) and returns
+/// each rank's result, with the store's key count just before the split
+/// (every rank joined) and once every rank has returned from it (the job's
+/// communicators, rank 0's store among them, still up). `before` runs on
+/// the store between the two counts' first and the split.
+fn store_keys_around_a_split(
+    n: usize,
+    before: impl FnOnce(&mut gpucomm::store::StoreClient),
+    split: impl Fn(&Communicator) -> Result<Option<Communicator>, gpucomm::Error> + Sync,
+) -> (Vec<Result<bool, String>>, usize, usize) {
+    use std::sync::Barrier;
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let (joined, go, returned, checked) = (
+        Barrier::new(n + 1),
+        Barrier::new(n + 1),
+        Barrier::new(n + 1),
+        Barrier::new(n + 1),
+    );
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let (addr, split) = (&addr, &split);
+                let (joined, go, returned, checked) = (&joined, &go, &returned, &checked);
+                s.spawn(move || {
+                    let c = Communicator::new(&thread_rank(rank, n, addr, TransportChoice::Tcp));
+                    joined.wait();
+                    go.wait();
+                    let r = match &c {
+                        Ok(c) => split(c).map(|g| g.is_some()).map_err(|e| e.to_string()),
+                        Err(e) => Err(format!("joining: {e}")),
+                    };
+                    returned.wait();
+                    // Rank 0 keeps the store up until it has been counted.
+                    checked.wait();
+                    r
+                })
+            })
+            .collect();
+        joined.wait();
+        let mut store =
+            gpucomm::store::StoreClient::connect(&addr, "dup-token", Duration::from_secs(10))
+                .unwrap();
+        let keys_before = store.num_keys().unwrap();
+        before(&mut store);
+        go.wait();
+        returned.wait();
+        let keys_after = store.num_keys().unwrap();
+        checked.wait();
+        let got = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        (got, keys_before, keys_after)
+    })
+}
+
+/// A split that fails leaves none of its keys in the store once every
+/// member has returned: its reason (`<group>failed`), its members' claims
+/// and addresses. They stayed for good, so a job that splits often and
+/// sometimes fails grew its store without bound. Here a process that
+/// claimed the group's rank 1 first (a key set where the group's keys go)
+/// makes rank 1's join fail, and with it the split on every rank.
+#[test]
+fn a_failed_split_leaves_no_keys_in_the_store() {
+    let (got, before, after) = store_keys_around_a_split(
+        3,
+        |store| {
+            store.add("split0.0/rank/1", 1).unwrap();
+        },
+        |c| c.split(Some(0), c.rank() as i64),
+    );
+    assert!(got.iter().all(Result::is_err), "{got:?}");
+    assert!(
+        got[1]
+            .as_ref()
+            .is_err_and(|e| e.contains("already joined this job as rank 1")),
+        "{got:?}"
+    );
+    assert_eq!(after, before, "keys left by the failed split: {got:?}");
+}
+
+/// A split that succeeds leaves none of its keys either, once every member
+/// has returned (no barrier after it): groups of 2 and 1 and a rank in no
+/// group.
+#[test]
+fn a_split_leaves_no_keys_in_the_store() {
+    let (got, before, after) = store_keys_around_a_split(
+        4,
+        |_| {},
+        |c| {
+            let color = [Some(0), Some(0), Some(1), None][c.rank()];
+            c.split(color, 0)
+        },
+    );
+    assert_eq!(got, [Ok(true), Ok(true), Ok(true), Ok(false)]);
+    assert_eq!(after, before);
+}
