@@ -290,6 +290,27 @@ pub(crate) fn join_keys(ns: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// A group of one rank (a split's, `crate::split`): it has no peer to meet,
+/// so it needs no rendezvous, and no store (which may be gone: its host,
+/// the job's rank 0, may have dropped its communicator). As [`join`] makes
+/// it for one rank: no link, no region, one rank per node.
+pub(crate) fn alone(cfg: &BootstrapConfig, ns: &str) -> InnerParts {
+    InnerParts {
+        rank: 0,
+        world: 1,
+        local_ranks: 1,
+        ranks_per_node: 1,
+        links: vec![None],
+        region: None,
+        timeout: cfg.timeout,
+        algorithm: cfg.algorithm,
+        sockets: Vec::new(),
+        origin: None,
+        server: None,
+        id: ns.to_string(),
+    }
+}
+
 /// Everything after the store connection: publish, read the peers, connect.
 /// The job's keys are under `ns` (empty for a job, a group's namespace for a
 /// split: `crate::split`).

@@ -758,10 +758,11 @@ impl Communicator {
     /// rendezvous store, which the job's rank 0 hosts: that rank's root
     /// communicator must live while groups are being made (a split of a
     /// split included: end the splits with a barrier on the root before
-    /// dropping it). The group keeps this rank's timeout and this
-    /// communicator's forced algorithm. The groups are independent of this
-    /// communicator and of each other afterwards; threads may split several
-    /// communicators of one rank at once. A split that fails on one rank
+    /// dropping it), except for a group of one, which needs no store. The
+    /// group keeps this rank's timeout and this communicator's forced
+    /// algorithm. The groups are independent of this communicator and of
+    /// each other afterwards; threads may split several communicators of
+    /// one rank at once. A split that fails on one rank
     /// aborts this communicator and tells its group, so the others fail at
     /// once (within 100 ms for those waiting for it in the store; as when a
     /// member's process dies inside the split).

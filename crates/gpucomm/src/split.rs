@@ -297,6 +297,12 @@ fn group(
                 timeout,
                 ..config.clone()
             };
+            if size == 1 {
+                // No peer to meet: no store either (its host may be gone).
+                let mut parts = bootstrap::alone(&config, ns);
+                parts.origin = Some(Origin::Store { config });
+                return Ok((Communicator::from_parts(parts), None));
+            }
             // The store is up (the root job's rank 0 serves it): a refused
             // connection means it is gone, so do not retry for long.
             let mut client = StoreClient::connect(

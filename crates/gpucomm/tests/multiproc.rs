@@ -975,3 +975,40 @@ fn a_split_leaves_no_keys_in_the_store() {
     assert_eq!(got, [Ok(true), Ok(true), Ok(true), Ok(false)]);
     assert_eq!(after, before);
 }
+
+/// A group of one needs no rendezvous: a split into groups of one, of a
+/// group whose job's rank 0 has dropped its communicator (and its store),
+/// makes them, and they work (and split again). Each went to the store
+/// and failed ("connecting to store ...": refused) after retrying for 2 s.
+#[test]
+fn a_split_into_groups_of_one_needs_no_store() {
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let dropped = std::sync::Barrier::new(2);
+    let got: Vec<Result<(usize, u32), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                let (addr, dropped) = (&addr, &dropped);
+                s.spawn(move || {
+                    let e = |e: gpucomm::Error| e.to_string();
+                    let c = Communicator::new(&thread_rank(rank, 2, addr, TransportChoice::Tcp))
+                        .map_err(e)?;
+                    let g = c.split(Some(0), 0).map_err(e)?.ok_or("no group")?;
+                    // Both ranks have their group: the store goes.
+                    c.barrier().map_err(e)?;
+                    drop(c);
+                    dropped.wait();
+                    let one = g.split(Some(rank as u32), 0).map_err(e)?;
+                    let one = one.ok_or("no group of one")?;
+                    let again = one.split(Some(0), 0).map_err(e)?.ok_or("no group")?;
+                    let mut v = [rank as u32 + 1];
+                    again
+                        .all_reduce_in_place(&mut v, ReduceOp::Sum)
+                        .map_err(e)?;
+                    Ok((one.world_size() + again.world_size(), v[0]))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got, [Ok((2, 1)), Ok((2, 2))]);
+}
