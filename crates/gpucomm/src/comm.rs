@@ -35,10 +35,17 @@ pub(crate) fn deadline(now: Instant, d: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
-/// A timeout in whole milliseconds, at least 1, at most `u64::MAX` (it
-/// wrapped: 2^61 s became 0 and every call timed out at once).
-fn timeout_ms(d: Duration) -> u64 {
-    d.as_millis().clamp(1, u128::from(u64::MAX)) as u64
+/// A timeout in whole milliseconds, the one conversion every timeout that
+/// travels or is kept in milliseconds takes (a communicator's, the store's
+/// waits, `GPUCOMM_TIMEOUT_MS` for launched ranks): rounded up, so that no
+/// wait is shorter than asked and none but zero is zero; at least 1, so
+/// that zero waits a moment rather than not at all (a loop of zero waits
+/// is no busy loop); at most `u64::MAX` (it wrapped: 2^61 s became 0 and
+/// every call timed out at once). Back to a deadline with [`deadline`].
+pub(crate) fn timeout_ms(d: Duration) -> u64 {
+    d.as_nanos()
+        .div_ceil(1_000_000)
+        .clamp(1, u128::from(u64::MAX)) as u64
 }
 
 /// One call, with its root, peer or reduction op.

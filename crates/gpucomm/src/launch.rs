@@ -656,7 +656,7 @@ pub fn launch_with(cfg: &LaunchConfig, sink: LineSink) -> Result<LaunchReport, L
             cmd.env("GPUCOMM_ALGORITHM", a.name());
         }
         if let Some(t) = cfg.rank_timeout {
-            cmd.env("GPUCOMM_TIMEOUT_MS", t.as_millis().max(1).to_string());
+            cmd.env("GPUCOMM_TIMEOUT_MS", crate::comm::timeout_ms(t).to_string());
         }
         // A process group of its own (set in the child before exec, so
         // before `spawn` returns): stopping the rank stops what it started.

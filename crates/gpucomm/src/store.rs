@@ -293,7 +293,7 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                         .and_then(|b| b.try_into().ok())
                         .unwrap_or([0; 8]),
                 );
-                let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
+                let deadline = wait_deadline(Instant::now(), ms);
                 let mut map = crate::lock(&shared.map);
                 let found = loop {
                     if let Some(v) = map.get(&key) {
@@ -354,6 +354,26 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
             }
         }
     }
+}
+
+/// The milliseconds a wait of `timeout` asks the store for
+/// ([`crate::comm::timeout_ms`]: rounded up, at least 1, at most
+/// `u64::MAX`), and how long the client waits for the answer: the store
+/// answers at its own deadline, so 2 s more (saturating).
+fn wait_request(timeout: Duration) -> (u64, Duration) {
+    let ms = crate::comm::timeout_ms(timeout);
+    (
+        ms,
+        Duration::from_millis(ms).saturating_add(Duration::from_secs(2)),
+    )
+}
+
+/// The store's deadline for a wait of `ms` milliseconds from `now`: as
+/// asked, however long (it was cut to 24 h, and the client then told of a
+/// key "not set within" the longer time it asked for); one too far for the
+/// clock is a century away ([`crate::comm::deadline`]).
+fn wait_deadline(now: Instant, ms: u64) -> Instant {
+    crate::comm::deadline(now, Duration::from_millis(ms))
 }
 
 /// Connects to the first of `addrs` that accepts: each in turn (a blackholed
@@ -527,9 +547,7 @@ impl StoreClient {
 
     /// Waits until `key` is set (at most `timeout`) and returns its value.
     pub fn wait(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
-        let ms = timeout.as_millis().min(u64::MAX as u128) as u64;
-        // The store answers at its own deadline; 2 s more for that answer.
-        let reply_within = timeout.saturating_add(Duration::from_secs(2));
+        let (ms, reply_within) = wait_request(timeout);
         let (st, v) = self.request(OP_WAIT, key, &ms.to_le_bytes(), reply_within)?;
         if st != 0 {
             return Err(Error::Io {
@@ -640,6 +658,36 @@ impl StoreClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait's timeout reaches the store by the one conversion: zero and
+    /// sub-millisecond values wait a millisecond (they waited 0, a check
+    /// at once: a loop of them was a busy loop), a fraction rounds up,
+    /// u64::MAX s and Duration::MAX saturate without a panic, and a long
+    /// wait is as long as asked (the store cut it to 24 h).
+    #[test]
+    fn a_wait_timeout_takes_the_one_conversion() {
+        let secs = Duration::from_secs;
+        for (timeout, ms) in [
+            (Duration::ZERO, 1),
+            (Duration::from_nanos(1), 1),
+            (Duration::from_micros(999), 1),
+            (Duration::from_micros(1500), 2),
+            (secs(25 * 3600), 25 * 3600 * 1000),
+            (secs(u64::MAX), u64::MAX),
+            (Duration::MAX, u64::MAX),
+        ] {
+            let (got, reply_within) = wait_request(timeout);
+            assert_eq!(got, ms, "{timeout:?}");
+            assert_eq!(got, crate::comm::timeout_ms(timeout), "{timeout:?}");
+            // The answer is waited for, longer than the store waits.
+            assert!(reply_within > Duration::from_millis(ms), "{timeout:?}");
+        }
+        let now = Instant::now();
+        assert_eq!(wait_deadline(now, 25 * 3600 * 1000) - now, secs(25 * 3600));
+        assert_eq!(wait_deadline(now, 1) - now, Duration::from_millis(1));
+        // Too far for the clock: far away, and no panic.
+        assert!(wait_deadline(now, u64::MAX) - now > secs(50 * 365 * 24 * 3600));
+    }
 
     /// A name whose first address refuses (a store listening on IPv4 only
     /// while the name lists IPv6 first) connects through the next one; only

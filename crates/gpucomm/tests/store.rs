@@ -71,6 +71,47 @@ fn wait_is_bounded() {
     assert!(t.elapsed() < Duration::from_secs(3));
 }
 
+/// Waits at the edges of `Duration`: zero and sub-millisecond timeouts end
+/// in a timed-out error (no panic, no hang); `u64::MAX` s and
+/// `Duration::MAX` wait until the key is set, and return it at once when
+/// it is (no panic, no overflow).
+#[test]
+fn wait_takes_any_duration() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let addr = s.addr().to_string();
+    let mut a = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+    for t in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(999),
+    ] {
+        let e = a.wait("never", t).unwrap_err();
+        assert!(e.to_string().contains("not set within"), "{t:?}: {e}");
+    }
+    a.set("k", b"v").unwrap();
+    for t in [
+        Duration::ZERO,
+        Duration::from_micros(1),
+        Duration::from_secs(u64::MAX),
+        Duration::MAX,
+    ] {
+        assert_eq!(a.wait("k", t).unwrap(), b"v", "{t:?}");
+    }
+    for t in [Duration::from_secs(u64::MAX), Duration::MAX] {
+        let key = format!("later{t:?}");
+        let h = std::thread::spawn({
+            let (addr, key) = (addr.clone(), key.clone());
+            move || {
+                let mut b = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                b.set(&key, b"now").unwrap();
+            }
+        });
+        assert_eq!(a.wait(&key, t).unwrap(), b"now", "{t:?}");
+        h.join().unwrap();
+    }
+}
+
 /// A store named by a host name listens on every interface (the name may
 /// resolve to loopback on rank 0's host and to a routable address elsewhere,
 /// as Debian's `127.0.1.1 <hostname>`); an IP literal binds just that IP.
