@@ -26,7 +26,7 @@ use crate::env::{BootstrapConfig, TransportChoice};
 use crate::error::{Error, TransportKind};
 use crate::netif;
 use crate::split::Origin;
-use crate::store::{Bounded, StoreClient, StoreServer};
+use crate::store::{Bounded, ConnectError, StoreClient, StoreServer};
 use crate::transport::ring::{Liveness, Region, RingLink, pidfd, region_bytes};
 use crate::transport::tcp::{TcpLink, connect_retry, encode_hello, read_hello, tune_socket};
 use crate::transport::{CHANNELS, Link};
@@ -105,7 +105,22 @@ pub(crate) fn bootstrap(cfg: &BootstrapConfig) -> Result<InnerParts, Error> {
         }
         _ => cfg.store_addr.clone(),
     };
-    let mut store = StoreClient::connect(&store_addr, &cfg.token, timeout)?;
+    let mut store = match StoreClient::try_connect(&store_addr, &cfg.token, timeout) {
+        Ok(store) => store,
+        // Rank 0 hosts the store from its start until its communicator is
+        // dropped: a rank that finds nothing there for its whole timeout
+        // came too late, or to the wrong place, or rank 0 never started.
+        Err(ConnectError::Unreachable(e)) => {
+            return Err(fail(format!(
+                "the rendezvous at {store_addr} is over or unreachable: rank {me} of world {n} \
+                 could not join (no store accepted a connection there within {timeout:?}: \
+                 {e}; rank 0 serves it from its start until its communicator is dropped: \
+                 check the store address (MASTER_ADDR, MASTER_PORT), that rank 0 runs, and \
+                 that this rank belongs to a job still joining)"
+            )));
+        }
+        Err(ConnectError::Other(e)) => return Err(e),
+    };
     let mut note = JoinNote::default();
     match join_as(cfg, &mut store, deadline, "", None, &mut note).and_then(|parts| {
         leave(&mut store, me, n, deadline, timeout)?;

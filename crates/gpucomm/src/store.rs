@@ -406,6 +406,16 @@ fn connect_any(addrs: &[SocketAddr], deadline: Instant) -> std::io::Result<TcpSt
     }
 }
 
+/// Why [`StoreClient::try_connect`] failed.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// Nothing accepted a connection at the store's address until the
+    /// timeout (the last address's error).
+    Unreachable(std::io::Error),
+    /// Anything else: the address, the token, a refused hello.
+    Other(Error),
+}
+
 /// A client of the store.
 ///
 /// ```no_run
@@ -426,31 +436,46 @@ impl StoreClient {
     /// A name that resolves to several addresses (IPv6 and IPv4, several
     /// interfaces) is tried at each in turn.
     pub fn connect(addr: &str, token: &str, timeout: Duration) -> Result<StoreClient, Error> {
-        check_token(token)?;
+        Self::try_connect(addr, token, timeout).map_err(|e| match e {
+            ConnectError::Unreachable(e) => Error::io(format!("connecting to store {addr}"), e),
+            ConnectError::Other(e) => e,
+        })
+    }
+
+    /// [`StoreClient::connect`], telling a store that nothing at `addr`
+    /// answered for (no connection accepted until the timeout: not up
+    /// yet, or gone) from every other failure.
+    pub(crate) fn try_connect(
+        addr: &str,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<StoreClient, ConnectError> {
+        check_token(token).map_err(ConnectError::Other)?;
         let addrs = crate::netif::resolve(addr)
-            .map_err(|e| Error::io(format!("store address {addr}"), e))?;
+            .map_err(|e| ConnectError::Other(Error::io(format!("store address {addr}"), e)))?;
         Self::connect_to(addr, &addrs, token, timeout)
     }
 
-    /// [`StoreClient::connect`] to the addresses `addr` resolved to.
+    /// [`StoreClient::try_connect`] to the addresses `addr` resolved to.
     fn connect_to(
         addr: &str,
         addrs: &[SocketAddr],
         token: &str,
         timeout: Duration,
-    ) -> Result<StoreClient, Error> {
+    ) -> Result<StoreClient, ConnectError> {
         let deadline = crate::comm::deadline_after(timeout);
-        let err = |d: String| Error::Io {
-            context: format!("store {addr}"),
-            source: std::io::Error::other(d),
+        let err = |d: String| {
+            ConnectError::Other(Error::Io {
+                context: format!("store {addr}"),
+                source: std::io::Error::other(d),
+            })
         };
         if addrs.is_empty() {
             return Err(err("the name resolves to no address".into()));
         }
-        let s = connect_any(addrs, deadline)
-            .map_err(|e| Error::io(format!("connecting to store {addr}"), e))?;
+        let s = connect_any(addrs, deadline).map_err(ConnectError::Unreachable)?;
         s.set_nodelay(true)
-            .map_err(|e| Error::io("store nodelay", e))?;
+            .map_err(|e| ConnectError::Other(Error::io("store nodelay", e)))?;
         let mut c = StoreClient {
             s,
             addr: addr.to_string(),
@@ -714,7 +739,7 @@ mod tests {
         let e = StoreClient::connect_to("none", &[dead, dead], "tok", Duration::from_millis(300))
             .err()
             .expect("nothing listens");
-        assert!(e.to_string().contains("connecting to store none"), "{e}");
+        assert!(matches!(e, ConnectError::Unreachable(_)), "{e:?}");
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         assert!(StoreClient::connect_to("empty", &[], "tok", Duration::from_secs(1)).is_err());
     }

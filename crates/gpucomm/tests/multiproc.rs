@@ -1012,3 +1012,39 @@ fn a_split_into_groups_of_one_needs_no_store() {
     });
     assert_eq!(got, [Ok((2, 1)), Ok((2, 2))]);
 }
+
+/// A rank that comes after the job's rendezvous is over (its ranks joined,
+/// ran and dropped their communicators, rank 0's store with them) is told
+/// so, naming the store's address and its rank and world size, at its
+/// timeout; it got the bare connection error ("connecting to store ...:
+/// Connection refused").
+#[test]
+fn a_rank_after_the_rendezvous_is_told_it_is_over() {
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let sums: Vec<Result<f32, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                let addr = &addr;
+                s.spawn(move || {
+                    let cfg = thread_rank(rank, 2, addr, TransportChoice::Tcp);
+                    rank_sum(rank, Communicator::new(&cfg))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(sums, [Ok(3.0), Ok(3.0)]);
+    // The job is over: rank 0's store is gone.
+    for (rank, world) in [(1, 2), (2, 3)] {
+        let mut cfg = thread_rank(rank, world, &addr, TransportChoice::Tcp);
+        cfg.timeout = Duration::from_millis(1500);
+        let e = Communicator::new(&cfg)
+            .expect_err("no job to join")
+            .to_string();
+        assert!(
+            e.contains(&format!("the rendezvous at {addr} is over or unreachable"))
+                && e.contains(&format!("rank {rank} of world {world} could not join")),
+            "{e}"
+        );
+    }
+}
