@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::comm::{InProcessOptions, Inner};
 use crate::env::BootstrapConfig;
 use crate::error::Error;
-use crate::store::StoreClient;
+use crate::store::{ConnectError, StoreClient};
 use crate::{Communicator, bootstrap};
 
 /// How long a split retries connecting to the store, at most.
@@ -305,11 +305,26 @@ fn group(
             }
             // The store is up (the root job's rank 0 serves it): a refused
             // connection means it is gone, so do not retry for long.
-            let mut client = StoreClient::connect(
+            let mut client = match StoreClient::try_connect(
                 &config.store_addr,
                 &config.token,
                 timeout.min(STORE_RECONNECT),
-            )?;
+            ) {
+                Ok(client) => client,
+                Err(ConnectError::Unreachable(e)) => {
+                    return Err(Error::Bootstrap {
+                        rank: me,
+                        detail: format!(
+                            "split {ns}: the job's rendezvous store at {} is gone or \
+                             unreachable ({e}): it lives as long as the job's rank 0's root \
+                             communicator (end a job's splits with a barrier on it before \
+                             dropping it)",
+                            config.store_addr
+                        ),
+                    });
+                }
+                Err(ConnectError::Other(e)) => return Err(e),
+            };
             let joined = bootstrap::join(&config, &mut client, deadline, ns, Some(&stop));
             let mut keys = GroupKeys {
                 client,

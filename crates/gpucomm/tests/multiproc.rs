@@ -1048,3 +1048,39 @@ fn a_rank_after_the_rendezvous_is_told_it_is_over() {
         );
     }
 }
+
+/// A split that needs the store after the job's rank 0 dropped its
+/// communicator (and the store with it) says so, naming the store's
+/// address; it got the bare connection error.
+#[test]
+fn a_split_after_the_store_is_gone_says_so() {
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let dropped = std::sync::Barrier::new(2);
+    let got: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                let (addr, dropped) = (&addr, &dropped);
+                s.spawn(move || {
+                    let mut cfg = thread_rank(rank, 2, addr, TransportChoice::Tcp);
+                    cfg.timeout = Duration::from_secs(5);
+                    let c = Communicator::new(&cfg).unwrap();
+                    let g = c.split(Some(0), 0).unwrap().unwrap();
+                    c.barrier().unwrap();
+                    drop(c);
+                    dropped.wait();
+                    match g.split(Some(0), 0) {
+                        Ok(_) => "a group made without its store".to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &got {
+        assert!(
+            e.contains(&format!("the job's rendezvous store at {addr} is gone")),
+            "{got:?}"
+        );
+    }
+}
