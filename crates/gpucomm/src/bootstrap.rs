@@ -270,6 +270,14 @@ fn count(store: &mut StoreClient, key: &str) -> usize {
         .max(0) as usize
 }
 
+/// Whether a store error is the store closing the connection (it stopped,
+/// or its process went), not a timeout.
+fn store_closed(e: &Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(e, Error::Io { source, .. }
+        if matches!(source.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe))
+}
+
 /// The key under which rank `r` of the job or group `ns` publishes its
 /// address.
 fn info_key(ns: &str, r: usize) -> String {
@@ -366,6 +374,20 @@ fn join_as(
         detail: d,
     };
     let timeout = cfg.timeout;
+    // A store that closed the connection while this rank waited: rank 0
+    // dropped it (the job ended, or gave up); no peer is coming.
+    let store_addr = store.addr().to_string();
+    let store_err = |what: String, e: Error| {
+        if store_closed(&e) {
+            fail(format!(
+                "the rendezvous at {store_addr} ended while this rank was joining: rank {me} \
+                 of world {n} could not join (the store closed the connection: its host, \
+                 rank 0, dropped it; {what}: {e})"
+            ))
+        } else {
+            fail(format!("{what}: {e}"))
+        }
+    };
     // One process per rank: a second one (a wrong RANK, the same
     // environment in two shells, a rank restarted into a running job)
     // would overwrite the first's address and write into rings meant for
@@ -436,6 +458,7 @@ fn join_as(
         let v = watch
             .wait(store, &info_key(ns, p), deadline)
             .map_err(|e| match e {
+                Stop::Store(e) if store_closed(&e) => store_err(format!("waiting for rank {p}"), e),
                 Stop::Store(e) => fail(format!("rank {p} did not join within {timeout:?}: {e}")),
                 Stop::Watch(why) => fail(why),
             })?;
@@ -629,7 +652,7 @@ fn join_as(
     watch
         .wait(store, &format!("{key}/done"), deadline)
         .map_err(|e| match e {
-            Stop::Store(e) => fail(format!("init barrier: {e}")),
+            Stop::Store(e) => store_err("init barrier".into(), e),
             Stop::Watch(why) => fail(why),
         })?;
     // Ranks per node for the schedules: hosts must hold equal, contiguous

@@ -6,7 +6,9 @@
 //! connection that sends anything else or an oversized length is dropped,
 //! and so is one whose hello has not arrived in full 5 s after it was
 //! accepted (however it is cut up: a byte every few seconds gets no longer).
-//! Every wait is bounded by the caller's timeout.
+//! Every wait is bounded by the caller's timeout. A store that stops
+//! (dropped by its owner) closes every connection without an answer, a
+//! waiting one's included.
 //!
 //! Wire format (little endian): a request is `op u8 | key length u32 | key |
 //! value length u32 | value`; a reply is `status u8 (0 ok, 1 not found or
@@ -299,8 +301,14 @@ fn serve(mut s: TcpStream, token: &str, shared: &Shared, stop: &AtomicBool) -> s
                     if let Some(v) = map.get(&key) {
                         break Some(v.clone());
                     }
+                    if stop.load(Ordering::Acquire) {
+                        // Closed without an answer, as every connection of
+                        // a stopped store: "not found" read as the wait's
+                        // timeout passing, at once.
+                        return Ok(());
+                    }
                     let now = Instant::now();
-                    if now >= deadline || stop.load(Ordering::Acquire) {
+                    if now >= deadline {
                         break None;
                     }
                     let wait = (deadline - now).min(Duration::from_millis(100));

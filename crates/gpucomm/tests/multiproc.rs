@@ -1084,3 +1084,29 @@ fn a_split_after_the_store_is_gone_says_so() {
         );
     }
 }
+
+/// A rank waiting for its peers when the store goes (rank 0 dropped it: the
+/// job it came to had ended, or gave up) is told the rendezvous ended while
+/// it joined, naming the store's address, its rank and world size; it was
+/// told that rank 0 "did not join within" its 10 s timeout, at once.
+#[test]
+fn a_rank_joining_when_the_store_goes_is_told() {
+    let server = gpucomm::store::StoreServer::start("127.0.0.1:0", "dup-token").unwrap();
+    let addr = server.addr().to_string();
+    let rank1 = std::thread::spawn({
+        let addr = addr.clone();
+        move || Communicator::new(&thread_rank(1, 2, &addr, TransportChoice::Tcp)).err()
+    });
+    // Rank 1 published its address and waits for rank 0's.
+    let mut store =
+        gpucomm::store::StoreClient::connect(&addr, "dup-token", Duration::from_secs(5)).unwrap();
+    store.wait("info/1", Duration::from_secs(10)).unwrap();
+    drop(server);
+    let e = rank1.join().unwrap().expect("no rank 0").to_string();
+    assert!(
+        e.contains(&format!("the rendezvous at {addr} ended"))
+            && e.contains("rank 1 of world 2 could not join")
+            && !e.contains("did not join within"),
+        "{e}"
+    );
+}

@@ -112,6 +112,23 @@ fn wait_takes_any_duration() {
     }
 }
 
+/// A store that stops while a client waits closes the connection: the
+/// client's error says so, and is no timeout (the store answered "not
+/// found", which the client took for its 60 s passing at once).
+#[test]
+fn a_wait_on_a_store_that_stops_says_it_closed() {
+    let s = StoreServer::start("127.0.0.1:0", "tok").unwrap();
+    let mut a = StoreClient::connect(&s.addr().to_string(), "tok", Duration::from_secs(5)).unwrap();
+    let h = std::thread::spawn(move || a.wait("never", Duration::from_secs(60)).unwrap_err());
+    std::thread::sleep(Duration::from_millis(200));
+    drop(s);
+    let e = h.join().unwrap().to_string();
+    assert!(
+        e.contains("the store closed the connection") && !e.contains("not set within"),
+        "{e}"
+    );
+}
+
 /// A store named by a host name listens on every interface (the name may
 /// resolve to loopback on rank 0's host and to a routable address elsewhere,
 /// as Debian's `127.0.1.1 <hostname>`); an IP literal binds just that IP.
