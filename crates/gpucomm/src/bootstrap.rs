@@ -217,7 +217,15 @@ impl Watch<'_> {
                 Ok(v) => return Ok(v),
                 Err(Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::TimedOut && slice < left => {}
-                Err(e) => return Err(Stop::Store(e)),
+                Err(e) => {
+                    // The store closing may follow from what the caller
+                    // watches (the job's rank 0, its host, failed the
+                    // split and left): that reason first.
+                    if let Some(why) = self.stop.and_then(|stop| stop()) {
+                        return Err(Stop::Watch(why));
+                    }
+                    return Err(Stop::Store(e));
+                }
             }
             self.check(store)?;
         }
