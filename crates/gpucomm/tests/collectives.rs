@@ -266,9 +266,16 @@ fn a_delay_beyond_any_instant_is_a_link_that_never_completes() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    // The rank whose wait ends first aborts, so under load (one thread
+    // starting late) the other may learn that before its own timeout.
     assert!(
         got.iter()
-            .all(|r| r.as_ref().is_err_and(|e| e.contains("timed out"))),
+            .all(|r| r.as_ref().is_err_and(|e| e.contains("timed out")
+                || e.contains("peer 1 aborted")
+                || e.contains("peer 0 aborted")))
+            && got
+                .iter()
+                .any(|r| r.as_ref().is_err_and(|e| e.contains("timed out"))),
         "{got:?}"
     );
 }
