@@ -539,7 +539,7 @@ fn bad_input_is_a_clear_error() {
                 "2",
                 "--sharp",
             ],
-            "--sharp: invalid model: EDR InfiniBand switches",
+            "--sharp: EDR InfiniBand switches",
         ),
         (
             &[

@@ -493,7 +493,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
     }
     if let Some(g) = m.gpus {
         mach.use_gpus(g)
-            .or_usage()
+            .map_err(asked)
             .with_context(|| format!("--gpus {g}"))?;
     }
     let net_flags =
@@ -517,7 +517,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         )?;
         mach = mach
             .with_cluster_options(&opts)
-            .or_usage()
+            .map_err(asked)
             .context("network options")?;
     }
     mach.nodes = m.nodes.unwrap_or(mach.nodes);
@@ -528,7 +528,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         // header saying the switches reduce. CollNet runs wherever they
         // can (Direct on NVSwitch nodes, Chain elsewhere).
         gpucomm_sim::innet::sharp_usable(&mach, mach.nodes)
-            .or_usage()
+            .map_err(asked)
             .context("--sharp")?;
     }
     Ok(mach)
@@ -572,7 +572,11 @@ fn select_machine(
 /// failures (no route, deadlock, a bound reached) stay failures (exit 1).
 fn asked(e: SimError) -> anyhow::Error {
     match e {
-        SimError::Model(_) | SimError::Schedule(_) | SimError::TooLarge { .. } => usage_error(e),
+        // Said as the request's fault, without the "invalid model:" that
+        // names a hardware description's (`--gpus 99: dgx-h100 has 8 GPUs
+        // per node, 99 asked`).
+        SimError::Model(why) => usage_error(anyhow::anyhow!(why)),
+        SimError::Schedule(_) | SimError::TooLarge { .. } => usage_error(e),
         other => other.into(),
     }
 }
@@ -1492,7 +1496,7 @@ fn model(spec: &str) -> anyhow::Result<ModelSpec> {
     }
     // Neither a preset nor a file: a bad command line, as an unknown
     // --topology is (a file that does not parse is a failure, above).
-    ModelSpec::preset(spec).or_usage()
+    ModelSpec::preset(spec).map_err(asked)
 }
 
 /// A `--model` that names a file rather than a preset: a path (a `/`) or
