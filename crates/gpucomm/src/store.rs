@@ -436,6 +436,10 @@ pub(crate) enum ConnectError {
 pub struct StoreClient {
     s: TcpStream,
     addr: String,
+    /// A request failed after it was sent (its reply timed out or came
+    /// short): a late reply may still arrive and would be read as the next
+    /// request's, so the connection is shut and every later request fails.
+    broken: bool,
 }
 
 impl StoreClient {
@@ -487,6 +491,7 @@ impl StoreClient {
         let mut c = StoreClient {
             s,
             addr: addr.to_string(),
+            broken: false,
         };
         // The store drops a connection with a wrong token without a reply,
         // so a failed hello most likely means another job's token.
@@ -533,6 +538,33 @@ impl StoreClient {
                 "store key/value too long for {key:?}"
             )));
         }
+        if self.broken {
+            return Err(Error::io(
+                ctx("request"),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the connection was shut after an earlier request failed mid-way",
+                ),
+            ));
+        }
+        let r = self.exchange(op, key, val, reply_within);
+        if r.is_err() {
+            // Whatever is in flight must not answer a later request.
+            self.broken = true;
+            let _ = self.s.shutdown(std::net::Shutdown::Both);
+        }
+        r
+    }
+
+    /// One request and its reply, on a connection in step.
+    fn exchange(
+        &mut self,
+        op: u8,
+        key: &str,
+        val: &[u8],
+        reply_within: Duration,
+    ) -> Result<(u8, Vec<u8>), Error> {
+        let ctx = |what: &str| format!("store {} ({what} {key:?})", self.addr);
         let mut out = Vec::with_capacity(9 + key.len() + val.len());
         out.push(op);
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -720,6 +752,58 @@ mod tests {
         assert_eq!(wait_deadline(now, 1) - now, Duration::from_millis(1));
         // Too far for the clock: far away, and no panic.
         assert!(wait_deadline(now, u64::MAX) - now > secs(50 * 365 * 24 * 3600));
+    }
+
+    /// A reply that comes after the client stopped waiting for it is never
+    /// read as the next request's: the connection is shut at the failure.
+    /// It was read so: a get after a wait whose reply was late returned the
+    /// wait's value.
+    #[test]
+    fn a_late_reply_does_not_answer_the_next_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (late_tx, late_rx) = std::sync::mpsc::channel::<()>();
+        let fake = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let read_request = |s: &mut TcpStream| {
+                let mut h = [0u8; 5];
+                s.read_exact(&mut h).unwrap();
+                let mut key = vec![0u8; u32::from_le_bytes(h[1..5].try_into().unwrap()) as usize];
+                s.read_exact(&mut key).unwrap();
+                let mut n = [0u8; 4];
+                s.read_exact(&mut n).unwrap();
+                let mut val = vec![0u8; u32::from_le_bytes(n) as usize];
+                s.read_exact(&mut val).unwrap();
+                h[0]
+            };
+            let reply = |s: &mut TcpStream, v: &[u8]| {
+                let mut r = vec![0u8];
+                r.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                r.extend_from_slice(v);
+                s.write_all(&r).unwrap();
+            };
+            assert_eq!(read_request(&mut s), OP_HELLO);
+            reply(&mut s, b"");
+            assert_eq!(read_request(&mut s), OP_WAIT);
+            // Answered only once the client has given up on it.
+            late_rx.recv().unwrap();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                reply(&mut s, b"the wait's value")
+            }));
+        });
+        let mut c = StoreClient::connect(&addr, "tok", Duration::from_secs(5)).unwrap();
+        // The fake store never answers in time: the read gives up after the
+        // wait's millisecond and its 2 s margin.
+        assert!(c.wait("k", Duration::from_millis(1)).is_err());
+        late_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let got = c.get("other");
+        assert!(
+            got.as_ref()
+                .is_err_and(|e| e.to_string().contains("earlier request failed")),
+            "{got:?}"
+        );
+        fake.join().unwrap();
     }
 
     /// A name whose first address refuses (a store listening on IPv4 only
