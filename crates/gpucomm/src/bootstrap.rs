@@ -385,11 +385,18 @@ fn join_as(
     // A store that closed the connection while this rank waited: rank 0
     // dropped it (the job ended, or gave up); no peer is coming.
     let store_addr = store.addr().to_string();
+    // In a split the ranks are the group's; the store's host is the job's
+    // rank 0, which may be in no group with this one.
+    let who = if ns.is_empty() {
+        format!("rank {me} of world {n}")
+    } else {
+        format!("rank {me} of group {ns:?} ({n} members)")
+    };
     let store_err = |what: String, e: Error| {
         if store_closed(&e) {
             fail(format!(
-                "the rendezvous at {store_addr} ended while this rank was joining: rank {me} \
-                 of world {n} could not join (the store closed the connection: its host, \
+                "the rendezvous at {store_addr} ended while this rank was joining: {who} \
+                 could not join (the store closed the connection: its host, the job's \
                  rank 0, dropped it; {what}: {e})"
             ))
         } else {

@@ -244,7 +244,9 @@ impl GroupKeys {
     fn leave(&mut self) {
         let left = Self::left_key(&self.ns);
         match self.client.add(&left, 1) {
-            Ok(k) if usize::try_from(k).is_ok_and(|k| k >= self.size) => {
+            // Exactly the last: a count past the group's size is no count
+            // of this group's (never deleted on it).
+            Ok(k) if usize::try_from(k).is_ok_and(|k| k == self.size) => {
                 let mut keys = bootstrap::join_keys(&self.ns, self.size);
                 keys.push(bootstrap::failed_key(&self.ns));
                 keys.push(left);
@@ -252,6 +254,10 @@ impl GroupKeys {
                     tracing::warn!("split: could not delete the group's store keys: {e}");
                 }
             }
+            Ok(k) if usize::try_from(k).is_ok_and(|k| k > self.size) => tracing::warn!(
+                "split: {k} members counted out of a group of {}: its store keys are left",
+                self.size
+            ),
             Ok(_) => {}
             Err(e) => tracing::warn!("split: could not count this rank out of the group: {e}"),
         }

@@ -1041,6 +1041,12 @@ fn a_rank_after_the_rendezvous_is_told_it_is_over() {
         let e = Communicator::new(&cfg)
             .expect_err("no job to join")
             .to_string();
+        if e.contains("hello") || e.contains("token refused") {
+            // A parallel test's store took the freed port: another job's
+            // token, nothing this test checks.
+            eprintln!("skipped: {addr} was taken by another store: {e}");
+            continue;
+        }
         assert!(
             e.contains(&format!("the rendezvous at {addr} is over or unreachable"))
                 && e.contains(&format!("rank {rank} of world {world} could not join")),
