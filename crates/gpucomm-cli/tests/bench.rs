@@ -571,6 +571,11 @@ fn the_environment_algorithm_is_used_or_refused_as_such() {
         err.contains("GPUCOMM_ALGORITHM=\"foo\" (environment): unknown algorithm"),
         "{err}"
     );
+    // A known algorithm that cannot run the collective is the environment's
+    // fault too: exit 1, not the 2 of a bad command line.
+    let (code, _, err) = env("tree", &["bench", "all_to_all", "-b", "8", "-e", "8"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("GPUCOMM_ALGORITHM"), "{err}");
     // A valid one was silently ignored; it is the bench's algorithm now.
     let (code, out, err) = env("bruck", &["bench", "all_gather", "-b", "8", "-e", "64"]);
     assert_eq!(code, Some(0), "{err}");

@@ -582,7 +582,11 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let plan = match (args.plan(), from_env) {
-        (Err(e), Some(v)) => return Err(e.context(v)),
+        // The environment's value, not the command line, is refused: a
+        // failed run (exit 1), as an unparsable GPUCOMM_ALGORITHM is.
+        (Err(e), Some(v)) => {
+            return Err(anyhow::anyhow!(super::common::chain_message(&e)).context(v));
+        }
         (plan, _) => plan?,
     };
     if args.worker {

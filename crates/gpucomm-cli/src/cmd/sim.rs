@@ -557,7 +557,7 @@ fn select_machine(
         Ok(m) => Ok(m),
         // The topology reads without them: the NIC options are refused.
         Err(e) if (nics.is_some() || nic_speed.is_some()) && Machine::select(spec).is_ok() => {
-            Err(usage_error(e))
+            Err(asked(e))
         }
         Err(e) => Err(e.into()),
     }
@@ -1553,7 +1553,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     }
     let mut o = out();
     // A case that cannot be predicted is reported in its row and makes the
-    // exit status 2, like a miss; the other cases are still predicted.
+    // exit status 1, like a miss; the other cases are still predicted.
     let mut worst: f64 = 0.0;
     let mut rows = Vec::new();
     let mut off = Vec::new();
