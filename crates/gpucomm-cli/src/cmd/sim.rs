@@ -890,8 +890,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let (Some(path), Some(run)) = (&a.trace, &trace_run) {
-        let ev = trace::chrome_trace(run, &|l| fabric.link_name(l), 0.0);
-        std::fs::write(path, serde_json::to_vec(&trace::document(ev))?)
+        std::fs::File::create(path)
+            .map(std::io::BufWriter::new)
+            .and_then(|f| trace::write_chrome_trace(f, run, &|l| fabric.link_name(l), 0.0))
             .with_context(|| format!("writing {}", path.display()))?;
         if !a.m.json {
             let part = match results.last().and_then(|r| r.simulated_bytes) {
