@@ -589,6 +589,11 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
             &["topo", "--sysfs-root", "/nonexistent-gpucomm"],
             "--sysfs-root /nonexistent-gpucomm: no such directory",
         ),
+        // A path from a node to itself printed an infinite bottleneck.
+        (
+            &["topo", "--preset", "dgx-b200", "--path", "gpu0", "gpu0"],
+            "--path gpu0 gpu0: the same node twice",
+        ),
     ] {
         gpucomm(args, LIMIT).assert_fails(2, says);
     }
@@ -601,17 +606,12 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
         gpucomm(&["topo", flag, bad, "--gpus", "2"], LIMIT)
             .assert_fails(1, "not a valid TOML topology file");
     }
+    // An output nowhere to be written is a bad command line, as `sim
+    // --trace` refuses it (it failed after the topology was built, exit 1).
     let nowhere = dir.join("no-such-dir").join("x.toml");
-    gpucomm(
-        &[
-            "topo",
-            "--preset",
-            "dgx-h100",
-            "--export",
-            nowhere.to_str().unwrap(),
-        ],
-        LIMIT,
-    )
-    .assert_fails(1, "No such file or directory");
+    let nowhere = nowhere.to_str().unwrap();
+    let export = |to: &str| gpucomm(&["topo", "--preset", "dgx-h100", "--export", to], LIMIT);
+    export(nowhere).assert_fails(2, &format!("--export {nowhere}: no directory"));
+    export(dir.to_str().unwrap()).assert_fails(2, "is a directory");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,7 +15,7 @@ use gpucomm_cuda::bench::{CopyKind, Measurement, Timing, measure, measure_with};
 use gpucomm_cuda::{Device, Error, Gpu, ProbeConfig};
 use serde_json::json;
 
-use super::common::{OrUsage, format_bytes, parse_size, size_sweep};
+use super::common::{OrUsage, format_bytes, parse_size, size_sweep, usage};
 
 /// Exit code when no GPU is present (2 is clap's for a bad command line).
 pub const EXIT_NO_GPU: u8 = 3;
@@ -99,6 +99,17 @@ fn default_iters(bytes: u64) -> u32 {
 /// Runs `gpucomm bandwidth`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sizes = size_sweep(args.min_bytes, args.max_bytes, args.step_factor)?;
+    // A library the command line names that is not there is a typo, not a
+    // machine without a GPU (exit 3 told a script "no GPU"). A bare name
+    // (`libcuda.so.1`) is the loader's to find.
+    if let Some(lib) = &args.cuda_driver {
+        if lib.is_empty() {
+            usage!("--cuda-driver: empty library name");
+        }
+        if lib.contains('/') && !std::path::Path::new(lib).exists() {
+            usage!("--cuda-driver {lib}: no such file");
+        }
+    }
     let gpu = match &args.cuda_driver {
         Some(lib) => Gpu::probe_with(&ProbeConfig {
             driver_libraries: vec![lib.clone()],

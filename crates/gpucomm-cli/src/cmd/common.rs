@@ -99,6 +99,28 @@ pub fn chain_message(e: &anyhow::Error) -> String {
     msg
 }
 
+/// An output path (`sim --trace`, `topo --export`) the run could not write
+/// to, a directory or a file in a directory that does not exist, is a bad
+/// command line, refused before the run (which may take minutes) rather
+/// than after it.
+pub fn check_output_path(flag: &str, p: &std::path::Path) -> anyhow::Result<()> {
+    if p.is_dir() {
+        usage!("{flag} {}: is a directory", p.display());
+    }
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        usage!(
+            "{flag} {}: no directory {} to write it in",
+            p.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The sizes of an nccl-tests sweep: `min`, then multiplied by `factor`
 /// until past `max` (`max` itself always included when the sweep is not
 /// empty). `factor` must be at least 2.

@@ -97,7 +97,7 @@ enum SimCmd {
     /// A data-parallel training step: DDP gradient buckets, or FSDP/ZeRO sharding.
     Train(TrainArgs),
     /// Predict every case of a calibration file and compare. Exits 0 when
-    /// every case is within 10%, 2 when one is not or cannot be predicted
+    /// every case is within 10%, 1 when one is not or cannot be predicted
     /// (as `bench` does for wrong results), saying which on stderr.
     Calibrate(CalibrateArgs),
 }
@@ -414,7 +414,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         SimCmd::Calibrate(_) => None,
     };
     if let Some(p) = trace {
-        check_trace_path(p)?;
+        super::common::check_output_path("--trace", p)?;
     }
     match args.cmd {
         SimCmd::AllReduce(a) => collective(Collective::AllReduce, a),
@@ -432,27 +432,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         SimCmd::Train(a) => train_cmd(a),
         SimCmd::Calibrate(a) => calibrate_cmd(a),
     }
-}
-
-/// A `--trace` path the run could not write to (a directory, or in a
-/// directory that does not exist) is refused before the run, which may take
-/// minutes, rather than after it.
-fn check_trace_path(p: &std::path::Path) -> anyhow::Result<()> {
-    if p.is_dir() {
-        usage!("--trace {}: is a directory", p.display());
-    }
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        usage!(
-            "--trace {}: no directory {} to write it in",
-            p.display(),
-            dir.display()
-        );
-    }
-    Ok(())
 }
 
 /// The machine the options describe. `most_nodes`: the most nodes the

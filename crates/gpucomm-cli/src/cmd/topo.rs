@@ -240,6 +240,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(path) = &args.export {
+        super::common::check_output_path("--export", path)?;
+    }
     let t = load(&args)?;
     if let Some(path) = &args.export {
         format::save(&t, path)?;
@@ -965,6 +968,10 @@ fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::R
             .or_usage()
     };
     let (x, y) = (find(a)?, find(b)?);
+    if x == y {
+        // No hop: it printed an infinite bottleneck.
+        usage!("--path {a} {b}: the same node twice (give two different nodes)");
+    }
     let p = t.path(x, y)?;
     writeln!(out, "{a} -> {b}: {}", p.class)?;
     let mut at = x;
