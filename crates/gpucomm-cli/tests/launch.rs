@@ -153,6 +153,12 @@ fn bad_invocations_are_clear_errors() {
     // launcher's own checks find it.
     let out = gpucomm(&["launch", "-n", "0", "--", "true"], LIMIT);
     out.assert_fails(2, "-n must be at least 1");
+    // A mistyped option was started as the program (exit 1, "cannot start
+    // rank 0 (--timout)"); the program's own options still pass through.
+    let out = gpucomm(&["launch", "-n", "1", "--timout", "20", "true"], LIMIT);
+    out.assert_fails(2, "unknown option \"--timout\"");
+    let out = gpucomm(&["launch", "-n", "1", "--", "sh", "-c", "exit 0"], LIMIT);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
     let out = gpucomm(&["launch", "-n", "1025", "--", "true"], LIMIT);
     out.assert_fails(2, "-n 1025 is more than gpucomm starts on one host (1024)");
     let out = gpucomm(&["launch", "-n", "2", "--", "/nonexistent/program"], LIMIT);

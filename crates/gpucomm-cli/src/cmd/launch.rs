@@ -128,6 +128,19 @@ pub fn parse_secs_or_zero(s: &str) -> Result<Duration, String> {
 /// Runs `gpucomm launch`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Usage errors (exit status 2), found before anything starts.
+    // A mistyped option (`--timout 20 prog`) reaches here as the program
+    // (the program's own options must pass through): it was started, and
+    // "cannot start rank 0 (--timout)" exited 1.
+    if let Some(opt) = args
+        .command
+        .first()
+        .and_then(|p| p.to_str())
+        .filter(|p| p.starts_with('-') && *p != "-")
+    {
+        usage!(
+            "unknown option {opt:?} (gpucomm launch's options come before the program; see gpucomm launch --help)"
+        );
+    }
     if args.nranks == 0 {
         usage!("-n must be at least 1");
     }
