@@ -285,6 +285,13 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "ring",
     ])
     .assert_fails(2, "too many");
+    // A barrier's check keeps an arrival set per step: 65535 ranks of
+    // recursive doubling took 17 GB and more than a minute. A barrier
+    // moves no data, so --chunk is no advice for it.
+    run(&["algo", "check", "barrier", "-n", "65535"])
+        .assert_fails(2, "about 17.0 GiB of rank sets");
+    let out = run(&["algo", "check", "barrier", "-n", "65535", "-a", "direct"]);
+    out.assert_fails(2, "too many to check here (use fewer ranks)");
     run(&[
         "algo",
         "check",

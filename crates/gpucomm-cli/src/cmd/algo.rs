@@ -259,14 +259,38 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
         .saturating_mul(2 * fan * n)
         .saturating_mul(channels);
     if est > limit {
+        // A barrier moves no data: a larger --chunk changes nothing.
+        let advice = if s.problem.collective == Collective::Barrier {
+            "use fewer ranks"
+        } else {
+            "raise --chunk, or use fewer ranks"
+        };
         usage!(
-            "{} {} on {n} ranks has about {est} steps, too many to {what} here (raise --chunk, or use fewer ranks)",
+            "{} {} on {n} ranks has about {est} steps, too many to {what} here ({advice})",
             s.algorithm.name(),
             s.problem.collective.name()
         );
     }
+    // The barrier's check keeps, for every step, the set of ranks known to
+    // have arrived: steps x n bits. A recursive-doubling barrier of 65535
+    // ranks has few steps (about 2 million) but took 17 GB that way.
+    if what == "check" && s.problem.collective == Collective::Barrier {
+        let bytes = est.saturating_mul(n.div_ceil(64) * 8);
+        if bytes > BARRIER_CHECK_BYTES {
+            usage!(
+                "{} barrier on {n} ranks: checking it would keep about {:.1} GiB of rank sets \
+                 (each of its about {est} steps knows which of the {n} ranks arrived), too much \
+                 to check here (use fewer ranks)",
+                s.algorithm.name(),
+                bytes as f64 / (1u64 << 30) as f64
+            );
+        }
+    }
     Ok(())
 }
+
+/// The most memory `algo check` lets a barrier's arrival sets take.
+const BARRIER_CHECK_BYTES: u64 = 2 << 30;
 
 /// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
 fn slice_label(p: &Problem, rank: usize, s: &Slice) -> String {
