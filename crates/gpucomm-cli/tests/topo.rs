@@ -589,6 +589,14 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
             &["topo", "--sysfs-root", "/nonexistent-gpucomm"],
             "--sysfs-root /nonexistent-gpucomm: no such directory",
         ),
+        // Options --list, --catalog and --json ignored (exit 0, the same
+        // output).
+        (&["topo", "--list", "--nodes", "2"], "cannot be used with"),
+        (&["topo", "--catalog", "--sharp"], "cannot be used with"),
+        (
+            &["topo", "--preset", "dgx-h100", "--all", "--json"],
+            "cannot be used with",
+        ),
         // A path from a node to itself printed an infinite bottleneck.
         (
             &["topo", "--preset", "dgx-b200", "--path", "gpu0", "gpu0"],

@@ -65,15 +65,17 @@ pub struct Args {
     pub export: Option<PathBuf>,
     /// Print the topology as JSON (the file format) instead of text; with
     /// --list or --catalog, their rows as JSON objects.
-    #[arg(long, conflicts_with_all = ["bandwidth", "p2p"])]
+    #[arg(long, conflicts_with_all = ["bandwidth", "p2p", "all"])]
     pub json: bool,
     /// List the presets.
     #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
-          "p2p", "path", "export", "catalog", "all"])]
+          "p2p", "path", "export", "catalog", "all", "no_nvml", "nodes", "gpus", "nics",
+          "nic_speed", "fabric", "oversubscription", "nodes_per_leaf", "sharp"])]
     pub list: bool,
     /// Print the catalog of link generations.
     #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
-          "p2p", "path", "export", "all"])]
+          "p2p", "path", "export", "all", "no_nvml", "nodes", "gpus", "nics", "nic_speed",
+          "fabric", "oversubscription", "nodes_per_leaf", "sharp"])]
     pub catalog: bool,
     /// Print matrices for every GPU even when there are many.
     #[arg(long)]
