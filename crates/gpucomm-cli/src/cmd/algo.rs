@@ -93,9 +93,9 @@ struct ProblemArgs {
 struct ShowArgs {
     #[command(flatten)]
     problem: ProblemArgs,
-    /// Show at most this many ranks as columns, at least 1 (show).
-    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    max_ranks: usize,
+    /// Show at most this many ranks as columns, at least 1 (show; default 16).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_ranks: Option<usize>,
     /// Show each step's dependencies (show).
     #[arg(long)]
     deps: bool,
@@ -135,7 +135,16 @@ struct TuneArgs {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         Cmd::Show(a) => show(&a),
-        Cmd::Check(a) => check_cmd(&a.problem),
+        Cmd::Check(a) => {
+            // `show`'s printing options would be ignored (exit 0, unsaid).
+            if a.deps {
+                usage!("--deps applies to algo show (check prints no steps)");
+            }
+            if let Some(m) = a.max_ranks {
+                usage!("--max-ranks {m} applies to algo show (check prints no steps)");
+            }
+            check_cmd(&a.problem)
+        }
         Cmd::Tune(a) => tune_cmd(&a),
     }
 }
@@ -418,7 +427,7 @@ fn show(sa: &ShowArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
-    let shown = p.nranks.min(sa.max_ranks);
+    let shown = p.nranks.min(sa.max_ranks.unwrap_or(16));
     writeln!(
         out,
         "{} {} on {} ranks ({} per node), {} elements of {} bytes, {} channel(s), {}{}{}",
@@ -763,7 +772,7 @@ mod tests {
     fn show_args(a: ProblemArgs) -> ShowArgs {
         ShowArgs {
             problem: a,
-            max_ranks: 16,
+            max_ranks: None,
             deps: false,
         }
     }
