@@ -448,7 +448,7 @@ fn bad_input_is_a_clear_error() {
         ),
         (
             &["p2p", "--topology", "dgx1-v100", "--pair", "0,99"],
-            "out of range",
+            "--pair: gpu99 does not exist: dgx1-v100 has 8 GPUs per node",
         ),
         (&["all_reduce", "--topology", "nope"], "unknown topology"),
         (&["copy", "--from", "host", "--to", "gpu99"], "gpu99"),
@@ -1545,6 +1545,14 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
             "gpu99 does not exist",
         ),
         (&["p2p", "--pair", "0,0"], "two different GPUs"),
+        // The option that named a GPU past the node's is said (it read
+        // "GPU index out of range: gpu8 does not exist").
+        (
+            &["p2p", "--pair", "0,8"],
+            "--pair: gpu8 does not exist: dgx-h100 has 8 GPUs per node (gpu0 to gpu7)",
+        ),
+        (&["rdma", "--gpu", "8"], "--gpu: gpu8 does not exist"),
+        (&["copy", "--to", "gpu8"], "--to: gpu8 does not exist"),
         (&["p2p", "--pair", "x"], "expected two GPU indices"),
         (&["copy", "--from", "gpu99"], "gpu99 does not exist"),
         (

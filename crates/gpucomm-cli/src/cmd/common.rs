@@ -24,10 +24,18 @@ fn parse_size_value(s: &str) -> anyhow::Result<u64> {
         Some('T') => (&body[..body.len() - 1], 40),
         _ => (body, 0),
     };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("invalid size {s:?} (expected e.g. 8, 1K, 64M, 8G)"))?;
+    // Said in the command line's terms, not Rust's ("invalid digit found
+    // in string", "cannot parse integer from empty string").
+    let n: u64 = num.trim().parse().map_err(|e: std::num::ParseIntError| {
+        use std::num::IntErrorKind;
+        match e.kind() {
+            IntErrorKind::PosOverflow => anyhow::anyhow!("size {s:?} is too large"),
+            _ => anyhow::anyhow!(
+                "invalid size {s:?}: expected a whole number of bytes with an optional \
+                 K, M, G or T suffix (powers of 1024), e.g. 8, 1K, 64M, 8G"
+            ),
+        }
+    })?;
     n.checked_mul(1u64 << shift)
         .with_context(|| format!("size {s:?} is too large"))
 }
@@ -202,6 +210,20 @@ mod tests {
         assert_eq!(parse_size("1K").unwrap(), 1024);
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("8G").unwrap(), 8 << 30);
+        // Said in the command line's terms, not Rust's parse errors.
+        for bad in ["", "1.5K", "16E", "1X", "-1"] {
+            let e = format!("{:#}", parse_size(bad).unwrap_err());
+            assert!(
+                e.contains("expected a whole number of bytes"),
+                "{bad:?}: {e}"
+            );
+            assert!(
+                !e.contains("digit") && !e.contains("integer"),
+                "{bad:?}: {e}"
+            );
+        }
+        let e = format!("{:#}", parse_size("99999999999999999999").unwrap_err());
+        assert_eq!(e, "size \"99999999999999999999\" is too large");
         assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
         assert_eq!(parse_size("16b").unwrap(), 16);
         assert!(parse_size("").is_err());

@@ -979,8 +979,10 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))
         .or_usage()?;
-    gpu_in_use(&a.m, x, "--pair")?;
-    gpu_in_use(&a.m, y, "--pair")?;
+    for g in [x, y] {
+        gpu_in_use(&a.m, g, "--pair")?;
+        gpu_exists(&mach, g, "--pair")?;
+    }
     let size = copy_size(&a.size)?;
     // p2pBandwidthLatencyTest holds a source and a destination buffer on
     // each GPU.
@@ -1071,6 +1073,21 @@ fn gpu_in_use(m: &Machine_, g: usize, what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// GPU `g` a transfer option names is one of the node's (the library's
+/// "GPU index out of range" did not say which option gave it).
+fn gpu_exists(mach: &Machine, g: usize, what: &str) -> anyhow::Result<()> {
+    let n = mach.node.gpus;
+    if g >= n {
+        usage!(
+            "{what}: gpu{g} does not exist: {} has {n} GPU{} per node (gpu0 to gpu{})",
+            mach.name,
+            if n == 1 { "" } else { "s" },
+            n.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
 /// A transfer's bandwidth as printed: GB/s to two places, MB/s below
 /// 0.01 GB/s (a 1-byte copy printed 0.00 GB/s); `--json` keeps the number.
 fn bandwidth(gbps: f64) -> String {
@@ -1107,6 +1124,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     for (e, what) in [(from, "--from"), (to, "--to")] {
         if let Endpoint::Gpu(g) = e {
             gpu_in_use(&a.m, g, what)?;
+            gpu_exists(&mach, g, what)?;
         }
     }
     // Options the copy would not use (they changed nothing).
@@ -1169,6 +1187,7 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     }
     gpu_in_use(&a.m, a.gpu, "--gpu")?;
     let mut mach = machine(&a.m, Some(a.m.nodes.unwrap_or(2)))?;
+    gpu_exists(&mach, a.gpu, "--gpu")?;
     // A one-node topology runs on --nodes, 2 if left out; a multi-node
     // file on its own nodes (machine() refused another --nodes).
     mach.nodes = mach.nodes.max(2);
