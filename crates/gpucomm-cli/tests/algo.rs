@@ -144,6 +144,14 @@ fn tune_refuses_model_figures_that_are_not_finite() {
     }
     for opt in bw {
         run(&["algo", "tune", "all_reduce", &format!("{opt}=0")]).assert_fails(2, opt);
+        // Below 1 B/s the model used 1 B/s, echoing the value given.
+        run(&["algo", "tune", "all_reduce", &format!("{opt}=1e-300")])
+            .assert_fails(2, "from 1e-9 (1 B/s) to 1e9 GB/s");
+    }
+    // Finite, but every time printed inf.
+    for opt in lat {
+        run(&["algo", "tune", "all_reduce", &format!("{opt}=1e308")])
+            .assert_fails(2, "from 0 to 1e12 us");
     }
     // Zero latency and overhead are a model (a bandwidth-only one).
     let (_, rows) = tune(&[

@@ -105,22 +105,22 @@ struct ShowArgs {
 struct TuneArgs {
     #[command(flatten)]
     problem: ProblemArgs,
-    /// Intra-node latency per hop, microseconds (finite, at least 0).
+    /// Intra-node latency per hop, microseconds (0 to 1e12).
     #[arg(long)]
     intra_latency_us: Option<f64>,
-    /// Intra-node bandwidth per direction, GB/s (finite, above 0).
+    /// Intra-node bandwidth per direction, GB/s (1e-9 to 1e9).
     #[arg(long)]
     intra_gbps: Option<f64>,
-    /// Inter-node latency per hop, microseconds (finite, at least 0).
+    /// Inter-node latency per hop, microseconds (0 to 1e12).
     #[arg(long)]
     inter_latency_us: Option<f64>,
-    /// Inter-node bandwidth per direction, GB/s (finite, above 0).
+    /// Inter-node bandwidth per direction, GB/s (1e-9 to 1e9).
     #[arg(long)]
     inter_gbps: Option<f64>,
-    /// Software overhead per step, microseconds (finite, at least 0).
+    /// Software overhead per step, microseconds (0 to 1e12).
     #[arg(long)]
     overhead_us: Option<f64>,
-    /// Bandwidth one channel drives, GB/s (finite, above 0).
+    /// Bandwidth one channel drives, GB/s (1e-9 to 1e9).
     #[arg(long)]
     channel_gbps: Option<f64>,
     /// Candidates to list, the best first (at least 1: 0 is refused).
@@ -563,6 +563,11 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// The model figures' ranges (`model_figure`).
+const MIN_GBPS: f64 = 1e-9;
+const MAX_GBPS: f64 = 1e9;
+const MAX_US: f64 = 1e12;
+
 /// A model figure: `given`, else the default model's `default`; finite,
 /// and above 0 (`positive`, a bandwidth) or at least 0 (a latency or an
 /// overhead).
@@ -572,13 +577,17 @@ fn model_figure(
     default: f64,
     positive: bool,
 ) -> anyhow::Result<f64> {
+    // Ranges the model computes in: below 1 B/s the model takes 1 B/s
+    // (1e-300 was echoed but 1e-9 used), and a latency near f64's largest
+    // made every time inf.
     let v = given.unwrap_or(default);
-    let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 };
-    if !ok {
-        usage!(
-            "--{option} must be a finite number {} (got {v})",
-            if positive { "above 0" } else { "at least 0" }
-        );
+    let (lo, hi, range) = if positive {
+        (MIN_GBPS, MAX_GBPS, "from 1e-9 (1 B/s) to 1e9 GB/s")
+    } else {
+        (0.0, MAX_US, "from 0 to 1e12 us")
+    };
+    if !(v.is_finite() && (lo..=hi).contains(&v)) {
+        usage!("--{option} must be a number {range} (got {v})");
     }
     Ok(v)
 }
