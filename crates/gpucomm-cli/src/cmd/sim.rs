@@ -24,7 +24,7 @@ use gpucomm_sim::{Engine, Machine, SimError, calibration, trace};
 use serde_json::json;
 
 use super::common::{
-    OrUsage, format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage, usage_error,
+    format_bytes, nccl_type_name, parse_dtype, parse_size, size_sweep, usage, usage_error,
 };
 
 /// Arguments of `gpucomm sim`.
@@ -968,20 +968,11 @@ fn p2p_cmd(a: P2pArgs) -> anyhow::Result<ExitCode> {
         "p2p: a peer copy joins two GPUs of one node (rdma runs between nodes)",
     )?;
     let mach = machine(&a.m, None)?;
-    let (x, y) = a
-        .pair
-        .split_once(',')
-        .and_then(|(x, y)| {
-            Some((
-                x.trim().parse::<usize>().ok()?,
-                y.trim().parse::<usize>().ok()?,
-            ))
-        })
-        .with_context(|| format!("--pair {:?}: expected two GPU indices like 0,1", a.pair))
-        .or_usage()?;
+    let Some((x, y)) = index_pair(&a.pair) else {
+        usage!("--pair {:?}: expected two GPU indices like 0,1", a.pair);
+    };
     for g in [x, y] {
-        gpu_in_use(&a.m, g, "--pair")?;
-        gpu_exists(&mach, g, "--pair")?;
+        gpu_arg(&a.m, &mach, g, "--pair")?;
     }
     let size = copy_size(&a.size)?;
     // p2pBandwidthLatencyTest holds a source and a destination buffer on
@@ -1061,21 +1052,16 @@ fn one_node(m: &Machine_, why: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// GPU `g` of a transfer among those `--gpus N` leaves in use (GPUs 0 to
-/// N-1; a copy ran on a GPU past them).
-fn gpu_in_use(m: &Machine_, g: usize, what: &str) -> anyhow::Result<()> {
-    match m.gpus {
-        Some(n) if g >= n => usage!(
+/// GPU `g` that option `what` names: one of the node's (the library's
+/// "GPU index out of range" did not say which option gave it) and, with
+/// `--gpus N`, one of the first N (a copy ran on a GPU past them).
+fn gpu_arg(m: &Machine_, mach: &Machine, g: usize, what: &str) -> anyhow::Result<()> {
+    if let Some(n) = m.gpus.filter(|&n| g >= n) {
+        usage!(
             "{what}: gpu{g} is not in use: --gpus {n} uses GPUs 0 to {}",
             n.saturating_sub(1)
-        ),
-        _ => Ok(()),
+        );
     }
-}
-
-/// GPU `g` a transfer option names is one of the node's (the library's
-/// "GPU index out of range" did not say which option gave it).
-fn gpu_exists(mach: &Machine, g: usize, what: &str) -> anyhow::Result<()> {
     let n = mach.node.gpus;
     if g >= n {
         usage!(
@@ -1123,8 +1109,7 @@ fn copy_cmd(a: CopyArgs) -> anyhow::Result<ExitCode> {
     let (from, to) = (endpoint(&a.from)?, endpoint(&a.to)?);
     for (e, what) in [(from, "--from"), (to, "--to")] {
         if let Endpoint::Gpu(g) = e {
-            gpu_in_use(&a.m, g, what)?;
-            gpu_exists(&mach, g, what)?;
+            gpu_arg(&a.m, &mach, g, what)?;
         }
     }
     // Options the copy would not use (they changed nothing).
@@ -1185,9 +1170,8 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
              leave --nodes out (2) or give 2 or more"
         );
     }
-    gpu_in_use(&a.m, a.gpu, "--gpu")?;
     let mut mach = machine(&a.m, Some(a.m.nodes.unwrap_or(2)))?;
-    gpu_exists(&mach, a.gpu, "--gpu")?;
+    gpu_arg(&a.m, &mach, a.gpu, "--gpu")?;
     // A one-node topology runs on --nodes, 2 if left out; a multi-node
     // file on its own nodes (machine() refused another --nodes).
     mach.nodes = mach.nodes.max(2);
@@ -1268,14 +1252,15 @@ fn rdma_cmd(a: RdmaArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Two indices written `A,B` (`--pair`, `--node-pair`).
+fn index_pair(s: &str) -> Option<(usize, usize)> {
+    let (x, y) = s.split_once(',')?;
+    Some((x.trim().parse().ok()?, y.trim().parse().ok()?))
+}
+
 /// `--node-pair A,B`: two different node indices (bad values: exit 2).
 fn node_pair(s: &str) -> anyhow::Result<(usize, usize)> {
-    let Some((a, b)) = s.split_once(',').and_then(|(x, y)| {
-        Some((
-            x.trim().parse::<usize>().ok()?,
-            y.trim().parse::<usize>().ok()?,
-        ))
-    }) else {
+    let Some((a, b)) = index_pair(s) else {
         usage!("--node-pair {s:?}: expected two node indices like 0,1");
     };
     if a == b {
