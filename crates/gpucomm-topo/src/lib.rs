@@ -105,22 +105,38 @@ pub use route::{Hop, PathClass, PathInfo};
 /// assert_eq!(select("DGX-A100", &opts).unwrap().gpus().len(), 16);
 /// ```
 pub fn select(spec: &str, opts: &ClusterOptions) -> Result<Topology, TopoError> {
+    if !names_topology(spec) {
+        return Err(TopoError::UnknownTopology {
+            name: spec.to_string(),
+            known: preset_names(),
+        });
+    }
     let lower = spec.to_ascii_lowercase();
     let base = if is_preset(&lower) {
         preset(&lower)?
     } else if lower == "local" {
         discover(&DiscoverOptions::default())?
-    } else if Path::new(spec).exists() {
+    } else {
         // Not only regular files: a directory or a device says what is
         // wrong with it when read, rather than "no such file".
         format::load(Path::new(spec))?
-    } else {
-        return Err(TopoError::UnknownTopology {
-            name: spec.to_string(),
-            known: preset_names(),
-        });
     };
     with_options(base, opts)
+}
+
+/// Whether [`select`] takes `spec` for something to read: a preset (any
+/// case), `local`, or an existing path; otherwise it answers
+/// [`TopoError::UnknownTopology`] (a command line's fault, where reading
+/// what it names may fail for the file's own reasons).
+///
+/// ```
+/// assert!(gpucomm_topo::names_topology("DGX-H100"));
+/// assert!(gpucomm_topo::names_topology("local"));
+/// assert!(!gpucomm_topo::names_topology("/no/such/topology.toml"));
+/// ```
+pub fn names_topology(spec: &str) -> bool {
+    let lower = spec.to_ascii_lowercase();
+    is_preset(&lower) || lower == "local" || Path::new(spec).exists()
 }
 
 /// [`select`] for a path that is always a topology file, never a preset

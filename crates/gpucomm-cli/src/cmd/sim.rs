@@ -523,10 +523,8 @@ fn select_machine(
     nics: Option<usize>,
     nic_speed: Option<gpucomm_topo::catalog::LinkKind>,
 ) -> anyhow::Result<Machine> {
-    let lower = spec.to_ascii_lowercase();
     // What gpucomm_topo::select takes (and refuses as UnknownTopology).
-    if !(gpucomm_topo::is_preset(&lower) || lower == "local" || std::path::Path::new(spec).exists())
-    {
+    if !gpucomm_topo::names_topology(spec) {
         return Err(usage_error(gpucomm_topo::TopoError::UnknownTopology {
             name: spec.to_string(),
             known: gpucomm_topo::preset_names(),
