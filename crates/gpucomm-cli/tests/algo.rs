@@ -297,11 +297,7 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
     run(&["algo", "check", "all_reduce", "--deps"]).assert_fails(2, "--deps applies to algo show");
     run(&["algo", "check", "all_reduce", "--max-ranks", "3"])
         .assert_fails(2, "--max-ranks 3 applies to algo show");
-    // A barrier's check keeps an arrival set per step: 65535 ranks of
-    // recursive doubling took 17 GB and more than a minute. A barrier
-    // moves no data, so --chunk is no advice for it.
-    run(&["algo", "check", "barrier", "-n", "65535"])
-        .assert_fails(2, "about 17.0 GiB of rank sets");
+    // A barrier moves no data, so --chunk is no advice for it.
     let out = run(&["algo", "check", "barrier", "-n", "65535", "-a", "direct"]);
     out.assert_fails(2, "too many to check here (use fewer ranks)");
     run(&[

@@ -295,7 +295,7 @@ fn run(
         report.ranks.push(rr);
     }
     if p.collective == Collective::Barrier {
-        barrier_check(n, steps, &ord.events)?;
+        barrier_check(n, steps, &ord.events, BARRIER_BLOCK_RANKS)?;
     }
     Ok(report)
 }
@@ -772,12 +772,102 @@ fn expected(p: &Problem, rank: usize, i: usize) -> (Option<(usize, Option<usize>
 }
 
 /// Every rank must causally hear from every rank before it completes.
-fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), CheckError> {
-    let words = n.div_ceil(64).max(1);
+///
+/// Answered for `block` source ranks at a time by [`barrier_block`], so
+/// the sets it keeps are at most that wide whatever the rank count (one
+/// n-bit set per step took 17 GB for a recursive-doubling barrier of 65535
+/// ranks). The lowest rank found incomplete is reported, with every rank it
+/// never heard from (a second pass, only on failure).
+fn barrier_check(
+    n: usize,
+    steps: &[Vec<Step>],
+    events: &[Event],
+    block: usize,
+) -> Result<(), CheckError> {
+    let blocks = || (0..n).step_by(block).map(|lo| (lo, n.min(lo + block)));
+    let mut wrong: Option<usize> = None;
+    for (lo, hi) in blocks() {
+        barrier_block(steps, events, lo, hi, |r, heard| {
+            if wrong.is_none_or(|w| r < w) && (lo..hi).any(|q| q != r && !heard(q)) {
+                wrong = Some(r);
+            }
+        });
+    }
+    let Some(rank) = wrong else {
+        return Ok(());
+    };
+    let mut missing = Vec::new();
+    for (lo, hi) in blocks() {
+        barrier_block(steps, events, lo, hi, |r, heard| {
+            if r == rank {
+                missing.extend((lo..hi).filter(|&q| q != r && !heard(q)));
+            }
+        });
+    }
+    Err(CheckError::WrongResult {
+        rank,
+        what: format!(
+            "barrier: completes without hearing from {}",
+            fmt_ranks(&missing)
+        ),
+    })
+}
+
+/// Source ranks the barrier check follows at a time (2 KiB a set). Each
+/// block is one walk of the schedule, so fewer make it faster: a
+/// recursive-doubling barrier of 65535 ranks takes 4, and its sets stay
+/// under the rest of the check's memory (docs/algo.md has the figures).
+const BARRIER_BLOCK_RANKS: usize = 16384;
+
+/// Which of the source ranks `lo..hi` every rank has causally heard from
+/// when it completes: `done(rank, heard)` is called once per rank, `heard(q)`
+/// telling whether source `q` reached it.
+///
+/// Each step knows the set of sources that reached it: its own rank, its
+/// dependencies' sets and, for a receive, the matching send's. A set is
+/// dropped once the last step of its rank that depends on it has been
+/// computed, so only the sets of steps still awaited are held. A rank
+/// heard from the union of its steps' sets, which is the union of its
+/// sinks' (steps nothing depends on), as every other step's set lies
+/// inside a dependent's; the rank is judged once its last step is done.
+fn barrier_block(
+    steps: &[Vec<Step>],
+    events: &[Event],
+    lo: usize,
+    hi: usize,
+    mut done: impl FnMut(usize, &dyn Fn(usize) -> bool),
+) {
+    let words = (hi - lo).div_ceil(64).max(1);
+    // Steps of the same rank still to be computed that depend on each step.
+    let mut consumers: Vec<Vec<u32>> = steps
+        .iter()
+        .map(|l| {
+            let mut c = vec![0u32; l.len()];
+            for st in l {
+                for &d in &st.deps {
+                    c[d as usize] += 1;
+                }
+            }
+            c
+        })
+        .collect();
     let mut know: Vec<Vec<Vec<u64>>> = steps.iter().map(|l| vec![Vec::new(); l.len()]).collect();
+    // Union of each rank's sinks so far; steps of each rank not yet computed.
+    let mut heard: Vec<Vec<u64>> = vec![Vec::new(); steps.len()];
+    let mut left: Vec<usize> = steps.iter().map(Vec::len).collect();
+    let mut judge = |r: usize, k: &[u64]| {
+        done(r, &|q| {
+            q == r
+                || (lo..hi).contains(&q)
+                    && k.get((q - lo) / 64)
+                        .is_some_and(|w| w & (1 << ((q - lo) % 64)) != 0)
+        })
+    };
     let base = |know: &Vec<Vec<Vec<u64>>>, r: usize, i: usize| {
         let mut k = vec![0u64; words];
-        k[r / 64] |= 1 << (r % 64);
+        if (lo..hi).contains(&r) {
+            k[(r - lo) / 64] |= 1 << ((r - lo) % 64);
+        }
         for &d in &steps[r][i].deps {
             for (w, x) in k.iter_mut().zip(&know[r][d as usize]) {
                 *w |= x;
@@ -785,9 +875,37 @@ fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), 
         }
         k
     };
+    // Step `i` of rank `r` now knows `k`: release the sets only it was
+    // waiting for, keep `k` for its consumers or fold it into the rank's
+    // union, and judge the rank once its last step is done.
+    let mut settle = |know: &mut Vec<Vec<Vec<u64>>>, r: usize, i: usize, k: Vec<u64>| {
+        for &d in &steps[r][i].deps {
+            let c = &mut consumers[r][d as usize];
+            *c -= 1;
+            if *c == 0 {
+                know[r][d as usize] = Vec::new();
+            }
+        }
+        if consumers[r][i] > 0 {
+            know[r][i] = k;
+        } else if heard[r].is_empty() {
+            heard[r] = k;
+        } else {
+            for (w, x) in heard[r].iter_mut().zip(&k) {
+                *w |= x;
+            }
+        }
+        left[r] -= 1;
+        if left[r] == 0 {
+            judge(r, &std::mem::take(&mut heard[r]));
+        }
+    };
     for ev in events {
         match *ev {
-            Event::Local { rank, step } => know[rank][step] = base(&know, rank, step),
+            Event::Local { rank, step } => {
+                let k = base(&know, rank, step);
+                settle(&mut know, rank, step, k);
+            }
             Event::Transfer {
                 from,
                 send,
@@ -799,33 +917,25 @@ fn barrier_check(n: usize, steps: &[Vec<Step>], events: &[Event]) -> Result<(), 
                 for (w, x) in kr.iter_mut().zip(&ks) {
                     *w |= x;
                 }
-                know[from][send] = ks;
-                know[to][recv] = kr;
+                settle(&mut know, from, send, ks);
+                settle(&mut know, to, recv, kr);
             }
         }
     }
-    for r in 0..n {
-        let mut k = vec![0u64; words];
-        k[r / 64] |= 1 << (r % 64);
-        for s in &know[r] {
-            for (w, x) in k.iter_mut().zip(s) {
-                *w |= x;
+    // Ranks with no steps hear only from themselves; a rank with steps the
+    // order left out (it leaves none) is judged on what it knew so far.
+    for r in 0..steps.len() {
+        if steps[r].is_empty() || left[r] > 0 {
+            let mut k = std::mem::take(&mut heard[r]);
+            for s in &know[r] {
+                k.resize(k.len().max(s.len()), 0);
+                for (w, x) in k.iter_mut().zip(s) {
+                    *w |= x;
+                }
             }
-        }
-        let missing: Vec<usize> = (0..n)
-            .filter(|&q| k[q / 64] & (1 << (q % 64)) == 0)
-            .collect();
-        if !missing.is_empty() {
-            return Err(CheckError::WrongResult {
-                rank: r,
-                what: format!(
-                    "barrier: completes without hearing from {}",
-                    fmt_ranks(&missing)
-                ),
-            });
+            judge(r, &k);
         }
     }
-    Ok(())
 }
 
 /// The most memory one rank's ancestor sets may take in the race check,
@@ -1020,6 +1130,75 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A barrier's verdict and message do not depend on how many source
+    /// ranks each pass follows.
+    #[test]
+    fn the_barrier_check_answers_alike_in_blocks() {
+        use crate::{Algorithm, Problem, Schedule};
+        let n = 150;
+        let p = Problem::new(Collective::Barrier, 0, n, n);
+        let steps = |a| {
+            let s = Schedule::new(p, a).unwrap();
+            (0..n).map(|r| s.rank_steps(r)).collect::<Vec<_>>()
+        };
+        let verdict = |steps: &[Vec<Step>], block| {
+            let ord = order::order(steps).unwrap();
+            barrier_check(n, steps, &ord.events, block).map_err(|e| e.to_string())
+        };
+        let doubling = steps(Algorithm::RecursiveDoubling);
+        // A chain 0 -> 1 -> ... -> 149: rank r hears from 0..=r only, so
+        // rank 0 misses sources in every block.
+        let tok = |b| Slice::new(b, 0, 0);
+        let chain: Vec<Vec<Step>> = (0..n)
+            .map(|r| {
+                let mut l = Vec::new();
+                if r > 0 {
+                    let dst = tok(Buf::Output);
+                    l.push(Step {
+                        kind: StepKind::Recv { peer: r - 1, dst },
+                        channel: 0,
+                        deps: Vec::new(),
+                    });
+                }
+                if r + 1 < n {
+                    let src = tok(Buf::Input);
+                    l.push(Step {
+                        kind: StepKind::Send { peer: r + 1, src },
+                        channel: 0,
+                        deps: if r > 0 { vec![0] } else { Vec::new() },
+                    });
+                }
+                l
+            })
+            .collect();
+        // Everyone tells everyone, but 149 never tells 3: rank 3 misses a
+        // source of the last block only.
+        let mut direct = steps(Algorithm::Direct);
+        direct[149].retain(|st| {
+            st.kind
+                != StepKind::Send {
+                    peer: 3,
+                    src: tok(Buf::Input),
+                }
+        });
+        direct[3].retain(|st| !matches!(st.kind, StepKind::Recv { peer: 149, .. }));
+        for block in [1, 63, 64, 100, 149, BARRIER_BLOCK_RANKS] {
+            assert_eq!(verdict(&doubling, block), Ok(()), "block {block}");
+            assert_eq!(
+                verdict(&chain, block),
+                Err("rank 0: barrier: completes without hearing from \
+                     {1, 2, 3, 4, 5, 6, 7, 8, ... (149 ranks)}"
+                    .into()),
+                "block {block}"
+            );
+            assert_eq!(
+                verdict(&direct, block),
+                Err("rank 3: barrier: completes without hearing from {149}".into()),
+                "block {block}"
+            );
+        }
     }
 
     #[test]

@@ -280,26 +280,8 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
             s.problem.collective.name()
         );
     }
-    // The barrier's check keeps, for every step, the set of ranks known to
-    // have arrived: steps x n bits. A recursive-doubling barrier of 65535
-    // ranks has few steps (about 2 million) but took 17 GB that way.
-    if what == "check" && s.problem.collective == Collective::Barrier {
-        let bytes = est.saturating_mul(n.div_ceil(64) * 8);
-        if bytes > BARRIER_CHECK_BYTES {
-            usage!(
-                "{} barrier on {n} ranks: checking it would keep about {:.1} GiB of rank sets \
-                 (each of its about {est} steps knows which of the {n} ranks arrived), too much \
-                 to check here (use fewer ranks)",
-                s.algorithm.name(),
-                bytes as f64 / (1u64 << 30) as f64
-            );
-        }
-    }
     Ok(())
 }
-
-/// The most memory `algo check` lets a barrier's arrival sets take.
-const BARRIER_CHECK_BYTES: u64 = 2 << 30;
 
 /// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
 fn slice_label(p: &Problem, rank: usize, s: &Slice) -> String {
@@ -534,12 +516,20 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
             p.collective.name()
         );
     }
+    // Every schedule is sized up before any is checked: a refusal comes at
+    // once, not after the others' checks ran.
+    let scheds = algs
+        .into_iter()
+        .map(|alg| {
+            let s = schedule(a, p, alg)?;
+            guard(&s, 50_000_000, "check")?;
+            Ok((alg, s))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = std::io::stdout().lock();
     let mut code = ExitCode::SUCCESS;
     let mut results = Vec::new();
-    for alg in algs {
-        let s = schedule(a, p, alg)?;
-        guard(&s, 50_000_000, "check")?;
+    for (alg, s) in scheds {
         let rep = check(&s);
         if a.json {
             results.push(serde_json::json!({
