@@ -400,18 +400,38 @@ impl Machine {
         nics: Option<usize>,
         nic_speed: Option<gpucomm_topo::LinkKind>,
     ) -> Result<Machine, SimError> {
-        let model = |e: gpucomm_topo::TopoError| SimError::Model(e.to_string());
         // Read (or discovered) once; the NICs are then rebuilt on it.
-        let t =
-            gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()).map_err(model)?;
-        let plain = Machine::from_topology(&t)?;
+        let t = gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default())
+            .map_err(|e| SimError::Model(e.to_string()))?;
+        Machine::from_topology_with_nics(&t, nics, nic_speed)
+    }
+
+    /// [`Machine::from_topology`] with the NICs of [`Machine::select_with_nics`]:
+    /// what reads from `t` alone fails as it would there; what only the
+    /// NIC options make fail (a topology of several nodes, more NICs than
+    /// [`gpucomm_topo::cluster`] places) is a [`SimError::Model`] that
+    /// names them.
+    ///
+    /// ```
+    /// use gpucomm_sim::Machine;
+    /// let t = gpucomm_topo::preset("dgx-h100").unwrap();
+    /// let m = Machine::from_topology_with_nics(&t, Some(2), None).unwrap();
+    /// assert_eq!(m.node.nics, 2);
+    /// ```
+    pub fn from_topology_with_nics(
+        t: &gpucomm_topo::Topology,
+        nics: Option<usize>,
+        nic_speed: Option<gpucomm_topo::LinkKind>,
+    ) -> Result<Machine, SimError> {
+        let plain = Machine::from_topology(t)?;
         if nics.is_none() && nic_speed.is_none() {
             return Ok(plain);
         }
         if plain.nodes > 1 {
             return Err(SimError::Model(format!(
-                "{spec} describes {} nodes and their network; --nics and --nic-speed \
+                "{} describes {} nodes and their network; --nics and --nic-speed \
                  apply to a one-node topology",
+                t.name(),
                 plain.nodes
             )));
         }
@@ -420,7 +440,9 @@ impl Machine {
             nic_speed,
             ..Default::default()
         };
-        Machine::from_topology(&gpucomm_topo::cluster(&t, &opts).map_err(model)?)
+        let clustered =
+            gpucomm_topo::cluster(t, &opts).map_err(|e| SimError::Model(e.to_string()))?;
+        Machine::from_topology(&clustered)
     }
 }
 

@@ -523,21 +523,20 @@ fn select_machine(
     nics: Option<usize>,
     nic_speed: Option<gpucomm_topo::catalog::LinkKind>,
 ) -> anyhow::Result<Machine> {
-    // What gpucomm_topo::select takes (and refuses as UnknownTopology).
-    if !gpucomm_topo::names_topology(spec) {
-        return Err(usage_error(gpucomm_topo::TopoError::UnknownTopology {
-            name: spec.to_string(),
-            known: gpucomm_topo::preset_names(),
-        }));
+    let t = match gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()) {
+        Ok(t) => t,
+        // Neither a preset nor a file: the command line's fault.
+        Err(e @ gpucomm_topo::TopoError::UnknownTopology { .. }) => return Err(usage_error(e)),
+        // A file that cannot be read, a machine that cannot be discovered.
+        Err(e) => return Err(e.into()),
+    };
+    // What the topology itself says fails the run; what only the NIC
+    // options make fail is the command line's.
+    let plain = Machine::from_topology(&t)?;
+    if nics.is_none() && nic_speed.is_none() {
+        return Ok(plain);
     }
-    match Machine::select_with_nics(spec, nics, nic_speed) {
-        Ok(m) => Ok(m),
-        // The topology reads without them: the NIC options are refused.
-        Err(e) if (nics.is_some() || nic_speed.is_some()) && Machine::select(spec).is_ok() => {
-            Err(asked(e))
-        }
-        Err(e) => Err(e.into()),
-    }
+    Machine::from_topology_with_nics(&t, nics, nic_speed).map_err(asked)
 }
 
 /// A simulator error about what the command line asked of a machine that
