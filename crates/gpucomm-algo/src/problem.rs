@@ -336,6 +336,10 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The most bytes `count` x `nranks` x `elem_size` may come to
+    /// ([`Problem::validate`]): 2^48 - 2^16, 256 TiB.
+    pub const MAX_BYTES: usize = (u32::MAX as usize) << 16;
+
     /// A problem with 4-byte elements.
     pub const fn new(
         collective: Collective,
@@ -386,7 +390,7 @@ impl Problem {
             .count
             .checked_mul(self.nranks)
             .and_then(|e| e.checked_mul(self.elem_size));
-        if elems.is_none_or(|e| e > (u32::MAX as usize) << 16) {
+        if elems.is_none_or(|e| e > Self::MAX_BYTES) {
             return Err(InvalidProblem(format!(
                 "count {} x {} ranks x {} bytes is too large",
                 self.count, self.nranks, self.elem_size

@@ -134,8 +134,7 @@ fn support_matrix() {
     )
     .unwrap_err();
     assert!(
-        bad.to_string()
-            .contains("ranks_per_node (4) must divide nranks (6)"),
+        bad.to_string().contains("6 ranks are not whole nodes of 4"),
         "{bad}"
     );
     assert!(matches!(

@@ -311,7 +311,10 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
         "-b",
         "0",
     ])
-    .assert_fails(2, "overflows");
+    .assert_fails(
+        2,
+        "--ranks 4 and --elem-size 4611686018427387904: all_to_all's block",
+    );
     run(&[
         "algo",
         "check",
@@ -327,6 +330,60 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
     // Where they apply they still work.
     run(&["algo", "check", "broadcast", "-n", "4", "--root", "3"]).assert_ok();
     run(&["algo", "check", "sendrecv", "-n", "4", "--shift", "3"]).assert_ok();
+}
+
+/// A problem refused is refused in the options' words, not gpucomm-algo's
+/// field names ("invalid problem: count 25000000000000 x 100000000 ranks x
+/// 4 bytes is too large", "ranks_per_node (3) must divide nranks (8)").
+#[test]
+fn problem_errors_name_the_options() {
+    let refused = [
+        (
+            "broadcast -n 8 --root 9",
+            "--root 9: out of range for 8 ranks (0 to 7)",
+        ),
+        (
+            "all_reduce -n 8 --ranks-per-node 3 -a hierarchical",
+            "hierarchical does not implement all_reduce: 8 ranks are not whole nodes of 3",
+        ),
+        (
+            "all_reduce -n 8 -b 35184372080644 -a ring",
+            "--bytes 35184372080644 is too large for all_reduce on 8 ranks (at most 35184372080640)",
+        ),
+        (
+            "all_gather -n 65536 -b 64T",
+            "--bytes 70368744177664 is too large for all_gather on 65536 ranks (at most 4294967292)",
+        ),
+        (
+            "all_reduce -n 18446744073709551615 -b 4",
+            "--ranks 18446744073709551615: too many for all_reduce (a problem holds at most \
+             281474976645120 bytes)",
+        ),
+        (
+            "gather -n 18446744073709551615",
+            "--ranks 18446744073709551615 and --elem-size 4: gather's block",
+        ),
+        // 2 x n x n wrapped to 0 steps: the check ran and ran out of memory.
+        (
+            "barrier -n 4294967296 -a direct",
+            "direct barrier on 4294967296 ranks has more than 18446744073709551615 steps",
+        ),
+    ];
+    for (args, says) in refused {
+        let argv: Vec<&str> = ["algo", "check"]
+            .into_iter()
+            .chain(args.split(' '))
+            .collect();
+        run(&argv).assert_fails(2, says);
+    }
+    // The largest size the message offers is taken (its schedule is only
+    // sized, not built: show refuses it as too many steps to print).
+    let most = "all_reduce -n 8 -b 35184372080640 -a ring";
+    let argv: Vec<&str> = ["algo", "tune"]
+        .into_iter()
+        .chain(most.split(' '))
+        .collect();
+    run(&argv).assert_ok();
 }
 
 /// Every refusal of `algo`'s options is a bad command line (exit 2), found

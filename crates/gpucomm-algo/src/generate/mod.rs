@@ -50,8 +50,8 @@ pub(crate) fn support(p: &Problem, a: Algorithm) -> Result<(), String> {
                 false
             } else if p.nranks % p.ranks_per_node != 0 {
                 return Err(format!(
-                    ": ranks_per_node ({}) must divide nranks ({})",
-                    p.ranks_per_node, p.nranks
+                    ": {} ranks are not whole nodes of {}",
+                    p.nranks, p.ranks_per_node
                 ));
             } else {
                 true

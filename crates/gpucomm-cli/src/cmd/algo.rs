@@ -204,8 +204,11 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
             .checked_mul(a.ranks)
             .with_context(|| {
                 format!(
-                    "--elem-size {} times {} ranks overflows",
-                    a.elem_size, a.ranks
+                    "--ranks {} and --elem-size {}: {}'s block of one element from each \
+                     rank is more bytes than a size holds",
+                    a.ranks,
+                    a.elem_size,
+                    collective.name()
                 )
             })
             .or_usage()?
@@ -224,6 +227,37 @@ fn problem(a: &ProblemArgs) -> anyhow::Result<Problem> {
     let rpn = a.ranks_per_node.unwrap_or(a.ranks);
     if rpn > a.ranks {
         usage!("--ranks-per-node {rpn} is more than the {} ranks", a.ranks);
+    }
+    if let Some(root) = collective.root().filter(|&r| r >= a.ranks) {
+        usage!(
+            "--root {root}: out of range for {} ranks (0 to {})",
+            a.ranks,
+            a.ranks - 1
+        );
+    }
+    // The most a problem addresses (Problem::MAX_BYTES) is count x ranks x
+    // element size: --bytes itself where a size is every rank's block,
+    // else --bytes on each rank.
+    let most = if blocked {
+        Problem::MAX_BYTES
+    } else {
+        Problem::MAX_BYTES / a.ranks
+    };
+    if bytes > most && collective != Collective::Barrier {
+        if most < per {
+            usage!(
+                "--ranks {}: too many for {} (a problem holds at most {} bytes)",
+                a.ranks,
+                collective.name(),
+                Problem::MAX_BYTES
+            );
+        }
+        usage!(
+            "--bytes {bytes} is too large for {} on {} ranks (at most {})",
+            collective.name(),
+            a.ranks,
+            most - most % per
+        );
     }
     let p = Problem::new(collective, count, a.ranks, rpn).with_elem_size(a.elem_size);
     // Whatever the algorithm (a root past the ranks, say): said once, here.
@@ -264,8 +298,12 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
         1
     };
     let channels = (s.channels.max(1) as u64).min(s.problem.count.max(1) as u64);
+    // Saturating throughout: 2 x n x n wrapped to 0 for a direct barrier
+    // of 2^32 ranks, which then passed and ran out of memory.
     let est = (critical_path(s) as u64 + 1)
-        .saturating_mul(2 * fan * n)
+        .saturating_mul(2)
+        .saturating_mul(fan)
+        .saturating_mul(n)
         .saturating_mul(channels);
     if est > limit {
         // A barrier moves no data: a larger --chunk changes nothing.
@@ -274,8 +312,13 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
         } else {
             "raise --chunk, or use fewer ranks"
         };
+        let about = if est == u64::MAX {
+            format!("more than {est}")
+        } else {
+            format!("about {est}")
+        };
         usage!(
-            "{} {} on {n} ranks has about {est} steps, too many to {what} here ({advice})",
+            "{} {} on {n} ranks has {about} steps, too many to {what} here ({advice})",
             s.algorithm.name(),
             s.problem.collective.name()
         );
@@ -857,7 +900,10 @@ mod tests {
         let mut b = args("broadcast");
         b.root = Some(9);
         let e = check_cmd(&b).unwrap_err().to_string();
-        assert!(e.contains("root 9 out of range for 4 ranks"), "{e}");
+        assert!(
+            e.contains("--root 9: out of range for 4 ranks (0 to 3)"),
+            "{e}"
+        );
         let mut a = args("all_reduce");
         a.ranks = 16;
         a.bytes = "1M".into();
