@@ -1588,13 +1588,20 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
     for (name, text) in [("model.toml", "layer = [\n"), ("model.json", "{\"x\":")] {
         let model = dir.join(name);
         std::fs::write(&model, text).unwrap();
-        sim_fails(&["train", "--model", model.to_str().unwrap()], "model file");
+        let model = model.to_str().unwrap();
+        // Named, and not "invalid model: model file:" (the hardware
+        // model's words) without the file.
+        sim_fails(
+            &["train", "--model", model],
+            &format!("error: --model {model}: not a valid model file: "),
+        );
     }
     let cases = dir.join("cases.toml");
     std::fs::write(&cases, "[[case]\n").unwrap();
+    let cases = cases.to_str().unwrap();
     sim_fails(
-        &["calibrate", "--file", cases.to_str().unwrap()],
-        "calibration file",
+        &["calibrate", "--file", cases],
+        &format!("error: {cases}: not a valid calibration file: "),
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

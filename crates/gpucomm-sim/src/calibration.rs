@@ -76,8 +76,10 @@ pub const MIN_VALUE: f64 = 1e-6;
 /// [`MIN_VALUE`] is refused (its prediction would be 0, or run on other
 /// hardware than stated, or its error not a number).
 pub fn parse(text: &str) -> Result<Vec<Case>, SimError> {
-    let f: File =
-        toml::from_str(text).map_err(|e| SimError::Model(format!("calibration file: {e}")))?;
+    let f: File = toml::from_str(text).map_err(|e| SimError::Parse {
+        what: "calibration file",
+        why: e.to_string(),
+    })?;
     for c in &f.case {
         if c.bytes == Some(0) {
             return Err(SimError::Model(format!(

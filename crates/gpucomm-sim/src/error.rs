@@ -63,6 +63,15 @@ pub enum SimError {
     /// The hardware description is unusable (unknown model, zero bandwidth, ...).
     #[error("invalid model: {0}")]
     Model(String),
+    /// A file's text is not what it should hold (TOML or JSON that does not
+    /// parse, or fields of the wrong type).
+    #[error("not a valid {what}: {why}")]
+    Parse {
+        /// What the text should be ("model file", "calibration file").
+        what: &'static str,
+        /// The parser's words, with the line and column.
+        why: String,
+    },
     /// The run would not fit in this machine's memory: every rank is
     /// simulated (the schedule or the fabric is not node-symmetric) and
     /// the ranks' steps alone would take more than is available.

@@ -100,8 +100,10 @@ impl ModelSpec {
     /// `measured_on`, `[[layer]]` with `name`, `fwd_ms`, `bwd_ms`,
     /// `params`).
     pub fn from_toml(text: &str) -> Result<Self, SimError> {
-        let m: ModelSpec =
-            toml::from_str(text).map_err(|e| SimError::Model(format!("model file: {e}")))?;
+        let m: ModelSpec = toml::from_str(text).map_err(|e| SimError::Parse {
+            what: "model file",
+            why: e.to_string(),
+        })?;
         m.validate()?;
         Ok(m)
     }
@@ -117,8 +119,10 @@ impl ModelSpec {
     /// assert_eq!(m.params(), 1000);
     /// ```
     pub fn from_json(text: &str) -> Result<Self, SimError> {
-        let m: ModelSpec =
-            serde_json::from_str(text).map_err(|e| SimError::Model(format!("model file: {e}")))?;
+        let m: ModelSpec = serde_json::from_str(text).map_err(|e| SimError::Parse {
+            what: "model file",
+            why: e.to_string(),
+        })?;
         m.validate()?;
         Ok(m)
     }

@@ -1465,11 +1465,12 @@ fn model(spec: &str) -> anyhow::Result<ModelSpec> {
     }
     if std::path::Path::new(spec).exists() {
         let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec}"))?;
-        return Ok(if lower.ends_with(".json") {
-            ModelSpec::from_json(&text)?
+        let m = if lower.ends_with(".json") {
+            ModelSpec::from_json(&text)
         } else {
-            ModelSpec::from_toml(&text)?
-        });
+            ModelSpec::from_toml(&text)
+        };
+        return m.with_context(|| format!("--model {spec}"));
     }
     if looks_like_path(spec) {
         // It said `unknown model "/nonexistent.toml"`.
@@ -1520,7 +1521,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     }
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let cases = calibration::parse(&text)?;
+    let cases = calibration::parse(&text).with_context(|| file.display().to_string())?;
     // Fields the simulator does not read: said, not refused (a misspelt
     // `algo` ran as the tuner's pick without a word).
     for c in cases.iter().filter(|c| !c.unread.is_empty()) {
