@@ -327,9 +327,25 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
     .assert_fails(2, "--ranks-per-node 100 is more than the 3 ranks");
     run(&["algo", "check", "all_reduce", "--root", "1"]).assert_fails(2, "has no root");
     run(&["algo", "check", "broadcast", "--shift", "2"]).assert_fails(2, "--shift");
+    // --intra-slices cuts only a ring broadcast's or reduce's hops.
+    run(&["algo", "tune", "all_reduce", "--intra-slices", "4"]).assert_fails(
+        2,
+        "--intra-slices cuts the hops of a ring broadcast or reduce; all_reduce has none",
+    );
+    run(&[
+        "algo",
+        "check",
+        "reduce",
+        "-a",
+        "tree",
+        "--intra-slices",
+        "4",
+    ])
+    .assert_fails(2, "tree has none");
     // Where they apply they still work.
     run(&["algo", "check", "broadcast", "-n", "4", "--root", "3"]).assert_ok();
     run(&["algo", "check", "sendrecv", "-n", "4", "--shift", "3"]).assert_ok();
+    run(&["algo", "check", "reduce", "--intra-slices", "4"]).assert_ok();
 }
 
 /// A problem refused is refused in the options' words, not gpucomm-algo's

@@ -159,6 +159,14 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
         if a.shift.is_some() && !matches!(c, Collective::SendRecv { .. }) {
             usage!("--shift is sendrecv's; {} takes none", c.name());
         }
+        if a.intra_slices > 1
+            && !matches!(c, Collective::Broadcast { .. } | Collective::Reduce { .. })
+        {
+            usage!(
+                "--intra-slices cuts the hops of a ring broadcast or reduce; {} has none",
+                c.name()
+            );
+        }
     }
     Ok(match c {
         Some(Collective::SendRecv { .. }) => Collective::SendRecv {
@@ -279,6 +287,14 @@ fn chunk_elems(a: &ProblemArgs, p: &Problem) -> anyhow::Result<Option<usize>> {
 /// The schedule `--algorithm` names (`alg`), with the channels, chunk and
 /// intra-node parts given; fails when `alg` does not implement the problem.
 fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
+    // Asked of an algorithm it does not apply to (with every algorithm,
+    // as check and tune take them, it applies to the ring's).
+    if a.intra_slices > 1 && a.algorithm.is_some() && alg != Algorithm::Ring {
+        usage!(
+            "--intra-slices cuts the hops of a ring broadcast or reduce; {} has none",
+            alg.name()
+        );
+    }
     // An algorithm that does not implement the problem was asked for.
     Ok(Schedule::new(p, alg)
         .or_usage()?
