@@ -455,12 +455,13 @@ fn dgx2() -> TopologyBuilder {
 #[derive(Clone, Copy)]
 enum PcieLayout {
     /// DGX A100: per socket two root ports (host bridges), each with a
-    /// switch holding its two NICs, an NVMe drive and a switch for its two
-    /// GPUs. GPU to NIC is PXB (two switches), NODE across root ports of a
-    /// socket: GPU0 reads `PXB PXB SYS ...` (NVIDIA/nccl#1505,
-    /// rapidsai/dask-cuda#1358, both DGX A100). The two GPUs share their
-    /// switch's uplink. (dask-cuda#1358 shows NIC0-NIC1 PXB where this
-    /// gives PIX: which switch each NIC sits behind is not published.)
+    /// switch holding an NVMe drive, a switch for its two GPUs and one
+    /// switch for each of its two NICs. GPU to NIC is PXB (two switches),
+    /// NIC to NIC of the pair PXB, NODE across root ports of a socket: GPU0
+    /// reads `PXB PXB SYS ...`, mlx5_0 to mlx5_1 PXB (NVIDIA/nccl#1505,
+    /// rapidsai/dask-cuda#1358, rapidsai/ucx-py#749, NVIDIA/DCGM#149, all
+    /// DGX A100; nccl#1505's topology dump has mlx5_0 behind a bridge of
+    /// its own). The two GPUs share their switch's uplink.
     PairsNested,
     /// DGX H100 / DGX B200: a root port (host bridge) per GPU, whose switch
     /// holds the GPU's own ConnectX-7 and, one switch further, the GPU: GPU
@@ -668,7 +669,8 @@ fn nvswitch_box(spec: &NvSwitchBox) -> TopologyBuilder {
                     gpu(&mut h, s * 2 + g, &rc, socket, gsw);
                 }
                 for n in 0..2 {
-                    nic(&mut h, s * 2 + n, &rc, socket, top);
+                    let nsw = add_switch(&mut h, format!("pcisw{s}.{}", n + 1), &rc, socket, top);
+                    nic(&mut h, s * 2 + n, &rc, socket, nsw);
                 }
                 nvme(&mut h, s, &rc, socket, top);
             }

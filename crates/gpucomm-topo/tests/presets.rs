@@ -281,7 +281,25 @@ fn nvswitch_boxes_print_the_published_nic_classes() {
             "SYS SYS SYS SYS NODE NODE PXB PXB",
             "{name}"
         );
-        assert_eq!(t.nodes_of_kind(NodeKind::PcieSwitch).count(), 8, "{name}");
+        // NIC to NIC PXB too: each behind its own switch (dask-cuda#1358,
+        // ucx-py#749, DCGM#149; nccl#1505's topology dump puts mlx5_0 behind
+        // its own bridge). It was PIX, both NICs on the upper switch.
+        let nic = |i: usize| t.find(&format!("nic{i}")).unwrap();
+        assert_eq!(
+            t.path(nic(0), nic(1)).unwrap().class,
+            PathClass::Pxb,
+            "{name}"
+        );
+        assert_eq!(
+            t.path(nic(0), nic(2)).unwrap().class,
+            PathClass::Node,
+            "{name}"
+        );
+        let switches = t.nodes_of_kind(NodeKind::PcieSwitch).count();
+        assert_eq!(
+            switches, 16,
+            "{name}: per root port, one for its GPUs, one per NIC, one above"
+        );
         let g = t.gpus();
         assert!(t.path(g[0], t.find("nic0").unwrap()).unwrap().rdma);
         // The pair of GPUs shares a switch (and its uplink).
