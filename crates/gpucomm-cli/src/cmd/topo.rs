@@ -68,19 +68,39 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["bandwidth", "p2p", "all"])]
     pub json: bool,
     /// List the presets.
-    #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
-          "p2p", "path", "export", "catalog", "all", "no_nvml", "nodes", "gpus", "nics",
-          "nic_speed", "fabric", "oversubscription", "nodes_per_leaf", "sharp"])]
+    #[arg(long, conflicts_with_all = MACHINE_OPTIONS, conflicts_with = "catalog")]
     pub list: bool,
     /// Print the catalog of link generations.
-    #[arg(long, conflicts_with_all = ["topology", "preset", "file", "sysfs_root", "bandwidth",
-          "p2p", "path", "export", "all", "no_nvml", "nodes", "gpus", "nics", "nic_speed",
-          "fabric", "oversubscription", "nodes_per_leaf", "sharp"])]
+    #[arg(long, conflicts_with_all = MACHINE_OPTIONS)]
     pub catalog: bool,
     /// Print matrices for every GPU even when there are many.
     #[arg(long)]
     pub all: bool,
 }
+
+/// The options that say which machine to show and how: `--list` and
+/// `--catalog` show no machine, so each is refused beside them (named one
+/// by one: a clap group's conflict error lists all of its members).
+const MACHINE_OPTIONS: [&str; 18] = [
+    "topology",
+    "preset",
+    "file",
+    "sysfs_root",
+    "bandwidth",
+    "p2p",
+    "path",
+    "export",
+    "all",
+    "no_nvml",
+    "nodes",
+    "gpus",
+    "nics",
+    "nic_speed",
+    "fabric",
+    "oversubscription",
+    "nodes_per_leaf",
+    "sharp",
+];
 
 /// Options that turn a node into a cluster (`gpucomm topo`; `gpucomm sim`
 /// has its own, which leave a topology file's network alone).
