@@ -1026,6 +1026,25 @@ fn print_path(out: &mut impl Write, t: &Topology, a: &str, b: &str) -> anyhow::R
 mod tests {
     use super::*;
 
+    /// Every option of `gpucomm topo` but the listings themselves (and
+    /// --json, which they print with) is refused beside --list and
+    /// --catalog: an option added later and left out of MACHINE_OPTIONS
+    /// would be ignored silently.
+    #[test]
+    fn the_listings_refuse_every_machine_option() {
+        use clap::{Args as _, Command};
+        let cmd = Args::augment_args(Command::new("topo"));
+        let mut ids: Vec<&str> = cmd
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .filter(|id| !["list", "catalog", "json"].contains(id))
+            .collect();
+        ids.sort_unstable();
+        let mut listed = MACHINE_OPTIONS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(ids, listed);
+    }
+
     fn render(f: impl Fn(&mut Vec<u8>) -> anyhow::Result<()>) -> String {
         let mut buf = Vec::new();
         f(&mut buf).unwrap();
