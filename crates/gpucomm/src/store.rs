@@ -532,7 +532,7 @@ impl StoreClient {
         val: &[u8],
         reply_within: Duration,
     ) -> Result<(u8, Vec<u8>), Error> {
-        let ctx = |what: &str| format!("store {} ({what} {key:?})", self.addr);
+        let ctx = |addr: &str, what: &str| format!("store {addr} ({what} {key:?})");
         if key.len() > MAX_KEY || val.len() > MAX_VALUE {
             return Err(Error::InvalidArgument(format!(
                 "store key/value too long for {key:?}"
@@ -540,14 +540,22 @@ impl StoreClient {
         }
         if self.broken {
             return Err(Error::io(
-                ctx("request"),
+                ctx(&self.addr, "request"),
                 std::io::Error::new(
                     std::io::ErrorKind::NotConnected,
                     "the connection was shut after an earlier request failed mid-way",
                 ),
             ));
         }
-        let r = self.exchange(op, key, val, reply_within);
+        let mut frame = Vec::with_capacity(9 + key.len() + val.len());
+        frame.push(op);
+        frame.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        frame.extend_from_slice(key.as_bytes());
+        frame.extend_from_slice(&(val.len() as u32).to_le_bytes());
+        frame.extend_from_slice(val);
+        let r = self
+            .exchange(&frame, reply_within)
+            .map_err(|(what, e)| Error::io(ctx(&self.addr, what), e));
         if r.is_err() {
             // Whatever is in flight must not answer a later request.
             self.broken = true;
@@ -556,45 +564,27 @@ impl StoreClient {
         r
     }
 
-    /// One request and its reply, on a connection in step.
+    /// Sends one request `frame` and reads its reply, on a connection in
+    /// step; a failure says which part failed.
     fn exchange(
         &mut self,
-        op: u8,
-        key: &str,
-        val: &[u8],
+        frame: &[u8],
         reply_within: Duration,
-    ) -> Result<(u8, Vec<u8>), Error> {
-        let ctx = |what: &str| format!("store {} ({what} {key:?})", self.addr);
-        let mut out = Vec::with_capacity(9 + key.len() + val.len());
-        out.push(op);
-        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(&(val.len() as u32).to_le_bytes());
-        out.extend_from_slice(val);
+    ) -> Result<(u8, Vec<u8>), (&'static str, std::io::Error)> {
         self.s
             .set_read_timeout(Some(reply_within))
-            .map_err(|e| Error::io(ctx("timeout"), e))?;
-        self.s
-            .write_all(&out)
-            .map_err(|e| Error::io(ctx("send"), e))?;
+            .map_err(|e| ("timeout", e))?;
+        self.s.write_all(frame).map_err(|e| ("send", e))?;
         let mut h = [0u8; 5];
-        self.s.read_exact(&mut h).map_err(|e| {
-            Error::io(
-                ctx("reply (the store closed the connection or timed out)"),
-                e,
-            )
-        })?;
+        self.s
+            .read_exact(&mut h)
+            .map_err(|e| ("reply (the store closed the connection or timed out)", e))?;
         let n = u32::from_le_bytes(h[1..5].try_into().expect("4")) as usize;
         if n > MAX_VALUE {
-            return Err(Error::io(
-                ctx("reply"),
-                std::io::Error::other("oversized reply"),
-            ));
+            return Err(("reply", std::io::Error::other("oversized reply")));
         }
         let mut v = vec![0u8; n];
-        self.s
-            .read_exact(&mut v)
-            .map_err(|e| Error::io(ctx("reply"), e))?;
+        self.s.read_exact(&mut v).map_err(|e| ("reply", e))?;
         Ok((h[0], v))
     }
 
