@@ -84,6 +84,26 @@ impl TopoError {
         }
     }
 
+    /// The file the message starts with, if any (a file's field, syntax or
+    /// I/O error), so a caller that names its option does not name the
+    /// file twice.
+    ///
+    /// ```
+    /// let e = gpucomm_topo::select("/no/such/dir/", &Default::default()).unwrap_err();
+    /// assert_eq!(e.file(), None); // unknown: neither a preset nor a file
+    /// let e = gpucomm_topo::format::load(std::path::Path::new("/proc")).unwrap_err();
+    /// assert_eq!(e.file(), Some("/proc"));
+    /// assert!(e.to_string().starts_with("/proc: "));
+    /// ```
+    pub fn file(&self) -> Option<&str> {
+        match self {
+            TopoError::Invalid { file, .. } => file.as_deref(),
+            TopoError::Syntax { file, .. } => Some(file),
+            TopoError::Io { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
     /// Attaches a file name to an `Invalid` error that has none.
     pub(crate) fn in_file(self, name: &str) -> Self {
         match self {

@@ -444,8 +444,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
         .as_deref()
         .map(super::topo::nic_speed)
         .transpose()?;
-    let mut mach = select_machine(&m.topology, m.nics, nic_speed)
-        .with_context(|| format!("--topology {}", m.topology))?;
+    let mut mach = select_machine(&m.topology, m.nics, nic_speed)?;
     if let Some(n) = m.nodes {
         if n == 0 {
             usage!("--nodes must be at least 1");
@@ -523,20 +522,27 @@ fn select_machine(
     nics: Option<usize>,
     nic_speed: Option<gpucomm_topo::catalog::LinkKind>,
 ) -> anyhow::Result<Machine> {
+    let flag = || format!("--topology {spec}");
     let t = match gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default()) {
         Ok(t) => t,
         // Neither a preset nor a file: the command line's fault.
-        Err(e @ gpucomm_topo::TopoError::UnknownTopology { .. }) => return Err(usage_error(e)),
-        // A file that cannot be read, a machine that cannot be discovered.
-        Err(e) => return Err(e.into()),
+        Err(e @ gpucomm_topo::TopoError::UnknownTopology { .. }) => {
+            return Err(usage_error(anyhow::Error::new(e).context(flag())));
+        }
+        // A file that cannot be read, said from its name on.
+        Err(e) if e.file().is_some() => return Err(e.into()),
+        // A machine that cannot be discovered.
+        Err(e) => return Err(anyhow::Error::new(e).context(flag())),
     };
     // What the topology itself says fails the run; what only the NIC
     // options make fail is the command line's.
-    let plain = Machine::from_topology(&t)?;
+    let plain = Machine::from_topology(&t).with_context(flag)?;
     if nics.is_none() && nic_speed.is_none() {
         return Ok(plain);
     }
-    Machine::from_topology_with_nics(&t, nics, nic_speed).map_err(asked)
+    Machine::from_topology_with_nics(&t, nics, nic_speed)
+        .map_err(asked)
+        .with_context(flag)
 }
 
 /// A simulator error about what the command line asked of a machine that
