@@ -229,8 +229,29 @@ impl Router {
     }
 }
 
-#[derive(PartialEq)]
-struct Entry(f64, u32);
+/// A distance: the routing cost, then the hop count. The hops break ties
+/// the cost cannot: past about 1e10 s/GB (a link of 1e-20 GB/s) the hop
+/// term vanishes in the sum, two neighbours came out at one cost, and the
+/// tie rule below pointed each at the other: a route that never ended,
+/// growing until memory ran out. Hops grow along every link, so a
+/// predecessor is always strictly closer.
+#[derive(Clone, Copy, PartialEq)]
+struct Dist(f64, u32);
+
+impl Dist {
+    const FAR: Dist = Dist(f64::INFINITY, u32::MAX);
+
+    fn cmp(self, other: Dist) -> Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+struct Entry(Dist, u32);
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
 impl Eq for Entry {}
 impl PartialOrd for Entry {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -239,8 +260,8 @@ impl PartialOrd for Entry {
 }
 impl Ord for Entry {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Min-heap on (cost, node).
-        other.0.total_cmp(&self.0).then(other.1.cmp(&self.1))
+        // Min-heap on (distance, node).
+        other.0.cmp(self.0).then(other.1.cmp(&self.1))
     }
 }
 
@@ -274,14 +295,14 @@ impl Topology {
             }
             Layer::Fabric => (r.fabric_nodes.len(), &|n: NodeIx| r.fabric_ix[n.index()]),
         };
-        let mut dist = vec![f64::INFINITY; size];
+        let mut dist = vec![Dist::FAR; size];
         let mut pred = vec![NONE; size];
         let mut heap = BinaryHeap::new();
-        dist[slot(src) as usize] = 0.0;
-        heap.push(Entry(0.0, src.0));
+        dist[slot(src) as usize] = Dist(0.0, 0);
+        heap.push(Entry(Dist(0.0, 0), src.0));
         while let Some(Entry(d, u)) = heap.pop() {
             let ux = NodeIx(u);
-            if d > dist[slot(ux) as usize] {
+            if d.cmp(dist[slot(ux) as usize]) == Ordering::Greater {
                 continue;
             }
             let kind = self.node(ux).kind;
@@ -305,14 +326,16 @@ impl Topology {
                     continue;
                 }
                 let vs = vs as usize;
-                let nd = d + link_cost(link.bandwidth);
+                let nd = Dist(d.0 + link_cost(link.bandwidth), d.1 + 1);
                 let ch = (l.index() * 2 + dir.index()) as u32;
-                if nd < dist[vs] {
-                    dist[vs] = nd;
-                    pred[vs] = ch;
-                    heap.push(Entry(nd, v.0));
-                } else if nd == dist[vs] && ch < pred[vs] {
-                    pred[vs] = ch;
+                match nd.cmp(dist[vs]) {
+                    Ordering::Less => {
+                        dist[vs] = nd;
+                        pred[vs] = ch;
+                        heap.push(Entry(nd, v.0));
+                    }
+                    Ordering::Equal if ch < pred[vs] => pred[vs] = ch,
+                    _ => {}
                 }
             }
         }

@@ -213,3 +213,40 @@ fn a_nic_on_two_sockets_is_no_bridge_between_them() {
     assert_eq!(t.path(gpu1, nic0).unwrap().hops.len(), 2);
     assert_eq!(t.path(gpu0, nic0).unwrap().hops.len(), 2);
 }
+
+/// A link of vanishing bandwidth (a file's `bandwidth = 1e-20`, valid: a
+/// positive number) made its neighbours tie on cost once the hop term was
+/// lost in the sum; the tie rule pointed each at the other and `topo --all`
+/// built a route that never ended (over 20 GB in 20 s). Every route still
+/// chains, and the slow link is crossed only by routes that must.
+#[test]
+fn a_link_of_vanishing_bandwidth_still_routes() {
+    use gpucomm_topo::format::{Format, parse, to_string};
+    let text = to_string(&gpucomm_topo::preset("dgx-h100").unwrap(), Format::Toml);
+    let link = "a = \"nic0\"\nb = \"pcisw0\"\n";
+    assert!(text.contains(link));
+    for bw in ["1e-20", "1e-300", "5e-324"] {
+        let slow = text.replacen(link, &format!("{link}bandwidth = {bw}\n"), 1);
+        let t = parse(&slow, Format::Toml, "slow.toml").unwrap();
+        let devs: Vec<NodeIx> = (0..t.nodes().len() as u32)
+            .map(NodeIx)
+            .filter(|&n| {
+                matches!(
+                    t.node(n).kind,
+                    NodeKind::Gpu | NodeKind::Nic | NodeKind::Cpu | NodeKind::Storage
+                )
+            })
+            .collect();
+        for &a in &devs {
+            for &b in &devs {
+                if a != b {
+                    let hops = t.route(a, b).unwrap();
+                    check_chain(&t, a, b, &hops);
+                }
+            }
+        }
+        let nic0 = t.find("nic0").unwrap();
+        let gpu0 = t.find("gpu0").unwrap();
+        assert!(t.path(gpu0, nic0).unwrap().bandwidth <= 1e-19, "{bw}");
+    }
+}
