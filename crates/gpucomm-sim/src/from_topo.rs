@@ -253,12 +253,13 @@ impl Machine {
         let nic_gbps = nics.first().map(|&n| nic_rate(n)).unwrap_or(0.0);
         if let Some(&odd) = nics.iter().find(|&&n| nic_rate(n) != nic_gbps) {
             return Err(SimError::Model(format!(
-                "topology {}: NIC {} runs at {} GB/s and NIC {} at {nic_gbps} GB/s, where the \
+                "topology {}: NIC {} runs at {} GB/s and NIC {} at {} GB/s, where the \
                  simulator models a node's NICs alike",
                 topo.name(),
                 topo.node(odd).id,
-                nic_rate(odd),
-                topo.node(nics[0]).id
+                gpucomm_topo::readable_number(nic_rate(odd)),
+                topo.node(nics[0]).id,
+                gpucomm_topo::readable_number(nic_gbps)
             )));
         }
         let ib = nics.first().and_then(|&n| match topo.node(n).port {
@@ -353,7 +354,7 @@ fn refuse_unmodeled(topo: &Topology, gpus: &[NodeIx]) -> Result<(), SimError> {
                 id(l.a),
                 id(l.b),
                 l.kind,
-                l.bandwidth
+                gpucomm_topo::readable_number(l.bandwidth)
             )));
         }
         if l.latency_overridden {
@@ -363,7 +364,7 @@ fn refuse_unmodeled(topo: &Topology, gpus: &[NodeIx]) -> Result<(), SimError> {
                 id(l.a),
                 id(l.b),
                 l.kind,
-                l.latency_us
+                gpucomm_topo::readable_number(l.latency_us)
             )));
         }
     }
@@ -698,6 +699,21 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("latency to 9 us"), "{e}");
+        // Figures far from 1 in short form (1e-300 took 300 digits).
+        let e = edited("dgx1-v100", 1, |f| {
+            link_between(f, "gpu0", "gpu1").bandwidth = Some(1e-300)
+        })
+        .unwrap_err();
+        assert!(e.contains("bandwidth to 1e-300 GB/s"), "{e}");
+        let e = edited("dgx1-v100", 1, |f| {
+            f.link
+                .iter_mut()
+                .find(|l| l.kind == "pcie")
+                .unwrap()
+                .latency_us = Some(1e-300)
+        })
+        .unwrap_err();
+        assert!(e.contains("latency to 1e-300 us"), "{e}");
         let e = edited("dgx1-v100", 1, |f| {
             f.link.retain(|l| l.a != "gpu7" && l.b != "gpu7")
         })
