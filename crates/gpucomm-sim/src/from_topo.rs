@@ -898,9 +898,11 @@ mod tests {
         let m = Machine::from_topology(&nics_on_the_cpu("dgx-h100", "pcisw")).unwrap();
         assert_eq!(m.node.nic_reach, NicReach::Far);
         assert_eq!(m.node.nics, 8);
-        // GPUs 0 and 1 lose their NICs; GPU 2's is one NVSwitch hop away.
-        for preset in ["dgx-h100", "dgx-a100"] {
-            let m = Machine::from_topology(&nics_on_the_cpu(preset, "pcisw0\"")).unwrap();
+        // GPUs 0 and 1 lose their NICs (on a DGX H100 the NIC on GPU 0's
+        // switch; on a DGX A100 both NICs of its root port, each behind a
+        // switch of its own); GPU 2's is one NVSwitch hop away.
+        for (preset, switch) in [("dgx-h100", "pcisw0\""), ("dgx-a100", "pcisw0.")] {
+            let m = Machine::from_topology(&nics_on_the_cpu(preset, switch)).unwrap();
             assert_eq!(m.node.nic_reach, NicReach::Pxn, "{preset}");
         }
     }
@@ -944,7 +946,7 @@ mod tests {
         );
         // A peer's NIC over NVLink (PXN): Hopper yes, Ampere no.
         assert!(run(&nics_on_the_cpu("dgx-h100", "pcisw0\""), 4, &tree_ll128).is_ok());
-        let e = run(&nics_on_the_cpu("dgx-a100", "pcisw0\""), 4, &tree_ll128)
+        let e = run(&nics_on_the_cpu("dgx-a100", "pcisw0."), 4, &tree_ll128)
             .unwrap_err()
             .to_string();
         assert!(e.contains("before Hopper"), "{e}");
