@@ -616,7 +616,17 @@ fn toml_problem(text: &str, e: &toml::de::Error) -> String {
             let line = before.matches('\n').count() + 1;
             let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
             let field = toml_field(text, line);
-            format!("line {line}, column {col}{field}: {}", e.message().trim())
+            let mut message = e.message().trim().to_string();
+            // serde quotes a number of the wrong type as f64's Display
+            // writes it, with ".0" where that has no point: 1e300 came out
+            // as 301 digits. Quote it as written.
+            let written = text.get(span.clone()).unwrap_or("").trim();
+            if let Ok(v) = written.parse::<f64>() {
+                for shown in [format!("`{v}`"), format!("`{v}.0`")] {
+                    message = message.replace(&shown, &format!("`{written}`"));
+                }
+            }
+            format!("line {line}, column {col}{field}: {message}")
         }
         None => e.message().trim().to_string(),
     }

@@ -100,6 +100,17 @@ fn unknown_link_kind() {
     );
 }
 
+/// A number where an integer belongs is quoted as the file writes it:
+/// serde's own words wrote 1e300 out in 301 digits.
+#[test]
+fn a_float_of_the_wrong_type_is_quoted_as_written() {
+    for (written, quoted) in [("1e300", "`1e300`"), ("2.5", "`2.5`"), ("16.0", "`16.0`")] {
+        let m = err(&good_with("width = 16", &format!("width = {written}")));
+        assert_names(&m, &["bad.toml", "width", "floating point", quoted]);
+        assert!(m.len() < 300, "{m}");
+    }
+}
+
 #[test]
 fn link_to_a_missing_node() {
     let m = err(&good_with("b = \"gpu1\"", "b = \"gpu9\""));
