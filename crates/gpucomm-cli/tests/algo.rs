@@ -352,6 +352,74 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
 /// field names ("invalid problem: count 25000000000000 x 100000000 ranks x
 /// 4 bytes is too large", "ranks_per_node (3) must divide nranks (8)").
 #[test]
+fn check_of_every_algorithm_skips_those_too_large_and_checks_the_rest() {
+    // A direct barrier of 4096 ranks (67 M steps) refused the whole
+    // check, so recursive doubling's 12 steps went unchecked.
+    let args = ["algo", "check", "barrier", "-n", "4096"];
+    let out = run(&args);
+    let stdout = out.assert_ok();
+    let stderr = &out.stderr;
+    assert!(
+        stdout.contains("check: ok (recursive_doubling barrier)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("note: not checked: direct barrier on 4096 ranks"),
+        "{stderr}"
+    );
+    let v = json(&[&args[..], &["--json"]].concat());
+    let rows = v.as_array().unwrap();
+    let direct = rows.iter().find(|r| r["algorithm"] == "direct").unwrap();
+    assert!(direct["ok"].is_null(), "{direct}");
+    assert!(
+        direct["skipped"].as_str().unwrap().contains("too many"),
+        "{direct}"
+    );
+    let rd = rows
+        .iter()
+        .find(|r| r["algorithm"] == "recursive_doubling")
+        .unwrap();
+    assert_eq!(rd["ok"], true, "{rd}");
+    // Asked for by name, the large one is still refused.
+    run(&[&args[..], &["-a", "direct"]].concat()).assert_fails(2, "too many to check");
+    // When every algorithm is too large, the check is refused.
+    run(&["algo", "check", "barrier", "-n", "2097152"]).assert_fails(2, "too many to check");
+}
+
+#[test]
+fn check_refuses_what_would_take_too_much_memory() {
+    // Few steps, but the checker's state grows as n^2: a bruck all_gather
+    // of 65536 ranks (16 steps each) was killed for memory.
+    run(&[
+        "algo",
+        "check",
+        "all_gather",
+        "-n",
+        "65536",
+        "-b",
+        "1M",
+        "-a",
+        "bruck",
+    ])
+    .assert_fails(
+        2,
+        "needs about 288.5 GiB to check, more than the 4 GiB allowed here",
+    );
+    run(&[
+        "algo",
+        "check",
+        "reduce_scatter",
+        "-n",
+        "131072",
+        "-b",
+        "1M",
+        "-a",
+        "halving_doubling",
+    ])
+    .assert_fails(2, "more than the 4 GiB allowed");
+}
+
+#[test]
 fn problem_errors_name_the_options() {
     let refused = [
         (
