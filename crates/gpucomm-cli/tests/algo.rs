@@ -387,7 +387,7 @@ fn check_of_every_algorithm_skips_those_too_large_and_checks_the_rest() {
 }
 
 #[test]
-fn check_refuses_what_would_take_too_much_memory() {
+fn check_refuses_what_would_take_too_much_memory_or_time() {
     // Few steps, but the checker's state grows as n^2: a bruck all_gather
     // of 65536 ranks (16 steps each) was killed for memory.
     run(&[
@@ -417,6 +417,21 @@ fn check_refuses_what_would_take_too_much_memory() {
         "halving_doubling",
     ])
     .assert_fails(2, "more than the 4 GiB allowed");
+    // A barrier's check is steps x ranks of work: 262144 ranks ran past
+    // 300 s, 2^20 would have run for hours.
+    run(&[
+        "algo",
+        "check",
+        "barrier",
+        "-n",
+        "262144",
+        "-a",
+        "recursive_doubling",
+    ])
+    .assert_fails(
+        2,
+        "too large to check here: its steps x its ranks come to about 2.6e12",
+    );
 }
 
 #[test]

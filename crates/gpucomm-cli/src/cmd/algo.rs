@@ -339,6 +339,21 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
             s.problem.collective.name()
         );
     }
+    // A barrier's check follows, for every step, which of the n ranks it
+    // has heard from: steps x n bits of work. 65535 ranks (1.5e11) took
+    // 22 s, 131072 (6.2e11) 118 s, 262144 more than 300 s; 2^20 ranks
+    // would have run for hours.
+    if s.problem.collective == Collective::Barrier {
+        let work = est.saturating_mul(n);
+        if work > BARRIER_CHECK_LIMIT {
+            usage!(
+                "{} barrier on {n} ranks is too large to check here: its steps x its ranks come to about {} (at most {}; use fewer ranks)",
+                s.algorithm.name(),
+                readable_count(work),
+                readable_count(BARRIER_CHECK_LIMIT)
+            );
+        }
+    }
     // Both commands run the checker, whose memory grows as n^2 where the
     // steps do not: a bruck all_gather of 65536 ranks (16 steps each)
     // was killed for memory, and a halving-doubling reduce_scatter of
@@ -354,6 +369,15 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The most steps x ranks a barrier's check may take (about two minutes
+/// on a 2-core machine).
+const BARRIER_CHECK_LIMIT: u64 = 700_000_000_000;
+
+/// `6.2e11`: a large count, short.
+fn readable_count(v: u64) -> String {
+    format!("{:.1e}", v as f64)
 }
 
 /// The most memory the checker's state may be estimated to need.
