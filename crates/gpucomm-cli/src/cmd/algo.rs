@@ -358,7 +358,7 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
     // steps do not: a bruck all_gather of 65536 ranks (16 steps each)
     // was killed for memory, and a halving-doubling reduce_scatter of
     // 131072 ranks took 24 GB.
-    let bytes = check_state_bytes(s);
+    let bytes = check_state_bytes(s, est);
     if bytes > CHECK_STATE_LIMIT {
         usage!(
             "{} {} on {n} ranks needs about {} to check, more than the {} allowed here (use fewer ranks)",
@@ -392,7 +392,9 @@ const CHECK_STATE_LIMIT: u64 = 4 << 30;
 /// (bruck all_gather of 8192 ranks: 4.8 GB, estimated 4.5 GiB;
 /// halving-doubling reduce_scatter of 32768: 2.3 GB, estimated 2 GiB;
 /// tree reduce of 32768: 235 MB, estimated 260 MiB).
-fn check_state_bytes(s: &Schedule) -> u64 {
+/// The steps, estimated as `steps` (over all ranks), bound the
+/// reductions: they are counted only when that bound is over the limit.
+fn check_state_bytes(s: &Schedule, steps: u64) -> u64 {
     const RUN_BYTES: u64 = 72;
     let p = &s.problem;
     let n = p.nranks as u64;
@@ -400,7 +402,20 @@ fn check_state_bytes(s: &Schedule) -> u64 {
         Collective::AllGather | Collective::AllToAll => n.min(p.output_len(0) as u64).max(1),
         _ => 1,
     };
-    let reductions: u64 = if p.collective.reduces() {
+    let inputs = (0..p.nranks).filter(|&r| p.input_len(r) > 0).count() as u64;
+    let set_bytes = n.div_ceil(64) * 8 + 40;
+    let bytes = |reductions: u64| {
+        n.saturating_mul(runs_per_rank)
+            .saturating_mul(RUN_BYTES)
+            .saturating_add(inputs.saturating_add(reductions).saturating_mul(set_bytes))
+    };
+    if !p.collective.reduces() {
+        return bytes(0);
+    }
+    if bytes(steps) <= CHECK_STATE_LIMIT {
+        return bytes(steps);
+    }
+    bytes(
         (0..p.nranks)
             .map(|r| {
                 s.rank_steps(r)
@@ -413,15 +428,8 @@ fn check_state_bytes(s: &Schedule) -> u64 {
                     })
                     .count() as u64
             })
-            .sum()
-    } else {
-        0
-    };
-    let inputs = (0..p.nranks).filter(|&r| p.input_len(r) > 0).count() as u64;
-    let set_bytes = n.div_ceil(64) * 8 + 40;
-    n.saturating_mul(runs_per_rank)
-        .saturating_mul(RUN_BYTES)
-        .saturating_add(inputs.saturating_add(reductions).saturating_mul(set_bytes))
+            .sum(),
+    )
 }
 
 /// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
