@@ -56,7 +56,10 @@ pub struct Layer {
     pub fwd_ms: f64,
     /// Backward time on one GPU, ms.
     pub bwd_ms: f64,
-    /// Parameters.
+    /// Parameters. A model file may write a whole number in a float's
+    /// form (`params = 1.5e9`, as parameter counts are quoted; TOML's
+    /// integers have no exponent).
+    #[serde(deserialize_with = "whole_number")]
     pub params: u64,
 }
 
@@ -90,6 +93,42 @@ type LayerGroup = (&'static str, usize, f64, u64);
 
 fn four() -> u64 {
     4
+}
+
+/// A count written as an integer or as a float with a whole value
+/// (`1.5e9`), up to 2^53, where every whole float is exact.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct Whole;
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a whole number of at least 0 (1500000000 or 1.5e9)")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<u64, E> {
+            const EXACT: f64 = (1u64 << 53) as f64;
+            if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= EXACT {
+                Ok(v as u64)
+            } else {
+                // Short: serde writes 1e300 out in 301 digits.
+                let shown = if v.is_finite() && v.abs() < 1e16 {
+                    format!("floating point `{v}`")
+                } else {
+                    format!("floating point `{v:e}`")
+                };
+                Err(E::invalid_value(
+                    serde::de::Unexpected::Other(&shown),
+                    &self,
+                ))
+            }
+        }
+    }
+    d.deserialize_any(Whole)
 }
 
 /// Names of the preset models.
@@ -1073,6 +1112,42 @@ mod tests {
         let e = ModelSpec::from_toml(&big).unwrap_err().to_string();
         assert!(e.contains("overflow"), "{e}");
         assert!(ModelSpec::preset("nope").is_err());
+    }
+
+    /// Parameter counts are quoted as 1.5e9; TOML's integers have no
+    /// exponent, so `params = 1.5e9` was refused as a float.
+    #[test]
+    fn a_parameter_count_may_be_a_whole_float() {
+        let file = |params: &str| {
+            format!(
+                "name = \"t\"\n[[layer]]\nname = \"a\"\nfwd_ms = 1.0\nbwd_ms = 2.0\nparams = {params}\n"
+            )
+        };
+        assert_eq!(
+            ModelSpec::from_toml(&file("1.5e9")).unwrap().params(),
+            1_500_000_000
+        );
+        assert_eq!(ModelSpec::from_toml(&file("0.0")).unwrap().params(), 0);
+        let json =
+            r#"{"name": "t", "layer": [{"name": "a", "fwd_ms": 1, "bwd_ms": 2, "params": 3e6}]}"#;
+        assert_eq!(ModelSpec::from_json(json).unwrap().params(), 3_000_000);
+        for (bad, says) in [
+            ("1.5", "floating point `1.5`"),
+            ("-1", "integer `-1`"),
+            ("-1e3", "floating point `-1000`"),
+            // Past 2^53 a float no longer holds every whole number.
+            ("1e16", "floating point `1e16`"),
+            ("1e300", "floating point `1e300`"),
+            ("nan", "floating point `NaN`"),
+            ("\"12\"", "string \"12\""),
+        ] {
+            let e = ModelSpec::from_toml(&file(bad)).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(
+                e.contains("expected a whole number of at least 0"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     /// A misspelt field was ignored (`bytes_per_parm = 2` ran with 4 B per
