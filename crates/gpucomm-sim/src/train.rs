@@ -70,8 +70,9 @@ pub struct Layer {
 pub struct ModelSpec {
     /// Name.
     pub name: String,
-    /// Bytes per gradient element (4 for fp32, 2 for bf16).
-    #[serde(default = "four")]
+    /// Bytes per gradient element (4 for fp32, 2 for bf16); a whole
+    /// float (`2.0`) is taken as `params` takes it.
+    #[serde(default = "four", deserialize_with = "whole_number")]
     pub bytes_per_param: u64,
     /// Where the figures come from.
     #[serde(default)]
@@ -1128,6 +1129,11 @@ mod tests {
             1_500_000_000
         );
         assert_eq!(ModelSpec::from_toml(&file("0.0")).unwrap().params(), 0);
+        let two = file("1").replace("name = \"t\"\n", "name = \"t\"\nbytes_per_param = 2.0\n");
+        assert_eq!(ModelSpec::from_toml(&two).unwrap().bytes_per_param, 2);
+        let half = two.replace("2.0", "2.5");
+        let e = ModelSpec::from_toml(&half).unwrap_err().to_string();
+        assert!(e.contains("floating point `2.5`"), "{e}");
         let json =
             r#"{"name": "t", "layer": [{"name": "a", "fwd_ms": 1, "bwd_ms": 2, "params": 3e6}]}"#;
         assert_eq!(ModelSpec::from_json(json).unwrap().params(), 3_000_000);
