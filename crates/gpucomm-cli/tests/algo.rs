@@ -383,7 +383,17 @@ fn check_of_every_algorithm_skips_those_too_large_and_checks_the_rest() {
     // Asked for by name, the large one is still refused.
     run(&[&args[..], &["-a", "direct"]].concat()).assert_fails(2, "too many to check");
     // When every algorithm is too large, the check is refused.
-    run(&["algo", "check", "barrier", "-n", "2097152"]).assert_fails(2, "too many to check");
+    let out = run(&["algo", "check", "barrier", "-n", "2097152"]);
+    out.assert_fails(
+        2,
+        "no algorithm's barrier on 2097152 ranks is small enough to check here",
+    );
+    assert!(
+        out.stderr
+            .contains("note: direct barrier on 2097152 ranks has about 17592186044416 steps"),
+        "{}",
+        out.dump()
+    );
 }
 
 #[test]

@@ -670,34 +670,49 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     // algorithm, those too large are left out, said, and the others
     // checked (a direct all_gather of 4096 ranks kept the ring's from
     // being checked), unless none is left.
-    let mut scheds = Vec::new();
-    let mut skipped = Vec::new();
+    let mut sized = Vec::new();
     for alg in algs {
         let s = schedule(a, p, alg)?;
         match guard(&s, 50_000_000, "check") {
-            Ok(()) => scheds.push((alg, s)),
-            Err(e) if a.algorithm.is_none() => skipped.push((alg, e)),
+            Ok(()) => sized.push((alg, Ok(s))),
+            Err(e) if a.algorithm.is_none() => sized.push((alg, Err(e))),
             Err(e) => return Err(e),
         }
     }
-    if scheds.is_empty() {
-        return Err(skipped.remove(0).1);
+    if sized.iter().all(|(_, s)| s.is_err()) {
+        if sized.len() == 1 {
+            return Err(sized.remove(0).1.unwrap_err());
+        }
+        for (_, e) in &sized {
+            if let Err(e) = e {
+                eprintln!("note: {e}");
+            }
+        }
+        usage!(
+            "no algorithm's {} on {} ranks is small enough to check here (each is said above)",
+            p.collective.name(),
+            p.nranks
+        );
     }
     let mut out = std::io::stdout().lock();
     let mut code = ExitCode::SUCCESS;
     let mut results = Vec::new();
-    for (alg, e) in &skipped {
-        if a.json {
-            results.push(serde_json::json!({
-                "algorithm": alg.name(),
-                "ok": null,
-                "skipped": e.to_string(),
-            }));
-        } else {
-            eprintln!("note: not checked: {e}");
-        }
-    }
-    for (alg, s) in scheds {
+    for (alg, s) in sized {
+        let s = match s {
+            Ok(s) => s,
+            Err(e) if a.json => {
+                results.push(serde_json::json!({
+                    "algorithm": alg.name(),
+                    "ok": null,
+                    "skipped": e.to_string(),
+                }));
+                continue;
+            }
+            Err(e) => {
+                eprintln!("note: not checked: {e}");
+                continue;
+            }
+        };
         let rep = check(&s);
         if a.json {
             results.push(serde_json::json!({
