@@ -293,6 +293,32 @@ fn calibrate_finds_the_shared_file_beside_the_checkout() {
     assert!(v.to_string().contains("h100-8gpu-allreduce-ring"), "{v}");
 }
 
+/// Away from a checkout the default file is nowhere: the refusal names
+/// both places looked at and --file, exit 2 as for `--file nosuch` (it
+/// named one place and exited 1).
+#[test]
+fn calibrate_without_a_file_to_read_says_where_it_looked() {
+    // Two levels down, so that neither it nor its parent holds shared/.
+    let dir = common::scratch_dir("calibrate-nowhere");
+    let cwd = dir.join("a/b");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["sim", "calibrate"])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "neither shared/calibration/measurements.toml nor \
+             ../shared/calibration/measurements.toml exists under"
+        ) && stderr.contains("name one with --file"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn calibrate_reports_a_case_it_cannot_predict_and_goes_on() {
     let dir = scratch_dir("cal");

@@ -1512,19 +1512,28 @@ fn sweep_counts(given: &[usize]) -> anyhow::Result<Vec<usize>> {
 }
 
 fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
-    let given = a.file.is_some();
-    let file = a.file.unwrap_or_else(|| {
-        let here = PathBuf::from("shared/calibration/measurements.toml");
-        let beside = PathBuf::from("../shared/calibration/measurements.toml");
-        if !here.exists() && beside.exists() {
-            beside
-        } else {
-            here
+    let file = match a.file {
+        Some(file) if !file.exists() => usage!("--file {}: no such file", file.display()),
+        Some(file) => file,
+        None => {
+            let here = PathBuf::from("shared/calibration/measurements.toml");
+            let beside = PathBuf::from("../shared/calibration/measurements.toml");
+            match [here, beside].into_iter().find(|p| p.exists()) {
+                Some(file) => file,
+                // Nothing to read: said as --file nosuch is (it read
+                // "reading shared/...: No such file", exit 1, naming one
+                // of the two places looked at).
+                None => usage!(
+                    "no calibration file here: neither shared/calibration/measurements.toml \
+                     nor ../shared/calibration/measurements.toml exists under {}; name one \
+                     with --file",
+                    std::env::current_dir()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_else(|_| ".".into())
+                ),
+            }
         }
-    });
-    if given && !file.exists() {
-        usage!("--file {}: no such file", file.display());
-    }
+    };
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     let cases = calibration::parse(&text).with_context(|| file.display().to_string())?;
