@@ -277,19 +277,10 @@ fn calibrate_finds_the_shared_file_beside_the_checkout() {
     {
         panic!("shared/calibration/measurements.toml must sit beside the checkout");
     }
-    let out = std::process::Command::new(common::exe())
-        .args(["sim", "calibrate", "--json"])
-        .current_dir(&root)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = common::gpucomm_in(&root, &["sim", "calibrate", "--json"], LIMIT);
     // Exit 1 says a case missed 10%; either way every case was predicted.
-    assert!(
-        matches!(out.status.code(), Some(0 | 1)),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(matches!(out.code, Some(0 | 1)), "{}", out.dump());
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert!(v.to_string().contains("h100-8gpu-allreduce-ring"), "{v}");
 }
 
@@ -302,20 +293,13 @@ fn calibrate_without_a_file_to_read_says_where_it_looked() {
     let dir = common::scratch_dir("calibrate-nowhere");
     let cwd = dir.join("a/b");
     std::fs::create_dir_all(&cwd).unwrap();
-    let out = std::process::Command::new(common::exe())
-        .args(["sim", "calibrate"])
-        .current_dir(&cwd)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(
-            "neither shared/calibration/measurements.toml nor \
-             ../shared/calibration/measurements.toml exists under"
-        ) && stderr.contains("name one with --file"),
-        "{stderr}"
+    let out = common::gpucomm_in(&cwd, &["sim", "calibrate"], LIMIT);
+    out.assert_fails(
+        2,
+        "neither shared/calibration/measurements.toml nor \
+         ../shared/calibration/measurements.toml exists under",
     );
+    out.assert_fails(2, "name one with --file");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

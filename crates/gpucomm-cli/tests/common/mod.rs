@@ -47,8 +47,21 @@ impl Output {
 
 /// Runs `gpucomm ARGS`; kills it and panics after `limit`.
 pub fn gpucomm(args: &[&str], limit: Duration) -> Output {
+    run(None, args, limit)
+}
+
+/// [`gpucomm`] with `dir` as the current directory.
+pub fn gpucomm_in(dir: &std::path::Path, args: &[&str], limit: Duration) -> Output {
+    run(Some(dir), args, limit)
+}
+
+fn run(dir: Option<&std::path::Path>, args: &[&str], limit: Duration) -> Output {
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpucomm"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpucomm"));
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
