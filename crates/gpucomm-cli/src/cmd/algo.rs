@@ -386,14 +386,15 @@ const CHECK_STATE_LIMIT: u64 = 4 << 30;
 /// The checker's state, estimated in bytes: every rank's buffers hold
 /// runs of data, each labelled with the set of ranks it comes from (a
 /// bitset of n bits). An all_gather or all_to_all leaves up to n runs on
-/// every rank; every rank's input (a barrier has none) starts a set, and each reducing step
-/// makes a new one (counted from the steps, generated one rank at a
-/// time: the step guard has bounded them). Measured against the checker
+/// every rank; every rank's input (a barrier has none) starts a set, and
+/// each reducing step makes a new one. Measured against the checker
 /// (bruck all_gather of 8192 ranks: 4.8 GB, estimated 4.5 GiB;
 /// halving-doubling reduce_scatter of 32768: 2.3 GB, estimated 2 GiB;
 /// tree reduce of 32768: 235 MB, estimated 260 MiB).
-/// The steps, estimated as `steps` (over all ranks), bound the
-/// reductions: they are counted only when that bound is over the limit.
+///
+/// `steps`, the step guard's estimate over all ranks, bounds the
+/// reducing steps; they are counted (from the steps, generated one rank
+/// at a time) only when that bound puts the state over the limit.
 fn check_state_bytes(s: &Schedule, steps: u64) -> u64 {
     const RUN_BYTES: u64 = 72;
     let p = &s.problem;
