@@ -403,36 +403,37 @@ impl Machine {
         // Read (or discovered) once; the NICs are then rebuilt on it.
         let t = gpucomm_topo::select(spec, &gpucomm_topo::ClusterOptions::default())
             .map_err(|e| SimError::Model(e.to_string()))?;
-        Machine::from_topology_with_nics(&t, nics, nic_speed)
+        Machine::from_topology(&t)?.with_nics(&t, nics, nic_speed)
     }
 
-    /// [`Machine::from_topology`] with the NICs of [`Machine::select_with_nics`]:
-    /// what reads from `t` alone fails as it would there; what only the
-    /// NIC options make fail (a topology of several nodes, more NICs than
-    /// [`gpucomm_topo::cluster`] places) is a [`SimError::Model`] that
-    /// names them.
+    /// This machine, which [`Machine::from_topology`] read from `t`, with
+    /// the NICs of [`Machine::select_with_nics`]; itself when neither is
+    /// given. What only the NIC options make fail (a topology of several
+    /// nodes, more NICs than [`gpucomm_topo::cluster`] places) is a
+    /// [`SimError::Model`] that names them: a caller that has read `t`
+    /// tells a topology that fails from options it cannot take.
     ///
     /// ```
     /// use gpucomm_sim::Machine;
     /// let t = gpucomm_topo::preset("dgx-h100").unwrap();
-    /// let m = Machine::from_topology_with_nics(&t, Some(2), None).unwrap();
+    /// let m = Machine::from_topology(&t).unwrap().with_nics(&t, Some(2), None).unwrap();
     /// assert_eq!(m.node.nics, 2);
     /// ```
-    pub fn from_topology_with_nics(
+    pub fn with_nics(
+        self,
         t: &gpucomm_topo::Topology,
         nics: Option<usize>,
         nic_speed: Option<gpucomm_topo::LinkKind>,
     ) -> Result<Machine, SimError> {
-        let plain = Machine::from_topology(t)?;
         if nics.is_none() && nic_speed.is_none() {
-            return Ok(plain);
+            return Ok(self);
         }
-        if plain.nodes > 1 {
+        if self.nodes > 1 {
             return Err(SimError::Model(format!(
                 "{} describes {} nodes and their network; --nics and --nic-speed \
                  apply to a one-node topology",
                 t.name(),
-                plain.nodes
+                self.nodes
             )));
         }
         let opts = gpucomm_topo::ClusterOptions {

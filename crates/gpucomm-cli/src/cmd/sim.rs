@@ -536,11 +536,9 @@ fn select_machine(
     };
     // What the topology itself says fails the run; what only the NIC
     // options make fail is the command line's.
-    let plain = Machine::from_topology(&t).with_context(flag)?;
-    if nics.is_none() && nic_speed.is_none() {
-        return Ok(plain);
-    }
-    Machine::from_topology_with_nics(&t, nics, nic_speed)
+    Machine::from_topology(&t)
+        .with_context(flag)?
+        .with_nics(&t, nics, nic_speed)
         .map_err(asked)
         .with_context(flag)
 }
