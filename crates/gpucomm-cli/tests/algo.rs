@@ -348,9 +348,6 @@ fn huge_step_counts_and_odd_options_are_refused_not_wrapped_or_ignored() {
     run(&["algo", "check", "reduce", "--intra-slices", "4"]).assert_ok();
 }
 
-/// A problem refused is refused in the options' words, not gpucomm-algo's
-/// field names ("invalid problem: count 25000000000000 x 100000000 ranks x
-/// 4 bytes is too large", "ranks_per_node (3) must divide nranks (8)").
 #[test]
 fn check_of_every_algorithm_skips_those_too_large_and_checks_the_rest() {
     // A direct barrier of 4096 ranks (67 M steps) refused the whole
@@ -444,6 +441,9 @@ fn check_refuses_what_would_take_too_much_memory_or_time() {
     );
 }
 
+/// A problem refused is refused in the options' words, not gpucomm-algo's
+/// field names ("invalid problem: count 25000000000000 x 100000000 ranks x
+/// 4 bytes is too large", "ranks_per_node (3) must divide nranks (8)").
 #[test]
 fn problem_errors_name_the_options() {
     let refused = [

@@ -162,10 +162,7 @@ fn parse_collective(a: &ProblemArgs) -> anyhow::Result<Collective> {
         if a.intra_slices > 1
             && !matches!(c, Collective::Broadcast { .. } | Collective::Reduce { .. })
         {
-            usage!(
-                "--intra-slices cuts the hops of a ring broadcast or reduce; {} has none",
-                c.name()
-            );
+            return Err(no_hops_to_cut(c.name()));
         }
     }
     Ok(match c {
@@ -284,16 +281,21 @@ fn chunk_elems(a: &ProblemArgs, p: &Problem) -> anyhow::Result<Option<usize>> {
     Ok(Some(chunk_bytes.div_ceil(p.elem_size)))
 }
 
+/// `--intra-slices` given where `what` (a collective or an algorithm) has
+/// no hops for it to cut.
+fn no_hops_to_cut(what: &str) -> anyhow::Error {
+    anyhow::Error::new(super::common::Usage(format!(
+        "--intra-slices cuts the hops of a ring broadcast or reduce; {what} has none"
+    )))
+}
+
 /// The schedule `--algorithm` names (`alg`), with the channels, chunk and
 /// intra-node parts given; fails when `alg` does not implement the problem.
 fn schedule(a: &ProblemArgs, p: Problem, alg: Algorithm) -> anyhow::Result<Schedule> {
     // Asked of an algorithm it does not apply to (with every algorithm,
     // as check and tune take them, it applies to the ring's).
     if a.intra_slices > 1 && a.algorithm.is_some() && alg != Algorithm::Ring {
-        usage!(
-            "--intra-slices cuts the hops of a ring broadcast or reduce; {} has none",
-            alg.name()
-        );
+        return Err(no_hops_to_cut(alg.name()));
     }
     // An algorithm that does not implement the problem was asked for.
     Ok(Schedule::new(p, alg)
@@ -674,11 +676,8 @@ fn check_cmd(a: &ProblemArgs) -> anyhow::Result<ExitCode> {
     let mut sized = Vec::new();
     for alg in algs {
         let s = schedule(a, p, alg)?;
-        match guard(&s, 50_000_000, "check") {
-            Ok(()) => sized.push((alg, Ok(s))),
-            Err(e) if a.algorithm.is_none() => sized.push((alg, Err(e))),
-            Err(e) => return Err(e),
-        }
+        let fits = guard(&s, 50_000_000, "check");
+        sized.push((alg, fits.map(|()| s)));
     }
     if sized.iter().all(|(_, s)| s.is_err()) {
         if sized.len() == 1 {
