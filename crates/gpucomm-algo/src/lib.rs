@@ -51,7 +51,8 @@ mod problem;
 mod schedule;
 
 pub use check::{
-    CheckError, CheckReport, RankReport, check, check_rank, check_steps, check_steps_in_place,
+    CHECK_STATE_COUNTED, CheckError, CheckReport, RankReport, check, check_rank, check_state_bytes,
+    check_steps, check_steps_in_place,
 };
 pub use cost::{
     CostModel, LinkClass, Prediction, TUNE_CHANNELS, TUNE_CHUNK_BYTES, TuneOptions, candidates,

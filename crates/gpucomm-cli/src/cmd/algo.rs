@@ -360,7 +360,7 @@ fn guard(s: &Schedule, limit: u64, what: &str) -> anyhow::Result<()> {
     // steps do not: a bruck all_gather of 65536 ranks (16 steps each)
     // was killed for memory, and a halving-doubling reduce_scatter of
     // 131072 ranks took 24 GB.
-    let bytes = check_state_bytes(s, est);
+    let bytes = gpucomm_algo::check_state_bytes(s, est);
     if bytes > CHECK_STATE_LIMIT {
         usage!(
             "{} {} on {n} ranks needs about {} to check, more than the {} allowed here (use fewer ranks)",
@@ -382,58 +382,9 @@ fn readable_count(v: u64) -> String {
     format!("{:.1e}", v as f64)
 }
 
-/// The most memory the checker's state may be estimated to need.
-const CHECK_STATE_LIMIT: u64 = 4 << 30;
-
-/// The checker's state, estimated in bytes: every rank's buffers hold
-/// runs of data, each labelled with the set of ranks it comes from (a
-/// bitset of n bits). An all_gather or all_to_all leaves up to n runs on
-/// every rank; every rank's input (a barrier has none) starts a set, and
-/// each reducing step makes a new one. Measured against the checker
-/// (bruck all_gather of 8192 ranks: 4.8 GB, estimated 4.5 GiB;
-/// halving-doubling reduce_scatter of 32768: 2.3 GB, estimated 2 GiB;
-/// tree reduce of 32768: 235 MB, estimated 260 MiB).
-///
-/// `steps`, the step guard's estimate over all ranks, bounds the
-/// reducing steps; they are counted (from the steps, generated one rank
-/// at a time) only when that bound puts the state over the limit.
-fn check_state_bytes(s: &Schedule, steps: u64) -> u64 {
-    const RUN_BYTES: u64 = 72;
-    let p = &s.problem;
-    let n = p.nranks as u64;
-    let runs_per_rank = match p.collective {
-        Collective::AllGather | Collective::AllToAll => n.min(p.output_len(0) as u64).max(1),
-        _ => 1,
-    };
-    let inputs = (0..p.nranks).filter(|&r| p.input_len(r) > 0).count() as u64;
-    let set_bytes = n.div_ceil(64) * 8 + 40;
-    let bytes = |reductions: u64| {
-        n.saturating_mul(runs_per_rank)
-            .saturating_mul(RUN_BYTES)
-            .saturating_add(inputs.saturating_add(reductions).saturating_mul(set_bytes))
-    };
-    if !p.collective.reduces() {
-        return bytes(0);
-    }
-    if bytes(steps) <= CHECK_STATE_LIMIT {
-        return bytes(steps);
-    }
-    bytes(
-        (0..p.nranks)
-            .map(|r| {
-                s.rank_steps(r)
-                    .iter()
-                    .filter(|st| {
-                        matches!(
-                            st.kind,
-                            StepKind::RecvReduce { .. } | StepKind::Reduce { .. }
-                        )
-                    })
-                    .count() as u64
-            })
-            .sum(),
-    )
-}
+/// The most memory the checker's state may be estimated to need: where
+/// `check_state_bytes` counts exactly rather than from its bound.
+const CHECK_STATE_LIMIT: u64 = gpucomm_algo::CHECK_STATE_COUNTED;
 
 /// `in:b2` for block 2 of the n-way partition, else `in[3..7]`.
 fn slice_label(p: &Problem, rank: usize, s: &Slice) -> String {
