@@ -57,7 +57,7 @@ fn coupled(n: u32, ch: u32, steps: u32, full: bool) -> u64 {
             }
         }
     }
-    net.stats().flows_recomputed
+    net.stats().paths_recomputed
 }
 
 fn engine(c: &mut Criterion) {

@@ -7,13 +7,28 @@
 //! same time are processed before that recomputation, so a thousand flows
 //! starting at once cost one pass, not a thousand).
 //!
+//! # Paths
+//!
+//! Flows on exactly the same links (a *path*: the channels of a ring send
+//! to the same neighbour over the same links, dozens of flows at once)
+//! always get the same max-min rate, so the allocation below works on
+//! paths, each weighted by its number of flows, and a path's flows drain
+//! against one clock, the bytes each has been served, as in processor
+//! sharing: a flow ends when the clock passes its mark (the clock when it
+//! started plus its bytes), and only the path's first flow to finish sits
+//! in the event queue. A flow starting or ending changes its path's weight,
+//! and a rate change is one update per path, however many flows share it.
+//! A flow that starts on a path where one ended in the same batch leaves
+//! the weight, and so every rate, as it was: no recomputation.
+//!
 //! # Incremental max-min
 //!
-//! A recomputation does not refill every flow it could reach. It starts
-//! from the flows a change can move directly (new flows, and the flows
-//! whose *bottleneck link* is one of the links that gained or lost a flow),
-//! holds every other flow at its current rate, and runs progressive filling
-//! for that set on the capacity the others leave. It then checks the
+//! A recomputation does not refill every path it could reach. It starts
+//! from the paths a change can move directly (new ones, and those whose
+//! *bottleneck link* is one of the links that gained or lost a flow),
+//! holds every other path at its current rate, and runs progressive filling
+//! for that set on the capacity the others leave. (Below, "flow" stands
+//! for a path and its weight.) It then checks the
 //! optimality condition of max-min fairness on every link the set touches:
 //! each flow needs a bottleneck, a saturated link on which no flow is
 //! faster (Bertsekas & Gallager, *Data Networks*, 6.5.2). A flow of the set
@@ -46,16 +61,17 @@
 //! rate; it is *delivered* `latency` later (the last byte's flight time along
 //! its route). Timers let the driver (the schedule executor) model software
 //! overheads and local work. Data-phase ends sit in an indexed min-heap
-//! (one entry per active flow, re-keyed in place when its rate changes, no
-//! stale entries); deliveries and timers in a `BinaryHeap`. Both are
+//! (one entry per busy path, for its first flow to finish, re-keyed in
+//! place when its rate changes, no stale entries); deliveries and timers in
+//! a `BinaryHeap`. Both are
 //! ordered by `(time, sequence number)` and merged, so runs are
 //! deterministic.
 //!
-//! State per flow is a handful of numbers plus its route: no per-byte or
-//! per-packet state.
+//! State per flow is a handful of numbers, per path its route: no per-byte
+//! or per-packet state.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use crate::SimTime;
 
@@ -67,19 +83,6 @@ const BPS_PER_GBPS: f64 = 1e-3;
 
 /// No link / no heap position.
 const NONE: u32 = u32::MAX;
-
-/// A flow whose data phase ended in the current batch ([`FlowNet`]'s
-/// `ended` list).
-#[derive(Clone, Copy, Debug)]
-struct Ended {
-    slot: u32,
-    /// When it ended.
-    t: u64,
-    /// The previous entry whose route starts on the same link, or `NONE`.
-    next: u32,
-    /// A flow started on its route took the slot over.
-    taken: bool,
-}
 
 /// Relative tolerance of the optimality check (saturation, fastest flow).
 const EPS: f64 = 1e-9;
@@ -109,30 +112,48 @@ struct Ev {
     kind: EvKind,
 }
 
-#[derive(Debug)]
-struct Flow {
-    /// Number of links of the route (stored in `FlowNet::route`).
+/// Identifies a route of a [`FlowNet`]: see [`FlowNet::path`].
+pub type PathId = u32;
+
+/// A route (its links, in `FlowNet::route`) and the flows on it.
+///
+/// Flows on the same links always get the same max-min rate, so the
+/// allocation works on paths, each weighted by its number of flows, and
+/// the flows of a path drain against one clock: `served`, the bytes each
+/// of them has been sent since the path last became busy. A flow ends when
+/// that clock reaches its own end mark (`served` when it started plus its
+/// bytes), as in processor sharing. A rate change is one update per path,
+/// however many flows share it (the channels of a ring share their
+/// routes: dozens of flows per path).
+#[derive(Debug, Default)]
+struct Path {
+    /// Number of links of the route.
     hops: u32,
-    bytes: f64,
-    remaining: f64,
+    /// Flows in their data phase.
+    flows: u32,
+    /// On its links' lists: busy, or emptied in the current batch.
+    on_links: bool,
+    /// Listed in `FlowNet::changed`.
+    changed: bool,
+    /// Bytes served per flow, as of `last`.
+    served: f64,
     last: u64,
+    /// When its last flow ended (the end of its links' busy time).
+    emptied: u64,
+    /// Flows that ended in the current batch: a flow started on the path
+    /// now takes one's place (counted as a hand-over).
+    ended: u32,
+    /// Its flows by end mark: `(mark's bits, seq, flow)`.
+    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+}
+
+/// A flow on a path, in its data phase while `active`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Flow {
+    bytes: f64,
     latency: u64,
     tag: u64,
     active: bool,
-}
-
-impl Default for Flow {
-    fn default() -> Self {
-        Flow {
-            hops: 0,
-            bytes: 0.0,
-            remaining: 0.0,
-            last: 0,
-            latency: 0,
-            tag: 0,
-            active: false,
-        }
-    }
 }
 
 /// Counters describing the work a run did.
@@ -146,18 +167,20 @@ pub struct EngineStats {
     pub events: u64,
     /// Rate recomputations (one per batch of same-time changes).
     pub recomputations: u64,
-    /// Sum over recomputations of the flows whose rates were refilled
-    /// (every filling round counted).
-    pub flows_recomputed: u64,
+    /// Sum over recomputations of the paths whose rates were refilled
+    /// (every filling round counted). A path is a route and every flow on
+    /// it: flows on the same links share one rate.
+    pub paths_recomputed: u64,
     /// Largest number of flows active at once.
     pub max_active_flows: u64,
     /// Recomputations that fell back to filling a whole connected component.
     pub component_fills: u64,
-    /// Flows whose rate changed in a recomputation (each one re-keys its
-    /// data-phase end).
+    /// Paths whose rate changed in a recomputation (each one re-keys the
+    /// data-phase end of its first flow to finish).
     pub rate_changes: u64,
-    /// Flows that took over the place of a flow that ended at the same
-    /// instant on the same route (no recomputation needed).
+    /// Flows started on a route where a flow ended in the same batch: when
+    /// as many start as end, the route's weight in the allocation is
+    /// unchanged and nothing is recomputed.
     pub handovers: u64,
 }
 
@@ -338,41 +361,44 @@ fn bump(epoch: &mut u32, marks: &mut [u32]) -> u32 {
 #[derive(Debug)]
 pub struct FlowNet {
     cap: Vec<f64>,
-    link_flows: Vec<Vec<u32>>,
-    flows: Vec<Flow>,
-    /// Rate of each flow slot, bytes per picosecond (apart from `Flow` so
-    /// the filling's scans over links touch little memory).
+    /// The busy paths on each link (a path crossing a link twice is listed
+    /// twice).
+    link_flows: Vec<Vec<PathId>>,
+    paths: Vec<Path>,
+    /// Each route's path.
+    path_ids: HashMap<Vec<LinkId>, PathId>,
+    /// Per path, the rate of each of its flows, bytes per picosecond
+    /// (apart from `Path` so the filling's scans over links touch little
+    /// memory).
     rate: Vec<f64>,
-    /// The link that froze each flow's rate (a saturated link on which it is
-    /// the fastest); `NONE` before its first allocation.
+    /// Per path, its flows as the allocation counts them (`Path::flows`
+    /// at the last recomputation).
+    weight: Vec<u32>,
+    /// The link that froze each path's rate (a saturated link on which it
+    /// is the fastest); `NONE` before its first allocation.
     bott: Vec<LinkId>,
-    /// Routes of the flow slots, `stride` links per slot (the longest route
-    /// so far; re-laid out when a longer one comes), so a slot's links are
-    /// contiguous and no flow allocates.
+    /// Routes of the paths, `stride` links per path (the longest route
+    /// so far; re-laid out when a longer one comes), so a path's links are
+    /// contiguous.
     route: Vec<LinkId>,
-    /// Beside `route`: where the slot sits in each of its links'
-    /// `link_flows`, so a flow leaves a link in O(1) (a search of the
-    /// link's list was quadratic when thousands of flows share a link, as
-    /// a rank's all-to-all flows share its NIC).
+    /// Beside `route`: where the path sits in each of its links'
+    /// `link_flows`, so it leaves a link in O(1) (a search of the link's
+    /// list was quadratic when thousands of routes share a link, as a
+    /// rank's all-to-all routes share its NIC).
     link_pos: Vec<u32>,
     stride: usize,
-    free: Vec<u32>,
+    flows: Vec<Flow>,
+    free_flows: Vec<u32>,
     heap: BinaryHeap<Reverse<Ev>>,
+    /// Busy paths by the data-phase end of their first flow to finish.
     done: IndexedHeap,
     seq: u64,
     now: u64,
     dirty: Vec<LinkId>,
-    /// Flows whose data phase ended in the current batch, with that time:
-    /// still on their links until the next recomputation, so that a flow
-    /// started at the same instant on the same route takes the slot over
-    /// (see [`FlowNet::start_flow`]).
-    ended: Vec<Ended>,
-    /// Per link, the latest entry of `ended` whose route starts there
-    /// (`NONE` if none); entries of the same first link are chained by
-    /// [`Ended::next`], so a starting flow looks only at the flows that
-    /// ended on routes starting where its own does (a scan of all of them
-    /// was quadratic when thousands end at once).
-    ended_head: Vec<u32>,
+    /// Paths whose flows started or ended in the current batch. An emptied
+    /// path stays on its links until the next recomputation, so a flow
+    /// started on it in the same batch keeps its rate.
+    changed: Vec<PathId>,
     /// Always fill whole components (the textbook algorithm; tests compare).
     full: bool,
     // Scratch for recomputation. Flow marks: `in_set` (member of the set
@@ -407,7 +433,10 @@ pub struct FlowNet {
     busy_since: Vec<u64>,
     busy_total: Vec<u64>,
     trace: Option<Vec<BusySpan>>,
+    /// Flows in their data phase.
     active: u64,
+    /// Paths on their links.
+    active_paths: u64,
     stats: EngineStats,
     window: u64,
 }
@@ -430,20 +459,22 @@ impl FlowNet {
                 })
                 .collect(),
             link_flows: vec![Vec::new(); n],
-            flows: Vec::new(),
+            paths: Vec::new(),
+            path_ids: HashMap::new(),
             rate: Vec::new(),
+            weight: Vec::new(),
             bott: Vec::new(),
             route: Vec::new(),
             link_pos: Vec::new(),
             stride: 0,
-            free: Vec::new(),
+            flows: Vec::new(),
+            free_flows: Vec::new(),
             heap: BinaryHeap::new(),
             done: IndexedHeap::default(),
             seq: 0,
             now: 0,
             dirty: Vec::new(),
-            ended: Vec::new(),
-            ended_head: vec![NONE; n],
+            changed: Vec::new(),
             full: false,
             set_epoch: 0,
             round_epoch: 0,
@@ -474,6 +505,7 @@ impl FlowNet {
             busy_total: vec![0; n],
             trace: None,
             active: 0,
+            active_paths: 0,
             stats: EngineStats::default(),
             window: 0,
         }
@@ -539,95 +571,170 @@ impl FlowNet {
         self.push(t, EvKind::Timer(tag));
     }
 
+    /// The path of `links`: the id under which flows on exactly that route
+    /// share a rate ([`FlowNet::start_flow_on`]). The same links give the
+    /// same id; a path, once made, stays (a driver keeps one per route).
+    pub fn path(&mut self, links: &[LinkId]) -> PathId {
+        if let Some(&p) = self.path_ids.get(links) {
+            return p;
+        }
+        if links.len() > self.stride {
+            self.relayout(links.len());
+        }
+        let p = self.paths.len();
+        self.paths.push(Path {
+            hops: links.len() as u32,
+            ..Path::default()
+        });
+        let base = p * self.stride;
+        self.route.resize((p + 1) * self.stride, 0);
+        self.link_pos.resize((p + 1) * self.stride, 0);
+        self.route[base..base + links.len()].copy_from_slice(links);
+        self.rate.push(0.0);
+        self.weight.push(0);
+        self.bott.push(NONE);
+        self.in_set.push(0);
+        self.frozen.push(0);
+        self.visited.push(0);
+        self.new_rate.push(0.0);
+        self.new_bott.push(NONE);
+        self.done.grow(self.paths.len());
+        self.path_ids.insert(links.to_vec(), p as PathId);
+        p as PathId
+    }
+
     /// Starts, now, a flow of `bytes` along `links`, delivered `latency`
     /// after its last byte leaves. A flow with no link or no byte is
-    /// delivered after `latency` alone.
-    ///
-    /// A flow that starts at the instant another one on the same route
-    /// ended (the next chunk of a connection, typically) takes that flow's
-    /// place: the set of routes is unchanged, so is the max-min allocation,
-    /// and the new flow inherits the old one's rate and bottleneck without a
-    /// recomputation.
+    /// delivered after `latency` alone. Same as [`FlowNet::start_flow_on`]
+    /// on [`FlowNet::path`]`(links)`.
     pub fn start_flow(&mut self, links: &[LinkId], bytes: f64, latency: SimTime, tag: u64) {
+        let p = self.path(links);
+        self.start_flow_on(p, bytes, latency, tag);
+    }
+
+    /// Starts, now, a flow of `bytes` on `path`, delivered `latency` after
+    /// its last byte leaves (a path of no link, or no byte: after `latency`
+    /// alone).
+    ///
+    /// A flow that starts when one on the same path ended in the same batch
+    /// (the next chunk of a connection, typically) takes that flow's place:
+    /// the path's weight, and so the max-min allocation, is unchanged, and
+    /// the new flow drains at the path's rate with no recomputation.
+    ///
+    /// # Panics
+    ///
+    /// If `path` is not one of this network's [`FlowNet::path`]s.
+    pub fn start_flow_on(&mut self, path: PathId, bytes: f64, latency: SimTime, tag: u64) {
         self.stats.flows += 1;
         let bytes = if bytes.is_finite() {
             bytes.max(0.0)
         } else {
             0.0
         };
-        if links.is_empty() || bytes <= 0.0 {
+        let p = path as usize;
+        if self.paths[p].hops == 0 || bytes <= 0.0 {
             let t = self.now.saturating_add(latency.as_ps());
             self.push(t, EvKind::Deliver(tag));
             return;
         }
-        if let Some(slot) = self.take_over(links) {
-            self.begin(slot, bytes, latency, tag);
-            let rate = self.rate[slot as usize];
-            self.seq += 1;
-            self.done
-                .set(slot, drain_end(self.now, bytes, rate), self.seq);
+        let now = self.now;
+        if !self.paths[p].on_links {
+            self.join_links(path);
+        } else if self.paths[p].ended > 0 {
+            self.paths[p].ended -= 1;
             self.stats.handovers += 1;
-            return;
         }
-        let slot = match self.free.pop() {
-            Some(s) => s,
+        let flow = Flow {
+            bytes,
+            latency: latency.as_ps(),
+            tag,
+            active: true,
+        };
+        let f = match self.free_flows.pop() {
+            Some(f) => {
+                self.flows[f as usize] = flow;
+                f
+            }
             None => {
-                self.flows.push(Flow::default());
-                self.rate.push(0.0);
-                self.bott.push(NONE);
-                self.route.resize(self.flows.len() * self.stride, 0);
-                self.link_pos.resize(self.flows.len() * self.stride, 0);
-                self.in_set.push(0);
-                self.frozen.push(0);
-                self.visited.push(0);
-                self.new_rate.push(0.0);
-                self.new_bott.push(NONE);
-                self.done.grow(self.flows.len());
+                self.flows.push(flow);
                 (self.flows.len() - 1) as u32
             }
         };
-        if links.len() > self.stride {
-            self.relayout(links.len());
+        self.seq += 1;
+        let rate = self.rate[p];
+        let pa = &mut self.paths[p];
+        if pa.queue.is_empty() {
+            // The clock only orders the path's flows: with none, it
+            // restarts (and a lone flow drains as `bytes / rate`).
+            pa.served = 0.0;
+            pa.last = now;
         }
-        let base = slot as usize * self.stride;
-        self.route[base..base + links.len()].copy_from_slice(links);
+        let mark = pa.served + rate * (now - pa.last) as f64 + bytes;
+        let key = (mark.to_bits(), self.seq, f);
+        let first = pa.queue.peek().is_none_or(|&Reverse(k)| key < k);
+        pa.queue.push(Reverse(key));
+        pa.flows += 1;
+        if !pa.changed {
+            pa.changed = true;
+            self.changed.push(path);
+        }
+        self.active += 1;
+        self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
+        if first {
+            self.rekey(path);
+        }
+    }
+
+    /// Puts idle path `path` on its links, with its clock at zero and no
+    /// rate yet (it gets one at the next recomputation).
+    fn join_links(&mut self, path: PathId) {
         let now = self.now;
-        self.flows[slot as usize].hops = links.len() as u32;
-        self.begin(slot, bytes, latency, tag);
-        self.rate[slot as usize] = 0.0;
-        self.bott[slot as usize] = NONE;
-        for (h, &l) in links.iter().enumerate() {
+        let p = path as usize;
+        let base = p * self.stride;
+        for h in base..base + self.paths[p].hops as usize {
+            let l = self.route[h];
             let lf = &mut self.link_flows[l as usize];
             if lf.is_empty() {
                 self.busy_since[l as usize] = now;
             }
-            self.link_pos[base + h] = lf.len() as u32;
-            lf.push(slot);
-            self.dirty.push(l);
+            self.link_pos[h] = lf.len() as u32;
+            lf.push(path);
+        }
+        let pa = &mut self.paths[p];
+        pa.on_links = true;
+        pa.served = 0.0;
+        pa.last = now;
+        self.rate[p] = 0.0;
+        self.weight[p] = 0;
+        self.bott[p] = NONE;
+        self.active_paths += 1;
+    }
+
+    /// Sets `path`'s place in the completion heap from its first flow to
+    /// finish, its clock and its rate (out of it while it has no flow or no
+    /// rate yet).
+    fn rekey(&mut self, path: PathId) {
+        let p = path as usize;
+        let rate = self.rate[p];
+        let pa = &self.paths[p];
+        match pa.queue.peek() {
+            Some(&Reverse((mark, _, _))) if rate > 0.0 => {
+                let left = (f64::from_bits(mark) - pa.served).max(0.0);
+                let t = drain_end(pa.last, left, rate).max(self.now);
+                self.seq += 1;
+                self.done.set(path, t, self.seq);
+            }
+            _ => self.done.remove(path),
         }
     }
 
-    /// Slot `slot` starts carrying a flow of `bytes` now (its route set).
-    fn begin(&mut self, slot: u32, bytes: f64, latency: SimTime, tag: u64) {
-        let now = self.now;
-        let f = &mut self.flows[slot as usize];
-        f.bytes = bytes;
-        f.remaining = bytes;
-        f.last = now;
-        f.latency = latency.as_ps();
-        f.tag = tag;
-        f.active = true;
-        self.active += 1;
-        self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
-    }
-
-    /// Widens every slot's route storage to `stride` links.
+    /// Widens every path's route storage to `stride` links.
     fn relayout(&mut self, stride: usize) {
-        let mut route = vec![0; self.flows.len() * stride];
-        let mut link_pos = vec![0; self.flows.len() * stride];
-        for (f, fl) in self.flows.iter().enumerate() {
+        let mut route = vec![0; self.paths.len() * stride];
+        let mut link_pos = vec![0; self.paths.len() * stride];
+        for (f, pa) in self.paths.iter().enumerate() {
             let (old, new) = (f * self.stride, f * stride);
-            let hops = fl.hops as usize;
+            let hops = pa.hops as usize;
             route[new..new + hops].copy_from_slice(&self.route[old..old + hops]);
             link_pos[new..new + hops].copy_from_slice(&self.link_pos[old..old + hops]);
         }
@@ -636,42 +743,9 @@ impl FlowNet {
         self.stride = stride;
     }
 
-    /// A flow that ended now on exactly `links`, marked taken in the ended
-    /// list.
-    fn take_over(&mut self, links: &[LinkId]) -> Option<u32> {
-        let now = self.now;
-        let mut i = self.ended_head[links[0] as usize];
-        while i != NONE {
-            let e = &self.ended[i as usize];
-            let base = e.slot as usize * self.stride;
-            if !e.taken
-                && e.t == now
-                && self.flows[e.slot as usize].hops as usize == links.len()
-                && self.route[base..base + links.len()] == *links
-            {
-                self.ended[i as usize].taken = true;
-                return Some(self.ended[i as usize].slot);
-            }
-            i = e.next;
-        }
-        None
-    }
-
-    /// Lists `slot`, whose data phase ended now, as ended.
-    fn push_ended(&mut self, slot: u32) {
-        let first = self.route[slot as usize * self.stride] as usize;
-        let next = std::mem::replace(&mut self.ended_head[first], self.ended.len() as u32);
-        self.ended.push(Ended {
-            slot,
-            t: self.now,
-            next,
-            taken: false,
-        });
-    }
-
-    /// Takes the flow whose route entry `h` (an index into `route`) is
-    /// link `l` off that link's list: swaps the list's last flow into its
-    /// place and updates that flow's position there.
+    /// Takes the path whose route entry `h` (an index into `route`) is
+    /// link `l` off that link's list: swaps the list's last path into its
+    /// place and updates that path's position there.
     fn leave(&mut self, l: LinkId, h: usize) {
         let pos = self.link_pos[h] as usize;
         let lf = &mut self.link_flows[l as usize];
@@ -682,28 +756,46 @@ impl FlowNet {
         // for the moved one below.
         self.link_pos[h] = NONE;
         if pos < last {
-            // The moved flow's entry for this link is the one that said
+            // The moved path's entry for this link is the one that said
             // `last` (a route could cross a link twice).
             let base = lf[pos] as usize * self.stride;
-            let hops = self.flows[lf[pos] as usize].hops as usize;
+            let hops = self.paths[lf[pos] as usize].hops as usize;
             let entry = (base..base + hops)
                 .find(|&e| self.route[e] == l && self.link_pos[e] as usize == last)
-                .expect("the moved flow crosses the link");
+                .expect("the moved path crosses the link");
             self.link_pos[entry] = pos as u32;
         }
     }
 
-    /// Takes the flows that ended and were not taken over off their links.
-    fn flush_ended(&mut self) {
-        for k in 0..self.ended.len() {
-            let Ended { slot, t, taken, .. } = self.ended[k];
-            let base = slot as usize * self.stride;
-            self.ended_head[self.route[base] as usize] = NONE;
-            if taken {
+    /// Brings the allocation's view of the paths changed in this batch up
+    /// to date: a path that gained or lost flows on balance marks its
+    /// links dirty; an emptied one leaves its links.
+    fn flush_changed(&mut self) {
+        for k in 0..self.changed.len() {
+            let path = self.changed[k];
+            let p = path as usize;
+            let pa = &mut self.paths[p];
+            pa.changed = false;
+            pa.ended = 0;
+            let (flows, t) = (pa.flows, pa.emptied);
+            let base = p * self.stride;
+            let hops = pa.hops as usize;
+            if flows > 0 {
+                if flows != self.weight[p] {
+                    self.weight[p] = flows;
+                    self.dirty.extend_from_slice(&self.route[base..base + hops]);
+                }
                 continue;
             }
-            let hops = self.flows[slot as usize].hops;
-            for h in base..base + hops as usize {
+            if !pa.on_links {
+                continue;
+            }
+            pa.on_links = false;
+            self.active_paths -= 1;
+            self.weight[p] = 0;
+            self.rate[p] = 0.0;
+            self.bott[p] = NONE;
+            for h in base..base + hops {
                 let l = self.route[h];
                 self.leave(l, h);
                 let lf = &self.link_flows[l as usize];
@@ -720,9 +812,8 @@ impl FlowNet {
                 }
                 self.dirty.push(l);
             }
-            self.free.push(slot);
         }
-        self.ended.clear();
+        self.changed.clear();
     }
 
     fn push(&mut self, time: u64, kind: EvKind) {
@@ -751,7 +842,7 @@ impl FlowNet {
     /// `None` when nothing is left to happen.
     pub fn next_batch(&mut self, out: &mut Vec<Output>) -> Option<SimTime> {
         out.clear();
-        self.flush_ended();
+        self.flush_changed();
         if !self.dirty.is_empty() {
             self.recompute();
         }
@@ -764,9 +855,8 @@ impl FlowNet {
             self.now = time;
             self.stats.events += 1;
             if is_done {
-                let (_, _, slot) = self.done.peek().expect("peeked");
-                self.done.remove(slot);
-                self.finish_flow(slot, out);
+                let (_, _, path) = self.done.peek().expect("peeked");
+                self.finish_flow(path, out);
             } else {
                 let Some(Reverse(ev)) = self.heap.pop() else {
                     break;
@@ -780,18 +870,33 @@ impl FlowNet {
         Some(SimTime::from_ps(self.now))
     }
 
-    fn finish_flow(&mut self, slot: u32, out: &mut Vec<Output>) {
+    /// The first flow of `path` to finish has drained now.
+    fn finish_flow(&mut self, path: PathId, out: &mut Vec<Output>) {
         let now = self.now;
-        let f = &mut self.flows[slot as usize];
-        f.active = false;
-        let (bytes, latency, tag) = (f.bytes, f.latency, f.tag);
-        let (base, hops) = (slot as usize * self.stride, f.hops as usize);
+        let p = path as usize;
+        let pa = &mut self.paths[p];
+        let Some(Reverse((_, _, f))) = pa.queue.pop() else {
+            self.done.remove(path);
+            return;
+        };
+        pa.flows -= 1;
+        pa.ended += 1;
+        pa.emptied = now;
+        if !pa.changed {
+            pa.changed = true;
+            self.changed.push(path);
+        }
+        let (base, hops) = (p * self.stride, pa.hops as usize);
+        let fl = &mut self.flows[f as usize];
+        fl.active = false;
+        let (bytes, latency, tag) = (fl.bytes, fl.latency, fl.tag);
+        self.free_flows.push(f);
         for h in base..base + hops {
             self.link_bytes[self.route[h] as usize] += bytes;
         }
-        // Off its links at the next recomputation, unless a flow on the
-        // same route takes its place first.
-        self.push_ended(slot);
+        // An emptied path leaves its links at the next recomputation,
+        // unless a flow on it starts first.
+        self.rekey(path);
         self.active -= 1;
         if latency == 0 {
             out.push(Output::Delivered(tag));
@@ -837,15 +942,17 @@ impl FlowNet {
             return;
         }
         // Each round refills the whole set, so the rounds cost the sum of
-        // the set's sizes; once that passes the active flows, one fill of
-        // the component (at most every active flow) would not have cost
+        // the set's sizes; once that passes the busy paths, one fill of
+        // the component (at most every busy path) would not have cost
         // more, and the set is closed over it.
         let mut closed = false;
         let mut work = 0u64;
         loop {
             work += self.set.len() as u64;
             if !closed
-                && (self.full || work > self.active || 2 * self.set.len() as u64 > self.active)
+                && (self.full
+                    || work > self.active_paths
+                    || 2 * self.set.len() as u64 > self.active_paths)
             {
                 self.close_over_component();
                 self.stats.component_fills += 1;
@@ -875,7 +982,7 @@ impl FlowNet {
         while i < self.set.len() {
             let f = self.set[i] as usize;
             let base = f * self.stride;
-            for h in base..base + self.flows[f].hops as usize {
+            for h in base..base + self.paths[f].hops as usize {
                 let l = self.route[h] as usize;
                 if self.link_mark[l] == le {
                     continue;
@@ -896,12 +1003,12 @@ impl FlowNet {
     fn fill_set(&mut self) {
         let se = self.set_epoch;
         let le = self.next_round();
-        self.stats.flows_recomputed += self.set.len() as u64;
+        self.stats.paths_recomputed += self.set.len() as u64;
         self.set_links.clear();
         for i in 0..self.set.len() {
             let f = self.set[i] as usize;
             let base = f * self.stride;
-            for h in base..base + self.flows[f].hops as usize {
+            for h in base..base + self.paths[f].hops as usize {
                 let l = self.route[h];
                 if self.link_mark[l as usize] != le {
                     self.link_mark[l as usize] = le;
@@ -913,15 +1020,20 @@ impl FlowNet {
             let li = l as usize;
             let mut rem = self.cap[li];
             let mut cnt = 0u32;
+            let mut held_max = 0.0f64;
             for &g in &self.link_flows[li] {
+                let w = self.weight[g as usize];
                 if self.in_set[g as usize] == se {
-                    cnt += 1;
+                    cnt += w;
                 } else {
-                    rem -= self.rate[g as usize];
+                    let r = self.rate[g as usize];
+                    rem -= r * f64::from(w);
+                    held_max = held_max.max(r);
                 }
             }
             self.rem[li] = rem.max(0.0);
             self.cnt[li] = cnt;
+            self.maxr[li] = held_max;
         }
         // The set falls apart into independent problems: links joined by a
         // member (the other flows are held). Few links: fill them as one
@@ -958,7 +1070,7 @@ impl FlowNet {
                     }
                     self.visited[g] = ce;
                     let base = g * self.stride;
-                    for h in base..base + self.flows[g].hops as usize {
+                    for h in base..base + self.paths[g].hops as usize {
                         let l2 = self.route[h];
                         if self.comp_mark[l2 as usize] != ce {
                             self.comp_mark[l2 as usize] = ce;
@@ -1030,11 +1142,12 @@ impl FlowNet {
             self.frozen[f] = le;
             self.new_rate[f] = share;
             self.new_bott[f] = l;
+            let w = self.weight[f];
             let base = f * self.stride;
-            for h in base..base + self.flows[f].hops as usize {
+            for h in base..base + self.paths[f].hops as usize {
                 let l2 = self.route[h] as usize;
-                self.rem[l2] = (self.rem[l2] - share).max(0.0);
-                self.cnt[l2] = self.cnt[l2].saturating_sub(1);
+                self.rem[l2] = (self.rem[l2] - share * f64::from(w)).max(0.0);
+                self.cnt[l2] = self.cnt[l2].saturating_sub(w);
                 if use_heap && l2 != li {
                     if self.cnt[l2] > 0 {
                         let s2 = self.rem[l2] / f64::from(self.cnt[l2]);
@@ -1052,19 +1165,16 @@ impl FlowNet {
     fn check_and_grow(&mut self) -> usize {
         let se = self.set_epoch;
         let before = self.set.len();
-        // Fastest flow on every touched link (new rates for members).
-        for &l in &self.set_links {
-            let li = l as usize;
-            let mut m = 0.0f64;
-            for &g in &self.link_flows[li] {
-                let r = if self.in_set[g as usize] == se {
-                    self.new_rate[g as usize]
-                } else {
-                    self.rate[g as usize]
-                };
-                m = m.max(r);
+        // Fastest flow on every touched link: `fill_set` left the held
+        // flows' fastest; the members' new rates join it.
+        for i in 0..before {
+            let f = self.set[i] as usize;
+            let r = self.new_rate[f];
+            let base = f * self.stride;
+            for h in base..base + self.paths[f].hops as usize {
+                let li = self.route[h] as usize;
+                self.maxr[li] = self.maxr[li].max(r);
             }
-            self.maxr[li] = m;
         }
         // A member frozen where a held flow is faster: the faster ones join.
         for i in 0..before {
@@ -1101,8 +1211,8 @@ impl FlowNet {
         self.set.len() - before
     }
 
-    /// Applies the new rates; re-keys the data-phase end of flows whose
-    /// rate changed.
+    /// Applies the new rates; a path whose rate changed sets its clock to
+    /// now and re-keys its first flow's data-phase end.
     fn commit(&mut self) {
         let now = self.now;
         for i in 0..self.set.len() {
@@ -1116,13 +1226,11 @@ impl FlowNet {
                 continue;
             }
             self.rate[fi] = new;
-            let fl = &mut self.flows[fi];
-            fl.remaining = (fl.remaining - old * (now - fl.last) as f64).max(0.0);
-            fl.last = now;
-            let done = drain_end(now, fl.remaining, new);
+            let pa = &mut self.paths[fi];
+            pa.served += old * (now - pa.last) as f64;
+            pa.last = now;
             self.stats.rate_changes += 1;
-            self.seq += 1;
-            self.done.set(f, done, self.seq);
+            self.rekey(f);
         }
     }
 
@@ -1130,17 +1238,18 @@ impl FlowNet {
     /// allocation up to date (tests compare them with a reference).
     #[cfg(test)]
     fn rates_by_tag(&mut self) -> Vec<(u64, f64)> {
-        self.flush_ended();
+        self.flush_changed();
         if !self.dirty.is_empty() {
             self.recompute();
         }
-        let mut v: Vec<(u64, f64)> = self
-            .flows
-            .iter()
-            .zip(&self.rate)
-            .filter(|(f, _)| f.active)
-            .map(|(f, r)| (f.tag, r / BPS_PER_GBPS))
-            .collect();
+        let mut v: Vec<(u64, f64)> = Vec::new();
+        for (p, pa) in self.paths.iter().enumerate() {
+            for &Reverse((_, _, f)) in pa.queue.iter() {
+                let fl = &self.flows[f as usize];
+                assert!(fl.active, "a queued flow is active");
+                v.push((fl.tag, self.rate[p] / BPS_PER_GBPS));
+            }
+        }
         v.sort_by_key(|a| a.0);
         v
     }

@@ -69,6 +69,50 @@ fn rates_rise_when_a_competitor_leaves() {
 }
 
 #[test]
+fn flows_on_one_path_share_its_rate_whenever_they_start() {
+    // One 10 GB/s link. A (10 MB) starts at 0 and runs alone at 10 GB/s
+    // for 500 us (5 MB). B (4 MB) starts on the same path then, C (1 MB)
+    // 100 us later: A and B at 5 GB/s (500 KB each) for 100 us, then all
+    // three at 10/3 GB/s: C's 1 MB take 300 us (ends at 900 us), A has
+    // 3.5 MB left, B 2.5 MB, so at 5 GB/s each B ends at 1400 us and A
+    // with 1 MB left at 10 GB/s at 1500 us.
+    let mut net = FlowNet::new(&[10.0]);
+    let p = net.path(&[0]);
+    assert_eq!(net.path(&[0]), p, "the same links, the same path");
+    assert_ne!(net.path(&[0, 0]), p);
+    net.start_flow_on(p, 10e6, SimTime::ZERO, 1);
+    net.timer(SimTime::from_us(500.0), 2);
+    net.timer(SimTime::from_us(600.0), 3);
+    let mut out = Vec::new();
+    let mut ends = Vec::new();
+    while let Some(t) = net.next_batch(&mut out) {
+        for &o in &out {
+            match o {
+                Output::Timer(2) => net.start_flow(&[0], 4e6, SimTime::ZERO, 2),
+                Output::Timer(3) => net.start_flow_on(p, 1e6, SimTime::ZERO, 3),
+                Output::Delivered(tag) => ends.push((tag, t.as_us())),
+                Output::Timer(_) => unreachable!(),
+            }
+        }
+    }
+    let want = [(3, 900.0), (2, 1400.0), (1, 1500.0)];
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    for ((tag, t), (wtag, wt)) in ends.iter().zip(want) {
+        assert_eq!(*tag, wtag, "{ends:?}");
+        assert!(close(*t, wt), "flow {tag} ended at {t} us, not {wt}");
+    }
+    assert!(close(net.link_bytes(0), 15e6));
+    assert!(close(net.link_busy(0).as_us(), 1500.0));
+    let st = net.stats();
+    assert_eq!((st.flows, st.max_active_flows), (3, 3));
+    // Each start and each end changed the path's weight: six
+    // recomputations, one path refilled in each but the last (nothing
+    // left on the link).
+    assert_eq!(st.recomputations, 6, "{st:?}");
+    assert_eq!(st.paths_recomputed, 5, "{st:?}");
+}
+
+#[test]
 fn parking_lot_three_links() {
     // Parking lot: long flow over links 0,1,2 (cap 1 each), one short
     // flow per link: every flow gets 1/2.
@@ -251,8 +295,46 @@ fn scenario() -> impl Strategy<Value = (Vec<f64>, Vec<Spec>)> {
     })
 }
 
+/// Like [`scenario`], but every flow takes one of a few routes, so many
+/// flows share a path, start on it while others drain, and end on it
+/// together.
+fn shared_paths_scenario() -> impl Strategy<Value = (Vec<f64>, Vec<Spec>)> {
+    (2usize..5, 1usize..4).prop_flat_map(|(nl, np)| {
+        let caps = proptest::collection::vec(1u32..8, nl)
+            .prop_map(|v| v.into_iter().map(|c| f64::from(c) * 2.5).collect());
+        let pool = proptest::collection::vec(proptest::collection::vec(0..nl as u32, 1..=3), np);
+        (caps, pool).prop_flat_map(move |(caps, pool)| {
+            let spec =
+                (0u64..6, 0..np, 1u32..50, 0..TAGS).prop_map(move |(start, r, kb, then)| Spec {
+                    start: start * 300_000,
+                    links: pool[r].clone(),
+                    bytes: f64::from(kb) * 1000.0,
+                    then,
+                });
+            (Just(caps), proptest::collection::vec(spec, 1..24))
+        })
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Flows sharing paths get water-filling's rates after every batch
+    /// (checked per flow, so a path's weight must be right), and the
+    /// incremental and whole-component fills deliver them together.
+    #[test]
+    fn flows_sharing_paths_are_max_min_fair((caps, specs) in shared_paths_scenario()) {
+        let (inc, _) = run_checked(&caps, &specs, false);
+        let (full, _) = run_checked(&caps, &specs, true);
+        let flows: u64 = specs.iter().map(|s| s.then + 1).sum();
+        for (i, (a, b)) in inc.iter().zip(&full).enumerate() {
+            prop_assert!(*a != u64::MAX, "flow {i} never delivered");
+            prop_assert!(
+                a.abs_diff(*b) <= 2 * flows + b / 1_000_000,
+                "flow {i}: incremental {a} ps, full {b} ps"
+            );
+        }
+    }
 
     /// Incremental and whole-component allocations both equal water-filling
     /// after every batch, and deliver every flow at the same time to within
@@ -322,7 +404,7 @@ fn coupled_network_is_fair_and_incremental_work_is_smaller() {
     assert_eq!(si.recomputations, sf.recomputations);
     // The point of the incremental check: far fewer flows refilled.
     assert!(
-        si.flows_recomputed * 4 < sf.flows_recomputed,
+        si.paths_recomputed * 4 < sf.paths_recomputed,
         "incremental {si:?} vs full {sf:?}"
     );
     assert!(si.component_fills < si.recomputations);
@@ -443,7 +525,7 @@ fn a_long_cascade_is_refilled_flow_by_flow_not_by_component() {
         .count();
     assert_eq!(moved, m as usize, "chain 0's flows, and only they, move");
     assert_eq!(s2.component_fills, s1.component_fills, "{s2:?}");
-    let refilled = s2.flows_recomputed - s1.flows_recomputed;
+    let refilled = s2.paths_recomputed - s1.paths_recomputed;
     assert!(
         refilled < u64::from(k * m) / 2,
         "{refilled} flows refilled for a change of {m}"

@@ -30,7 +30,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use gpucomm_algo::{Schedule, StepKind, StepList};
 
-use crate::engine::{BusySpan, EngineStats, FlowNet, LinkId, Output};
+use crate::engine::{BusySpan, EngineStats, FlowNet, LinkId, Output, PathId};
 use crate::fabric::{Fabric, PathClass};
 use crate::par::par_map;
 use crate::{SimError, SimTime};
@@ -346,7 +346,7 @@ struct Exec<'a> {
     /// Per rank and step, the run's state.
     live: Vec<Vec<Live>>,
     route_cache: FxMap<(u32, u32, u16), u32>,
-    routes: Vec<(Vec<LinkId>, SimTime, PathClass)>,
+    routes: Vec<(PathId, SimTime, PathClass)>,
     /// One connection per route.
     conns: Vec<Conn>,
     transfers: Vec<Transfer>,
@@ -1242,9 +1242,9 @@ impl Exec<'_> {
     /// Starts the bytes of transfer `ti` on its route.
     fn start_transfer(&mut self, ti: u32) {
         let tr = &self.transfers[ti as usize];
-        let (links, _, _) = &self.routes[tr.route as usize];
+        let (path, _, _) = self.routes[tr.route as usize];
         self.net
-            .start_flow(links, tr.bytes, SimTime::ZERO, u64::from(ti));
+            .start_flow_on(path, tr.bytes, SimTime::ZERO, u64::from(ti));
     }
 
     /// The last byte of transfer `ti` has left at `t`: its connection takes
@@ -1323,7 +1323,8 @@ impl Exec<'_> {
         if let Some(base) = self.send_links {
             links.push(base + src);
         }
-        self.routes.push((links, route.latency, class));
+        let path = self.net.path(&links);
+        self.routes.push((path, route.latency, class));
         self.conns.push(Conn::default());
         let id = (self.routes.len() - 1) as u32;
         self.route_cache.insert((src, dst, ch), id);

@@ -792,7 +792,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 match &r.exec {
                     Some(e) => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}{}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} flows; {} flows took an ended flow's place)",
+                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}{}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} paths; {} flows took an ended flow's place)",
                         format_bytes(r.bytes),
                         w,
                         e.simulated_ranks,
@@ -807,7 +807,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         e.stats.events as f64 / w.max(1e-9),
                         r.candidates.len(),
                         e.stats.recomputations,
-                        e.stats.flows_recomputed,
+                        e.stats.paths_recomputed,
                         e.stats.handovers
                     )?,
                     None => writeln!(
