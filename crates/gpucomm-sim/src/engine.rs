@@ -621,6 +621,24 @@ impl FlowNet {
     /// the path's weight, and so the max-min allocation, is unchanged, and
     /// the new flow drains at the path's rate with no recomputation.
     ///
+    /// ```
+    /// use gpucomm_sim::engine::{FlowNet, Output};
+    /// use gpucomm_sim::SimTime;
+    ///
+    /// // Two channels on one 10 GB/s route: one path, 5 GB/s each.
+    /// let mut net = FlowNet::new(&[10.0]);
+    /// let p = net.path(&[0]);
+    /// net.start_flow_on(p, 10e6, SimTime::ZERO, 1);
+    /// net.start_flow_on(p, 5e6, SimTime::ZERO, 2);
+    /// let mut out = Vec::new();
+    /// let t = net.next_batch(&mut out).unwrap();
+    /// assert_eq!(out, vec![Output::Delivered(2)]); // 5 MB at 5 GB/s
+    /// assert!((t.as_us() - 1000.0).abs() < 1e-3);
+    /// let t = net.next_batch(&mut out).unwrap(); // then 5 MB at 10 GB/s
+    /// assert_eq!(out, vec![Output::Delivered(1)]);
+    /// assert!((t.as_us() - 1500.0).abs() < 1e-3);
+    /// ```
+    ///
     /// # Panics
     ///
     /// If `path` is not one of this network's [`FlowNet::path`]s.
