@@ -44,3 +44,72 @@ fn the_streamed_trace_is_the_built_one() {
     assert!(events.iter().any(|e| e["pid"] == 1 && e["ph"] == "X"));
     assert!(events.iter().any(|e| e["pid"] == 0 && e["ph"] == "X"));
 }
+
+/// A track's slices must nest, or Perfetto drops or misplaces them; a
+/// rank's transfers overlap (channels at once, a connection's next chunk
+/// while the last is in flight), so they spread over lanes of the rank's
+/// track, and no two slices of one lane overlap.
+#[test]
+fn no_two_slices_of_a_track_overlap() {
+    let f = common::fabric("dgx-h100", 2);
+    let opts = CollOptions {
+        algorithm: AlgoChoice::parse("ring").into(),
+        protocol: Some(Protocol::Simple).into(),
+        trace_ranks: 16,
+        ..Default::default()
+    };
+    let r = simulate(&f, Collective::AllReduce, 64 << 20, &opts).unwrap();
+    let run = r.exec.expect("a schedule ran");
+    let name = |l: u32| f.link_name(l);
+    let doc = document(chrome_trace(&run, &name, 0.0));
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mut tracks: std::collections::BTreeMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        let ts = e["ts"].as_f64().unwrap();
+        tracks
+            .entry(key)
+            .or_default()
+            .push((ts, ts + e["dur"].as_f64().unwrap()));
+    }
+    for (key, spans) in &mut tracks {
+        spans.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        for w in spans.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1 - 1e-6,
+                "track {key:?}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    // The run's transfers did overlap: a rank's track has several lanes,
+    // named after the rank, and every span carries its rank.
+    let lanes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0)
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        lanes.contains(&"rank 0") && lanes.contains(&"rank 0 #2"),
+        "{lanes:?}"
+    );
+    assert!(lanes.iter().all(|l| l.starts_with("rank ")), "{lanes:?}");
+    for r in 0..16 {
+        assert!(
+            lanes.contains(&format!("rank {r}").as_str()),
+            "rank {r}: {lanes:?}"
+        );
+    }
+    let spans = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == 0)
+        .count();
+    assert_eq!(spans, run.rank_spans.len());
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 0)
+            .all(|e| e["args"]["rank"].as_u64().is_some_and(|r| r < 16))
+    );
+}
