@@ -7,12 +7,15 @@ mod common;
 
 use gpucomm_algo::Collective;
 use gpucomm_sim::collective::{AlgoChoice, CollOptions, simulate};
+use gpucomm_sim::exec::ExecResult;
 use gpucomm_sim::fabric::Fabric;
+use gpucomm_sim::machine::ClusterFabric;
 use gpucomm_sim::model::Protocol;
 use gpucomm_sim::trace::{chrome_trace, document, write_chrome_trace};
 
-#[test]
-fn the_streamed_trace_is_the_built_one() {
+/// A ring `c` of `bytes` under Simple on 2 DGX H100 nodes, every rank
+/// traced: the fabric and the run.
+fn traced(c: Collective, bytes: u64) -> (ClusterFabric, ExecResult) {
     let f = common::fabric("dgx-h100", 2);
     let opts = CollOptions {
         algorithm: AlgoChoice::parse("ring").into(),
@@ -20,8 +23,13 @@ fn the_streamed_trace_is_the_built_one() {
         trace_ranks: 16,
         ..Default::default()
     };
-    let r = simulate(&f, Collective::AllGather, 4 << 20, &opts).unwrap();
-    let run = r.exec.expect("a schedule ran");
+    let r = simulate(&f, c, bytes, &opts).unwrap();
+    (f, r.exec.expect("a schedule ran"))
+}
+
+#[test]
+fn the_streamed_trace_is_the_built_one() {
+    let (f, run) = traced(Collective::AllGather, 4 << 20);
     assert!(!run.rank_spans.is_empty() && !run.link_spans.is_empty());
     let name = |l: u32| f.link_name(l);
     let built = document(chrome_trace(&run, &name, 5.0));
@@ -51,15 +59,7 @@ fn the_streamed_trace_is_the_built_one() {
 /// track, and no two slices of one lane overlap.
 #[test]
 fn no_two_slices_of_a_track_overlap() {
-    let f = common::fabric("dgx-h100", 2);
-    let opts = CollOptions {
-        algorithm: AlgoChoice::parse("ring").into(),
-        protocol: Some(Protocol::Simple).into(),
-        trace_ranks: 16,
-        ..Default::default()
-    };
-    let r = simulate(&f, Collective::AllReduce, 64 << 20, &opts).unwrap();
-    let run = r.exec.expect("a schedule ran");
+    let (f, run) = traced(Collective::AllReduce, 64 << 20);
     let name = |l: u32| f.link_name(l);
     let doc = document(chrome_trace(&run, &name, 0.0));
     let events = doc["traceEvents"].as_array().unwrap();
