@@ -443,6 +443,52 @@ fn completion_heap_keeps_order_under_rekeying() {
 }
 
 #[test]
+fn a_heap_built_at_once_pops_in_order_and_takes_updates() {
+    let mut x = 99u64;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    for (n, updates) in [0usize, 1, 2, 4, 5, 6, 17, 64, 300]
+        .into_iter()
+        .flat_map(|n| [(n, false), (n, true)])
+    {
+        let mut h = IndexedHeap::default();
+        h.grow(n);
+        let mut model: Vec<Option<(u64, u64)>> = vec![None; n];
+        let items: Vec<(u64, u64, u32)> = (0..n as u32)
+            .map(|i| (next() % 50, u64::from(i), i))
+            .collect();
+        for &(k, s, i) in &items {
+            model[i as usize] = Some((k, s));
+        }
+        h.extend_unordered(items.into_iter());
+        // Keys may then move either way, and ids leave, as a filling does.
+        for _ in 0..if updates { n } else { 0 } {
+            let i = (next() % n as u64) as u32;
+            if next() % 3 == 0 {
+                h.remove(i);
+                model[i as usize] = None;
+            } else {
+                let k = next() % 50;
+                h.set(i, k, u64::from(i));
+                model[i as usize] = Some((k, u64::from(i)));
+            }
+        }
+        let mut want: Vec<(u64, u64, u32)> = model
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.map(|(k, s)| (k, s, i as u32)))
+            .collect();
+        want.sort_unstable();
+        let got: Vec<(u64, u64, u32)> = std::iter::from_fn(|| h.pop()).collect();
+        assert_eq!(got, want, "{n} ids, updates: {updates}");
+    }
+}
+
+#[test]
 fn a_flow_started_on_the_route_of_one_that_just_ended_takes_its_place() {
     // Link 0 (10 GB/s) carries A (then its successor A2) and B; link 1
     // (4 GB/s) only A: A gets 4, B 6. A's 4 MB end at 1 ms; A2 takes A's
