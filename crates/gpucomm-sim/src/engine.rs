@@ -445,6 +445,11 @@ pub struct FlowNet {
     // Accounting.
     link_bytes: Vec<f64>,
     busy_since: Vec<u64>,
+    /// Per link, the latest end among the paths that left it since it was
+    /// last idle: with a batch window the paths of one batch empty at
+    /// different times and leave in no time order, and the link's busy
+    /// time ends at the latest.
+    idle_at: Vec<u64>,
     busy_total: Vec<u64>,
     trace: Option<Vec<BusySpan>>,
     /// Flows in their data phase.
@@ -516,6 +521,7 @@ impl FlowNet {
             },
             link_bytes: vec![0.0; n],
             busy_since: vec![0; n],
+            idle_at: vec![0; n],
             busy_total: vec![0; n],
             trace: None,
             active: 0,
@@ -830,15 +836,17 @@ impl FlowNet {
             for h in base..base + hops {
                 let l = self.route[h];
                 self.leave(l, h);
-                let lf = &self.link_flows[l as usize];
-                if lf.is_empty() {
-                    let since = self.busy_since[l as usize];
-                    self.busy_total[l as usize] += t - since;
+                let li = l as usize;
+                self.idle_at[li] = self.idle_at[li].max(t);
+                if self.link_flows[li].is_empty() {
+                    let (since, end) = (self.busy_since[li], self.idle_at[li]);
+                    self.idle_at[li] = 0;
+                    self.busy_total[li] += end - since;
                     if let Some(tr) = &mut self.trace {
                         tr.push(BusySpan {
                             link: l,
                             start: SimTime::from_ps(since),
-                            end: SimTime::from_ps(t),
+                            end: SimTime::from_ps(end),
                         });
                     }
                 }

@@ -113,6 +113,43 @@ fn flows_on_one_path_share_its_rate_whenever_they_start() {
 }
 
 #[test]
+fn a_link_is_busy_until_its_last_path_ends_whatever_order_they_leave_in() {
+    // Link 0 (10 GB/s) carries path Q = [0] (flows 1 and 3) and path
+    // P = [0, 1] (flow 2), 10/3 GB/s each: flow 1 ends at 300 us, 2 at
+    // 300.3 us, 3 at 300.6 us, all in one batch of a 1 us window. Q
+    // changed first, so it leaves its links first; link 0 is still busy
+    // until 300.6 us, when flow 3 ends (it was taken as idle at 300.3 us,
+    // P's end, when the paths left in that order; review of the forty-
+    // fourth session).
+    let mut net = FlowNet::new(&[10.0, 100.0]);
+    net.set_batch_window(SimTime::from_us(1.0));
+    net.record_busy_spans();
+    net.start_flow(&[0], 1.000e6, SimTime::ZERO, 1);
+    net.start_flow(&[0, 1], 1.001e6, SimTime::ZERO, 2);
+    net.start_flow(&[0], 1.002e6, SimTime::ZERO, 3);
+    let r = run_all(&mut net);
+    assert_eq!(r.len(), 3, "{r:?}");
+    let last = r[2].0;
+    assert!(close(last, 300.6), "{r:?}");
+    assert!(
+        close(net.link_busy(0).as_us(), last),
+        "{:?}",
+        net.busy_spans()
+    );
+    assert!(
+        close(net.link_busy(1).as_us(), 300.3),
+        "{:?}",
+        net.busy_spans()
+    );
+    let spans = net.busy_spans();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    for s in spans {
+        let want = if s.link == 0 { last } else { 300.3 };
+        assert!(close(s.end.as_us(), want), "{spans:?}");
+    }
+}
+
+#[test]
 fn parking_lot_three_links() {
     // Parking lot: long flow over links 0,1,2 (cap 1 each), one short
     // flow per link: every flow gets 1/2.
