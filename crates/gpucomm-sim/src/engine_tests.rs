@@ -613,3 +613,213 @@ fn a_long_cascade_is_refilled_flow_by_flow_not_by_component() {
         "{refilled} flows refilled for a change of {m}"
     );
 }
+
+/// A flow of a chained scenario: its route (an index into a few shared
+/// routes), bytes, latency (ps), and the flows started when it is
+/// delivered.
+#[derive(Clone, Debug)]
+struct Chained {
+    route: usize,
+    bytes: f64,
+    latency: u64,
+    then: Vec<usize>,
+}
+
+/// A scenario of flows on a few shared routes (which may repeat a link):
+/// some started by timers, the rest when a flow is delivered, some with no
+/// byte, some with a latency. Returns the capacities, the routes, the
+/// `(start ps, flow)` of the timed ones and the flows.
+type ChainScenario = (Vec<f64>, Vec<Vec<LinkId>>, Vec<(u64, usize)>, Vec<Chained>);
+
+fn chained_scenario() -> impl Strategy<Value = ChainScenario> {
+    (2usize..6, 1usize..5, 1usize..40).prop_flat_map(|(nl, np, n)| {
+        let caps = proptest::collection::vec(1u32..8, nl).prop_map(|v| {
+            v.into_iter()
+                .map(|c| f64::from(c) * 2.5)
+                .collect::<Vec<f64>>()
+        });
+        let routes = proptest::collection::vec(proptest::collection::vec(0..nl as u32, 1..=4), np);
+        let flows =
+            proptest::collection::vec((0..np, 0u32..50, 0usize..3, 0usize..100, 0u64..4), n);
+        (caps, routes, flows).prop_map(|(caps, routes, flows)| {
+            let mut fl: Vec<Chained> = Vec::new();
+            let mut timed = Vec::new();
+            for (i, &(route, kb, lat, parent, start)) in flows.iter().enumerate() {
+                fl.push(Chained {
+                    route,
+                    bytes: f64::from(kb) * 1000.0,
+                    latency: [0, 0, 1_000_000][lat],
+                    then: Vec::new(),
+                });
+                if i == 0 || parent % 3 == 0 {
+                    timed.push((start * 300_000, i));
+                } else {
+                    fl[parent % i].then.push(i);
+                }
+            }
+            (caps, routes, timed, fl)
+        })
+    })
+}
+
+/// The scenario as fluid flows, written apart from the engine: between
+/// events every active flow drains at its water-filling rate, in `f64`
+/// picoseconds. Returns each flow's delivery (NaN if never), each link's
+/// busy time and bytes.
+fn fluid_reference(sc: &ChainScenario) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (caps, routes, timed, fl) = sc;
+    let mut delivered = vec![f64::NAN; fl.len()];
+    let mut starts: Vec<(f64, usize)> = timed.iter().map(|&(t, i)| (t as f64, i)).collect();
+    let mut deliveries: Vec<(f64, usize)> = Vec::new();
+    let mut active: Vec<(usize, f64)> = Vec::new();
+    let (mut busy, mut bytes) = (vec![0.0; caps.len()], vec![0.0; caps.len()]);
+    let mut t = 0.0f64;
+    loop {
+        // Everything due now, deliveries first (they start flows now).
+        loop {
+            let mut moved = false;
+            deliveries.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            while deliveries.first().is_some_and(|d| d.0 <= t + 1e-6) {
+                let (td, i) = deliveries.remove(0);
+                delivered[i] = td;
+                starts.extend(fl[i].then.iter().map(|&c| (t, c)));
+                moved = true;
+            }
+            starts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            while starts.first().is_some_and(|s| s.0 <= t + 1e-6) {
+                let (_, i) = starts.remove(0);
+                if fl[i].bytes > 0.0 {
+                    active.push((i, fl[i].bytes));
+                } else {
+                    deliveries.push((t + fl[i].latency as f64, i));
+                }
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        let on: Vec<Vec<LinkId>> = active
+            .iter()
+            .map(|a| routes[fl[a.0].route].clone())
+            .collect();
+        let rates = water_filling(caps, &on);
+        let mut dt = f64::INFINITY;
+        for (a, r) in active.iter().zip(&rates) {
+            dt = dt.min(a.1 / (r * 1e-3));
+        }
+        dt = starts
+            .iter()
+            .chain(&deliveries)
+            .fold(dt, |d, e| d.min(e.0 - t));
+        if !dt.is_finite() {
+            break;
+        }
+        let mut used = vec![false; caps.len()];
+        on.iter().flatten().for_each(|&l| used[l as usize] = true);
+        for (b, u) in busy.iter_mut().zip(&used) {
+            if *u {
+                *b += dt;
+            }
+        }
+        t += dt;
+        let mut still = Vec::new();
+        for (a, r) in active.iter().zip(&rates) {
+            let left = a.1 - r * 1e-3 * dt;
+            if left <= 1e-6 * fl[a.0].bytes {
+                for &l in &routes[fl[a.0].route] {
+                    bytes[l as usize] += fl[a.0].bytes;
+                }
+                deliveries.push((t + fl[a.0].latency as f64, a.0));
+            } else {
+                still.push((a.0, left));
+            }
+        }
+        active = still;
+    }
+    (delivered, busy, bytes)
+}
+
+/// The scenario on the engine, through `path` and `start_flow_on`,
+/// checking every batch's rates against water-filling. Returns what
+/// [`fluid_reference`] does.
+fn on_engine(sc: &ChainScenario, full: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (caps, routes, timed, fl) = sc;
+    let mut net = FlowNet::new(caps);
+    net.set_full_recompute(full);
+    let paths: Vec<PathId> = routes.iter().map(|r| net.path(r)).collect();
+    for &(t, i) in timed {
+        net.timer(SimTime::from_ps(t), i as u64);
+    }
+    let mut delivered = vec![f64::NAN; fl.len()];
+    let mut out = Vec::new();
+    let start = |net: &mut FlowNet, i: usize| {
+        let f = &fl[i];
+        net.start_flow_on(
+            paths[f.route],
+            f.bytes,
+            SimTime::from_ps(f.latency),
+            i as u64,
+        );
+    };
+    while let Some(t) = net.next_batch(&mut out) {
+        for &o in &out.clone() {
+            match o {
+                Output::Timer(i) => start(&mut net, i as usize),
+                Output::Delivered(i) => {
+                    delivered[i as usize] = t.as_ps() as f64;
+                    for &c in &fl[i as usize].then {
+                        start(&mut net, c);
+                    }
+                }
+            }
+        }
+        let got = net.rates_by_tag();
+        let on: Vec<Vec<LinkId>> = got
+            .iter()
+            .map(|&(tag, _)| routes[fl[tag as usize].route].clone())
+            .collect();
+        for ((tag, r), w) in got.iter().zip(water_filling(caps, &on)) {
+            assert!(
+                (r - w).abs() <= 1e-9 * w.max(1e-9),
+                "flow {tag}: {r} GB/s, want {w}"
+            );
+        }
+        assert_eq!(net.active_flows() as usize, got.len());
+    }
+    let links = 0..caps.len() as LinkId;
+    let busy = links
+        .clone()
+        .map(|l| net.link_busy(l).as_ps() as f64)
+        .collect();
+    let bytes = links.map(|l| net.link_bytes(l)).collect();
+    (delivered, busy, bytes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Flows that start one another on shared paths (a path emptied and
+    /// refilled in one batch, counts that go down and up again, zero-byte
+    /// flows, latencies) end, keep their links busy and count their bytes
+    /// as fluid flows under water-filling do, to 3 ps per flow + 1e-6
+    /// relative (the engine rounds event times up to picoseconds).
+    #[test]
+    fn chained_flows_match_a_fluid_reference(sc in chained_scenario()) {
+        let (rd, rb, rbytes) = fluid_reference(&sc);
+        let slack = 3.0 * sc.3.len() as f64;
+        for full in [false, true] {
+            let (ed, eb, ebytes) = on_engine(&sc, full);
+            for (i, (e, r)) in ed.iter().zip(&rd).enumerate() {
+                prop_assert_eq!(e.is_nan(), r.is_nan(), "flow {} delivered?", i);
+                if !r.is_nan() {
+                    prop_assert!((e - r).abs() <= slack + 1e-6 * r, "flow {i}: {e} ps, fluid {r}");
+                }
+            }
+            for l in 0..sc.0.len() {
+                prop_assert!((eb[l] - rb[l]).abs() <= slack + 1e-6 * rb[l], "link {l} busy {} ps, fluid {}", eb[l], rb[l]);
+                prop_assert!((ebytes[l] - rbytes[l]).abs() <= 1e-6 * rbytes[l].max(1.0), "link {l} bytes");
+            }
+        }
+    }
+}
