@@ -1614,3 +1614,62 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A sweep prints its header at once and each row when its size is done,
+/// as nccl-tests does, not the whole table at the end: the 1 MiB row is
+/// there while the 1 GiB size over 6 GB200 NVL72 racks (seconds of
+/// simulation) still runs, a second after the row came. The run is stopped
+/// once that is seen.
+#[test]
+fn a_sweep_prints_each_row_as_its_size_is_done() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpucomm"))
+        .args([
+            "sim",
+            "all_gather",
+            "--topology",
+            "gb200-nvl72",
+            "--nodes",
+            "6",
+            "-b",
+            "1M",
+            "-e",
+            "1G",
+            "-f",
+            "1024",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting gpucomm");
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut header = Vec::new();
+    let mut first_row = None;
+    for line in lines {
+        let line = line.expect("stdout");
+        if line.starts_with('#') {
+            header.push(line);
+        } else {
+            first_row = Some(line);
+            break;
+        }
+    }
+    // Printed at the end, the table came a few milliseconds before the
+    // process exited; printed as it goes, the 1 GiB size has seconds left.
+    std::thread::sleep(Duration::from_secs(1));
+    let running = child.try_wait().expect("waiting").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let row = first_row.expect("a row");
+    assert!(row.trim_start().starts_with("1043712 "), "{row}");
+    assert!(
+        header.iter().any(|l| l.contains("busbw(GB/s)")),
+        "{header:?}"
+    );
+    assert!(
+        running,
+        "the 1 MiB row came only when the whole sweep was done: {row}"
+    );
+}

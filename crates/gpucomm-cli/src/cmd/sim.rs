@@ -14,7 +14,7 @@ use gpucomm_sim::collective::{
 };
 use gpucomm_sim::exec::{ExecResult, Symmetry};
 use gpucomm_sim::fabric::Fabric;
-use gpucomm_sim::machine::NetLayout;
+use gpucomm_sim::machine::{ClusterFabric, NetLayout};
 use gpucomm_sim::model::Protocol;
 use gpucomm_sim::train::{
     CommTimes, MODEL_PRESETS, ModelSpec, Sharding, TrainConfig, prefill, step,
@@ -580,6 +580,71 @@ fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
 
+/// The header of `sim COLLECTIVE`'s table: what runs on what, how times
+/// are taken, the network, and the column names.
+fn write_collective_header(
+    o: &mut impl Write,
+    coll: Collective,
+    mach: &Machine,
+    fabric: &ClusterFabric,
+    ranks: usize,
+    shown: Average,
+    a: &CollArgs,
+) -> anyhow::Result<()> {
+    // A one-node topology replicated: `2 x dgx-h100`; a topology
+    // that holds its nodes, once (`2 x dgx-h100x2` read as two
+    // copies of a two-node machine).
+    let (times, nodes) = if mach.topology_nodes > 1 {
+        (String::new(), format!("{} nodes, ", mach.nodes))
+    } else {
+        (format!("{} x ", mach.nodes), String::new())
+    };
+    writeln!(
+        o,
+        "# gpucomm sim {}: {times}{} ({nodes}{} GPUs per node, {} ranks){}",
+        coll.name(),
+        mach.name,
+        fabric.ranks_per_node(),
+        ranks,
+        coll.root().map_or(String::new(), |r| format!(", root {r}"))
+    )?;
+    writeln!(
+        o,
+        "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
+    )?;
+    writeln!(
+        o,
+        "# time: {} (--average {}){}",
+        match shown {
+            Average::Avg => "each rank's, averaged over ranks as nccl-tests reports it",
+            Average::Max => "the last rank's (the collective's completion)",
+            Average::Min => "the first rank's to finish",
+            Average::Rank0 => "rank 0's",
+        },
+        shown.name(),
+        match a.iters {
+            1 => String::new(),
+            n => format!(
+                "; per iteration of {n} back to back, each rank's from the loop's start \
+                 (--iters {n})"
+            ),
+        }
+    )?;
+    if mach.nodes > 1 {
+        write_network(o, mach)?;
+    }
+    if let Some(line) = a.tuner.restriction() {
+        writeln!(o, "# tuner: {line}")?;
+    }
+    writeln!(o, "#")?;
+    writeln!(
+        o,
+        "# {:>12} {:>12} {:>6} {:>18} {:>7} {:>12} {:>12} {:>12}",
+        "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
+    )?;
+    Ok(())
+}
+
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let coll = coll.with_root(a.root);
     let mach = machine(&a.m, None)?;
@@ -628,6 +693,12 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         )
         .map_err(asked)?;
     }
+    // The table's header, then each row as its size is simulated (as
+    // nccl-tests prints them): a sweep's large sizes may take minutes.
+    let mut o = out();
+    if !a.m.json {
+        write_collective_header(&mut o, coll, &mach, &fabric, ranks, shown, &a)?;
+    }
     let mut results: Vec<CollResult> = Vec::new();
     let mut walls = Vec::new();
     let last = sizes.len().saturating_sub(1);
@@ -657,9 +728,22 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         if tracing {
             trace_run = r.exec.clone();
         }
+        if !a.m.json {
+            writeln!(
+                o,
+                "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
+                r.bytes,
+                gpucomm_sim::collective::nccl_tests_count(coll, r.bytes, ranks, elem),
+                nccl_type_name(a.datatype),
+                r.algorithm.name(),
+                protocol_name(&r).unwrap_or("-"),
+                r.time.as_us(),
+                r.algbw_gbps,
+                r.busbw_gbps
+            )?;
+        }
         results.push(r);
     }
-    let mut o = out();
     if a.m.json {
         let rows: Vec<_> = results
             .iter()
@@ -707,71 +791,6 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        // A one-node topology replicated: `2 x dgx-h100`; a topology
-        // that holds its nodes, once (`2 x dgx-h100x2` read as two
-        // copies of a two-node machine).
-        let (times, nodes) = if mach.topology_nodes > 1 {
-            (String::new(), format!("{} nodes, ", mach.nodes))
-        } else {
-            (format!("{} x ", mach.nodes), String::new())
-        };
-        writeln!(
-            o,
-            "# gpucomm sim {}: {times}{} ({nodes}{} GPUs per node, {} ranks){}",
-            coll.name(),
-            mach.name,
-            fabric.ranks_per_node(),
-            ranks,
-            coll.root().map_or(String::new(), |r| format!(", root {r}"))
-        )?;
-        writeln!(
-            o,
-            "# engine: NCCL-style kernels and protocols (LL, LL128, Simple); busbw as nccl-tests"
-        )?;
-        writeln!(
-            o,
-            "# time: {} (--average {}){}",
-            match shown {
-                Average::Avg => "each rank's, averaged over ranks as nccl-tests reports it",
-                Average::Max => "the last rank's (the collective's completion)",
-                Average::Min => "the first rank's to finish",
-                Average::Rank0 => "rank 0's",
-            },
-            shown.name(),
-            match a.iters {
-                1 => String::new(),
-                n => format!(
-                    "; per iteration of {n} back to back, each rank's from the loop's start \
-                     (--iters {n})"
-                ),
-            }
-        )?;
-        if mach.nodes > 1 {
-            write_network(&mut o, &mach)?;
-        }
-        if let Some(line) = a.tuner.restriction() {
-            writeln!(o, "# tuner: {line}")?;
-        }
-        writeln!(o, "#")?;
-        writeln!(
-            o,
-            "# {:>12} {:>12} {:>6} {:>18} {:>7} {:>12} {:>12} {:>12}",
-            "size", "count", "type", "algorithm", "proto", "time(us)", "algbw(GB/s)", "busbw(GB/s)"
-        )?;
-        for r in &results {
-            writeln!(
-                o,
-                "  {:>12} {:>12} {:>6} {:>18} {:>7} {:>12.2} {:>12.2} {:>12.2}",
-                r.bytes,
-                gpucomm_sim::collective::nccl_tests_count(coll, r.bytes, ranks, elem),
-                nccl_type_name(a.datatype),
-                r.algorithm.name(),
-                protocol_name(r).unwrap_or("-"),
-                r.time.as_us(),
-                r.algbw_gbps,
-                r.busbw_gbps
-            )?;
-        }
         for r in results.iter().filter(|r| !r.passed_over.is_empty()) {
             for (c, p, why) in &r.passed_over {
                 writeln!(
