@@ -129,8 +129,6 @@ pub type PathId = u32;
 struct Path {
     /// Number of links of the route.
     hops: u32,
-    /// Flows in their data phase.
-    flows: u32,
     /// On its links' lists: busy, or emptied in the current batch.
     on_links: bool,
     /// Listed in `FlowNet::changed`.
@@ -143,17 +141,24 @@ struct Path {
     /// Flows that ended in the current batch: a flow started on the path
     /// now takes one's place (counted as a hand-over).
     ended: u32,
-    /// Its flows by end mark: `(mark's bits, seq, flow)`.
+    /// Its flows in their data phase, by end mark: `(mark's bits, seq,
+    /// flow)`.
     queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
 }
 
-/// A flow on a path, in its data phase while `active`.
+impl Path {
+    /// Flows in their data phase.
+    fn flows(&self) -> u32 {
+        self.queue.len() as u32
+    }
+}
+
+/// A flow on a path (in its data phase while in the path's queue).
 #[derive(Clone, Copy, Debug, Default)]
 struct Flow {
     bytes: f64,
     latency: u64,
     tag: u64,
-    active: bool,
 }
 
 /// Counters describing the work a run did.
@@ -594,9 +599,16 @@ impl FlowNet {
     /// The path of `links`: the id under which flows on exactly that route
     /// share a rate ([`FlowNet::start_flow_on`]). The same links give the
     /// same id; a path, once made, stays (a driver keeps one per route).
+    ///
+    /// # Panics
+    ///
+    /// If a link is not one of this network's.
     pub fn path(&mut self, links: &[LinkId]) -> PathId {
         if let Some(&p) = self.path_ids.get(links) {
             return p;
+        }
+        if let Some(&l) = links.iter().find(|&&l| l as usize >= self.cap.len()) {
+            panic!("link {l} on a network of {} links", self.cap.len());
         }
         if links.len() > self.stride {
             self.relayout(links.len());
@@ -626,7 +638,8 @@ impl FlowNet {
     /// Starts, now, a flow of `bytes` along `links`, delivered `latency`
     /// after its last byte leaves. A flow with no link or no byte is
     /// delivered after `latency` alone. Same as [`FlowNet::start_flow_on`]
-    /// on [`FlowNet::path`]`(links)`.
+    /// on [`FlowNet::path`]`(links)`, and panics as that does on a link
+    /// that is not this network's.
     pub fn start_flow(&mut self, links: &[LinkId], bytes: f64, latency: SimTime, tag: u64) {
         let p = self.path(links);
         self.start_flow_on(p, bytes, latency, tag);
@@ -686,7 +699,6 @@ impl FlowNet {
             bytes,
             latency: latency.as_ps(),
             tag,
-            active: true,
         };
         let f = match self.free_flows.pop() {
             Some(f) => {
@@ -711,11 +723,7 @@ impl FlowNet {
         let key = (mark.to_bits(), self.seq, f);
         let first = pa.queue.peek().is_none_or(|&Reverse(k)| key < k);
         pa.queue.push(Reverse(key));
-        pa.flows += 1;
-        if !pa.changed {
-            pa.changed = true;
-            self.changed.push(path);
-        }
+        self.note_change(path);
         self.active += 1;
         self.stats.max_active_flows = self.stats.max_active_flows.max(self.active);
         if first {
@@ -723,8 +731,17 @@ impl FlowNet {
         }
     }
 
-    /// Puts idle path `path` on its links, with its clock at zero and no
-    /// rate yet (it gets one at the next recomputation).
+    /// Lists `path` among those whose flows changed in this batch (once).
+    fn note_change(&mut self, path: PathId) {
+        let pa = &mut self.paths[path as usize];
+        if !pa.changed {
+            pa.changed = true;
+            self.changed.push(path);
+        }
+    }
+
+    /// Puts idle path `path` on its links, with no rate yet (it gets one at
+    /// the next recomputation; its clock restarts with its first flow).
     fn join_links(&mut self, path: PathId) {
         let now = self.now;
         let p = path as usize;
@@ -738,10 +755,7 @@ impl FlowNet {
             self.link_pos[h] = lf.len() as u32;
             lf.push(path);
         }
-        let pa = &mut self.paths[p];
-        pa.on_links = true;
-        pa.served = 0.0;
-        pa.last = now;
+        self.paths[p].on_links = true;
         self.rate[p] = 0.0;
         self.weight[p] = 0;
         self.bott[p] = NONE;
@@ -815,7 +829,7 @@ impl FlowNet {
             let pa = &mut self.paths[p];
             pa.changed = false;
             pa.ended = 0;
-            let (flows, t) = (pa.flows, pa.emptied);
+            let (flows, t) = (pa.flows(), pa.emptied);
             let base = p * self.stride;
             let hops = pa.hops as usize;
             if flows > 0 {
@@ -919,16 +933,11 @@ impl FlowNet {
             self.done.remove(path);
             return;
         };
-        pa.flows -= 1;
         pa.ended += 1;
         pa.emptied = now;
-        if !pa.changed {
-            pa.changed = true;
-            self.changed.push(path);
-        }
         let (base, hops) = (p * self.stride, pa.hops as usize);
-        let fl = &mut self.flows[f as usize];
-        fl.active = false;
+        self.note_change(path);
+        let fl = self.flows[f as usize];
         let (bytes, latency, tag) = (fl.bytes, fl.latency, fl.tag);
         self.free_flows.push(f);
         for h in base..base + hops {
@@ -1282,9 +1291,7 @@ impl FlowNet {
         let mut v: Vec<(u64, f64)> = Vec::new();
         for (p, pa) in self.paths.iter().enumerate() {
             for &Reverse((_, _, f)) in pa.queue.iter() {
-                let fl = &self.flows[f as usize];
-                assert!(fl.active, "a queued flow is active");
-                v.push((fl.tag, self.rate[p] / BPS_PER_GBPS));
+                v.push((self.flows[f as usize].tag, self.rate[p] / BPS_PER_GBPS));
             }
         }
         v.sort_by_key(|a| a.0);

@@ -150,6 +150,12 @@ fn a_link_is_busy_until_its_last_path_ends_whatever_order_they_leave_in() {
 }
 
 #[test]
+#[should_panic(expected = "link 5 on a network of 2 links")]
+fn a_route_through_a_link_the_network_lacks_is_refused_by_name() {
+    FlowNet::new(&[1.0, 1.0]).path(&[0, 5]);
+}
+
+#[test]
 fn parking_lot_three_links() {
     // Parking lot: long flow over links 0,1,2 (cap 1 each), one short
     // flow per link: every flow gets 1/2.
