@@ -1624,7 +1624,7 @@ fn a_bad_command_line_exits_2_and_a_bad_file_1() {
 fn a_sweep_prints_each_row_as_its_size_is_done() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpucomm"))
+    let mut child = Command::new(common::exe())
         .args([
             "sim",
             "all_gather",

@@ -587,7 +587,6 @@ fn write_collective_header(
     coll: Collective,
     mach: &Machine,
     fabric: &ClusterFabric,
-    ranks: usize,
     shown: Average,
     a: &CollArgs,
 ) -> anyhow::Result<()> {
@@ -605,7 +604,7 @@ fn write_collective_header(
         coll.name(),
         mach.name,
         fabric.ranks_per_node(),
-        ranks,
+        fabric.ranks(),
         coll.root().map_or(String::new(), |r| format!(", root {r}"))
     )?;
     writeln!(
@@ -697,7 +696,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     // nccl-tests prints them): a sweep's large sizes may take minutes.
     let mut o = out();
     if !a.m.json {
-        write_collective_header(&mut o, coll, &mach, &fabric, ranks, shown, &a)?;
+        write_collective_header(&mut o, coll, &mach, &fabric, shown, &a)?;
     }
     let mut results: Vec<CollResult> = Vec::new();
     let mut walls = Vec::new();
