@@ -600,6 +600,72 @@ pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
     bytes.div_ceil(size).clamp(1, n) as u16
 }
 
+/// Threads of one NCCL channel (a thread block) under `protocol`, as its
+/// tuning sets them (`comm->maxThreads`, NVIDIA/nccl `src/graph/tuning.cc`;
+/// `NCCL_LL_MAX_NTHREADS`, `NCCL_LL128_MAX_NTHREADS`,
+/// `NCCL_SIMPLE_MAX_NTHREADS`, `src/include/device.h`). NCCL gives a ring's
+/// Simple channels 256 instead where its ring graph's whole bandwidth
+/// (`bwIntra x nChannels`) is within `PCI_BW` (12 GB/s), a PCIe Gen3
+/// machine's; the simulator does not find that graph and takes 512.
+pub fn nccl_max_threads(protocol: Protocol) -> u64 {
+    match protocol {
+        Protocol::Ll | Protocol::Simple => 512,
+        Protocol::Ll128 => 640,
+    }
+}
+
+/// Bytes each thread of a channel gets at least before NCCL adds a
+/// channel to a ring or tree operation (`comm->threadThresholds`,
+/// `tuning.cc`: `NCCL_LL_THREAD_THRESHOLD` 8, `NCCL_LL128_THREAD_THRESHOLD`
+/// 8, `NCCL_SIMPLE_THREAD_THRESHOLD` 64 from `src/include/device.h`; a
+/// ring's LL threshold is multiplied by the ranks).
+pub fn nccl_thread_threshold(ring: bool, protocol: Protocol, ranks: usize) -> u64 {
+    match protocol {
+        Protocol::Ll if ring => 8 * ranks.max(1) as u64,
+        Protocol::Ll | Protocol::Ll128 => 8,
+        Protocol::Simple => 64,
+    }
+}
+
+/// The channels NCCL runs one ring or tree operation of `bytes` on, of
+/// the communicator's `channels` (`topoGetAlgoInfo`, NVIDIA/nccl
+/// `src/enqueue.cc`: `while (nBytes < nc * nt * threadThreshold) nc--`,
+/// down to one; `nBytes` is the larger of what a rank sends and receives,
+/// the whole output of an all_gather and input of a reduce_scatter,
+/// `ncclFuncMaxSendRecvCount`). A channel is a thread block, and a small
+/// operation spread over all of them would give each thread a few bytes:
+/// NCCL keeps [`nccl_max_threads`] x [`nccl_thread_threshold`] bytes per
+/// channel. NVLS, CollNet and point-to-point operations take their own
+/// channel counts and are not reduced this way.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_op_channels, Protocol};
+/// // A ring under LL keeps 8 x ranks bytes per thread, 512 threads:
+/// // 128 KiB per channel on 32 ranks, so 1 MiB runs 8 channels of 64.
+/// assert_eq!(nccl_op_channels(true, Protocol::Ll, 1 << 20, 32, 64), 8);
+/// // On 288 ranks (4 GB200 NVL72 racks), 1.1 MiB per channel: one.
+/// assert_eq!(nccl_op_channels(true, Protocol::Ll, 1 << 20, 288, 64), 1);
+/// // Simple keeps 64 x 512 = 32 KiB per channel, whatever the ranks.
+/// assert_eq!(nccl_op_channels(false, Protocol::Simple, 100 << 10, 16, 16), 3);
+/// // LL128, 8 x 640 = 5 KiB: 64 channels from 320 KiB.
+/// assert_eq!(nccl_op_channels(true, Protocol::Ll128, 320 << 10, 1024, 64), 64);
+/// assert_eq!(nccl_op_channels(true, Protocol::Ll128, 8, 16, 8), 1);
+/// ```
+pub fn nccl_op_channels(
+    ring: bool,
+    protocol: Protocol,
+    bytes: u64,
+    ranks: usize,
+    channels: u16,
+) -> u16 {
+    let per_channel = nccl_max_threads(protocol) * nccl_thread_threshold(ring, protocol, ranks);
+    let mut nc = channels.max(1);
+    while nc >= 2 && bytes < u64::from(nc) * per_channel {
+        nc -= 1;
+    }
+    nc
+}
+
 /// Efficiency factors of one engine on one architecture.
 #[derive(Clone, Copy, Debug)]
 pub struct Efficiency {

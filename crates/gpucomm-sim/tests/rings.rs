@@ -263,3 +263,52 @@ fn a100_sendrecv_runs_nccls_p2p_channels_and_chunks() {
     let h = gbps(&common::fabric("dgx-h100", 1), 1 << 30);
     assert!(h > 0.99 * 370.8, "{h} GB/s");
 }
+
+/// NCCL runs a small ring or tree operation on fewer channels than its
+/// communicator has, so that each thread gets its least share
+/// (`topoGetAlgoInfo`, `model::nccl_op_channels`): on 4 DGX H100 nodes (32
+/// ranks, one channel per NIC, two per NIC for the tree all_reduce) a ring
+/// under LL keeps 8 x 32 bytes per thread of 512, 128 KiB per channel.
+#[test]
+fn small_rings_and_trees_run_on_the_channels_nccl_gives_them() {
+    use gpucomm_algo::Algorithm::{Ring, Tree};
+    use gpucomm_sim::collective::schedule_for;
+    let f = common::fabric("dgx-h100", 4);
+    let ch = |coll, bytes, algo, p| {
+        schedule_for(&f, coll, bytes, algo, None, p)
+            .unwrap()
+            .schedule
+            .channels
+    };
+    assert_eq!(ch(Collective::AllGather, 128 << 10, Ring, Protocol::Ll), 1);
+    assert_eq!(ch(Collective::AllGather, 512 << 10, Ring, Protocol::Ll), 4);
+    assert_eq!(ch(Collective::AllGather, 1 << 20, Ring, Protocol::Ll), 8);
+    assert_eq!(ch(Collective::AllReduce, 8 << 20, Ring, Protocol::Ll), 8);
+    // LL128 keeps 8 x 640 = 5 KiB per channel, Simple 64 x 512 = 32 KiB,
+    // whatever the ranks.
+    assert_eq!(
+        ch(Collective::ReduceScatter, 16 << 10, Ring, Protocol::Ll128),
+        3
+    );
+    assert_eq!(
+        ch(Collective::ReduceScatter, 100 << 10, Ring, Protocol::Simple),
+        3
+    );
+    // The tree all_reduce under LL: 8 x 512 = 4 KiB per channel, of 16.
+    assert_eq!(ch(Collective::AllReduce, 4 << 10, Tree, Protocol::Ll), 1);
+    assert_eq!(ch(Collective::AllReduce, 40 << 10, Tree, Protocol::Ll), 10);
+    assert_eq!(ch(Collective::AllReduce, 64 << 10, Tree, Protocol::Ll), 16);
+    // A broadcast's chain keeps one channel per NIC (docs/sim.md, "What is
+    // not modeled"), and a count the user set runs as set.
+    let bcast = Collective::Broadcast { root: 0 };
+    assert_eq!(ch(bcast, 128 << 10, Ring, Protocol::Ll), 8);
+    let set = schedule_for(
+        &f,
+        Collective::AllGather,
+        4 << 10,
+        Ring,
+        Some(8),
+        Protocol::Ll,
+    );
+    assert_eq!(set.unwrap().schedule.channels, 8);
+}
