@@ -1673,3 +1673,45 @@ fn a_sweep_prints_each_row_as_its_size_is_done() {
         "the 1 MiB row came only when the whole sweep was done: {row}"
     );
 }
+
+/// JSON gives the channels each size's schedule ran on, as NCCL's
+/// `NCCL_DEBUG=INFO` log gives `channel{Lo..Hi}`: on 4 DGX H100 nodes a
+/// ring under LL keeps 128 KiB per channel (8 bytes x 32 ranks per
+/// thread of 512), up to one per NIC; a hardware model (NVLS) has none.
+#[test]
+fn json_gives_the_channels_a_size_ran_on() {
+    let v = sim_json(&[
+        "all_gather",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "-b",
+        "128K",
+        "-e",
+        "512K",
+        "-f",
+        "2",
+        "--protocol",
+        "LL",
+    ]);
+    let channels: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["channels"].as_u64().unwrap_or_else(|| panic!("{r}")))
+        .collect();
+    assert_eq!(channels, [1, 2, 4]);
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "-b",
+        "64M",
+        "-e",
+        "64M",
+        "-a",
+        "nvls",
+    ]);
+    assert!(v["results"][0].get("channels").is_none(), "{v}");
+}

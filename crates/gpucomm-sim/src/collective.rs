@@ -563,6 +563,10 @@ pub struct CollResult {
     /// The protocol it ran with (Simple, and meaningless, when
     /// [`AlgoChoice::Discarded`]: nothing ran).
     pub protocol: Protocol,
+    /// The channels its schedule ran on (as NCCL's `NCCL_DEBUG=INFO`
+    /// prints `channel{Lo..Hi}` per operation); `None` for a hardware
+    /// model (NVLS, CollNet, NVLSTree) or nothing run.
+    pub channels: Option<u16>,
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
     /// The candidates it did not simulate, with the lower bound on their
@@ -1368,6 +1372,7 @@ pub fn simulate(
             busbw_gbps: 0.0,
             algorithm: AlgoChoice::Discarded,
             protocol: Protocol::Simple,
+            channels: None,
             candidates: Vec::new(),
             skipped: Vec::new(),
             model: Vec::new(),
@@ -1627,6 +1632,10 @@ pub fn simulate(
         Some(b) => b,
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
     };
+    let channels = match &schedules[i] {
+        Some(Ok(planned)) => Some(planned.schedule.channels),
+        _ => None,
+    };
     let simulated_bytes = match &schedules[i] {
         Some(Ok(planned)) if planned.scale > 1.0 => {
             let p = &planned.schedule.problem;
@@ -1676,6 +1685,7 @@ pub fn simulate(
         busbw_gbps: algbw * collective.busbw_factor(n),
         algorithm,
         protocol,
+        channels,
         candidates: tried,
         skipped,
         model,

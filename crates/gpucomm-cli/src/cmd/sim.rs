@@ -757,6 +757,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 if let Some(b) = r.simulated_bytes {
                     v["simulated_bytes"] = json!(b);
                 }
+                if let Some(ch) = r.channels {
+                    v["channels"] = json!(ch);
+                }
                 if !r.passed_over.is_empty() {
                     let over: Vec<_> = r
                         .passed_over
