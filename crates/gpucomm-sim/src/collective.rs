@@ -989,12 +989,13 @@ fn schedule_for_named(
         }
     }
     // Of those, NCCL runs a small ring or tree operation on as many as
-    // give each thread its least share (a count the user set runs as
-    // set). Not a ring chain (broadcast, reduce): NCCL reduces its
-    // channels too, but this simulator's LL chain, whose hops share the
-    // rank's LL ceiling among the channels, then runs 25-46% fast against
-    // the published 4-node sweeps from 128 to 512 KiB, where one channel
-    // per NIC is within 20% (docs/sim.md, "What is not modeled").
+    // give each thread its least share and then each channel its least
+    // traffic (a count the user set runs as set). Not a ring chain
+    // (broadcast, reduce): NCCL reduces its channels too, but this
+    // simulator's LL chain, whose hops share the rank's LL ceiling among
+    // the channels, then runs 25-46% fast against the published 4-node
+    // sweeps from 128 to 512 KiB, where one channel per NIC is within 20%
+    // (docs/sim.md, "What is not modeled").
     let nccl_ring_or_tree = tree_all_reduce
         || (algorithm == Algorithm::Ring
             && matches!(
@@ -1002,7 +1003,15 @@ fn schedule_for_named(
                 Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
             ));
     if channels.is_none() && nccl_ring_or_tree {
-        ch = model::nccl_op_channels(algorithm == Algorithm::Ring, protocol, bytes, n, ch);
+        let most = model::nccl_op_channels(algorithm == Algorithm::Ring, protocol, bytes, n, ch);
+        // NCCL's count: a rank's block for an all_gather or
+        // reduce_scatter (whose traffic is then the whole buffer).
+        let op_bytes = match collective {
+            Collective::AllGather | Collective::ReduceScatter => (count / n) as u64 * elem,
+            _ => count as u64 * elem,
+        };
+        let per_byte = model::nccl_traffic_per_byte(collective, n);
+        ch = model::nccl_plan_channels(most, ch, op_bytes, per_byte);
     }
     if algorithm == Algorithm::Ring {
         orders = fabric.ring_orders(ch);

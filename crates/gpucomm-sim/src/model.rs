@@ -15,6 +15,7 @@ use crate::SimError;
 use crate::SimTime;
 use crate::exec::Overheads;
 use crate::machine::Engine;
+use gpucomm_algo::Collective;
 
 /// GPU architecture, which decides NCCL's per-link bandwidth figures and
 /// NVLS efficiency: gpucomm-topo's, an attribute of its GPU nodes.
@@ -617,7 +618,7 @@ pub fn nccl_max_threads(protocol: Protocol) -> u64 {
 /// Bytes each thread of a channel gets at least before NCCL adds a
 /// channel to a ring or tree operation (`comm->threadThresholds`,
 /// `tuning.cc`: `NCCL_LL_THREAD_THRESHOLD` 8, `NCCL_LL128_THREAD_THRESHOLD`
-/// 8, `NCCL_SIMPLE_THREAD_THRESHOLD` 64 from `src/include/device.h`; a
+/// 8, `NCCL_SIMPLE_THREAD_THRESHOLD` 64 from `src/include/comm.h`; a
 /// ring's LL threshold is multiplied by the ranks).
 pub fn nccl_thread_threshold(ring: bool, protocol: Protocol, ranks: usize) -> u64 {
     match protocol {
@@ -636,7 +637,8 @@ pub fn nccl_thread_threshold(ring: bool, protocol: Protocol, ranks: usize) -> u6
 /// operation spread over all of them would give each thread a few bytes:
 /// NCCL keeps [`nccl_max_threads`] x [`nccl_thread_threshold`] bytes per
 /// channel. NVLS, CollNet and point-to-point operations take their own
-/// channel counts and are not reduced this way.
+/// channel counts and are not reduced this way. This is the most NCCL's
+/// planner then spreads the operation over ([`nccl_plan_channels`]).
 ///
 /// ```
 /// use gpucomm_sim::model::{nccl_op_channels, Protocol};
@@ -664,6 +666,85 @@ pub fn nccl_op_channels(
         nc -= 1;
     }
     nc
+}
+
+/// The least traffic NCCL gives a channel when it spreads an operation
+/// over its channels (`MinTrafficPerChannel` in `scheduleCollTasksToPlan`,
+/// NVIDIA/nccl `src/enqueue.cc`): 16 KiB from NCCL 2.23 to 2.28 (512
+/// bytes in 2.22, 32 KiB from 2.29). The simulator follows 2.23-2.25,
+/// the NCCL of the published sweeps it is checked against at small
+/// sizes (NCCL 2.24.3); from 2.26 an LL operation's traffic also counts
+/// four times (`docs/sim.md`, "What is not modeled").
+pub const NCCL_MIN_TRAFFIC_PER_CHANNEL: u64 = 16 << 10;
+
+/// Bytes an operation moves per byte of its count, as NCCL counts its
+/// traffic (`ncclFuncTrafficPerByte`, `src/enqueue.cc`): 2 for an
+/// all_reduce, the ranks for an all_gather or reduce_scatter (whose count
+/// is a rank's block), 1 otherwise.
+pub fn nccl_traffic_per_byte(collective: Collective, ranks: usize) -> u64 {
+    match collective {
+        Collective::AllReduce => 2,
+        Collective::AllGather | Collective::ReduceScatter => ranks.max(1) as u64,
+        _ => 1,
+    }
+}
+
+/// The channels NCCL spreads one ring or tree operation over when it is
+/// alone in its kernel, as nccl-tests launches them
+/// (`scheduleCollTasksToPlan`, NCCL 2.23-2.25): the operation's count is
+/// cut into cells of at least [`NCCL_MIN_TRAFFIC_PER_CHANNEL`] of traffic,
+/// and each channel takes the cells of its share of the traffic, the
+/// larger of that least traffic and the traffic over the operation's
+/// [`nccl_op_channels`] (`max_channels`, of the communicator's
+/// `comm_channels`). `rank_bytes` is the operation's count in bytes (a
+/// rank's block for an all_gather or reduce_scatter) and
+/// `traffic_per_byte` [`nccl_traffic_per_byte`]'s. So an operation of
+/// less traffic than `max_channels` x 16 KiB runs on fewer channels than
+/// [`nccl_op_channels`] allows.
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_plan_channels, nccl_traffic_per_byte};
+/// use gpucomm_algo::Collective;
+/// let ar = nccl_traffic_per_byte(Collective::AllReduce, 32);
+/// // An 8 KiB all_reduce moves 16 KiB of traffic: one channel, of two
+/// // its protocol would allow.
+/// assert_eq!(nccl_plan_channels(2, 16, 8 << 10, ar), 1);
+/// assert_eq!(nccl_plan_channels(8, 16, 32 << 10, ar), 4);
+/// // Past max_channels x 16 KiB, every channel it allows.
+/// assert_eq!(nccl_plan_channels(8, 16, 1 << 20, ar), 8);
+/// // An all_gather's traffic is its whole output: 64 KiB over 32 ranks.
+/// let ag = nccl_traffic_per_byte(Collective::AllGather, 32);
+/// assert_eq!(nccl_plan_channels(8, 8, 2 << 10, ag), 4);
+/// ```
+pub fn nccl_plan_channels(
+    max_channels: u16,
+    comm_channels: u16,
+    rank_bytes: u64,
+    traffic_per_byte: u64,
+) -> u16 {
+    const MIN: u64 = NCCL_MIN_TRAFFIC_PER_CHANNEL;
+    let comm = u64::from(comm_channels.max(1));
+    let tpb = traffic_per_byte.max(1);
+    if rank_bytes == 0 {
+        return 1;
+    }
+    // The plan's traffic, shared by the channels the operation may take.
+    let traffic = (rank_bytes.saturating_mul(tpb)).max(MIN);
+    let shared = u64::from(max_channels.max(1)).min(comm);
+    let per_channel = (traffic / shared).max(MIN);
+    // Cells of at least MIN traffic (16-byte multiples of count bytes).
+    let cell = MIN.div_ceil(tpb).div_ceil(16) * 16;
+    let cells = rank_bytes.div_ceil(cell);
+    let per_cell = cell.saturating_mul(tpb);
+    let cells_per_channel = cells.min(per_channel.div_ceil(per_cell)).max(1);
+    // The first channel takes a channel's share (all of it when it is the
+    // communicator's last), the middle ones a share each, the last the
+    // rest; past the communicator's channels the rest is spread over them.
+    let lo = if comm == 1 { cells } else { cells_per_channel };
+    let mid = (cells - lo) / cells_per_channel;
+    let hi = (cells - lo) % cells_per_channel;
+    let n = 1 + mid + u64::from(hi != 0);
+    n.min(comm) as u16
 }
 
 /// Efficiency factors of one engine on one architecture.

@@ -285,19 +285,21 @@ fn small_rings_and_trees_run_on_the_channels_nccl_gives_them() {
     assert_eq!(ch(Collective::AllGather, 1 << 20, Ring, Protocol::Ll), 8);
     assert_eq!(ch(Collective::AllReduce, 8 << 20, Ring, Protocol::Ll), 8);
     // LL128 keeps 8 x 640 = 5 KiB per channel, Simple 64 x 512 = 32 KiB,
-    // whatever the ranks.
-    assert_eq!(
-        ch(Collective::ReduceScatter, 16 << 10, Ring, Protocol::Ll128),
-        3
-    );
-    assert_eq!(
-        ch(Collective::ReduceScatter, 100 << 10, Ring, Protocol::Simple),
-        3
-    );
-    // The tree all_reduce under LL: 8 x 512 = 4 KiB per channel, of 16.
-    assert_eq!(ch(Collective::AllReduce, 4 << 10, Tree, Protocol::Ll), 1);
-    assert_eq!(ch(Collective::AllReduce, 40 << 10, Tree, Protocol::Ll), 10);
-    assert_eq!(ch(Collective::AllReduce, 64 << 10, Tree, Protocol::Ll), 16);
+    // whatever the ranks; a reduce_scatter's traffic is its whole input,
+    // at least 16 KiB a channel.
+    let rs = Collective::ReduceScatter;
+    assert_eq!(ch(rs, 48 << 10, Ring, Protocol::Ll128), 3);
+    assert_eq!(ch(rs, 16 << 10, Ring, Protocol::Ll128), 1);
+    assert_eq!(ch(rs, 100 << 10, Ring, Protocol::Simple), 3);
+    assert_eq!(ch(rs, 64 << 10, Ring, Protocol::Simple), 2);
+    // The tree all_reduce under LL: 8 x 512 = 4 KiB per channel, of 16,
+    // and an all_reduce's traffic is twice its bytes: 8 KiB a channel.
+    let ar = Collective::AllReduce;
+    assert_eq!(ch(ar, 4 << 10, Tree, Protocol::Ll), 1);
+    assert_eq!(ch(ar, 8 << 10, Tree, Protocol::Ll), 1);
+    assert_eq!(ch(ar, 40 << 10, Tree, Protocol::Ll), 5);
+    assert_eq!(ch(ar, 64 << 10, Tree, Protocol::Ll), 8);
+    assert_eq!(ch(ar, 128 << 10, Tree, Protocol::Ll), 16);
     // A broadcast's chain keeps one channel per NIC (docs/sim.md, "What is
     // not modeled"), and a count the user set runs as set.
     let bcast = Collective::Broadcast { root: 0 };
