@@ -310,7 +310,7 @@ fn rank_traffic(s: &Schedule, r: usize) -> (usize, usize) {
             let mut t = (0, 0);
             for ch in 0..plan.channels {
                 let d = block_partition(c, plan.channels, ch).1;
-                let tree = tree_of_channel(ch, plan.channels);
+                let tree = tree_of_channel(ch, plan.channels, s.tree_split);
                 let (par, kids) = nccl_tree(n, p.ranks_per_node, s.chain_order(ch), tree, r);
                 let deg = kids.len() + usize::from(par.is_some());
                 t = add(t, (deg * d, deg * d));

@@ -299,6 +299,19 @@ pub struct Schedule {
     /// sends whole buffer steps. Other algorithms ignore it. Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub intra_slices: usize,
+    /// A tree all_reduce's channels below this run the first tree, the
+    /// others the second (NCCL's tree channels and their copies,
+    /// `src/graph/connect.cc`: channel `c` and `c + n` share a chain, on
+    /// trees 0 and 1); 0 (the default): the first half, rounded up. An
+    /// operation NCCL runs on fewer channels than its communicator has
+    /// takes its first ones, all on the first tree while it has at most
+    /// `n`. Other algorithms ignore it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tree_split: u16,
+}
+
+fn is_zero(k: &u16) -> bool {
+    *k == 0
 }
 
 fn one() -> usize {
@@ -322,6 +335,7 @@ impl Schedule {
             chunk_elems: 0,
             ring_orders: Vec::new(),
             intra_slices: 1,
+            tree_split: 0,
         })
     }
 
@@ -403,6 +417,29 @@ impl Schedule {
     /// ```
     pub fn with_intra_slices(mut self, slices: usize) -> Self {
         self.intra_slices = slices.max(1);
+        self
+    }
+
+    /// The same schedule with a tree all_reduce's channels below `split`
+    /// on the first tree and the others on the second (see
+    /// [`Schedule::tree_split`]; 0: the first half).
+    ///
+    /// ```
+    /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
+    ///
+    /// // Two nodes of one rank: rank 0 is tree 0's root and tree 1's leaf.
+    /// let p = Problem::new(Collective::AllReduce, 64, 2, 1);
+    /// let s = Schedule::new(p, Algorithm::Tree).unwrap().with_channels(2);
+    /// let reduces = |s: &Schedule| {
+    ///     s.rank_steps(0).iter().filter(|st| matches!(st.kind, gpucomm_algo::StepKind::RecvReduce { .. })).count()
+    /// };
+    /// // Channel 1 on tree 1 (the default split): rank 0 reduces one
+    /// // channel's half; both on tree 0: both halves.
+    /// assert!(reduces(&s) < reduces(&s.clone().with_tree_split(2)));
+    /// gpucomm_algo::check(&s.with_tree_split(2)).unwrap();
+    /// ```
+    pub fn with_tree_split(mut self, split: u16) -> Self {
+        self.tree_split = split;
         self
     }
 

@@ -81,7 +81,13 @@ proptest! {
     #[test]
     fn schedules_are_correct_and_modelled((p, alg, channels, chunk, slices, seed) in problem()) {
         let s = match Schedule::new(p, alg) {
-            Ok(s) => s.with_channels(channels).with_chunk_elems(chunk).with_intra_slices(slices),
+            // A tree all_reduce's first-tree channels: the default half,
+            // or any count up to all of them and past.
+            Ok(s) => s
+                .with_channels(channels)
+                .with_chunk_elems(chunk)
+                .with_intra_slices(slices)
+                .with_tree_split((seed % (u64::from(channels) + 2)) as u16),
             Err(AlgoError::Unsupported { .. }) => return Ok(()),
             Err(e) => panic!("valid problem rejected: {e}"),
         };

@@ -982,6 +982,7 @@ fn schedule_for_named(
     // a node's GPUs in the same orders (NCCL's tree search looks for the
     // same NVLink paths).
     let mut orders = Vec::new();
+    let mut tree_split = 0;
     if algorithm == Algorithm::Ring {
         let rings = fabric.mesh_rings().len() as u16;
         if channels.is_none() && rings > 0 && fabric.nodes() == 1 {
@@ -996,6 +997,7 @@ fn schedule_for_named(
     // the channels, then runs 25-46% fast against the published 4-node
     // sweeps from 128 to 512 KiB, where one channel per NIC is within 20%
     // (docs/sim.md, "What is not modeled").
+    let comm_channels = ch;
     let nccl_ring_or_tree = tree_all_reduce
         || (algorithm == Algorithm::Ring
             && matches!(
@@ -1017,8 +1019,11 @@ fn schedule_for_named(
         orders = fabric.ring_orders(ch);
     } else if tree_all_reduce {
         // A tree channel and its copy on the other tree share a chain
-        // (NCCL duplicates the channel).
-        let half = usize::from(ch.div_ceil(2));
+        // (NCCL duplicates the channel: c and c + half); an operation on
+        // fewer channels takes the first ones, on the first tree while
+        // it has at most half.
+        let half = usize::from(comm_channels.div_ceil(2));
+        tree_split = half as u16;
         let base = fabric.chain_orders(half as u16);
         if !base.is_empty() {
             orders = (0..usize::from(ch))
@@ -1109,7 +1114,8 @@ fn schedule_for_named(
     let mut s = s
         .with_channels(ch)
         .with_chunk_elems(chunk_elems)
-        .with_intra_slices(parts);
+        .with_intra_slices(parts)
+        .with_tree_split(tree_split);
     if !orders.is_empty() {
         s = s
             .with_ring_orders(orders)

@@ -300,6 +300,19 @@ fn small_rings_and_trees_run_on_the_channels_nccl_gives_them() {
     assert_eq!(ch(ar, 40 << 10, Tree, Protocol::Ll), 5);
     assert_eq!(ch(ar, 64 << 10, Tree, Protocol::Ll), 8);
     assert_eq!(ch(ar, 128 << 10, Tree, Protocol::Ll), 16);
+    // NCCL's first tree channels, all on its first tree (their copies, on
+    // the second, are channels 8 to 15), each through its own NIC: four
+    // chains hanging from four GPUs.
+    let tree = schedule_for(&f, ar, 32 << 10, Tree, None, Protocol::Ll)
+        .unwrap()
+        .schedule;
+    assert_eq!((tree.channels, tree.tree_split), (4, 8));
+    let heads: std::collections::BTreeSet<u32> = tree.ring_orders.iter().map(|o| o[0]).collect();
+    assert_eq!(heads.len(), 4, "{:?}", tree.ring_orders);
+    let full = schedule_for(&f, ar, 1 << 20, Tree, None, Protocol::Ll)
+        .unwrap()
+        .schedule;
+    assert_eq!((full.channels, full.tree_split), (16, 8));
     // A broadcast's chain keeps one channel per NIC (docs/sim.md, "What is
     // not modeled"), and a count the user set runs as set.
     let bcast = Collective::Broadcast { root: 0 };

@@ -151,12 +151,17 @@ pub(crate) fn nccl_tree(
 
 /// The tree channel `ch` of `channels` runs on: NCCL duplicates its tree
 /// channels, the originals on tree 0 and the copies on tree 1
-/// (`src/graph/connect.cc`): here the first `ceil(channels / 2)` on tree 0,
-/// the others on tree 1. The simulator gives channels `c` and
-/// `c + channels / 2` one chain order and one NIC, so that NIC carries
-/// both trees.
-pub(crate) fn tree_of_channel(ch: usize, channels: usize) -> usize {
-    usize::from(ch >= channels.div_ceil(2))
+/// (`src/graph/connect.cc`): here the channels below `split`
+/// ([`Schedule::tree_split`](crate::Schedule::tree_split); 0: the first
+/// `ceil(channels / 2)`) on tree 0, the others on tree 1. The simulator
+/// gives channels `c` and `c + split` one chain order and one NIC, so that
+/// NIC carries both trees.
+pub(crate) fn tree_of_channel(ch: usize, channels: usize, split: u16) -> usize {
+    let split = match split {
+        0 => channels.div_ceil(2),
+        k => usize::from(k),
+    };
+    usize::from(ch >= split)
 }
 
 /// The ranks per node [`nccl_tree`] builds on: `rpn`, or 1 when it does
@@ -211,7 +216,7 @@ pub(super) fn steps(s: &Schedule, b: &mut Builder) {
             // Per channel: its tree along its chain order.
             let trees: Vec<_> = (0..plan.channels)
                 .map(|ch| {
-                    let t = tree_of_channel(ch, plan.channels);
+                    let t = tree_of_channel(ch, plan.channels, s.tree_split);
                     nccl_tree(n, p.ranks_per_node, s.chain_order(ch), t, r)
                 })
                 .collect();
