@@ -1702,6 +1702,31 @@ fn json_gives_the_channels_a_size_ran_on() {
         .map(|r| r["channels"].as_u64().unwrap_or_else(|| panic!("{r}")))
         .collect();
     assert_eq!(channels, [1, 2, 4]);
+    // --timing's lines say it too.
+    let out = gpucomm(
+        &[
+            "sim",
+            "all_gather",
+            "--topology",
+            "dgx-h100",
+            "--nodes",
+            "4",
+            "-b",
+            "128K",
+            "-e",
+            "256K",
+            "--protocol",
+            "LL",
+            "--timing",
+        ],
+        LIMIT,
+    );
+    out.assert_ok();
+    assert!(
+        out.stdout.contains("of 32, 1 channel, ") && out.stdout.contains("of 32, 2 channels, "),
+        "{}",
+        out.dump()
+    );
     let v = sim_json(&[
         "all_reduce",
         "--topology",

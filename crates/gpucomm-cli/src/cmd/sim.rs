@@ -813,7 +813,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                 match &r.exec {
                     Some(e) => writeln!(
                         o,
-                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}{}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} paths; {} flows took an ended flow's place)",
+                        "#   {:>10}: {:.3} s wall, {} ranks simulated of {}{}{}, {} flows, {} events, {:.2e} flows/s, {:.2e} events/s ({} candidates; {} rate recomputations over {} paths; {} flows took an ended flow's place)",
                         format_bytes(r.bytes),
                         w,
                         e.simulated_ranks,
@@ -821,6 +821,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                         e.symmetry
                             .why_every_rank()
                             .map(|why| format!(" ({why})"))
+                            .unwrap_or_default(),
+                        r.channels
+                            .map(|c| format!(", {c} channel{}", if c == 1 { "" } else { "s" }))
                             .unwrap_or_default(),
                         e.stats.flows,
                         e.stats.events,
