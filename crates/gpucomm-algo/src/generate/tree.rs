@@ -154,8 +154,9 @@ pub(crate) fn nccl_tree(
 /// (`src/graph/connect.cc`): here the channels below `split`
 /// ([`Schedule::tree_split`](crate::Schedule::tree_split); 0: the first
 /// `ceil(channels / 2)`) on tree 0, the others on tree 1. The simulator
-/// gives channels `c` and `c + split` one chain order and one NIC, so that
-/// NIC carries both trees.
+/// gives channels `c` and `c + split` one chain order (and one NIC, where
+/// the first tree's channels have one each), so that NIC carries both
+/// trees.
 pub(crate) fn tree_of_channel(ch: usize, channels: usize, split: u16) -> usize {
     let split = match split {
         0 => channels.div_ceil(2),
