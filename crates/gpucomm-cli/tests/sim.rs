@@ -1739,4 +1739,34 @@ fn json_gives_the_channels_a_size_ran_on() {
         "nvls",
     ]);
     assert!(v["results"][0].get("channels").is_none(), "{v}");
+    // The channels that carried data: 8 bytes are two floats, so two of
+    // the 16 asked for; one rank moves nothing.
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "--channels",
+        "16",
+        "-a",
+        "tree",
+    ]);
+    assert_eq!(v["results"][0]["channels"], 2, "{v}");
+    let v = sim_json(&[
+        "all_reduce",
+        "--topology",
+        "dgx-h100",
+        "--gpus",
+        "1",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+    ]);
+    assert!(v["results"][0].get("channels").is_none(), "{v}");
 }

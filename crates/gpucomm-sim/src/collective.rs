@@ -563,9 +563,11 @@ pub struct CollResult {
     /// The protocol it ran with (Simple, and meaningless, when
     /// [`AlgoChoice::Discarded`]: nothing ran).
     pub protocol: Protocol,
-    /// The channels its schedule ran on (as NCCL's `NCCL_DEBUG=INFO`
-    /// prints `channel{Lo..Hi}` per operation); `None` for a hardware
-    /// model (NVLS, CollNet, NVLSTree) or nothing run.
+    /// The channels its schedule's transfers ran on (as NCCL's
+    /// `NCCL_DEBUG=INFO` prints `channel{Lo..Hi}` per operation; fewer than
+    /// the schedule's where it has fewer pieces than channels); `None` for
+    /// a hardware model (NVLS, CollNet, NVLSTree), no transfer (one rank)
+    /// or nothing run.
     pub channels: Option<u16>,
     /// Every candidate the tuner simulated, with its time.
     pub candidates: Vec<(AlgoChoice, Protocol, SimTime)>,
@@ -1647,8 +1649,11 @@ pub fn simulate(
         Some(b) => b,
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
     };
-    let channels = match &schedules[i] {
-        Some(Ok(planned)) => Some(planned.schedule.channels),
+    // The channels that carried transfers (a schedule of fewer pieces
+    // than channels leaves some idle).
+    let channels = match (&schedules[i], &exec) {
+        (Some(Ok(_)), Some(e)) => (e.channels > 0).then_some(e.channels),
+        (Some(Ok(planned)), None) => Some(planned.schedule.channels),
         _ => None,
     };
     let simulated_bytes = match &schedules[i] {

@@ -221,6 +221,10 @@ pub struct ExecResult {
     pub stats: EngineStats,
     /// Ranks actually simulated (fewer than the schedule's with symmetry).
     pub simulated_ranks: usize,
+    /// Channels that carried transfers (one past the highest channel of a
+    /// simulated rank's send or receive; 0 with none): fewer than the
+    /// schedule's where it has fewer pieces than channels.
+    pub channels: u16,
     /// Whether the symmetry reduction ran, or why not.
     pub symmetry: Symmetry,
     /// Steps executed (of the simulated ranks).
@@ -781,6 +785,14 @@ impl Prepared {
             iteration_finish,
             stats: ex.net.stats(),
             simulated_ranks: g,
+            channels: self
+                .ranks
+                .iter()
+                .flat_map(|r| &r.steps)
+                .filter(|s| s.kind == K_SEND || s.kind == K_RECV)
+                .map(|s| s.channel + 1)
+                .max()
+                .unwrap_or(0),
             symmetry: self.symmetry,
             steps: total_steps,
             links,
