@@ -1680,93 +1680,36 @@ fn a_sweep_prints_each_row_as_its_size_is_done() {
 /// thread of 512), up to one per NIC; a hardware model (NVLS) has none.
 #[test]
 fn json_gives_the_channels_a_size_ran_on() {
-    let v = sim_json(&[
-        "all_gather",
-        "--topology",
-        "dgx-h100",
-        "--nodes",
-        "4",
-        "-b",
-        "128K",
-        "-e",
-        "512K",
-        "-f",
-        "2",
-        "--protocol",
-        "LL",
-    ]);
-    let channels: Vec<u64> = v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["channels"].as_u64().unwrap_or_else(|| panic!("{r}")))
-        .collect();
-    assert_eq!(channels, [1, 2, 4]);
+    let channels = |args: &str| -> Vec<Value> {
+        let v = sim_json(&args.split(' ').collect::<Vec<_>>());
+        let rows = v["results"].as_array().unwrap();
+        rows.iter().map(|r| r["channels"].clone()).collect()
+    };
+    let ag = "all_gather --topology dgx-h100 --nodes 4 -b 128K -e 512K -f 2 --protocol LL";
+    assert_eq!(channels(ag), [1, 2, 4]);
     // --timing's lines say it too.
-    let out = gpucomm(
-        &[
-            "sim",
-            "all_gather",
-            "--topology",
-            "dgx-h100",
-            "--nodes",
-            "4",
-            "-b",
-            "128K",
-            "-e",
-            "256K",
-            "--protocol",
-            "LL",
-            "--timing",
-        ],
-        LIMIT,
-    );
+    let args: Vec<&str> = ["sim"]
+        .into_iter()
+        .chain(ag.split(' '))
+        .chain(["--timing"])
+        .collect();
+    let out = gpucomm(&args, LIMIT);
     out.assert_ok();
     assert!(
         out.stdout.contains("of 32, 1 channel, ") && out.stdout.contains("of 32, 2 channels, "),
         "{}",
         out.dump()
     );
-    let v = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "-b",
-        "64M",
-        "-e",
-        "64M",
-        "-a",
-        "nvls",
-    ]);
-    assert!(v["results"][0].get("channels").is_none(), "{v}");
-    // The channels that carried data: 8 bytes are two floats, so two of
-    // the 16 asked for; one rank moves nothing.
-    let v = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "--nodes",
-        "2",
-        "-b",
-        "8",
-        "-e",
-        "8",
-        "--channels",
-        "16",
-        "-a",
-        "tree",
-    ]);
-    assert_eq!(v["results"][0]["channels"], 2, "{v}");
-    let v = sim_json(&[
-        "all_reduce",
-        "--topology",
-        "dgx-h100",
-        "--gpus",
-        "1",
-        "-b",
-        "1M",
-        "-e",
-        "1M",
-    ]);
-    assert!(v["results"][0].get("channels").is_none(), "{v}");
+    // None for a hardware model; the channels that carried data (8 bytes
+    // are two floats, so two of the 16 asked for); none for one rank.
+    assert_eq!(
+        channels("all_reduce --topology dgx-h100 -b 64M -e 64M -a nvls"),
+        [Value::Null]
+    );
+    let tiny = "all_reduce --topology dgx-h100 --nodes 2 -b 8 -e 8 --channels 16 -a tree";
+    assert_eq!(channels(tiny), [2]);
+    assert_eq!(
+        channels("all_reduce --topology dgx-h100 --gpus 1 -b 1M -e 1M"),
+        [Value::Null]
+    );
 }
