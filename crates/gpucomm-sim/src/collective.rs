@@ -1650,12 +1650,8 @@ pub fn simulate(
         None => return Err(last_err.unwrap_or(SimError::Schedule("no candidate ran".into()))),
     };
     // The channels that carried transfers (a schedule of fewer pieces
-    // than channels leaves some idle).
-    let channels = match (&schedules[i], &exec) {
-        (Some(Ok(_)), Some(e)) => (e.channels > 0).then_some(e.channels),
-        (Some(Ok(planned)), None) => Some(planned.schedule.channels),
-        _ => None,
-    };
+    // than channels leaves some idle; a hardware model has no run).
+    let channels = exec.as_ref().map(|e| e.channels).filter(|&c| c > 0);
     let simulated_bytes = match &schedules[i] {
         Some(Ok(planned)) if planned.scale > 1.0 => {
             let p = &planned.schedule.problem;

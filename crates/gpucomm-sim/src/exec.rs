@@ -434,6 +434,8 @@ pub struct Prepared {
     elem: u64,
     /// Back-to-back iterations of the schedule ([`Prepared::repeated`]).
     iterations: usize,
+    /// Channels its transfers use ([`ExecResult::channels`]).
+    channels: u16,
 }
 
 impl Prepared {
@@ -547,6 +549,13 @@ impl Prepared {
         have.sort_by_key(|(r, _)| *r);
         let mut ranks: Vec<RankState> = have.into_iter().map(|(_, st)| st).collect();
         pair_partners(&mut ranks, n);
+        let channels = ranks
+            .iter()
+            .flat_map(|r| &r.steps)
+            .filter(|s| s.kind == K_SEND || s.kind == K_RECV)
+            .map(|s| s.channel + 1)
+            .max()
+            .unwrap_or(0);
         Ok(Prepared {
             ranks,
             orbit,
@@ -554,6 +563,7 @@ impl Prepared {
             n,
             elem,
             iterations: 1,
+            channels,
         })
     }
 
@@ -606,6 +616,7 @@ impl Prepared {
             n: self.n,
             elem: self.elem,
             iterations: self.iterations * k,
+            channels: self.channels,
         }
     }
 
@@ -785,14 +796,7 @@ impl Prepared {
             iteration_finish,
             stats: ex.net.stats(),
             simulated_ranks: g,
-            channels: self
-                .ranks
-                .iter()
-                .flat_map(|r| &r.steps)
-                .filter(|s| s.kind == K_SEND || s.kind == K_RECV)
-                .map(|s| s.channel + 1)
-                .max()
-                .unwrap_or(0),
+            channels: self.channels,
             symmetry: self.symmetry,
             steps: total_steps,
             links,
