@@ -506,14 +506,20 @@ impl Prepared {
                 .iter()
                 .flat_map(|&p| locals.iter().map(move |&l| p * group + l))
                 .collect();
+            // A probe is compared as it is generated, with no compact form
+            // of its own (compacting cost twice the generation); its base's
+            // dependencies are laid out forward for it (once per probe: kept
+            // for every base rank they took as much memory as the ranks).
+            let matches = |r: &usize| {
+                let l = r % group;
+                let base = &have[l].1;
+                Forward::of(base).matches(base, &schedule.rank_step_list(*r), *r, r - l, n, elem)
+            };
             'probe: for batch in probes.chunks(crate::par::threads().max(1)) {
-                for (r, other) in batch.iter().zip(par_map(batch, generate)) {
-                    let base = r - r % group;
-                    if !same_up_to_node_shift(&have[r % group].1, &other?, base, n, elem) {
-                        orbit = None;
-                        symmetry = Symmetry::Schedule;
-                        break 'probe;
-                    }
+                if !par_map(batch, matches).into_iter().all(|same| same) {
+                    orbit = None;
+                    symmetry = Symmetry::Schedule;
+                    break 'probe;
                 }
             }
         }
@@ -812,27 +818,80 @@ impl Prepared {
     }
 }
 
-/// True when `other` (a rank `shift` ranks after `base`'s) has `base`'s
-/// steps with peers moved by `shift`: same kinds, channels and
-/// dependencies, lengths equal within one element (blocks of a count that
-/// does not divide by the rank count).
-fn same_up_to_node_shift(
-    base: &RankState,
-    other: &RankState,
-    shift: usize,
-    n: usize,
-    elem: u64,
-) -> bool {
-    base.steps.len() == other.steps.len()
-        && base.dep_off == other.dep_off
-        && base.dependents == other.dependents
-        && base.steps.iter().zip(&other.steps).all(|(x, y)| {
-            x.kind == y.kind
-                && x.channel == y.channel
-                && x.deps == y.deps
-                && x.bytes.abs_diff(y.bytes) <= elem
-                && (x.peer as usize + shift) % n == y.peer as usize
+/// A compact rank's dependencies step by step (each step's ascending),
+/// from its dependents: what a probed rank's generated steps are compared
+/// with ([`Forward::matches`]).
+struct Forward {
+    off: Vec<u32>,
+    deps: Vec<u32>,
+}
+
+impl Forward {
+    fn of(rs: &RankState) -> Self {
+        let n = rs.steps.len();
+        let mut off = vec![0u32; n + 1];
+        for (i, st) in rs.steps.iter().enumerate() {
+            off[i + 1] = off[i] + st.deps;
+        }
+        let mut fill = off.clone();
+        let mut deps = vec![0u32; off[n] as usize];
+        for d in 0..n {
+            for &i in &rs.dependents[rs.dep_off[d] as usize..rs.dep_off[d + 1] as usize] {
+                deps[fill[i as usize] as usize] = d as u32;
+                fill[i as usize] += 1;
+            }
+        }
+        Forward { off, deps }
+    }
+
+    /// True when `other`, the steps of rank `rank`, `shift` ranks after
+    /// the rank `base` compacts (whose dependencies `self` holds), are
+    /// `base`'s with peers moved by `shift`: same kinds, channels and
+    /// dependencies, lengths equal within one element (blocks of a count
+    /// that does not divide by the rank count). What [`compact`] would
+    /// refuse in `other` (a peer or a dependency out of range) differs
+    /// from `base`, which it accepted.
+    fn matches(
+        &self,
+        base: &RankState,
+        other: &StepList,
+        rank: usize,
+        shift: usize,
+        n: usize,
+        elem: u64,
+    ) -> bool {
+        if other.len() != base.steps.len() {
+            return false;
+        }
+        let mut sorted = Vec::new();
+        base.steps.iter().enumerate().all(|(i, x)| {
+            let step = other.kind(i);
+            let want = &self.deps[self.off[i] as usize..self.off[i + 1] as usize];
+            let deps = other.deps(i);
+            let same_deps = if deps.is_sorted() {
+                deps == want
+            } else {
+                sorted.clear();
+                sorted.extend_from_slice(deps);
+                sorted.sort_unstable();
+                sorted == want
+            };
+            kind_class(step) == x.kind
+                && other.channel(i) == x.channel
+                && (step.len() as u64 * elem).abs_diff(x.bytes) <= elem
+                && (x.peer as usize + shift) % n == step.peer().unwrap_or(rank)
+                && same_deps
         })
+    }
+}
+
+/// A step's kind as a run tells them apart.
+fn kind_class(step: &StepKind) -> u8 {
+    match step {
+        StepKind::Send { .. } => K_SEND,
+        StepKind::Recv { .. } | StepKind::RecvReduce { .. } => K_RECV,
+        StepKind::Copy { .. } | StepKind::Reduce { .. } => K_LOCAL,
+    }
 }
 
 /// Memory a run takes per byte of its ranks' steps ([`RankState::bytes`]),
@@ -994,11 +1053,7 @@ fn compact(rank: usize, steps: &StepList, elem: u64, n: usize) -> Result<RankSta
     let mut counts = vec![0u32; steps.len() + 1];
     for i in 0..steps.len() {
         let step = steps.kind(i);
-        let kind = match step {
-            StepKind::Send { .. } => K_SEND,
-            StepKind::Recv { .. } | StepKind::RecvReduce { .. } => K_RECV,
-            StepKind::Copy { .. } | StepKind::Reduce { .. } => K_LOCAL,
-        };
+        let kind = kind_class(step);
         let peer = step.peer().unwrap_or(rank);
         if peer >= n {
             return Err(SimError::Malformed {
@@ -1750,6 +1805,41 @@ mod tests {
         // Node 0's lengths stand for every node's (one element apart).
         let (a, b) = (reduced.time.as_us(), every.time.as_us());
         assert!((a - b).abs() <= 0.01 * b, "{a} vs {b} us");
+    }
+
+    #[test]
+    fn a_probed_rank_matches_its_base_shifted_by_their_distance_only() {
+        // The probe compares a rank's generated steps with the compact
+        // form of the rank one or more nodes before it.
+        use crate::machine::{Engine, Machine};
+        let f = Machine::preset("dgx-a100")
+            .unwrap()
+            .fabric(Engine::Nccl, 3)
+            .unwrap();
+        let elem = 4;
+        let ring = all_reduce_4m(&f, Algorithm::Ring, 2);
+        let base = compact(1, &ring.rank_step_list(1), elem, 24).unwrap();
+        let fwd = Forward::of(&base);
+        // Its dependencies, step by step, are what it was compacted from.
+        let own = ring.rank_step_list(1);
+        for i in 0..own.len() {
+            let want = &fwd.deps[fwd.off[i] as usize..fwd.off[i + 1] as usize];
+            assert_eq!(want, own.deps(i), "step {i}");
+        }
+        assert!(fwd.matches(&base, &own, 1, 0, 24, elem));
+        // Ring ranks 9 and 17 are rank 1 moved by one and two nodes ...
+        for r in [9, 17] {
+            assert!(fwd.matches(&base, &ring.rank_step_list(r), r, r - 1, 24, elem));
+        }
+        // ... and not by another distance.
+        for shift in [0, 16] {
+            assert!(!fwd.matches(&base, &ring.rank_step_list(9), 9, shift, 24, elem));
+        }
+        // The tree's second node does not do what its first does.
+        let tree = all_reduce_4m(&f, Algorithm::Tree, 2);
+        let tb = compact(1, &tree.rank_step_list(1), elem, 24).unwrap();
+        let tf = Forward::of(&tb);
+        assert!(!tf.matches(&tb, &tree.rank_step_list(9), 9, 8, 24, elem));
     }
 
     #[test]
