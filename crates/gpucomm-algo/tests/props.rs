@@ -165,3 +165,118 @@ fn support_matrix() {
         .is_err()
     );
 }
+
+/// Rank `b`'s steps are rank `a`'s moved by `shift` on `n` ranks: peers
+/// shifted (modulo `n`), the same kinds, channels and dependencies, each
+/// length within one element (what [`Schedule::node_shift_symmetric`]
+/// promises, and what a simulator running one node for all compares).
+fn moved_by(a: &[Step], b: &[Step], shift: usize, n: usize) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("{} steps against {}", b.len(), a.len()));
+    }
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let same = std::mem::discriminant(&x.kind) == std::mem::discriminant(&y.kind)
+            && x.channel == y.channel
+            && x.deps == y.deps
+            && x.kind.len().abs_diff(y.kind.len()) <= 1
+            && x.kind.peer().map(|p| (p + shift) % n) == y.kind.peer();
+        if !same {
+            return Err(format!("step {i}: {y:?} against {x:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Ring all_reduce, reduce_scatter and all_gather on two or more nodes,
+/// with random ring orders (or rank order), channels and chunks.
+fn ring_across_nodes() -> impl Strategy<Value = Schedule> {
+    (
+        1usize..=8,
+        2usize..=6,
+        0usize..3,
+        0usize..7,
+        1u16..=4,
+        0usize..6,
+        any::<u64>(),
+    )
+        .prop_map(|(rpn, nodes, coll, size, channels, chunk, seed)| {
+            let n = rpn * nodes;
+            let coll = [
+                Collective::AllReduce,
+                Collective::ReduceScatter,
+                Collective::AllGather,
+            ][coll];
+            let count = match size {
+                0 => 0,
+                1 => 1,
+                2 => n - 1,
+                3 => n + 1,
+                4 => 3 * n + 2,
+                // Whole blocks (nccl-tests' all_gather and reduce_scatter).
+                5 => n * ((seed >> 24) as usize % 40),
+                _ => (seed >> 24) as usize % 500,
+            };
+            let p = Problem::new(coll, count, n, rpn);
+            let s = Schedule::new(p, Algorithm::Ring)
+                .unwrap()
+                .with_channels(channels)
+                .with_chunk_elems([0, 1, 2, 3, 7, 64][chunk]);
+            if seed % 3 == 0 {
+                return s;
+            }
+            // A permutation of the local ranks per channel (a shuffle
+            // driven by the seed).
+            let mut x = seed | 1;
+            let orders = (0..channels)
+                .map(|_| {
+                    let mut o: Vec<u32> = (0..rpn as u32).collect();
+                    for i in (1..rpn).rev() {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        o.swap(i, (x % (i as u64 + 1)) as usize);
+                    }
+                    o
+                })
+                .collect();
+            s.with_ring_orders(orders).unwrap()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn node_symmetry_a_schedule_declares_holds_rank_by_rank(s in ring_across_nodes()) {
+        let p = s.problem;
+        let (n, rpn) = (p.nranks, p.ranks_per_node);
+        let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
+        for shift in (rpn..n).step_by(rpn) {
+            if s.node_shift_symmetric(shift) != Some(true) {
+                continue;
+            }
+            for r in 0..n {
+                moved_by(&steps[r], &steps[(r + shift) % n], shift, n)
+                    .map_err(|e| TestCaseError::fail(format!("rank {} by {shift}: {e}", r)))?;
+            }
+        }
+    }
+}
+
+/// What the declaration leaves out can differ between nodes: the double
+/// binary tree's second node does not run its first's steps (so the
+/// comparison above can fail), and the schedule does not claim it.
+#[test]
+fn a_tree_across_nodes_is_not_declared_symmetric() {
+    let p = Problem::new(Collective::AllReduce, 1000, 32, 8);
+    let s = Schedule::new(p, Algorithm::Tree).unwrap().with_channels(2);
+    assert_eq!(s.node_shift_symmetric(8), None);
+    assert!(moved_by(&s.rank_steps(1), &s.rank_steps(9), 8, 32).is_err());
+    let ring = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(2);
+    assert!(moved_by(&ring.rank_steps(1), &ring.rank_steps(9), 8, 32).is_ok());
+    // Rooted chains and partial nodes claim nothing either.
+    let chain = Problem::new(Collective::Broadcast { root: 0 }, 1000, 32, 8);
+    let chain = Schedule::new(chain, Algorithm::Ring).unwrap();
+    assert_eq!(chain.node_shift_symmetric(8), None);
+    assert_eq!(ring.node_shift_symmetric(4), None);
+}

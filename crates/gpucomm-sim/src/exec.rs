@@ -498,9 +498,15 @@ impl Prepared {
                 have.push((*r, st?));
             }
             let periods = n / group;
-            let mut probe_periods = vec![1];
-            if periods > 2 {
-                probe_periods.push(periods - 1);
+            // Unless the schedule guarantees it
+            // ([`Schedule::node_shift_symmetric`], checked rank by rank in
+            // gpucomm-algo's property tests).
+            let mut probe_periods = Vec::new();
+            if schedule.node_shift_symmetric(group) != Some(true) {
+                probe_periods.push(1);
+                if periods > 2 {
+                    probe_periods.push(periods - 1);
+                }
             }
             let probes: Vec<usize> = probe_periods
                 .iter()
@@ -1840,6 +1846,33 @@ mod tests {
         let tb = compact(1, &tree.rank_step_list(1), elem, 24).unwrap();
         let tf = Forward::of(&tb);
         assert!(!tf.matches(&tb, &tree.rank_step_list(9), 9, 8, 24, elem));
+    }
+
+    #[test]
+    fn a_schedule_that_claims_no_symmetry_is_probed_and_may_still_be_reduced() {
+        // The direct all_to_all does not declare itself node-symmetric;
+        // the probe finds it is, and the reduction equals the full run.
+        use crate::machine::{Engine, Machine};
+        let f = Machine::preset("dgx-a100")
+            .unwrap()
+            .fabric(Engine::Nccl, 4)
+            .unwrap();
+        let p = Problem::new(Collective::AllToAll, 1 << 12, 32, 8);
+        let s = Schedule::new(p, Algorithm::Direct)
+            .unwrap()
+            .with_channels(2);
+        assert_eq!(s.node_shift_symmetric(8), None);
+        let cfg = ExecConfig::default();
+        let reduced = run_schedule(&s, &f, &cfg).unwrap();
+        assert_eq!(reduced.symmetry, Symmetry::Reduced { period: 1 });
+        assert_eq!(reduced.simulated_ranks, 8);
+        let full = ExecConfig {
+            symmetry: false,
+            ..ExecConfig::default()
+        };
+        // (To the picosecond rounding of the copies' event times.)
+        let every = run_schedule(&s, &f, &full).unwrap();
+        assert!(reduced.time.as_ps().abs_diff(every.time.as_ps()) <= 2);
     }
 
     #[test]
