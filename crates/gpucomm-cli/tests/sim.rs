@@ -1713,3 +1713,36 @@ fn json_gives_the_channels_a_size_ran_on() {
         [Value::Null]
     );
 }
+
+#[test]
+fn point_to_point_operations_across_nodes_run_on_nccls_channels_per_peer() {
+    // NCCL gives an operation to a peer on another node two channels at
+    // most, one from 64 ranks on (model::nccl_p2p_net_channels), where a
+    // collective's ring has one per NIC; a peer's channels share its
+    // routes, so the time is the one all the NICs' channels give.
+    let rows = |args: &str| -> Vec<(Value, f64)> {
+        let v = sim_json(&args.split(' ').collect::<Vec<_>>());
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["channels"].clone(), r["time_us"].as_f64().unwrap()))
+            .collect()
+    };
+    let two_nodes = "all_to_all --topology dgx-h100 --nodes 2 -b 1M -e 4G -f 64";
+    let nccl = rows(two_nodes);
+    let nics = rows(&format!("{two_nodes} --channels 8"));
+    let counts: Vec<Value> = nccl.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(counts, [1, 2, 2]);
+    for ((_, a), (c, b)) in nccl.iter().zip(&nics) {
+        assert_eq!(*c, 8);
+        // (To the picosecond rounding of the parts' transfer times.)
+        assert!((a - b).abs() <= 1e-6 * b, "{a} vs {b} us");
+    }
+    // 144 ranks of two GB200 NVL72 racks: one channel, where the racks'
+    // 72 NICs gave 64.
+    let racks = "sendrecv --topology gb200-nvl72 --nodes 2 -b 32M -e 32M";
+    let (one, all) = (rows(racks), rows(&format!("{racks} --channels 64")));
+    assert_eq!(one[0].0, 1);
+    assert!((one[0].1 - all[0].1).abs() <= 1e-6 * all[0].1);
+}

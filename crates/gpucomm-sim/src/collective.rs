@@ -972,7 +972,22 @@ fn schedule_for_named(
         nccl_read_channels(fabric, algorithm, gpu_gbps, peer_bytes)
     } else if fabric.nodes() > 1 {
         // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
-        (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
+        let rings = (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16;
+        if is_p2p(collective) {
+            // A point-to-point operation's own (the transfers' results do
+            // not depend on it: a peer's channels share its routes).
+            let rpn = fabric.ranks_per_node();
+            model::nccl_p2p_net_channels(
+                peer_bytes,
+                n,
+                rings,
+                fabric.rails().len().div_ceil(rpn),
+                nccl_local_peer_channels(&fabric.machine.node.nvlink, rpn),
+                protocol == Protocol::Ll,
+            )
+        } else {
+            rings
+        }
     } else {
         1
     });
@@ -1185,6 +1200,32 @@ fn nccl_read_channels(
         Algorithm::Ring => ring,
         _ => model::nccl_p2p_channels(peer_bytes, fabric.ranks(), ring),
     }
+}
+
+/// The channels NCCL gives a peer on the same node, the fewest over the
+/// first `rpn` GPUs' pairs (`ncclTopoGetNchannels`: 2 per NVLink's worth of
+/// the path's bandwidth, 2 over PCIe); `None` with one GPU per node.
+fn nccl_local_peer_channels(nvlink: &crate::machine::NvFabric, rpn: usize) -> Option<u64> {
+    use crate::machine::NvFabric;
+    if rpn < 2 {
+        return None;
+    }
+    let links = match nvlink {
+        NvFabric::None => 1,
+        NvFabric::Switch { links, .. } => *links,
+        NvFabric::Mesh { pairs, .. } => (0..rpn)
+            .flat_map(|a| (a + 1..rpn).map(move |b| (a, b)))
+            .map(|(a, b)| {
+                pairs
+                    .iter()
+                    .filter(|&&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b))
+                    .map(|&(_, _, k)| k)
+                    .sum::<u32>()
+            })
+            .min()
+            .unwrap_or(1),
+    };
+    Some(2 * u64::from(links.max(1)))
 }
 
 /// The collectives NCCL runs as grouped point-to-point operations
