@@ -351,71 +351,6 @@ fn drain_end(now: u64, bytes: f64, rate: f64) -> u64 {
     }
 }
 
-/// Deliveries and timers: a 4-ary min-heap by `(time, seq)` (half the
-/// depth of a binary heap, a node's children side by side; its pops were
-/// the event loop's largest single cost).
-#[derive(Debug, Default)]
-struct EventQueue {
-    heap: Vec<Ev>,
-}
-
-impl EventQueue {
-    fn key(e: &Ev) -> (u64, u64) {
-        (e.time, e.seq)
-    }
-
-    fn peek(&self) -> Option<&Ev> {
-        self.heap.first()
-    }
-
-    fn push(&mut self, e: Ev) {
-        let mut i = self.heap.len();
-        self.heap.push(e);
-        while i > 0 {
-            let p = (i - 1) / ARITY;
-            if Self::key(&self.heap[p]) <= Self::key(&e) {
-                break;
-            }
-            self.heap[i] = self.heap[p];
-            i = p;
-        }
-        self.heap[i] = e;
-    }
-
-    fn pop(&mut self) -> Option<Ev> {
-        let last = self.heap.pop()?;
-        let Some(&top) = self.heap.first() else {
-            return Some(last);
-        };
-        // Sift the last entry down from the root.
-        let n = self.heap.len();
-        let k = Self::key(&last);
-        let mut i = 0;
-        loop {
-            let a = ARITY * i + 1;
-            if a >= n {
-                break;
-            }
-            let mut c = a;
-            let mut ck = Self::key(&self.heap[a]);
-            for j in a + 1..(a + ARITY).min(n) {
-                let kj = Self::key(&self.heap[j]);
-                if kj < ck {
-                    c = j;
-                    ck = kj;
-                }
-            }
-            if k <= ck {
-                break;
-            }
-            self.heap[i] = self.heap[c];
-            i = c;
-        }
-        self.heap[i] = last;
-        Some(top)
-    }
-}
-
 /// A generation counter for "marked in this pass" arrays, so they never
 /// need clearing (except on wrap-around).
 fn bump(epoch: &mut u32, marks: &mut [u32]) -> u32 {
@@ -473,7 +408,7 @@ pub struct FlowNet {
     stride: usize,
     flows: Vec<Flow>,
     free_flows: Vec<u32>,
-    heap: EventQueue,
+    heap: BinaryHeap<Reverse<Ev>>,
     /// Busy paths by the data-phase end of their first flow to finish.
     done: IndexedHeap,
     seq: u64,
@@ -558,7 +493,7 @@ impl FlowNet {
             stride: 0,
             flows: Vec::new(),
             free_flows: Vec::new(),
-            heap: EventQueue::default(),
+            heap: BinaryHeap::new(),
             done: IndexedHeap::default(),
             seq: 0,
             now: 0,
@@ -937,16 +872,16 @@ impl FlowNet {
 
     fn push(&mut self, time: u64, kind: EvKind) {
         self.seq += 1;
-        self.heap.push(Ev {
+        self.heap.push(Reverse(Ev {
             time,
             seq: self.seq,
             kind,
-        });
+        }));
     }
 
     /// The earliest pending `(time, seq)` and whether it is a data-phase end.
     fn peek(&self) -> Option<(u64, u64, bool)> {
-        let a = self.heap.peek().map(|e| (e.time, e.seq, false));
+        let a = self.heap.peek().map(|Reverse(e)| (e.time, e.seq, false));
         let b = self.done.peek().map(|(t, s, _)| (t, s, true));
         match (a, b) {
             (Some(x), Some(y)) => Some(if (y.0, y.1) < (x.0, x.1) { y } else { x }),
@@ -977,7 +912,7 @@ impl FlowNet {
                 let (_, _, path) = self.done.peek().expect("peeked");
                 self.finish_flow(path, out);
             } else {
-                let Some(ev) = self.heap.pop() else {
+                let Some(Reverse(ev)) = self.heap.pop() else {
                     break;
                 };
                 match ev.kind {

@@ -829,30 +829,3 @@ proptest! {
         }
     }
 }
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
-
-    /// The event queue hands events out by `(time, seq)`, whatever the
-    /// order of pushes and pops in between (ties in time by sequence).
-    #[test]
-    fn the_event_queue_pops_in_time_then_sequence_order(
-        ops in proptest::collection::vec((0u64..20, any::<bool>()), 1..300),
-    ) {
-        let mut q = EventQueue::default();
-        let mut reference: Vec<(u64, u64)> = Vec::new();
-        for (seq, &(time, pop)) in ops.iter().enumerate() {
-            if pop {
-                let want = reference.iter().copied().min();
-                reference.retain(|&k| Some(k) != want);
-                let got = q.pop().map(|e| (e.time, e.seq));
-                prop_assert_eq!(got, want);
-            } else {
-                let seq = seq as u64;
-                q.push(Ev { time, seq, kind: EvKind::Timer(seq) });
-                reference.push((time, seq));
-            }
-            prop_assert_eq!(q.peek().map(|e| (e.time, e.seq)), reference.iter().copied().min());
-        }
-    }
-}
