@@ -976,13 +976,12 @@ fn schedule_for_named(
         if is_p2p(collective) {
             // A point-to-point operation's own (the transfers' results do
             // not depend on it: a peer's channels share its routes).
-            let rpn = fabric.ranks_per_node();
             model::nccl_p2p_net_channels(
                 peer_bytes,
                 n,
                 rings,
-                fabric.rails().len().div_ceil(rpn),
-                nccl_local_peer_channels(&fabric.machine.node.nvlink, rpn),
+                nccl_net_count_by_bw(fabric),
+                nccl_local_peer_channels(&fabric.machine.node.nvlink, fabric.ranks_per_node()),
                 protocol == Protocol::Ll,
             )
         } else {
@@ -1200,6 +1199,23 @@ fn nccl_read_channels(
         Algorithm::Ring => ring,
         _ => model::nccl_p2p_channels(peer_bytes, fabric.ranks(), ring),
     }
+}
+
+/// The NICs NCCL has a GPU drive by bandwidth (`getLocalNetCountByBw`,
+/// NVIDIA/nccl `src/graph/topo.cc`): its nearest NICs, counted until they
+/// carry what the GPU's own link to the CPU does; none where the GPU
+/// reaches its CPU through a PCIe switch (NCCL finds no GPU-to-CPU link
+/// there).
+fn nccl_net_count_by_bw(fabric: &ClusterFabric) -> usize {
+    let node = &fabric.machine.node;
+    if node.gpus_per_switch > 0 {
+        return 0;
+    }
+    let pcie = model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width);
+    let gpu = node.c2c_gbps.unwrap_or(pcie);
+    let per_nic = node.nic_gbps.min(pcie).max(1e-9);
+    let near = fabric.nearest_nics(0).len();
+    near.min((gpu / per_nic).ceil() as usize)
 }
 
 /// The channels NCCL gives a peer on the same node, the fewest over the

@@ -1425,7 +1425,7 @@ impl ClusterFabric {
     /// node counts, in use by a collective's rails or not, as NCCL trims
     /// only GPUs from its topology. Empty where no NIC is that near (a
     /// Grace rack's NICs sit next to one GPU each).
-    fn nearest_nics(&self, g: usize) -> Vec<usize> {
+    pub(crate) fn nearest_nics(&self, g: usize) -> Vec<usize> {
         (0..self.machine.node.nics)
             .filter(|&k| self.nic_near(k, g))
             .collect()

@@ -606,34 +606,38 @@ pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
 /// peer's, those on the same node too).
 pub const NCCL_P2P_NET_CHUNK: u64 = 128 * 1024;
 
-/// NCCL 2.24's channels for one point-to-point operation of `bytes` (a
-/// send or a receive) on a communicator of `ranks` ranks across nodes,
-/// whose rings have `ring_channels` channels and whose GPUs each drive
-/// `nics` NICs; `local` is what NCCL gives a peer on the same node (2 per
-/// NVLink's worth of bandwidth, 2 over PCIe; `None` with one GPU per
-/// node). NVIDIA/nccl `src/graph/paths.cc`: a communicator has
-/// `p2pnChannels`, its ring channels rounded up to a power of two, and
-/// gives a peer on another node 2 channels, halved while `2 x ranks`
-/// passes four times `p2pnChannels`, but at least its NICs
-/// (`ncclTopoGetNchannels`); every peer then gets the fewest of those,
-/// rounded up to a power of two (`p2pnChannelsPerPeer`). `src/enqueue.cc`
+/// NCCL's channels for one point-to-point operation of `bytes` (a send or
+/// a receive) on a communicator of `ranks` ranks across nodes, whose rings
+/// have `ring_channels` channels (at most `MAXCHANNELS`, 64 from NCCL 2.25,
+/// as the simulator counts them) and whose GPUs each drive `nics` NICs by
+/// bandwidth (`getLocalNetCountByBw`: 0 where a GPU reaches its CPU
+/// through a PCIe switch); `local` is what NCCL gives a peer on the same
+/// node (2 per NVLink's worth of bandwidth, 2 over PCIe; `None` with one
+/// GPU per node). NVIDIA/nccl 2.24-2.25 `src/graph/paths.cc`: a peer on
+/// another node gets 2 channels, halved while `2 x ranks` passes four
+/// times the ring channels, but at least `nics` (`ncclTopoGetNchannels`);
+/// every peer then gets the fewest of those, rounded up to a power of two
+/// and at most `p2pnChannels`, the ring channels rounded up to one
+/// (`ncclTopoComputeP2pChannels`, `p2pnChannelsPerPeer`). `src/enqueue.cc`
 /// (`scheduleP2pTasksToPlan`, `addP2pToPlan`): an operation starts from
 /// that count halved while `count x ranks` passes `p2pnChannels`, with
 /// parts of at least half a step, and doubles it (up to the peer's count)
 /// while a part is above a step: 128 KiB under Simple
 /// ([`NCCL_P2P_NET_CHUNK`]), 64 KiB under LL (its buffer over
-/// `NCCL_STEPS`). From 64 ranks on an operation runs on one channel (two
-/// NICs per GPU: two).
+/// `NCCL_STEPS`). So from more than twice the ring channels in ranks (17
+/// on 8 channels, 129 on 64) an operation runs on one channel.
 ///
 /// ```
 /// use gpucomm_sim::model::nccl_p2p_net_channels;
-/// // 2 DGX H100 nodes (8 ring channels, one NIC per GPU, 18 NVLinks).
-/// assert_eq!(nccl_p2p_net_channels(256 << 20, 16, 8, 1, Some(36), false), 2);
-/// assert_eq!(nccl_p2p_net_channels(64 << 10, 16, 8, 1, Some(36), false), 1);
+/// // 2 DGX H100 nodes (8 ring channels, GPUs behind PCIe switches, 18 NVLinks).
+/// assert_eq!(nccl_p2p_net_channels(256 << 20, 16, 8, 0, Some(36), false), 2);
+/// assert_eq!(nccl_p2p_net_channels(64 << 10, 16, 8, 0, Some(36), false), 1);
 /// // 16 GB200 NVL72 racks: 1152 ranks, 64 channels.
-/// assert_eq!(nccl_p2p_net_channels(1 << 30, 1152, 64, 1, Some(36), false), 1);
-/// // Two NICs per GPU keep two channels.
+/// assert_eq!(nccl_p2p_net_channels(1 << 30, 1152, 64, 0, Some(36), false), 1);
+/// // Two NICs a GPU drives keep two channels.
 /// assert_eq!(nccl_p2p_net_channels(1 << 30, 1152, 64, 2, Some(36), false), 2);
+/// // The halving counts the ring channels as they are (12), not rounded up.
+/// assert_eq!(nccl_p2p_net_channels(1 << 30, 32, 12, 0, Some(36), false), 1);
 /// ```
 pub fn nccl_p2p_net_channels(
     bytes: u64,
@@ -643,13 +647,14 @@ pub fn nccl_p2p_net_channels(
     local: Option<u64>,
     ll: bool,
 ) -> u16 {
-    let all = u64::from(ring_channels.max(1)).next_power_of_two();
+    let ring = u64::from(ring_channels.max(1));
+    let all = ring.next_power_of_two();
     let ranks = ranks.max(1) as u64;
     let mut net = 2u64;
-    while net * ranks > 4 * all && net > 1 {
+    while net * ranks > 4 * ring && net > 1 {
         net /= 2;
     }
-    let net = net.max(nics.max(1) as u64);
+    let net = net.max(nics as u64);
     let per_peer = local
         .map_or(net, |l| net.min(l.max(1)))
         .next_power_of_two()
