@@ -1717,7 +1717,8 @@ fn json_gives_the_channels_a_size_ran_on() {
 #[test]
 fn point_to_point_operations_across_nodes_run_on_nccls_channels_per_peer() {
     // NCCL gives an operation to a peer on another node two channels at
-    // most, one from 64 ranks on (model::nccl_p2p_net_channels), where a
+    // most, one once the ranks pass twice the ring channels
+    // (model::nccl_p2p_net_channels), where a
     // collective's ring has one per NIC; a peer's channels share its
     // routes, so the time is the one all the NICs' channels give.
     let rows = |args: &str| -> Vec<(Value, f64)> {
