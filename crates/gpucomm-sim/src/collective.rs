@@ -2393,3 +2393,36 @@ mod bound_tests {
         assert_eq!(one_at_a_time_skips(&order, &bounds, &err), vec![3]);
     }
 }
+
+#[cfg(test)]
+mod p2p_channel_tests {
+    use super::*;
+    use crate::machine::NvFabric;
+
+    #[test]
+    fn nics_a_gpu_drives_and_what_a_local_peer_gets_follow_nccl() {
+        let fabric = |name: &str, nics: Option<usize>| {
+            let mut m = Machine::preset(name).unwrap();
+            if let Some(k) = nics {
+                m.node.nics = k;
+            }
+            m.fabric(Engine::Nccl, 2).unwrap()
+        };
+        // Behind a PCIe switch NCCL finds no GPU-to-CPU link: none.
+        assert_eq!(nccl_net_count_by_bw(&fabric("dgx-h100", None)), 0);
+        // A Grace superchip's GPU reaches its CPU over C2C (450 GB/s): its
+        // one NIC counts.
+        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", None)), 1);
+        // Two NICs next to it carry less than the C2C link: both count.
+        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", Some(2))), 2);
+        // Local peers: 2 per NVLink's worth (18 on an H100's switch), 2 on
+        // a mesh pair with none, none with one GPU a node.
+        let h100 = Machine::preset("dgx-h100").unwrap();
+        assert_eq!(nccl_local_peer_channels(&h100.node.nvlink, 8), Some(36));
+        let dgx1 = Machine::preset("dgx1-v100").unwrap();
+        assert!(matches!(dgx1.node.nvlink, NvFabric::Mesh { .. }));
+        assert_eq!(nccl_local_peer_channels(&dgx1.node.nvlink, 8), Some(2));
+        assert_eq!(nccl_local_peer_channels(&dgx1.node.nvlink, 1), None);
+        assert_eq!(nccl_local_peer_channels(&NvFabric::None, 4), Some(2));
+    }
+}
