@@ -519,8 +519,7 @@ impl Prepared {
             // the ranks).
             let matches = |r: &usize| {
                 let l = r % group;
-                let base = &have[l].1;
-                Forward::of(base).matches(base, &schedule.rank_step_list(*r), *r, r - l, n, elem)
+                Forward::of(&have[l].1).matches(&schedule.rank_step_list(*r), *r, r - l, n, elem)
             };
             'probe: for batch in probes.chunks(crate::par::threads().max(1)) {
                 if !par_map(batch, matches).into_iter().all(|same| same) {
@@ -828,13 +827,14 @@ impl Prepared {
 /// A compact rank's dependencies step by step (each step's ascending),
 /// from its dependents: what a probed rank's generated steps are compared
 /// with ([`Forward::matches`]).
-struct Forward {
+struct Forward<'a> {
+    base: &'a RankState,
     off: Vec<u32>,
     deps: Vec<u32>,
 }
 
-impl Forward {
-    fn of(rs: &RankState) -> Self {
+impl<'a> Forward<'a> {
+    fn of(rs: &'a RankState) -> Self {
         let n = rs.steps.len();
         let mut off = vec![0u32; n + 1];
         for (i, st) in rs.steps.iter().enumerate() {
@@ -848,30 +848,25 @@ impl Forward {
                 fill[i as usize] += 1;
             }
         }
-        Forward { off, deps }
+        Forward {
+            base: rs,
+            off,
+            deps,
+        }
     }
 
     /// True when `other`, the steps of rank `rank`, `shift` ranks after
-    /// the rank `base` compacts (whose dependencies `self` holds), are
-    /// `base`'s with peers moved by `shift`: same kinds, channels and
-    /// dependencies, lengths equal within one element (blocks of a count
-    /// that does not divide by the rank count). What [`compact`] would
-    /// refuse in `other` (a peer or a dependency out of range) differs
-    /// from `base`, which it accepted.
-    fn matches(
-        &self,
-        base: &RankState,
-        other: &StepList,
-        rank: usize,
-        shift: usize,
-        n: usize,
-        elem: u64,
-    ) -> bool {
-        if other.len() != base.steps.len() {
+    /// the base rank, are the base's with peers moved by `shift`: same
+    /// kinds, channels and dependencies, lengths equal within one element
+    /// (blocks of a count that does not divide by the rank count). What
+    /// [`compact`] would refuse in `other` (a peer or a dependency out of
+    /// range) differs from the base, which it accepted.
+    fn matches(&self, other: &StepList, rank: usize, shift: usize, n: usize, elem: u64) -> bool {
+        if other.len() != self.base.steps.len() {
             return false;
         }
         let mut sorted = Vec::new();
-        base.steps.iter().enumerate().all(|(i, x)| {
+        self.base.steps.iter().enumerate().all(|(i, x)| {
             let step = other.kind(i);
             let want = &self.deps[self.off[i] as usize..self.off[i + 1] as usize];
             let deps = other.deps(i);
@@ -1754,6 +1749,28 @@ mod tests {
         assert_eq!(ex.first_stuck(), (0, 1));
     }
 
+    /// `nodes` DGX A100 nodes.
+    fn a100(nodes: usize) -> crate::machine::ClusterFabric {
+        use crate::machine::{Engine, Machine};
+        Machine::preset("dgx-a100")
+            .unwrap()
+            .fabric(Engine::Nccl, nodes)
+            .unwrap()
+    }
+
+    /// `s` on `f` with the symmetry reduction where it applies, and with
+    /// every rank simulated.
+    fn reduced_and_full(s: &Schedule, f: &dyn Fabric) -> (ExecResult, ExecResult) {
+        let full = ExecConfig {
+            symmetry: false,
+            ..ExecConfig::default()
+        };
+        (
+            run_schedule(s, f, &ExecConfig::default()).unwrap(),
+            run_schedule(s, f, &full).unwrap(),
+        )
+    }
+
     /// An all_reduce of 4 Mi elements on every rank of `f`.
     fn all_reduce_4m(f: &dyn Fabric, algorithm: Algorithm, channels: u16) -> Schedule {
         let p = Problem::new(
@@ -1767,20 +1784,9 @@ mod tests {
 
     #[test]
     fn symmetry_reduction_equals_full_simulation() {
-        use crate::machine::{Engine, Machine};
-        let m = Machine::preset("dgx-a100").unwrap();
-        let f = m.fabric(Engine::Nccl, 4).unwrap();
+        let f = a100(4);
         let s = all_reduce_4m(&f, Algorithm::Ring, 8);
-        let sym = run_schedule(&s, &f, &ExecConfig::default()).unwrap();
-        let full = run_schedule(
-            &s,
-            &f,
-            &ExecConfig {
-                symmetry: false,
-                ..ExecConfig::default()
-            },
-        )
-        .unwrap();
+        let (sym, full) = reduced_and_full(&s, &f);
         assert_eq!(sym.simulated_ranks, 8);
         assert_eq!(full.simulated_ranks, 32);
         assert_eq!(sym.time, full.time);
@@ -1794,19 +1800,10 @@ mod tests {
         // The dependencies must not change with that (the all-gather's
         // receives wait for the reduce-scatter explicitly), or every rank
         // is simulated (a 2056-rank ring at 64 KiB: 47 s instead of 0.1).
-        use crate::machine::{Engine, Machine};
-        let f = Machine::preset("dgx-a100")
-            .unwrap()
-            .fabric(Engine::Nccl, 3)
-            .unwrap();
+        let f = a100(3);
         let p = Problem::new(Collective::AllReduce, 40, 24, 8);
         let s = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(2);
-        let reduced = run_schedule(&s, &f, &ExecConfig::default()).unwrap();
-        let full = ExecConfig {
-            symmetry: false,
-            ..ExecConfig::default()
-        };
-        let every = run_schedule(&s, &f, &full).unwrap();
+        let (reduced, every) = reduced_and_full(&s, &f);
         assert_eq!(reduced.symmetry, Symmetry::Reduced { period: 1 });
         assert_eq!((reduced.simulated_ranks, every.simulated_ranks), (8, 24));
         // Node 0's lengths stand for every node's (one element apart).
@@ -1818,11 +1815,7 @@ mod tests {
     fn a_probed_rank_matches_its_base_shifted_by_their_distance_only() {
         // The probe compares a rank's generated steps with the compact
         // form of the rank one or more nodes before it.
-        use crate::machine::{Engine, Machine};
-        let f = Machine::preset("dgx-a100")
-            .unwrap()
-            .fabric(Engine::Nccl, 3)
-            .unwrap();
+        let f = a100(3);
         let elem = 4;
         let ring = all_reduce_4m(&f, Algorithm::Ring, 2);
         let base = compact(1, &ring.rank_step_list(1), elem, 24).unwrap();
@@ -1833,46 +1826,36 @@ mod tests {
             let want = &fwd.deps[fwd.off[i] as usize..fwd.off[i + 1] as usize];
             assert_eq!(want, own.deps(i), "step {i}");
         }
-        assert!(fwd.matches(&base, &own, 1, 0, 24, elem));
+        assert!(fwd.matches(&own, 1, 0, 24, elem));
         // Ring ranks 9 and 17 are rank 1 moved by one and two nodes ...
         for r in [9, 17] {
-            assert!(fwd.matches(&base, &ring.rank_step_list(r), r, r - 1, 24, elem));
+            assert!(fwd.matches(&ring.rank_step_list(r), r, r - 1, 24, elem));
         }
         // ... and not by another distance.
         for shift in [0, 16] {
-            assert!(!fwd.matches(&base, &ring.rank_step_list(9), 9, shift, 24, elem));
+            assert!(!fwd.matches(&ring.rank_step_list(9), 9, shift, 24, elem));
         }
         // The tree's second node does not do what its first does.
         let tree = all_reduce_4m(&f, Algorithm::Tree, 2);
         let tb = compact(1, &tree.rank_step_list(1), elem, 24).unwrap();
         let tf = Forward::of(&tb);
-        assert!(!tf.matches(&tb, &tree.rank_step_list(9), 9, 8, 24, elem));
+        assert!(!tf.matches(&tree.rank_step_list(9), 9, 8, 24, elem));
     }
 
     #[test]
     fn a_schedule_that_claims_no_symmetry_is_probed_and_may_still_be_reduced() {
         // The direct all_to_all does not declare itself node-symmetric;
         // the probe finds it is, and the reduction equals the full run.
-        use crate::machine::{Engine, Machine};
-        let f = Machine::preset("dgx-a100")
-            .unwrap()
-            .fabric(Engine::Nccl, 4)
-            .unwrap();
+        let f = a100(4);
         let p = Problem::new(Collective::AllToAll, 1 << 12, 32, 8);
         let s = Schedule::new(p, Algorithm::Direct)
             .unwrap()
             .with_channels(2);
         assert_eq!(s.node_shift_symmetric(8), None);
-        let cfg = ExecConfig::default();
-        let reduced = run_schedule(&s, &f, &cfg).unwrap();
+        let (reduced, every) = reduced_and_full(&s, &f);
         assert_eq!(reduced.symmetry, Symmetry::Reduced { period: 1 });
         assert_eq!(reduced.simulated_ranks, 8);
-        let full = ExecConfig {
-            symmetry: false,
-            ..ExecConfig::default()
-        };
         // (To the picosecond rounding of the copies' event times.)
-        let every = run_schedule(&s, &f, &full).unwrap();
         assert!(reduced.time.as_ps().abs_diff(every.time.as_ps()) <= 2);
     }
 
@@ -1881,11 +1864,7 @@ mod tests {
         // NCCL's double binary tree between nodes: node 1's ranks do not do
         // what node 0's do, shifted. The fabric allows the reduction; the
         // schedule check must refuse it.
-        use crate::machine::{Engine, Machine};
-        let f = Machine::preset("dgx-a100")
-            .unwrap()
-            .fabric(Engine::Nccl, 4)
-            .unwrap();
+        let f = a100(4);
         assert!(f.node_orbits().is_some());
         let s = all_reduce_4m(&f, Algorithm::Tree, 2);
         let cfg = ExecConfig::default();
