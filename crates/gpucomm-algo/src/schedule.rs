@@ -482,38 +482,42 @@ impl Schedule {
         }
     }
 
-    /// Whether every rank `r + shift` runs the steps of rank `r` moved by
-    /// `shift`: peers shifted by `shift` (modulo the ranks), the same kinds,
-    /// channels and dependencies, each length within one element of `r`'s
-    /// (blocks of a count the ranks do not divide). `Some(true)` where the
-    /// construction guarantees it: the ring all_reduce, reduce_scatter and
-    /// all_gather moved by whole nodes, since every node runs the same ring
-    /// orders and a rank's steps depend on its place in them alone (their
-    /// pieces are cut from the largest block, with explicit dependencies
-    /// where a piece is empty). `None` where only generating the ranks can
-    /// tell (a simulator that runs one node for all compares them). The
-    /// property tests check every `Some(true)` rank by rank.
+    /// True where the schedule's construction guarantees that every rank
+    /// `r + shift` runs the steps of rank `r` moved by `shift`: peers
+    /// shifted by `shift` (modulo the ranks), the same kinds, channels and
+    /// dependencies, each length within one element of `r`'s (blocks of a
+    /// count the ranks do not divide). So for the ring all_reduce, and the
+    /// ring reduce_scatter and all_gather of whole blocks (the count a
+    /// multiple of the ranks), moved by whole nodes: every node runs the
+    /// same ring orders and a rank's steps depend on its place in them
+    /// alone (their pieces are cut from the largest block, with explicit
+    /// dependencies where a piece is empty). False where only generating
+    /// the ranks can tell (a simulator that runs one node for all compares
+    /// them then); an uneven all_gather is one (count 1 on 2 ranks: the
+    /// second rank's own block is empty, and so is its copy). The property
+    /// tests check every schedule it holds for, rank by rank.
     ///
     /// ```
     /// use gpucomm_algo::{Algorithm, Collective, Problem, Schedule};
     /// let p = Problem::new(Collective::AllReduce, 1000, 16, 8);
     /// let ring = Schedule::new(p, Algorithm::Ring).unwrap();
-    /// assert_eq!(ring.node_shift_symmetric(8), Some(true));
-    /// assert_eq!(ring.node_shift_symmetric(3), None); // not whole nodes
+    /// assert!(ring.node_symmetric_by_construction(8));
+    /// assert!(!ring.node_symmetric_by_construction(3)); // not whole nodes
     /// let tree = Schedule::new(p, Algorithm::Tree).unwrap();
-    /// assert_eq!(tree.node_shift_symmetric(8), None);
+    /// assert!(!tree.node_symmetric_by_construction(8));
     /// ```
-    pub fn node_shift_symmetric(&self, shift: usize) -> Option<bool> {
+    pub fn node_symmetric_by_construction(&self, shift: usize) -> bool {
         let p = &self.problem;
         let rpn = p.ranks_per_node;
-        let whole_nodes = rpn > 0 && p.nranks % rpn == 0 && shift % rpn == 0;
-        let ring = self.algorithm == Algorithm::Ring
+        // (A schedule made by hand or read from a file may hold no ranks.)
+        let whole_nodes = p.nranks > 0 && rpn > 0 && p.nranks % rpn == 0 && shift % rpn == 0;
+        whole_nodes
+            && self.algorithm == Algorithm::Ring
             && match p.collective {
                 Collective::AllReduce => true,
                 Collective::ReduceScatter | Collective::AllGather => p.count % p.nranks == 0,
                 _ => false,
-            };
-        (whole_nodes && ring).then_some(true)
+            }
     }
 
     /// True when the schedule stays correct with input and output aliased as

@@ -168,7 +168,7 @@ fn support_matrix() {
 
 /// Rank `b`'s steps are rank `a`'s moved by `shift` on `n` ranks: peers
 /// shifted (modulo `n`), the same kinds, channels and dependencies, each
-/// length within one element (what [`Schedule::node_shift_symmetric`]
+/// length within one element (what [`Schedule::node_symmetric_by_construction`]
 /// promises, and what a simulator running one node for all compares).
 fn moved_by(a: &[Step], b: &[Step], shift: usize, n: usize) -> Result<(), String> {
     if a.len() != b.len() {
@@ -252,7 +252,7 @@ proptest! {
         let (n, rpn) = (p.nranks, p.ranks_per_node);
         let steps: Vec<Vec<Step>> = (0..n).map(|r| s.rank_steps(r)).collect();
         for shift in (rpn..n).step_by(rpn) {
-            if s.node_shift_symmetric(shift) != Some(true) {
+            if !s.node_symmetric_by_construction(shift) {
                 continue;
             }
             for r in 0..n {
@@ -270,13 +270,24 @@ proptest! {
 fn a_tree_across_nodes_is_not_declared_symmetric() {
     let p = Problem::new(Collective::AllReduce, 1000, 32, 8);
     let s = Schedule::new(p, Algorithm::Tree).unwrap().with_channels(2);
-    assert_eq!(s.node_shift_symmetric(8), None);
+    assert!(!s.node_symmetric_by_construction(8));
     assert!(moved_by(&s.rank_steps(1), &s.rank_steps(9), 8, 32).is_err());
     let ring = Schedule::new(p, Algorithm::Ring).unwrap().with_channels(2);
     assert!(moved_by(&ring.rank_steps(1), &ring.rank_steps(9), 8, 32).is_ok());
     // Rooted chains and partial nodes claim nothing either.
     let chain = Problem::new(Collective::Broadcast { root: 0 }, 1000, 32, 8);
     let chain = Schedule::new(chain, Algorithm::Ring).unwrap();
-    assert_eq!(chain.node_shift_symmetric(8), None);
-    assert_eq!(ring.node_shift_symmetric(4), None);
+    assert!(!chain.node_symmetric_by_construction(8));
+    assert!(!ring.node_symmetric_by_construction(4));
+    // An all_gather of uneven blocks is left to be compared: one element
+    // on two ranks, the second rank's own block (and copy) is empty.
+    let uneven = Problem::new(Collective::AllGather, 1, 2, 1);
+    let uneven = Schedule::new(uneven, Algorithm::Ring).unwrap();
+    assert!(!uneven.node_symmetric_by_construction(1));
+    assert!(moved_by(&uneven.rank_steps(0), &uneven.rank_steps(1), 1, 2).is_err());
+    // A schedule with no ranks (made by hand, or read from a file) is
+    // answered, not a division by zero.
+    let mut empty = ring.clone();
+    empty.problem.nranks = 0;
+    assert!(!empty.node_symmetric_by_construction(8));
 }

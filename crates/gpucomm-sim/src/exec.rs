@@ -499,10 +499,10 @@ impl Prepared {
             }
             let periods = n / group;
             // Unless the schedule guarantees it
-            // ([`Schedule::node_shift_symmetric`], checked rank by rank in
+            // ([`Schedule::node_symmetric_by_construction`], checked rank by rank in
             // gpucomm-algo's property tests).
             let mut probe_periods = Vec::new();
-            if schedule.node_shift_symmetric(group) != Some(true) {
+            if !schedule.node_symmetric_by_construction(group) {
                 probe_periods.push(1);
                 if periods > 2 {
                     probe_periods.push(periods - 1);
@@ -1851,7 +1851,7 @@ mod tests {
         let s = Schedule::new(p, Algorithm::Direct)
             .unwrap()
             .with_channels(2);
-        assert_eq!(s.node_shift_symmetric(8), None);
+        assert!(!s.node_symmetric_by_construction(8));
         let (reduced, every) = reduced_and_full(&s, &f);
         assert_eq!(reduced.symmetry, Symmetry::Reduced { period: 1 });
         assert_eq!(reduced.simulated_ranks, 8);
