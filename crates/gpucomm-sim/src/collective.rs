@@ -355,7 +355,8 @@ pub struct CollOptions {
     /// Channels, run as given; `None`: one per NIC on multi-node runs (as
     /// NCCL binds channels to NICs), one inside a node (NCCL's where it
     /// reads over NVLink), fewer for a small ring or tree operation
-    /// ([`model::nccl_op_channels`]).
+    /// ([`model::nccl_op_channels`]), NCCL's per peer for a point-to-point
+    /// operation across nodes ([`model::nccl_p2p_net_channels`]).
     pub channels: Option<u16>,
     /// Use the executor's symmetry reduction when possible.
     pub symmetry: bool,
@@ -981,7 +982,7 @@ fn schedule_for_named(
                 n,
                 rings,
                 nccl_net_count_by_bw(fabric),
-                nccl_local_peer_channels(&fabric.machine.node.nvlink, fabric.ranks_per_node()),
+                nccl_local_peer_channels(fabric),
                 protocol == Protocol::Ll,
             )
         } else {
@@ -1219,29 +1220,14 @@ fn nccl_net_count_by_bw(fabric: &ClusterFabric) -> usize {
 }
 
 /// The channels NCCL gives a peer on the same node, the fewest over the
-/// first `rpn` GPUs' pairs (`ncclTopoGetNchannels`: 2 per NVLink's worth of
-/// the path's bandwidth, 2 over PCIe); `None` with one GPU per node.
-fn nccl_local_peer_channels(nvlink: &crate::machine::NvFabric, rpn: usize) -> Option<u64> {
-    use crate::machine::NvFabric;
-    if rpn < 2 {
-        return None;
-    }
-    let links = match nvlink {
-        NvFabric::None => 1,
-        NvFabric::Switch { links, .. } => *links,
-        NvFabric::Mesh { pairs, .. } => (0..rpn)
-            .flat_map(|a| (a + 1..rpn).map(move |b| (a, b)))
-            .map(|(a, b)| {
-                pairs
-                    .iter()
-                    .filter(|&&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b))
-                    .map(|&(_, _, k)| k)
-                    .sum::<u32>()
-            })
-            .min()
-            .unwrap_or(1),
-    };
-    Some(2 * u64::from(links.max(1)))
+/// pairs of the GPUs in use (`ncclTopoGetNchannels`: 2 per NVLink's worth
+/// of the path's bandwidth, 2 over PCIe); `None` with one GPU per node.
+fn nccl_local_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
+    let rpn = fabric.ranks_per_node();
+    (0..rpn)
+        .flat_map(|a| (a + 1..rpn).map(move |b| (a, b)))
+        .map(|(a, b)| 2 * u64::from(fabric.nvlink_count(a, b).max(1)))
+        .min()
 }
 
 /// The collectives NCCL runs as grouped point-to-point operations
@@ -2397,32 +2383,41 @@ mod bound_tests {
 #[cfg(test)]
 mod p2p_channel_tests {
     use super::*;
-    use crate::machine::NvFabric;
 
     #[test]
     fn nics_a_gpu_drives_and_what_a_local_peer_gets_follow_nccl() {
-        let fabric = |name: &str, nics: Option<usize>| {
+        let fabric = |name: &str, nics: Option<usize>, gpus: usize| {
             let mut m = Machine::preset(name).unwrap();
             if let Some(k) = nics {
                 m.node.nics = k;
             }
+            m.use_gpus(gpus).unwrap();
             m.fabric(Engine::Nccl, 2).unwrap()
         };
         // Behind a PCIe switch NCCL finds no GPU-to-CPU link: none.
-        assert_eq!(nccl_net_count_by_bw(&fabric("dgx-h100", None)), 0);
+        assert_eq!(nccl_net_count_by_bw(&fabric("dgx-h100", None, 8)), 0);
         // A Grace superchip's GPU reaches its CPU over C2C (450 GB/s): its
         // one NIC counts.
-        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", None)), 1);
+        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", None, 1)), 1);
         // Two NICs next to it carry less than the C2C link: both count.
-        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", Some(2))), 2);
+        assert_eq!(nccl_net_count_by_bw(&fabric("gh200", Some(2), 1)), 2);
         // Local peers: 2 per NVLink's worth (18 on an H100's switch), 2 on
         // a mesh pair with none, none with one GPU a node.
-        let h100 = Machine::preset("dgx-h100").unwrap();
-        assert_eq!(nccl_local_peer_channels(&h100.node.nvlink, 8), Some(36));
-        let dgx1 = Machine::preset("dgx1-v100").unwrap();
-        assert!(matches!(dgx1.node.nvlink, NvFabric::Mesh { .. }));
-        assert_eq!(nccl_local_peer_channels(&dgx1.node.nvlink, 8), Some(2));
-        assert_eq!(nccl_local_peer_channels(&dgx1.node.nvlink, 1), None);
-        assert_eq!(nccl_local_peer_channels(&NvFabric::None, 4), Some(2));
+        assert_eq!(
+            nccl_local_peer_channels(&fabric("dgx-h100", None, 8)),
+            Some(36)
+        );
+        assert_eq!(
+            nccl_local_peer_channels(&fabric("dgx1-v100", None, 8)),
+            Some(2)
+        );
+        assert_eq!(
+            nccl_local_peer_channels(&fabric("dgx1-v100", None, 1)),
+            None
+        );
+        assert_eq!(
+            nccl_local_peer_channels(&fabric("pcie-8gpu", None, 4)),
+            Some(2)
+        );
     }
 }

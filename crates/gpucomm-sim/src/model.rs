@@ -578,6 +578,8 @@ pub const NCCL_P2P_NVL_CHUNK: u64 = 512 * 1024;
 /// assert_eq!(nccl_p2p_channels(128 << 20, 8, 24), 8);
 /// assert_eq!(nccl_p2p_channels(1 << 20, 8, 24), 4);
 /// assert_eq!(nccl_p2p_channels(100 << 10, 8, 24), 2);
+/// // Counts past a u16 stay within one.
+/// assert_eq!(nccl_p2p_channels(u64::MAX, 1, u16::MAX), u16::MAX);
 /// ```
 pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
     let all = u64::from(ring_channels.max(1)).next_power_of_two();
@@ -598,7 +600,7 @@ pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
         size = bytes.div_ceil(n);
     }
     let size = size.next_multiple_of(min_size);
-    bytes.div_ceil(size).clamp(1, n) as u16
+    bytes.div_ceil(size).clamp(1, n).min(u64::from(u16::MAX)) as u16
 }
 
 /// NCCL's point-to-point Simple step on a communicator across nodes, bytes
@@ -638,6 +640,8 @@ pub const NCCL_P2P_NET_CHUNK: u64 = 128 * 1024;
 /// assert_eq!(nccl_p2p_net_channels(1 << 30, 1152, 64, 2, Some(36), false), 2);
 /// // The halving counts the ring channels as they are (12), not rounded up.
 /// assert_eq!(nccl_p2p_net_channels(1 << 30, 32, 12, 0, Some(36), false), 1);
+/// // Counts past a u16 stay within one.
+/// assert_eq!(nccl_p2p_net_channels(u64::MAX, 1, u16::MAX, 1 << 20, None, false), u16::MAX);
 /// ```
 pub fn nccl_p2p_net_channels(
     bytes: u64,
@@ -674,7 +678,8 @@ pub fn nccl_p2p_net_channels(
         n *= 2;
         part = bytes.div_ceil(n);
     }
-    n as u16
+    // (A count past a u16's, from a ring count near its top, rounded up.)
+    n.min(u64::from(u16::MAX)) as u16
 }
 
 /// Threads of one NCCL channel (a thread block) under `protocol`, as its

@@ -157,7 +157,7 @@ struct CollArgs {
     factor: u64,
     #[command(flatten)]
     tuner: TunerArgs,
-    /// Channels (default: one per NIC across nodes, one inside a node, NCCL's own where NCCL reads over NVLink, fewer for a small ring or tree operation as NCCL runs it; a count given runs as given)
+    /// Channels (default: one per NIC across nodes, one inside a node, NCCL's own where NCCL reads over NVLink, fewer for a small ring or tree operation as NCCL runs it, NCCL's per peer for sendrecv, all_to_all, gather and scatter across nodes; a count given runs as given)
     #[arg(long)]
     channels: Option<u16>,
     /// Write a Chrome trace (one track per rank and per busy link) of the largest size.
