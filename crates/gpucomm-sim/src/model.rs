@@ -703,7 +703,7 @@ pub fn nccl_max_threads(protocol: Protocol) -> u64 {
 /// ring's LL threshold is multiplied by the ranks).
 pub fn nccl_thread_threshold(ring: bool, protocol: Protocol, ranks: usize) -> u64 {
     match protocol {
-        Protocol::Ll if ring => 8 * ranks.max(1) as u64,
+        Protocol::Ll if ring => 8u64.saturating_mul(ranks.max(1) as u64),
         Protocol::Ll | Protocol::Ll128 => 8,
         Protocol::Simple => 64,
     }
@@ -733,6 +733,8 @@ pub fn nccl_thread_threshold(ring: bool, protocol: Protocol, ranks: usize) -> u6
 /// // LL128, 8 x 640 = 5 KiB: 64 channels from 320 KiB.
 /// assert_eq!(nccl_op_channels(true, Protocol::Ll128, 320 << 10, 1024, 64), 64);
 /// assert_eq!(nccl_op_channels(true, Protocol::Ll128, 8, 16, 8), 1);
+/// // A rank count past any run's does not wrap round to many channels.
+/// assert_eq!(nccl_op_channels(true, Protocol::Ll, u64::MAX / 2, usize::MAX, 64), 1);
 /// ```
 pub fn nccl_op_channels(
     ring: bool,
@@ -741,9 +743,11 @@ pub fn nccl_op_channels(
     ranks: usize,
     channels: u16,
 ) -> u16 {
-    let per_channel = nccl_max_threads(protocol) * nccl_thread_threshold(ring, protocol, ranks);
+    // (Saturating: a rank count no run reaches must not wrap.)
+    let per_channel =
+        nccl_max_threads(protocol).saturating_mul(nccl_thread_threshold(ring, protocol, ranks));
     let mut nc = channels.max(1);
-    while nc >= 2 && bytes < u64::from(nc) * per_channel {
+    while nc >= 2 && bytes < u64::from(nc).saturating_mul(per_channel) {
         nc -= 1;
     }
     nc
