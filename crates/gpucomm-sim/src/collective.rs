@@ -972,8 +972,7 @@ fn schedule_for_named(
     let mut ch = channels.unwrap_or(if let Some(gpu_gbps) = reads {
         nccl_read_channels(fabric, algorithm, gpu_gbps, peer_bytes)
     } else if fabric.nodes() > 1 {
-        // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
-        let rings = (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16;
+        let rings = net_rings(fabric, per_nic);
         if is_p2p(collective) {
             // A point-to-point operation's own (the transfers' results do
             // not depend on it: a peer's channels share its routes).
@@ -1202,6 +1201,27 @@ fn nccl_read_channels(
     }
 }
 
+/// A communicator's ring channels across nodes: one per NIC (`per_nic`
+/// where NCCL duplicates them), at most NCCL's MAXCHANNELS (a GB200 NVL72
+/// domain has 72 NICs).
+fn net_rings(fabric: &ClusterFabric, per_nic: usize) -> u16 {
+    (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
+}
+
+/// The channels NCCL gives each peer of a point-to-point operation
+/// ([`model::nccl_p2p_net_peer_channels`]) across nodes; `None` in one
+/// node, where the simulator follows NCCL 2.18 ([`model::nccl_p2p_channels`]).
+fn nccl_p2p_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
+    (fabric.nodes() > 1).then(|| {
+        model::nccl_p2p_net_peer_channels(
+            fabric.ranks(),
+            net_rings(fabric, 1),
+            nccl_net_count_by_bw(fabric),
+            nccl_local_peer_channels(fabric),
+        )
+    })
+}
+
 /// The NICs NCCL has a GPU drive by bandwidth (`getLocalNetCountByBw`,
 /// NVIDIA/nccl `src/graph/topo.cc`): its nearest NICs, counted until they
 /// carry what the GPU's own link to the CPU does; none where the GPU
@@ -1366,21 +1386,24 @@ pub fn simulate(
     // The enabled candidates in tie-breaking order.
     let mut jobs = Vec::new();
     // NCCL's point-to-point operations take no protocol from its tuner:
-    // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer where LL is enabled,
-    // else Simple.
+    // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer (times a peer's
+    // channels across nodes) where LL is enabled, else Simple.
+    let peer_channels = nccl_p2p_peer_channels(fabric).unwrap_or(1);
+    let p2p_ll = model::nccl_p2p_ll_threshold(peer_channels);
     let p2p_protocol = is_p2p(collective).then(|| {
         model::nccl_p2p_protocol(
             peer_bytes(collective, bytes, fabric.ranks()),
             opts.protocol.allows(Protocol::Ll),
+            peer_channels,
         )
     });
     for &c in &choices {
         for &p in &protocols {
             let check = match p2p_protocol {
                 Some(q) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != q => Err(format!(
-                    "its point-to-point operations move LL up to {} bytes per peer and Simple \
-                     above, NCCL_P2P_LL_THRESHOLD in src/enqueue.cc: {} here",
-                    model::NCCL_P2P_LL_THRESHOLD,
+                    "its point-to-point operations move LL up to {p2p_ll} bytes per peer and \
+                     Simple above (NCCL_P2P_LL_THRESHOLD x the peer's channels, src/enqueue.cc): \
+                     {} here",
                     q.name()
                 )),
                 _ => model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink, nic)

@@ -531,28 +531,44 @@ fn nvswitch_ring_search(speeds: &[f64], gpu_gbps: f64) -> (f64, f64) {
     if best.0 > 0.0 { best } else { (1.0, 0.0) }
 }
 
-/// The largest point-to-point operation, bytes per peer, that NCCL moves
-/// with LL (`NCCL_P2P_LL_THRESHOLD` default, NVIDIA/nccl `src/enqueue.cc`);
-/// larger ones move with Simple, whatever its tuner would pick.
+/// NCCL's LL threshold for point-to-point operations, bytes per peer and
+/// channel (`NCCL_P2P_LL_THRESHOLD` default, NVIDIA/nccl `src/enqueue.cc`).
+/// NCCL 2.18 moves an operation of up to this many bytes per peer with LL;
+/// 2.24-2.25 (`addP2pToPlan`) multiply it by the channels a peer gets,
+/// `p2pnChannelsPerPeer`.
 pub const NCCL_P2P_LL_THRESHOLD: u64 = 16384;
 
 /// The protocol NCCL moves a point-to-point operation of `peer_bytes`
-/// with: LL up to [`NCCL_P2P_LL_THRESHOLD`] where LL is enabled
+/// with, a peer getting `peer_channels` channels: LL up to
+/// [`NCCL_P2P_LL_THRESHOLD`] x `peer_channels` bytes where LL is enabled
 /// (`ll_enabled`: NCCL allocates no LL buffers when `NCCL_PROTO` excludes
-/// it), else Simple.
+/// it), else Simple, whatever its tuner would pick. NCCL 2.18's flat
+/// threshold is `peer_channels` = 1.
 ///
 /// ```
 /// use gpucomm_sim::model::{nccl_p2p_protocol, Protocol};
-/// assert_eq!(nccl_p2p_protocol(16384, true), Protocol::Ll);
-/// assert_eq!(nccl_p2p_protocol(16385, true), Protocol::Simple);
-/// assert_eq!(nccl_p2p_protocol(8, false), Protocol::Simple);
+/// assert_eq!(nccl_p2p_protocol(16384, true, 1), Protocol::Ll);
+/// assert_eq!(nccl_p2p_protocol(16385, true, 1), Protocol::Simple);
+/// // A peer on 2 channels (2 DGX H100 nodes): LL up to 32 KiB.
+/// assert_eq!(nccl_p2p_protocol(32768, true, 2), Protocol::Ll);
+/// assert_eq!(nccl_p2p_protocol(32769, true, 2), Protocol::Simple);
+/// assert_eq!(nccl_p2p_protocol(8, false, 1), Protocol::Simple);
+/// // No channel count wraps the threshold round.
+/// assert_eq!(nccl_p2p_protocol(u64::MAX, true, u64::MAX), Protocol::Ll);
 /// ```
-pub fn nccl_p2p_protocol(peer_bytes: u64, ll_enabled: bool) -> Protocol {
-    if ll_enabled && peer_bytes <= NCCL_P2P_LL_THRESHOLD {
+pub fn nccl_p2p_protocol(peer_bytes: u64, ll_enabled: bool, peer_channels: u64) -> Protocol {
+    if ll_enabled && peer_bytes <= nccl_p2p_ll_threshold(peer_channels) {
         Protocol::Ll
     } else {
         Protocol::Simple
     }
+}
+
+/// The bytes per peer up to which NCCL moves a point-to-point operation
+/// with LL, a peer getting `peer_channels` channels (see
+/// [`nccl_p2p_protocol`]).
+pub fn nccl_p2p_ll_threshold(peer_channels: u64) -> u64 {
+    NCCL_P2P_LL_THRESHOLD.saturating_mul(peer_channels.max(1))
 }
 
 /// NCCL's chunk for point-to-point transfers over NVLink, bytes
@@ -651,18 +667,9 @@ pub fn nccl_p2p_net_channels(
     local: Option<u64>,
     ll: bool,
 ) -> u16 {
-    let ring = u64::from(ring_channels.max(1));
-    let all = ring.next_power_of_two();
+    let all = u64::from(ring_channels.max(1)).next_power_of_two();
     let ranks = ranks.max(1) as u64;
-    let mut net = 2u64;
-    while net * ranks > 4 * ring && net > 1 {
-        net /= 2;
-    }
-    let net = net.max(nics as u64);
-    let per_peer = local
-        .map_or(net, |l| net.min(l.max(1)))
-        .next_power_of_two()
-        .min(all);
+    let per_peer = nccl_p2p_net_peer_channels(ranks as usize, ring_channels, nics, local);
     let mut n = per_peer;
     while n * ranks > all && n > 1 {
         n /= 2;
@@ -680,6 +687,43 @@ pub fn nccl_p2p_net_channels(
     }
     // (A count past a u16's, from a ring count near its top, rounded up.)
     n.min(u64::from(u16::MAX)) as u16
+}
+
+/// The channels NCCL gives every peer of a communicator across nodes
+/// (`p2pnChannelsPerPeer`, NVIDIA/nccl 2.24-2.25 `src/graph/paths.cc`
+/// `ncclTopoComputeP2pChannels`), from the arguments of
+/// [`nccl_p2p_net_channels`]: a remote peer's 2, halved while `2 x ranks`
+/// passes four times the ring channels, at least `nics`, at most `local`,
+/// rounded up to a power of two and at most the ring channels rounded up
+/// to one. It caps an operation's channels and scales its LL threshold
+/// ([`nccl_p2p_protocol`]).
+///
+/// ```
+/// use gpucomm_sim::model::nccl_p2p_net_peer_channels;
+/// // 2 DGX H100 nodes, 8 ring channels: 2; on 4 nodes 1.
+/// assert_eq!(nccl_p2p_net_peer_channels(16, 8, 0, Some(36)), 2);
+/// assert_eq!(nccl_p2p_net_peer_channels(32, 8, 0, Some(36)), 1);
+/// // GPUs that each drive two NICs keep two.
+/// assert_eq!(nccl_p2p_net_peer_channels(1152, 64, 2, Some(36)), 2);
+/// ```
+pub fn nccl_p2p_net_peer_channels(
+    ranks: usize,
+    ring_channels: u16,
+    nics: usize,
+    local: Option<u64>,
+) -> u64 {
+    let ring = u64::from(ring_channels.max(1));
+    let all = ring.next_power_of_two();
+    let ranks = ranks.max(1) as u64;
+    let mut net = 2u64;
+    while net.saturating_mul(ranks) > 4 * ring && net > 1 {
+        net /= 2;
+    }
+    let net = net.max(nics as u64);
+    local
+        .map_or(net, |l| net.min(l.max(1)))
+        .next_power_of_two()
+        .min(all)
 }
 
 /// Threads of one NCCL channel (a thread block) under `protocol`, as its

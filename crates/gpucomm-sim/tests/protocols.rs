@@ -778,6 +778,32 @@ fn point_to_point_protocols_follow_nccls_ll_threshold() {
     assert!(e.to_string().contains("NCCL_P2P_LL_THRESHOLD"), "{e}");
 }
 
+/// Across nodes NCCL 2.24-2.25 (`addP2pToPlan`) multiply the point-to-point
+/// LL threshold by the channels a peer gets (`p2pnChannelsPerPeer`): 2 on
+/// 2 DGX H100 nodes (16 ranks, 8 ring channels), so LL up to 32 KiB per
+/// peer; 1 from 4 nodes, 16 KiB again.
+#[test]
+fn point_to_point_ll_threshold_across_nodes_scales_with_a_peers_channels() {
+    let pick = |nodes, coll, bytes| {
+        let f = common::fabric("dgx-h100", nodes);
+        simulate(&f, coll, bytes, &CollOptions::default()).map(|r| r.protocol)
+    };
+    let shift = Collective::SendRecv { shift: 8 };
+    assert_eq!(pick(2, shift, 32 << 10).unwrap(), Protocol::Ll);
+    assert_eq!(pick(2, shift, (32 << 10) + 4).unwrap(), Protocol::Simple);
+    // all_to_all on 16 ranks: 512 KiB in all is 32 KiB per peer.
+    assert_eq!(
+        pick(2, Collective::AllToAll, 512 << 10).unwrap(),
+        Protocol::Ll
+    );
+    assert_eq!(
+        pick(2, Collective::AllToAll, 1 << 20).unwrap(),
+        Protocol::Simple
+    );
+    assert_eq!(pick(4, shift, 16 << 10).unwrap(), Protocol::Ll);
+    assert_eq!(pick(4, shift, (16 << 10) + 4).unwrap(), Protocol::Simple);
+}
+
 #[test]
 fn a_collective_of_no_elements_runs_nothing_but_point_to_point_still_runs() {
     // NCCL discards an empty collective (src/enqueue.cc, taskAppend); it
