@@ -1717,7 +1717,7 @@ fn json_gives_the_channels_a_size_ran_on() {
 #[test]
 fn point_to_point_operations_across_nodes_run_on_nccls_channels_per_peer() {
     // NCCL gives an operation to a peer on another node two channels at
-    // most, one once the ranks pass twice the ring channels
+    // most, one once the ranks pass twice the communicator's channels
     // (model::nccl_p2p_net_channels), where a
     // collective's ring has one per NIC; a peer's channels share its
     // routes, so the time is the one all the NICs' channels give.
@@ -1746,4 +1746,9 @@ fn point_to_point_operations_across_nodes_run_on_nccls_channels_per_peer() {
     let (one, all) = (rows(racks), rows(&format!("{racks} --channels 64")));
     assert_eq!(one[0].0, 1);
     assert!((one[0].1 - all[0].1).abs() <= 1e-6 * all[0].1);
+    // 32 ranks of 4 DGX H100 nodes: NCCL's communicator has 16 channels
+    // (the ring graph's 8, duplicated), so a peer keeps two; the
+    // simulator's 8 rings gave one (model::nccl_comm_channels).
+    let four = rows("sendrecv --topology dgx-h100 --nodes 4 -b 64M -e 64M");
+    assert_eq!(four[0].0, 2);
 }

@@ -979,7 +979,7 @@ fn schedule_for_named(
             model::nccl_p2p_net_channels(
                 peer_bytes,
                 n,
-                rings,
+                nccl_comm_channels(fabric),
                 nccl_net_count_by_bw(fabric),
                 nccl_local_peer_channels(fabric),
                 protocol == Protocol::Ll,
@@ -1208,6 +1208,32 @@ fn net_rings(fabric: &ClusterFabric, per_nic: usize) -> u16 {
     (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
 }
 
+/// NCCL's communicator channels across nodes
+/// ([`model::nccl_comm_channels`]): its ring graph's
+/// ([`model::nccl_inter_graph`]) where the nodes' GPUs are joined by
+/// NVLink or a node has one, else one per NIC (the graph NCCL would
+/// search over PCIe is not reproduced); NVLS's channels where NVLS runs.
+fn nccl_comm_channels(fabric: &ClusterFabric) -> u16 {
+    let node = &fabric.machine.node;
+    let rails = fabric.rails().len();
+    let searched = node.has_nvlink() || fabric.ranks_per_node() == 1;
+    let (channels, bw) = if searched && rails > 0 {
+        let g = model::nccl_inter_graph(
+            node.arch,
+            rails,
+            node.nic_gbps,
+            model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
+        );
+        (g.channels, g.bw_inter)
+    } else {
+        (rails.min(model::NCCL_MAX_RING_GRAPH_CHANNELS), 0.0)
+    };
+    // NCCL enables NVLS with more than two GPUs (`src/transport/nvls.cc`).
+    let nvls = (crate::innet::nvls_capable(fabric, "NVLS").is_ok() && fabric.ranks_per_node() > 2)
+        .then(|| model::nvls_channels(node.arch, fabric.nodes()) as u16);
+    model::nccl_comm_channels(channels, bw, node.arch, nvls)
+}
+
 /// The channels NCCL gives each peer of a point-to-point operation
 /// ([`model::nccl_p2p_net_peer_channels`]) across nodes; `None` in one
 /// node, where the simulator follows NCCL 2.18 ([`model::nccl_p2p_channels`]).
@@ -1215,7 +1241,7 @@ fn nccl_p2p_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
     (fabric.nodes() > 1).then(|| {
         model::nccl_p2p_net_peer_channels(
             fabric.ranks(),
-            net_rings(fabric, 1),
+            nccl_comm_channels(fabric),
             nccl_net_count_by_bw(fabric),
             nccl_local_peer_channels(fabric),
         )
@@ -1388,24 +1414,26 @@ pub fn simulate(
     // NCCL's point-to-point operations take no protocol from its tuner:
     // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer (times a peer's
     // channels across nodes) where LL is enabled, else Simple.
-    let peer_channels = nccl_p2p_peer_channels(fabric).unwrap_or(1);
-    let p2p_ll = model::nccl_p2p_ll_threshold(peer_channels);
     let p2p_protocol = is_p2p(collective).then(|| {
-        model::nccl_p2p_protocol(
+        let peer_channels = nccl_p2p_peer_channels(fabric).unwrap_or(1);
+        let protocol = model::nccl_p2p_protocol(
             peer_bytes(collective, bytes, fabric.ranks()),
             opts.protocol.allows(Protocol::Ll),
             peer_channels,
-        )
+        );
+        (protocol, model::nccl_p2p_ll_threshold(peer_channels))
     });
     for &c in &choices {
         for &p in &protocols {
             let check = match p2p_protocol {
-                Some(q) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != q => Err(format!(
-                    "its point-to-point operations move LL up to {p2p_ll} bytes per peer and \
+                Some((q, p2p_ll)) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != q => {
+                    Err(format!(
+                        "its point-to-point operations move LL up to {p2p_ll} bytes per peer and \
                      Simple above (NCCL_P2P_LL_THRESHOLD x the peer's channels, src/enqueue.cc): \
                      {} here",
-                    q.name()
-                )),
+                        q.name()
+                    ))
+                }
                 _ => model::nccl_protocol_check(c.name(), p, m.node.arch, nvlink, nic)
                     .map_err(String::from),
             };
@@ -2442,5 +2470,24 @@ mod p2p_channel_tests {
             nccl_local_peer_channels(&fabric("pcie-8gpu", None, 4)),
             Some(2)
         );
+        // The communicator's channels point-to-point operations start
+        // from: the ring graph's duplicated, NVLS's where it runs.
+        let comm = |name, nics, gpus| nccl_comm_channels(&fabric(name, nics, gpus));
+        // 8 graph channels at 48 GB/s (Hopper, no graph duplication): 16,
+        // NVLS's 16 too; on 2 GPUs a node their 2 NICs, 2 at 48 duplicated
+        // in the graph to 4 at 24: 8 (no NVLS on 2 GPUs).
+        assert_eq!(comm("dgx-h100", None, 8), 16);
+        assert_eq!(comm("dgx-h100", None, 2), 8);
+        // 8 at 24 (A100 behind PCIe Gen4): 16.
+        assert_eq!(comm("dgx-a100", None, 8), 16);
+        // Blackwell's 32 NVLS channels across nodes.
+        assert_eq!(comm("dgx-b200", None, 8), 32);
+        // 72 NICs: the graph's 32 rings, duplicated to MAXCHANNELS.
+        assert_eq!(comm("gb200-nvl72", None, 72), 64);
+        // One 400G NIC a GPU: 1 at 48, duplicated in the graph to 2 at 24: 4.
+        assert_eq!(comm("gh200", None, 1), 4);
+        // Five 400G NICs on an H100 node: 5 at 48 (no duplication past 4
+        // channels below 50 GB/s), 10, doubled again below 16: 20; NVLS 16.
+        assert_eq!(comm("dgx-h100", Some(5), 8), 20);
     }
 }

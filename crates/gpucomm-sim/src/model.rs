@@ -625,31 +625,34 @@ pub fn nccl_p2p_channels(bytes: u64, ranks: usize, ring_channels: u16) -> u16 {
 pub const NCCL_P2P_NET_CHUNK: u64 = 128 * 1024;
 
 /// NCCL's channels for one point-to-point operation of `bytes` (a send or
-/// a receive) on a communicator of `ranks` ranks across nodes, whose rings
-/// have `ring_channels` channels (at most `MAXCHANNELS`, 64 from NCCL 2.25,
-/// as the simulator counts them) and whose GPUs each drive `nics` NICs by
+/// a receive) on a communicator of `ranks` ranks across nodes and
+/// `ring_channels` channels (NCCL's `comm->nChannels`, its ring graph's
+/// duplicated, [`nccl_comm_channels`]; at most `MAXCHANNELS`, 64 from NCCL
+/// 2.25, as the simulator counts them) whose GPUs each drive `nics` NICs by
 /// bandwidth (`getLocalNetCountByBw`: 0 where a GPU reaches its CPU
 /// through a PCIe switch); `local` is what NCCL gives a peer on the same
 /// node (2 per NVLink's worth of bandwidth, 2 over PCIe; `None` with one
 /// GPU per node). NVIDIA/nccl 2.24-2.25 `src/graph/paths.cc`: a peer on
 /// another node gets 2 channels, halved while `2 x ranks` passes four
-/// times the ring channels, but at least `nics` (`ncclTopoGetNchannels`);
+/// times the channels, but at least `nics` (`ncclTopoGetNchannels`);
 /// every peer then gets the fewest of those, rounded up to a power of two
-/// and at most `p2pnChannels`, the ring channels rounded up to one
+/// and at most `p2pnChannels`, the channels rounded up to one
 /// (`ncclTopoComputeP2pChannels`, `p2pnChannelsPerPeer`). `src/enqueue.cc`
 /// (`scheduleP2pTasksToPlan`, `addP2pToPlan`): an operation starts from
 /// that count halved while `count x ranks` passes `p2pnChannels`, with
 /// parts of at least half a step, and doubles it (up to the peer's count)
 /// while a part is above a step: 128 KiB under Simple
 /// ([`NCCL_P2P_NET_CHUNK`]), 64 KiB under LL (its buffer over
-/// `NCCL_STEPS`). So from more than twice the ring channels in ranks (17
-/// on 8 channels, 129 on 64) an operation runs on one channel.
+/// `NCCL_STEPS`). So from more than twice the channels in ranks (33 on
+/// 16 channels, 129 on 64) an operation runs on one channel.
 ///
 /// ```
 /// use gpucomm_sim::model::nccl_p2p_net_channels;
-/// // 2 DGX H100 nodes (8 ring channels, GPUs behind PCIe switches, 18 NVLinks).
-/// assert_eq!(nccl_p2p_net_channels(256 << 20, 16, 8, 0, Some(36), false), 2);
-/// assert_eq!(nccl_p2p_net_channels(64 << 10, 16, 8, 0, Some(36), false), 1);
+/// // 2 DGX H100 nodes (16 channels, GPUs behind PCIe switches, 18 NVLinks).
+/// assert_eq!(nccl_p2p_net_channels(256 << 20, 16, 16, 0, Some(36), false), 2);
+/// assert_eq!(nccl_p2p_net_channels(64 << 10, 16, 16, 0, Some(36), false), 1);
+/// // 8 nodes: one.
+/// assert_eq!(nccl_p2p_net_channels(256 << 20, 64, 16, 0, Some(36), false), 1);
 /// // 16 GB200 NVL72 racks: 1152 ranks, 64 channels.
 /// assert_eq!(nccl_p2p_net_channels(1 << 30, 1152, 64, 0, Some(36), false), 1);
 /// // Two NICs a GPU drives keep two channels.
@@ -694,15 +697,16 @@ pub fn nccl_p2p_net_channels(
 /// `ncclTopoComputeP2pChannels`), from the arguments of
 /// [`nccl_p2p_net_channels`]: a remote peer's 2, halved while `2 x ranks`
 /// passes four times the ring channels, at least `nics`, at most `local`,
-/// rounded up to a power of two and at most the ring channels rounded up
-/// to one. It caps an operation's channels and scales its LL threshold
+/// rounded up to a power of two and at most the channels rounded up to
+/// one. It caps an operation's channels and scales its LL threshold
 /// ([`nccl_p2p_protocol`]).
 ///
 /// ```
 /// use gpucomm_sim::model::nccl_p2p_net_peer_channels;
-/// // 2 DGX H100 nodes, 8 ring channels: 2; on 4 nodes 1.
-/// assert_eq!(nccl_p2p_net_peer_channels(16, 8, 0, Some(36)), 2);
-/// assert_eq!(nccl_p2p_net_peer_channels(32, 8, 0, Some(36)), 1);
+/// // DGX H100 nodes, 16 channels: 2 up to 4 nodes, 1 on 8.
+/// assert_eq!(nccl_p2p_net_peer_channels(16, 16, 0, Some(36)), 2);
+/// assert_eq!(nccl_p2p_net_peer_channels(32, 16, 0, Some(36)), 2);
+/// assert_eq!(nccl_p2p_net_peer_channels(64, 16, 0, Some(36)), 1);
 /// // GPUs that each drive two NICs keep two.
 /// assert_eq!(nccl_p2p_net_peer_channels(1152, 64, 2, Some(36)), 2);
 /// ```
@@ -1529,6 +1533,45 @@ pub fn nccl_inter_speeds(arch: Arch) -> &'static [f64] {
 /// (`ringGraph->maxChannels = MAXCHANNELS / 2`, NVIDIA/nccl `src/init.cc`;
 /// `MAXCHANNELS` is 64 since NCCL 2.25).
 pub const NCCL_MAX_RING_GRAPH_CHANNELS: usize = 32;
+
+/// The channels of NCCL's communicator across nodes (`comm->nChannels`
+/// once `ncclTopoPostset` has run, NVIDIA/nccl 2.25 `src/graph/connect.cc`),
+/// which its point-to-point operations take theirs from
+/// (`ncclTopoComputeP2pChannels` runs after it, `src/init.cc`): the ring
+/// graph's `graph_channels` (at `graph_bw` GB/s each, [`nccl_inter_graph`])
+/// duplicated, at most `MAXCHANNELS` (64; "Duplication should be complete
+/// now"); doubled again on Hopper and later where the graph's speed is
+/// above 45 GB/s and that leaves fewer than 16 ("Use 4 compute channels
+/// per search channel to reach peak BW on <8 PPN"); at least NCCL's NVLS
+/// channels where NVLS runs (`nvls`: `copyChannels` up to
+/// `comm->nvlsChannels`, [`nvls_channels`]).
+///
+/// ```
+/// use gpucomm_sim::model::{nccl_comm_channels, Arch};
+/// // DGX H100 nodes: 8 graph channels at 48 GB/s, 16 channels.
+/// assert_eq!(nccl_comm_channels(8, 48.0, Arch::Hopper, Some(16)), 16);
+/// // DGX A100 nodes: 8 at 24, no NVLS: 16.
+/// assert_eq!(nccl_comm_channels(8, 24.0, Arch::Ampere, None), 16);
+/// // GB200 NVL72 racks: the graph's 32 rings, 64 channels.
+/// assert_eq!(nccl_comm_channels(32, 48.0, Arch::Blackwell, Some(32)), 64);
+/// // Six 400G NICs on an H100 node: 6 at 48, 12, then 24.
+/// assert_eq!(nccl_comm_channels(6, 48.0, Arch::Hopper, None), 24);
+/// // One NIC a GPU (GH200): its graph's 2 at 24, 4.
+/// assert_eq!(nccl_comm_channels(2, 24.0, Arch::Hopper, None), 4);
+/// ```
+pub fn nccl_comm_channels(
+    graph_channels: usize,
+    graph_bw: f64,
+    arch: Arch,
+    nvls: Option<u16>,
+) -> u16 {
+    const MAXCHANNELS: usize = 64;
+    let mut c = graph_channels.max(1).saturating_mul(2).min(MAXCHANNELS);
+    if arch >= Arch::Hopper && graph_bw > 45.0 && c < 16 {
+        c *= 2;
+    }
+    (c as u16).max(nvls.unwrap_or(0))
+}
 
 /// The graph NCCL's topology search finds for rings and trees across
 /// nodes of NVLink-joined GPUs ([`nccl_inter_graph`]), which its model

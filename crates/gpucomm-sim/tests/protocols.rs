@@ -780,8 +780,8 @@ fn point_to_point_protocols_follow_nccls_ll_threshold() {
 
 /// Across nodes NCCL 2.24-2.25 (`addP2pToPlan`) multiply the point-to-point
 /// LL threshold by the channels a peer gets (`p2pnChannelsPerPeer`): 2 on
-/// 2 DGX H100 nodes (16 ranks, 8 ring channels), so LL up to 32 KiB per
-/// peer; 1 from 4 nodes, 16 KiB again.
+/// 2 and 4 DGX H100 nodes (16 channels: the ring graph's 8 duplicated), so
+/// LL up to 32 KiB per peer; 1 from 8 nodes, 16 KiB again.
 #[test]
 fn point_to_point_ll_threshold_across_nodes_scales_with_a_peers_channels() {
     let pick = |nodes, coll, bytes| {
@@ -800,8 +800,10 @@ fn point_to_point_ll_threshold_across_nodes_scales_with_a_peers_channels() {
         pick(2, Collective::AllToAll, 1 << 20).unwrap(),
         Protocol::Simple
     );
-    assert_eq!(pick(4, shift, 16 << 10).unwrap(), Protocol::Ll);
-    assert_eq!(pick(4, shift, (16 << 10) + 4).unwrap(), Protocol::Simple);
+    assert_eq!(pick(4, shift, 32 << 10).unwrap(), Protocol::Ll);
+    assert_eq!(pick(4, shift, (32 << 10) + 4).unwrap(), Protocol::Simple);
+    assert_eq!(pick(8, shift, 16 << 10).unwrap(), Protocol::Ll);
+    assert_eq!(pick(8, shift, (16 << 10) + 4).unwrap(), Protocol::Simple);
 }
 
 #[test]
