@@ -932,9 +932,9 @@ pub fn factors() -> Vec<(&'static str, f64, &'static str)> {
             "NVIDIA/nccl src/init.cc NCCL_P2P_NVL_CHUNKSIZE",
         ),
         (
-            "NCCL P2P LL threshold, bytes per peer and channel",
+            "NCCL P2P LL threshold, bytes per peer",
             model::NCCL_P2P_LL_THRESHOLD as f64,
-            "NVIDIA/nccl src/enqueue.cc NCCL_P2P_LL_THRESHOLD (Simple above; x a peer's channels across nodes, 2.24 addP2pToPlan)",
+            "NVIDIA/nccl src/enqueue.cc NCCL_P2P_LL_THRESHOLD (Simple above; across nodes Simple: no LL buffers for network peers, src/transport/net.cc)",
         ),
     ]
 }

@@ -1234,20 +1234,6 @@ fn nccl_comm_channels(fabric: &ClusterFabric) -> u16 {
     model::nccl_comm_channels(channels, bw, node.arch, nvls)
 }
 
-/// The channels NCCL gives each peer of a point-to-point operation
-/// ([`model::nccl_p2p_net_peer_channels`]) across nodes; `None` in one
-/// node, where the simulator follows NCCL 2.18 ([`model::nccl_p2p_channels`]).
-fn nccl_p2p_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
-    (fabric.nodes() > 1).then(|| {
-        model::nccl_p2p_net_peer_channels(
-            fabric.ranks(),
-            nccl_comm_channels(fabric),
-            nccl_net_count_by_bw(fabric),
-            nccl_local_peer_channels(fabric),
-        )
-    })
-}
-
 /// The NICs NCCL has a GPU drive by bandwidth (`getLocalNetCountByBw`,
 /// NVIDIA/nccl `src/graph/topo.cc`): its nearest NICs, counted until they
 /// carry what the GPU's own link to the CPU does; none where the GPU
@@ -1412,25 +1398,36 @@ pub fn simulate(
     // The enabled candidates in tie-breaking order.
     let mut jobs = Vec::new();
     // NCCL's point-to-point operations take no protocol from its tuner:
-    // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer (times a peer's
-    // channels across nodes) where LL is enabled, else Simple.
+    // LL up to NCCL_P2P_LL_THRESHOLD bytes per peer where the connection
+    // has LL buffers, else Simple. A peer over the network has none (its
+    // point-to-point connections share Simple buffers), so an operation
+    // across nodes runs Simple: its NVLink transfers might run LL, but the
+    // network ones set its time.
     let p2p_protocol = is_p2p(collective).then(|| {
-        let peer_channels = nccl_p2p_peer_channels(fabric).unwrap_or(1);
-        let protocol = model::nccl_p2p_protocol(
+        let net = fabric.nodes() > 1;
+        let q = model::nccl_p2p_protocol(
             peer_bytes(collective, bytes, fabric.ranks()),
-            opts.protocol.allows(Protocol::Ll),
-            peer_channels,
+            !net && opts.protocol.allows(Protocol::Ll),
         );
-        (protocol, model::nccl_p2p_ll_threshold(peer_channels))
+        let rule = if net {
+            "Simple over the network, where NCCL gives them no LL buffers \
+             (NCCL_ALLOC_P2P_NET_LL_BUFFERS=0, src/transport/net.cc)"
+                .to_string()
+        } else {
+            format!(
+                "LL up to {} bytes per peer and Simple above, NCCL_P2P_LL_THRESHOLD in \
+                 src/enqueue.cc",
+                model::NCCL_P2P_LL_THRESHOLD
+            )
+        };
+        (q, rule)
     });
     for &c in &choices {
         for &p in &protocols {
-            let check = match p2p_protocol {
-                Some((q, p2p_ll)) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != q => {
+            let check = match &p2p_protocol {
+                Some((q, rule)) if c == AlgoChoice::Schedule(Algorithm::Direct) && p != *q => {
                     Err(format!(
-                        "its point-to-point operations move LL up to {p2p_ll} bytes per peer and \
-                     Simple above (NCCL_P2P_LL_THRESHOLD x the peer's channels, src/enqueue.cc): \
-                     {} here",
+                        "its point-to-point operations move {rule}: {} here",
                         q.name()
                     ))
                 }

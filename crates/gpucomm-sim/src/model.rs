@@ -531,44 +531,32 @@ fn nvswitch_ring_search(speeds: &[f64], gpu_gbps: f64) -> (f64, f64) {
     if best.0 > 0.0 { best } else { (1.0, 0.0) }
 }
 
-/// NCCL's LL threshold for point-to-point operations, bytes per peer and
-/// channel (`NCCL_P2P_LL_THRESHOLD` default, NVIDIA/nccl `src/enqueue.cc`).
-/// NCCL 2.18 moves an operation of up to this many bytes per peer with LL;
-/// 2.24-2.25 (`addP2pToPlan`) multiply it by the channels a peer gets,
-/// `p2pnChannelsPerPeer`.
+/// The largest point-to-point operation, bytes per peer, that NCCL moves
+/// with LL (`NCCL_P2P_LL_THRESHOLD` default, NVIDIA/nccl `src/enqueue.cc`;
+/// 2.24 on multiply it by the channels a peer gets, `p2pnChannelsPerPeer`,
+/// which the simulator does not: docs/sim.md, "What is not modeled");
+/// larger ones move with Simple, whatever its tuner would pick.
 pub const NCCL_P2P_LL_THRESHOLD: u64 = 16384;
 
 /// The protocol NCCL moves a point-to-point operation of `peer_bytes`
-/// with, a peer getting `peer_channels` channels: LL up to
-/// [`NCCL_P2P_LL_THRESHOLD`] x `peer_channels` bytes where LL is enabled
-/// (`ll_enabled`: NCCL allocates no LL buffers when `NCCL_PROTO` excludes
-/// it), else Simple, whatever its tuner would pick. NCCL 2.18's flat
-/// threshold is `peer_channels` = 1.
+/// with: LL up to [`NCCL_P2P_LL_THRESHOLD`] where its connections have LL
+/// buffers (`ll_buffers`: none where `NCCL_PROTO` excludes LL, and none
+/// for a peer over the network, whose point-to-point connections share
+/// Simple buffers unless `NCCL_ALLOC_P2P_NET_LL_BUFFERS=1`,
+/// `src/transport/net.cc`), else Simple.
 ///
 /// ```
 /// use gpucomm_sim::model::{nccl_p2p_protocol, Protocol};
-/// assert_eq!(nccl_p2p_protocol(16384, true, 1), Protocol::Ll);
-/// assert_eq!(nccl_p2p_protocol(16385, true, 1), Protocol::Simple);
-/// // A peer on 2 channels (2 DGX H100 nodes): LL up to 32 KiB.
-/// assert_eq!(nccl_p2p_protocol(32768, true, 2), Protocol::Ll);
-/// assert_eq!(nccl_p2p_protocol(32769, true, 2), Protocol::Simple);
-/// assert_eq!(nccl_p2p_protocol(8, false, 1), Protocol::Simple);
-/// // No channel count wraps the threshold round.
-/// assert_eq!(nccl_p2p_protocol(u64::MAX, true, u64::MAX), Protocol::Ll);
+/// assert_eq!(nccl_p2p_protocol(16384, true), Protocol::Ll);
+/// assert_eq!(nccl_p2p_protocol(16385, true), Protocol::Simple);
+/// assert_eq!(nccl_p2p_protocol(8, false), Protocol::Simple);
 /// ```
-pub fn nccl_p2p_protocol(peer_bytes: u64, ll_enabled: bool, peer_channels: u64) -> Protocol {
-    if ll_enabled && peer_bytes <= nccl_p2p_ll_threshold(peer_channels) {
+pub fn nccl_p2p_protocol(peer_bytes: u64, ll_buffers: bool) -> Protocol {
+    if ll_buffers && peer_bytes <= NCCL_P2P_LL_THRESHOLD {
         Protocol::Ll
     } else {
         Protocol::Simple
     }
-}
-
-/// The bytes per peer up to which NCCL moves a point-to-point operation
-/// with LL, a peer getting `peer_channels` channels (see
-/// [`nccl_p2p_protocol`]).
-pub fn nccl_p2p_ll_threshold(peer_channels: u64) -> u64 {
-    NCCL_P2P_LL_THRESHOLD.saturating_mul(peer_channels.max(1))
 }
 
 /// NCCL's chunk for point-to-point transfers over NVLink, bytes
@@ -698,8 +686,7 @@ pub fn nccl_p2p_net_channels(
 /// [`nccl_p2p_net_channels`]: a remote peer's 2, halved while `2 x ranks`
 /// passes four times the ring channels, at least `nics`, at most `local`,
 /// rounded up to a power of two and at most the channels rounded up to
-/// one. It caps an operation's channels and scales its LL threshold
-/// ([`nccl_p2p_protocol`]).
+/// one. It caps an operation's channels.
 ///
 /// ```
 /// use gpucomm_sim::model::nccl_p2p_net_peer_channels;

@@ -778,32 +778,54 @@ fn point_to_point_protocols_follow_nccls_ll_threshold() {
     assert!(e.to_string().contains("NCCL_P2P_LL_THRESHOLD"), "{e}");
 }
 
-/// Across nodes NCCL 2.24-2.25 (`addP2pToPlan`) multiply the point-to-point
-/// LL threshold by the channels a peer gets (`p2pnChannelsPerPeer`): 2 on
-/// 2 and 4 DGX H100 nodes (16 channels: the ring graph's 8 duplicated), so
-/// LL up to 32 KiB per peer; 1 from 8 nodes, 16 KiB again.
+/// Across nodes NCCL gives a peer over the network no LL buffers (its
+/// point-to-point connections share Simple buffers unless
+/// `NCCL_ALLOC_P2P_NET_LL_BUFFERS=1`, `src/transport/net.cc`), so a
+/// point-to-point operation across nodes runs Simple however small, and
+/// LL is refused there.
 #[test]
-fn point_to_point_ll_threshold_across_nodes_scales_with_a_peers_channels() {
-    let pick = |nodes, coll, bytes| {
+fn point_to_point_operations_across_nodes_run_simple() {
+    let pick = |nodes, coll, bytes, proto: &str| {
         let f = common::fabric("dgx-h100", nodes);
-        simulate(&f, coll, bytes, &CollOptions::default()).map(|r| r.protocol)
+        let opts = CollOptions {
+            protocol: Select::parse(proto, Protocol::parse).unwrap(),
+            ..Default::default()
+        };
+        simulate(&f, coll, bytes, &opts).map(|r| r.protocol)
     };
-    let shift = Collective::SendRecv { shift: 8 };
-    assert_eq!(pick(2, shift, 32 << 10).unwrap(), Protocol::Ll);
-    assert_eq!(pick(2, shift, (32 << 10) + 4).unwrap(), Protocol::Simple);
-    // all_to_all on 16 ranks: 512 KiB in all is 32 KiB per peer.
+    for nodes in [2, 4] {
+        for shift in [1, 8] {
+            let coll = Collective::SendRecv { shift };
+            assert_eq!(
+                pick(nodes, coll, 8, "Simple,LL128,LL").unwrap(),
+                Protocol::Simple
+            );
+            assert_eq!(
+                pick(nodes, coll, 16 << 10, "Simple,LL128,LL").unwrap(),
+                Protocol::Simple
+            );
+        }
+        assert_eq!(
+            pick(nodes, Collective::AllToAll, 4 << 10, "Simple,LL128,LL").unwrap(),
+            Protocol::Simple
+        );
+    }
+    let e = pick(2, Collective::SendRecv { shift: 1 }, 8, "LL").unwrap_err();
+    assert!(
+        e.to_string().contains("NCCL_ALLOC_P2P_NET_LL_BUFFERS"),
+        "{e}"
+    );
+    // One node: LL up to 16 KiB per peer, as before.
     assert_eq!(
-        pick(2, Collective::AllToAll, 512 << 10).unwrap(),
+        pick(
+            1,
+            Collective::SendRecv { shift: 1 },
+            16 << 10,
+            "Simple,LL128,LL"
+        )
+        .unwrap(),
         Protocol::Ll
     );
-    assert_eq!(
-        pick(2, Collective::AllToAll, 1 << 20).unwrap(),
-        Protocol::Simple
-    );
-    assert_eq!(pick(4, shift, 32 << 10).unwrap(), Protocol::Ll);
-    assert_eq!(pick(4, shift, (32 << 10) + 4).unwrap(), Protocol::Simple);
-    assert_eq!(pick(8, shift, 16 << 10).unwrap(), Protocol::Ll);
-    assert_eq!(pick(8, shift, (16 << 10) + 4).unwrap(), Protocol::Simple);
 }
 
 #[test]
