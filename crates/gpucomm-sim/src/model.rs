@@ -1531,7 +1531,10 @@ pub const NCCL_MAX_RING_GRAPH_CHANNELS: usize = 32;
 /// above 45 GB/s and that leaves fewer than 16 ("Use 4 compute channels
 /// per search channel to reach peak BW on <8 PPN"); at least NCCL's NVLS
 /// channels where NVLS runs (`nvls`: `copyChannels` up to
-/// `comm->nvlsChannels`, [`nvls_channels`]).
+/// `comm->nvlsChannels`, [`nvls_channels`]). NCCL 2.24.3 differs:
+/// `MAXCHANNELS` 32 (GB200 NVL72 racks 32), 16 NVLS channels on Blackwell
+/// too (DGX B200 nodes 16), the second doubling on compute capability
+/// 9.0 only; 2.27 is 2.25's.
 ///
 /// ```
 /// use gpucomm_sim::model::{nccl_comm_channels, Arch};
