@@ -813,8 +813,8 @@ pub fn buffer_bytes(collective: Collective, bytes: u64, ranks: usize) -> u128 {
     }
 }
 
-/// The most channels NCCL runs (NVIDIA/nccl `src/include/device.h` `MAXCHANNELS`).
-pub const MAX_CHANNELS: u16 = 64;
+/// The most channels NCCL runs ([`model::NCCL_MAX_CHANNELS`]).
+pub const MAX_CHANNELS: u16 = model::NCCL_MAX_CHANNELS;
 
 /// Slices per ring round and channel: NCCL's ring all_reduce, all_gather
 /// and reduce_scatter move each chunk in `CHUNKSTEPS / SLICESTEPS` =
@@ -972,7 +972,6 @@ fn schedule_for_named(
     let mut ch = channels.unwrap_or(if let Some(gpu_gbps) = reads {
         nccl_read_channels(fabric, algorithm, gpu_gbps, peer_bytes)
     } else if fabric.nodes() > 1 {
-        let rings = net_rings(fabric, per_nic);
         if is_p2p(collective) {
             // A point-to-point operation's own (the transfers' results do
             // not depend on it: a peer's channels share its routes).
@@ -985,7 +984,8 @@ fn schedule_for_named(
                 protocol == Protocol::Ll,
             )
         } else {
-            rings
+            // At most NCCL's MAXCHANNELS: a GB200 NVL72 domain has 72 NICs.
+            (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
         }
     } else {
         1
@@ -1201,13 +1201,6 @@ fn nccl_read_channels(
     }
 }
 
-/// A communicator's ring channels across nodes: one per NIC (`per_nic`
-/// where NCCL duplicates them), at most NCCL's MAXCHANNELS (a GB200 NVL72
-/// domain has 72 NICs).
-fn net_rings(fabric: &ClusterFabric, per_nic: usize) -> u16 {
-    (fabric.rails().len().max(1) * per_nic).min(usize::from(MAX_CHANNELS)) as u16
-}
-
 /// NCCL's communicator channels across nodes
 /// ([`model::nccl_comm_channels`]): its ring graph's
 /// ([`model::nccl_inter_graph`]) where the nodes' GPUs are joined by
@@ -1218,12 +1211,7 @@ fn nccl_comm_channels(fabric: &ClusterFabric) -> u16 {
     let rails = fabric.rails().len();
     let searched = node.has_nvlink() || fabric.ranks_per_node() == 1;
     let (channels, bw) = if searched && rails > 0 {
-        let g = model::nccl_inter_graph(
-            node.arch,
-            rails,
-            node.nic_gbps,
-            model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
-        );
+        let g = nccl_net_graph(fabric);
         (g.channels, g.bw_inter)
     } else {
         (rails.min(model::NCCL_MAX_RING_GRAPH_CHANNELS), 0.0)
@@ -1232,6 +1220,19 @@ fn nccl_comm_channels(fabric: &ClusterFabric) -> u16 {
     let nvls = (crate::innet::nvls_capable(fabric, "NVLS").is_ok() && fabric.ranks_per_node() > 2)
         .then(|| model::nvls_channels(node.arch, fabric.nodes()) as u16);
     model::nccl_comm_channels(channels, bw, node.arch, nvls)
+}
+
+/// NCCL's ring graph across the nodes of `fabric`
+/// ([`model::nccl_inter_graph`] of its NICs in use, their rate and the
+/// PCIe link before them).
+fn nccl_net_graph(fabric: &ClusterFabric) -> model::NcclInterGraph {
+    let node = &fabric.machine.node;
+    model::nccl_inter_graph(
+        node.arch,
+        fabric.rails().len(),
+        node.nic_gbps,
+        model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
+    )
 }
 
 /// The NICs NCCL has a GPU drive by bandwidth (`getLocalNetCountByBw`,
@@ -1963,12 +1964,7 @@ impl NcclRating<'_> {
         let rails = self.fabric.rails().len();
         let searched = self.channels.is_none() && self.comm.nvlink && rails > 0;
         if self.comm.nodes >= 2 && searched {
-            let g = model::nccl_inter_graph(
-                node.arch,
-                rails,
-                node.nic_gbps,
-                model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width),
-            );
+            let g = nccl_net_graph(self.fabric);
             let tree = g.tree_bw_intra(node.arch, self.comm.nodes, node.nccl_switch_gbps());
             return Some(SearchedBus {
                 ring: g.bus_gbps(),

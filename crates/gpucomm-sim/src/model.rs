@@ -658,11 +658,11 @@ pub fn nccl_p2p_net_channels(
     local: Option<u64>,
     ll: bool,
 ) -> u16 {
+    let per_peer = nccl_p2p_net_peer_channels(ranks, ring_channels, nics, local);
     let all = u64::from(ring_channels.max(1)).next_power_of_two();
     let ranks = ranks.max(1) as u64;
-    let per_peer = nccl_p2p_net_peer_channels(ranks as usize, ring_channels, nics, local);
     let mut n = per_peer;
-    while n * ranks > all && n > 1 {
+    while n.saturating_mul(ranks) > all && n > 1 {
         n /= 2;
     }
     if bytes == 0 {
@@ -1518,8 +1518,12 @@ pub fn nccl_inter_speeds(arch: Arch) -> &'static [f64] {
 
 /// Most channels NCCL's ring (and tree) graph may have
 /// (`ringGraph->maxChannels = MAXCHANNELS / 2`, NVIDIA/nccl `src/init.cc`;
-/// `MAXCHANNELS` is 64 since NCCL 2.25).
-pub const NCCL_MAX_RING_GRAPH_CHANNELS: usize = 32;
+/// [`NCCL_MAX_CHANNELS`]).
+pub const NCCL_MAX_RING_GRAPH_CHANNELS: usize = NCCL_MAX_CHANNELS as usize / 2;
+
+/// The most channels NCCL runs (`MAXCHANNELS`, NVIDIA/nccl
+/// `src/include/device.h`: 64 since NCCL 2.25, 32 before).
+pub const NCCL_MAX_CHANNELS: u16 = 64;
 
 /// The channels of NCCL's communicator across nodes (`comm->nChannels`
 /// once `ncclTopoPostset` has run, NVIDIA/nccl 2.25 `src/graph/connect.cc`),
@@ -1555,8 +1559,10 @@ pub fn nccl_comm_channels(
     arch: Arch,
     nvls: Option<u16>,
 ) -> u16 {
-    const MAXCHANNELS: usize = 64;
-    let mut c = graph_channels.max(1).saturating_mul(2).min(MAXCHANNELS);
+    let mut c = graph_channels
+        .max(1)
+        .saturating_mul(2)
+        .min(usize::from(NCCL_MAX_CHANNELS));
     if arch >= Arch::Hopper && graph_bw > 45.0 && c < 16 {
         c *= 2;
     }
