@@ -1216,7 +1216,8 @@ fn nccl_comm_channels(fabric: &ClusterFabric) -> u16 {
     } else {
         (rails.min(model::NCCL_MAX_RING_GRAPH_CHANNELS), 0.0)
     };
-    // NCCL enables NVLS with more than two GPUs (`src/transport/nvls.cc`).
+    // NCCL 2.25-2.27 enable NVLS with more than two GPUs a node
+    // (`src/transport/nvls.cc`; 2.28 on with two, as `nvls_capable`).
     let nvls = (crate::innet::nvls_capable(fabric, "NVLS").is_ok() && fabric.ranks_per_node() > 2)
         .then(|| model::nvls_channels(node.arch, fabric.nodes()) as u16);
     model::nccl_comm_channels(channels, bw, node.arch, nvls)
