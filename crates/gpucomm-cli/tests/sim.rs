@@ -1110,12 +1110,33 @@ fn calibrate_refuses_cases_it_cannot_check() {
         )
     };
     // 0 nodes ran as one; 5e-324 GB/s printed "measured 0.0", "+inf%".
-    run(&case("gpus = 8\nnodes = 0\nbytes = 1048576\nvalue = 100.0"))
-        .assert_fails(1, "case c1: nodes must be at least 1");
-    run(&case(
-        "gpus = 8\nnodes = 1\nbytes = 1048576\nvalue = 5e-324",
-    ))
-    .assert_fails(1, "case c1: value must be a positive number");
+    // Each is its case's row (the cases around it are still checked) and
+    // fails the run.
+    for (fields, says) in [
+        (
+            "gpus = 8\nnodes = 0\nbytes = 1048576\nvalue = 100.0",
+            "case c1: nodes must be at least 1",
+        ),
+        (
+            "gpus = 8\nnodes = 1\nbytes = 1048576\nvalue = 5e-324",
+            "case c1: value must be a positive number",
+        ),
+        (
+            "gpus = 8\nnodes = 1\nbytes = \"1 lot\"\nvalue = 100.0",
+            "case c1: bytes = \"1 lot\" is not a whole number of bytes",
+        ),
+    ] {
+        let good = case("gpus = 8\nnodes = 1\nbytes = \"1M\"\nvalue = 100.0").replace("c1", "c0");
+        let out = run(&format!("{good}{}", case(fields)));
+        out.assert_fails(1, "c1 (cannot read)");
+        assert!(
+            out.stdout.contains("| c1 | - | - | - | - | cannot read: ")
+                && out.stdout.contains(says)
+                && out.stdout.contains("| c0 | busbw | 100.0 | "),
+            "{}",
+            out.dump()
+        );
+    }
     // A busbw of one GPU is 0 (it printed a -100% error): the case's row
     // says why, and the run fails as for a case it cannot predict.
     let out = run(&case("gpus = 1\nnodes = 1\nbytes = 1048576\nvalue = 100.0")

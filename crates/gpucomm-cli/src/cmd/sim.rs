@@ -1533,6 +1533,18 @@ fn sweep_counts(given: &[usize]) -> anyhow::Result<Vec<usize>> {
     Ok(sweep)
 }
 
+/// One row of `sim calibrate`'s table: a case read and predicted, or why
+/// it could not be (read or predicted).
+struct Row<'a> {
+    id: &'a str,
+    /// The case's metric and measured value, where it was read.
+    metric: Option<&'a str>,
+    measured: Option<f64>,
+    unread: Vec<&'a str>,
+    /// The measured value and the prediction, or the failure in words.
+    outcome: Result<(f64, calibration::Prediction), String>,
+}
+
 fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     let file = match a.file {
         Some(file) if !file.exists() => usage!("--file {}: no such file", file.display()),
@@ -1558,46 +1570,70 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
     };
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let cases = calibration::parse(&text).with_context(|| file.display().to_string())?;
+    let entries = calibration::parse_each(&text).with_context(|| file.display().to_string())?;
     // Fields the simulator does not read: said, not refused (a misspelt
     // `algo` ran as the tuner's pick without a word).
-    for c in cases.iter().filter(|c| !c.unread.is_empty()) {
+    for c in entries.iter().flatten().filter(|c| !c.unread.is_empty()) {
         let names: Vec<&str> = c.unread.keys().map(String::as_str).collect();
         eprintln!(
             "warning: case {}: field(s) {} not read by the simulator (it reads id, system, \
-             metric, collective, algorithm, gpus, nodes, bytes, value, source, tolerance_note)",
+             metric, collective, algorithm, protocol, gpus, nodes, bytes, value, source, \
+             tolerance_note)",
             c.id,
             names.join(", ")
         );
     }
     let mut o = out();
-    // A case that cannot be predicted is reported in its row and makes the
-    // exit status 1, like a miss; the other cases are still predicted.
+    // A case that cannot be read or predicted is reported in its row and
+    // makes the exit status 1, like a miss; the other cases are still
+    // predicted.
     let mut worst: f64 = 0.0;
     let mut rows = Vec::new();
     let mut off = Vec::new();
-    for c in &cases {
-        let p = calibration::predict(c);
-        let err = p.as_ref().map_or(f64::INFINITY, |p| p.error(c.value).abs());
-        if err > 0.10 {
-            off.push(match &p {
-                Ok(p) => format!("{} {:+.1}%", c.id, p.error(c.value) * 100.0),
-                Err(_) => format!("{} (cannot predict)", c.id),
-            });
-        }
-        worst = worst.max(err);
-        rows.push((c, p));
+    for entry in &entries {
+        let row = match entry {
+            Ok(c) => {
+                let p = calibration::predict(c).map_err(|e| format!("cannot predict: {e}"));
+                let err = p.as_ref().map_or(f64::INFINITY, |p| p.error(c.value).abs());
+                if err > 0.10 {
+                    off.push(match &p {
+                        Ok(p) => format!("{} {:+.1}%", c.id, p.error(c.value) * 100.0),
+                        Err(_) => format!("{} (cannot predict)", c.id),
+                    });
+                }
+                worst = worst.max(err);
+                Row {
+                    id: &c.id,
+                    metric: Some(&c.metric),
+                    measured: Some(c.value),
+                    unread: c.unread.keys().map(String::as_str).collect(),
+                    outcome: p.map(|p| (c.value, p)),
+                }
+            }
+            Err(u) => {
+                off.push(format!("{} (cannot read)", u.id));
+                worst = f64::INFINITY;
+                Row {
+                    id: &u.id,
+                    metric: None,
+                    measured: None,
+                    unread: Vec::new(),
+                    outcome: Err(format!("cannot read: {}", u.error)),
+                }
+            }
+        };
+        rows.push(row);
     }
     if a.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(c, p)| match p {
-                Ok(p) => json!({"id": c.id, "metric": c.metric, "measured": c.value,
-                    "predicted": p.value, "error": p.error(c.value), "scenario": p.scenario,
-                    "unread_fields": c.unread.keys().collect::<Vec<_>>()}),
-                Err(e) => json!({"id": c.id, "metric": c.metric, "measured": c.value,
-                    "predicted": null, "error": null, "failure": e.to_string(),
-                    "unread_fields": c.unread.keys().collect::<Vec<_>>()}),
+            .map(|r| match &r.outcome {
+                Ok((m, p)) => json!({"id": r.id, "metric": r.metric, "measured": m,
+                    "predicted": p.value, "error": p.error(*m),
+                    "scenario": p.scenario, "unread_fields": r.unread}),
+                Err(e) => json!({"id": r.id, "metric": r.metric, "measured": r.measured,
+                    "predicted": null, "error": null, "failure": e,
+                    "unread_fields": r.unread}),
             })
             .collect();
         writeln!(o, "{}", serde_json::to_string_pretty(&json!({"cases": v}))?)?;
@@ -1607,25 +1643,19 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
             "| case | metric | measured | predicted | error | simulated as |"
         )?;
         writeln!(o, "|---|---|---:|---:|---:|---|")?;
-        for (c, p) in &rows {
-            match p {
-                Ok(p) => writeln!(
+        for r in &rows {
+            let metric = r.metric.unwrap_or("-");
+            let measured = r.measured.map_or_else(|| "-".to_string(), figure);
+            match &r.outcome {
+                Ok((m, p)) => writeln!(
                     o,
-                    "| {} | {} | {} | {} | {:+.1}% | `{}` |",
-                    c.id,
-                    c.metric,
-                    figure(c.value),
+                    "| {} | {metric} | {measured} | {} | {:+.1}% | `{}` |",
+                    r.id,
                     figure(p.value),
-                    100.0 * p.error(c.value),
+                    100.0 * p.error(*m),
                     p.scenario
                 )?,
-                Err(e) => writeln!(
-                    o,
-                    "| {} | {} | {} | - | - | cannot predict: {e} |",
-                    c.id,
-                    c.metric,
-                    figure(c.value)
-                )?,
+                Err(e) => writeln!(o, "| {} | {metric} | {measured} | - | - | {e} |", r.id)?,
             }
         }
         writeln!(o, "\nfactors:")?;
@@ -1643,7 +1673,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "gpucomm: {} of {} cases not within 10%: {}",
             off.len(),
-            cases.len(),
+            entries.len(),
             off.join(", ")
         );
         ExitCode::FAILURE
