@@ -1026,7 +1026,8 @@ fn sim_exits(code: i32, args: &[&str], says: &str) {
 #[test]
 fn model_files_refuse_and_calibration_files_report_unknown_fields() {
     // A misspelt `bytes_per_param` ran with 4 B per gradient; a case's
-    // `algo` (for `algorithm`) ran as the tuner's choice.
+    // `algo` (for `algorithm`) ran as the tuner's choice (it is read as
+    // `algorithm` now; a misspelling such as `algoritm` is said).
     let dir = scratch_dir("unknown-fields");
     let model = dir.join("model.toml");
     std::fs::write(
@@ -1065,7 +1066,7 @@ fn model_files_refuse_and_calibration_files_report_unknown_fields() {
     std::fs::write(
         &cases,
         "[[case]]\nid = \"x\"\nsystem = \"8x H100 SXM, NVSwitch\"\nmetric = \"busbw\"\n\
-         collective = \"all_reduce\"\nalgo = \"ring\"\ngpus = 8\nnodes = 1\nbytes = 8589934592\nvalue = 368.0\n",
+         collective = \"all_reduce\"\nalgoritm = \"ring\"\ngpus = 8\nnodes = 1\nbytes = 8589934592\nvalue = 368.0\n",
     )
     .unwrap();
     // A calibration file's unread field is said, not refused (a file of
@@ -1082,13 +1083,13 @@ fn model_files_refuse_and_calibration_files_report_unknown_fields() {
     );
     assert!(
         out.stderr
-            .contains("warning: case x: field(s) algo not read by the simulator"),
+            .contains("warning: case x: field(s) algoritm not read by the simulator"),
         "{}",
         out.dump()
     );
     let v: Value =
         serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.dump()));
-    assert_eq!(v["cases"][0]["unread_fields"], serde_json::json!(["algo"]));
+    assert_eq!(v["cases"][0]["unread_fields"], serde_json::json!(["algoritm"]));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

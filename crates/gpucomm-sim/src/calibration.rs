@@ -19,10 +19,15 @@ use crate::machine::{Engine, Machine, NvFabric};
 use crate::model::{self, Protocol};
 use crate::transfer::{Endpoint, copy, p2p};
 
-/// One published measurement. A field that is none of these is kept in
-/// [`Case::unread`] and said (`sim calibrate` warns: `algo` for `algorithm`
-/// ran as the tuner's pick, silently): not refused, since a file of cases
-/// from elsewhere may carry documentation fields of its own.
+/// One published measurement. A field that is none of these (nor one of
+/// their other names: `algo` or `nccl_algo` for `algorithm`, `proto` or
+/// `nccl_proto` for `protocol`, `size`, `size_bytes`, `message_size` or
+/// `message_bytes` for `bytes`, `ranks`, `nranks` or `num_gpus` for `gpus`,
+/// `num_nodes` or `nnodes` for `nodes`, `gpu_pair` or `gpus_pair` for
+/// `pair`) is kept in [`Case::unread`] and said (`sim calibrate` warns): not
+/// refused, since a file of cases from elsewhere may carry documentation
+/// fields of its own. Before the other names were read, `algo = "ring"`
+/// ran as the tuner's pick.
 ///
 /// Numbers are read as a file written by hand may give them: `bytes` as an
 /// integer, a whole float (`8.589934592e9`) or a size in nccl-tests' terms
@@ -44,22 +49,51 @@ pub struct Case {
     #[serde(default)]
     pub collective: Option<String>,
     /// Algorithm, when the measurement forced one (`NCCL_ALGO`).
-    #[serde(default)]
+    #[serde(default, alias = "algo", alias = "nccl_algo")]
     pub algorithm: Option<String>,
     /// NCCL protocol, when the measurement forced one (`NCCL_PROTO`:
     /// LL, LL128, Simple); collectives only.
-    #[serde(default)]
+    #[serde(default, alias = "proto", alias = "nccl_proto")]
     pub protocol: Option<String>,
     /// GPUs in the run.
-    #[serde(default, deserialize_with = "de_count")]
+    #[serde(
+        default,
+        alias = "ranks",
+        alias = "nranks",
+        alias = "num_gpus",
+        deserialize_with = "de_count"
+    )]
     pub gpus: Option<usize>,
     /// Nodes in the run.
-    #[serde(default, deserialize_with = "de_count")]
+    #[serde(
+        default,
+        alias = "num_nodes",
+        alias = "nnodes",
+        deserialize_with = "de_count"
+    )]
     pub nodes: Option<usize>,
     /// Message size in bytes (for a host copy, the copy's size; without
     /// it, bandwidthTest's default).
-    #[serde(default, deserialize_with = "de_bytes")]
+    #[serde(
+        default,
+        alias = "size",
+        alias = "size_bytes",
+        alias = "message_size",
+        alias = "message_bytes",
+        deserialize_with = "de_bytes"
+    )]
     pub bytes: Option<u64>,
+    /// The GPU pair of a point-to-point case, as `[0, 5]`, `"0,5"` or
+    /// `"GPU0-GPU5"`; without it the pair is the first one the system
+    /// text's words fit ("two NVLink links", "no NVLink", "P2P disabled",
+    /// "same PCIe switch").
+    #[serde(
+        default,
+        alias = "gpu_pair",
+        alias = "gpus_pair",
+        deserialize_with = "de_pair"
+    )]
+    pub pair: Option<(usize, usize)>,
     /// The measured value (GB/s or us).
     #[serde(deserialize_with = "de_value")]
     pub value: f64,
@@ -254,6 +288,40 @@ fn de_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::
             })
         })
         .transpose()
+}
+
+/// A GPU pair as a file may write it: `[0, 5]`, `"0,5"`, `"0-5"`,
+/// `"GPU0-GPU5"`, `"gpu0 gpu5"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PairText {
+    List(Vec<i64>),
+    Text(String),
+}
+
+fn de_pair<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<(usize, usize)>, D::Error> {
+    let Some(p) = Option::<PairText>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let nums: Option<Vec<usize>> = match &p {
+        PairText::List(v) => v.iter().map(|&i| usize::try_from(i).ok()).collect(),
+        PairText::Text(t) => t
+            .to_ascii_lowercase()
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.strip_prefix("gpu").unwrap_or(w).parse().ok())
+            .collect(),
+    };
+    match nums.as_deref() {
+        Some(&[a, b]) if a != b => Ok(Some((a, b))),
+        _ => Err(serde::de::Error::custom(format!(
+            "pair = {} is not two different GPU indices (as [0, 5], \"0,5\" or \"GPU0-GPU5\")",
+            match &p {
+                PairText::List(v) => format!("{v:?}"),
+                PairText::Text(t) => format!("{t:?}"),
+            }
+        ))),
+    }
 }
 
 fn de_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -1054,23 +1122,34 @@ fn predict_on(
                 } else {
                     None
                 };
-            let pair = (0..g)
-                .flat_map(|a| (a + 1..g).map(move |b| (a, b)))
-                .find(|&(a, b)| {
-                    (match want_links {
-                        Some(k) => {
-                            f.nvlink_count(a, b) == k
-                                && (k > 0 || !matches!(m.node.nvlink, NvFabric::Switch { .. }))
-                        }
-                        None => true,
-                    }) && want_place.is_none_or(|p| place(a, b) == p)
-                })
-                .ok_or_else(|| {
-                    SimError::Model(format!(
-                        "no GPU pair in {} matches {:?}",
-                        m.name, case.system
-                    ))
-                })?;
+            // A pair the case names is the one measured: run as given
+            // (the text's words only pick a pair where none is named).
+            let pair = match case.pair {
+                Some((a, b)) if a.max(b) >= g => {
+                    return Err(SimError::Model(format!(
+                        "case {}: pair {a},{b} is past {}'s {g} GPUs",
+                        case.id, m.name
+                    )));
+                }
+                Some(pair) => pair,
+                None => (0..g)
+                    .flat_map(|a| (a + 1..g).map(move |b| (a, b)))
+                    .find(|&(a, b)| {
+                        (match want_links {
+                            Some(k) => {
+                                f.nvlink_count(a, b) == k
+                                    && (k > 0 || !matches!(m.node.nvlink, NvFabric::Switch { .. }))
+                            }
+                            None => true,
+                        }) && want_place.is_none_or(|p| place(a, b) == p)
+                    })
+                    .ok_or_else(|| {
+                        SimError::Model(format!(
+                            "no GPU pair in {} matches {:?}",
+                            m.name, case.system
+                        ))
+                    })?,
+            };
             let bidir = metric == Metric::P2pBidirectional;
             let r = p2p(&m, pair.0, pair.1, bidir, !disabled, P2P_TEST_BYTES)?;
             let value = if metric == Metric::P2pLatencyUs {
@@ -1405,9 +1484,60 @@ mod tests {
         assert!(e.to_string().contains("only a collective's metric"), "{e}");
     }
 
+    /// A named pair is the one run, in any of its spellings; the text's
+    /// words pick one only where none is named.
+    #[test]
+    fn a_named_gpu_pair_is_run_as_given() {
+        let case = |extra: &str| {
+            format!(
+                "[[case]]\nid = \"p\"\nsystem = \"DGX-1 V100; P2P enabled over NVLink\"\n\
+                 metric = \"p2p_bidirectional_bandwidth\"\nvalue = 40.0\n{extra}"
+            )
+        };
+        let run = |extra: &str| predict(&parse(&case(extra)).unwrap().remove(0));
+        // The words alone: the first pair over one NVLink, 0 and 1.
+        assert!(run("").unwrap().scenario.contains("--pair 0,1 "));
+        let direct = p2p(
+            &Machine::preset("dgx1-v100").unwrap(),
+            0,
+            5,
+            true,
+            true,
+            P2P_TEST_BYTES,
+        )
+        .unwrap()
+        .bandwidth_gbps;
+        for spelled in [
+            "pair = [0, 5]",
+            "pair = \"0,5\"",
+            "gpu_pair = \"GPU0-GPU5\"",
+            "pair = \"gpu0 gpu5\"",
+        ] {
+            let p = run(spelled).unwrap();
+            assert!(
+                p.scenario.contains("--pair 0,5 "),
+                "{spelled}: {}",
+                p.scenario
+            );
+            assert_eq!(p.value, direct, "{spelled}");
+        }
+        for bad in [
+            "pair = [0]",
+            "pair = [3, 3]",
+            "pair = \"zero,five\"",
+            "pair = [-1, 2]",
+        ] {
+            let e = parse(&case(bad)).unwrap_err().to_string();
+            assert!(e.contains("is not two different GPU indices"), "{bad}: {e}");
+        }
+        let e = run("pair = [0, 8]").unwrap_err().to_string();
+        assert!(e.contains("pair 0,8 is past dgx1-v100's 8 GPUs"), "{e}");
+    }
+
     /// `algo = "ring"` (for `algorithm`) ran as the tuner's NVLS unsaid: it
-    /// is kept as unread (the file still loads); `nodes = 0` ran as one
-    /// node; 5e-324 printed an infinite error.
+    /// is read as `algorithm` now, and a field of no known name is kept as
+    /// unread (the file still loads); `nodes = 0` ran as one node; 5e-324
+    /// printed an infinite error.
     #[test]
     fn unread_fields_are_kept_no_nodes_and_no_measurement_are_refused() {
         let case = |extra: &str| {
@@ -1422,12 +1552,33 @@ mod tests {
         let c = parse(&ok).unwrap().remove(0);
         assert_eq!(c.algorithm.as_deref(), Some("ring"));
         assert!(c.unread.is_empty(), "{:?}", c.unread);
-        let c = parse(&case("algo = \"ring\"\nnotes = \"n\""))
+        let c = parse(&case("algo = \"ring\"\nnotes = \"n\"\nalgoritm = \"tree\""))
             .unwrap()
             .remove(0);
-        assert_eq!(c.algorithm, None);
+        assert_eq!(c.algorithm.as_deref(), Some("ring"));
         let unread: Vec<&str> = c.unread.keys().map(String::as_str).collect();
-        assert_eq!(unread, ["algo", "notes"]);
+        assert_eq!(unread, ["algoritm", "notes"]);
+        // The other names of the fields read.
+        let other = parse(
+            &case("proto = \"Simple\"\nranks = \"16\"\nnum_nodes = 2")
+                .replace("bytes = 1048576", "size = \"1M\""),
+        )
+        .unwrap()
+        .remove(0);
+        assert_eq!(
+            (
+                other.protocol.as_deref(),
+                other.gpus,
+                other.nodes,
+                other.bytes
+            ),
+            (Some("Simple"), Some(16), Some(2), Some(1 << 20))
+        );
+        assert!(other.unread.is_empty(), "{:?}", other.unread);
+        // Both names of one field: the case is refused, not one of them
+        // taken.
+        let e = parse(&case("algo = \"ring\"\nalgorithm = \"tree\"")).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
         for field in ["nodes", "gpus"] {
             let e = parse(&case(&format!("{field} = 0")))
                 .unwrap_err()
@@ -1552,6 +1703,7 @@ mod tests {
             collective: Some("all_reduce".into()),
             algorithm: Some("ring".into()),
             protocol: None,
+            pair: None,
             gpus: Some(16),
             nodes: Some(2),
             bytes: Some(1 << 30),
@@ -1765,6 +1917,7 @@ mod tests {
             value: 1.0,
             algorithm: None,
             protocol: None,
+            pair: None,
             source: String::new(),
             tolerance_note: None,
             unread: Default::default(),
@@ -1816,6 +1969,7 @@ mod tests {
             collective: None,
             algorithm: None,
             protocol: None,
+            pair: None,
             gpus: Some(2),
             nodes: Some(1),
             bytes: None,

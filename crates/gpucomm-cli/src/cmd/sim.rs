@@ -1577,7 +1577,7 @@ fn calibrate_cmd(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
         let names: Vec<&str> = c.unread.keys().map(String::as_str).collect();
         eprintln!(
             "warning: case {}: field(s) {} not read by the simulator (it reads id, system, \
-             metric, collective, algorithm, protocol, gpus, nodes, bytes, value, source, \
+             metric, collective, algorithm, protocol, gpus, nodes, bytes, pair, value, source, \
              tolerance_note)",
             c.id,
             names.join(", ")
