@@ -1089,7 +1089,10 @@ fn model_files_refuse_and_calibration_files_report_unknown_fields() {
     );
     let v: Value =
         serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.dump()));
-    assert_eq!(v["cases"][0]["unread_fields"], serde_json::json!(["algoritm"]));
+    assert_eq!(
+        v["cases"][0]["unread_fields"],
+        serde_json::json!(["algoritm"])
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -835,16 +835,27 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         let nominal = speed.nominal_gbit();
         (t[name.len()..].parse::<f64>().ok()? == nominal).then_some(nominal)
     }
-    // Network words and a speed among `rest`: the first stated speed, else
-    // the first generation's.
-    let speed_of = |rest: &[&str]| -> Option<f64> {
-        let lower: Vec<String> = rest
+    // Network words among `around` and `rest`, and a speed among `rest`:
+    // the first stated speed, else the first generation's. `around` is
+    // what may name the network before a count ("RoCE 8x 100G",
+    // "InfiniBand: 4x 200G").
+    let speed_of = |around: &[&str], rest: &[&str]| -> Option<f64> {
+        let lower: Vec<String> = around
             .iter()
-            .flat_map(|r| r.split(['-', '/']).map(str::to_ascii_lowercase))
+            .chain(rest)
+            .flat_map(|r| r.split(['-', '/', ':']).map(str::to_ascii_lowercase))
             .chain(rest.iter().map(|r| r.to_ascii_lowercase()))
             .collect();
+        // An Ethernet speed names the network by itself ("100GbE").
+        let ethernet = |r: &str| {
+            r.strip_suffix("gbe")
+                .is_some_and(|n| !n.is_empty() && n.parse::<f64>().is_ok())
+        };
         let net = lower.iter().any(|r| {
-            NET.iter().any(|n| r == n) || r.starts_with("connectx") || generation_gbits(r).is_some()
+            NET.iter().any(|n| r == n)
+                || r.starts_with("connectx")
+                || generation_gbits(r).is_some()
+                || ethernet(r)
         });
         if !net {
             return None;
@@ -892,7 +903,8 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             .iter()
             .position(is_count)
             .map_or((from + 6).min(words.len()), |k| from + k);
-        if let Some(v) = speed_of(&words[from..end]) {
+        // The count's own word and up to two before it may name the network.
+        if let Some(v) = speed_of(&words[i.saturating_sub(2)..i], &words[from..end]) {
             if count > 0 {
                 return Some((count, v));
             }
@@ -918,7 +930,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         if pcie {
             continue;
         }
-        if let Some(v) = speed_of(before) {
+        if let Some(v) = speed_of(&[], before) {
             return Some((count, v));
         }
     }
@@ -1799,6 +1811,17 @@ mod tests {
             ("ConnectX-7 400Gb/s on PCIe Gen5 x16", None),
             ("V100 SXM2, PCIe Gen3 x16, 1x EDR", Some((1, 100.0))),
             ("4x DGX H100 with SHARP", None),
+            // The network named before the count, or by an Ethernet speed
+            // alone (both read as no NICs, the preset's kept, before the
+            // forty-eighth session).
+            ("2x A100 nodes, RoCE 8x 100GbE", Some((8, 100.0))),
+            (
+                "2x H100 nodes; InfiniBand: 8x 400G per node",
+                Some((8, 400.0)),
+            ),
+            ("A100 nodes with 4x 100GbE", Some((4, 100.0))),
+            ("2x A100 nodes, 8x 100G", None),
+            ("8x H100, NVLink 4, 8x 400G", None),
         ] {
             assert_eq!(parse_nics(text), want, "{text}");
         }
