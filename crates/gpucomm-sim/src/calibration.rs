@@ -937,6 +937,119 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
     None
 }
 
+/// Cloud instances published runs name instead of their hardware: the
+/// instance's name (as a word of the text, case ignored), its GPUs in the
+/// words [`machine_for`] reads, and its RDMA NICs where the provider
+/// documents them (`None`: none, or not RDMA: GCP's A2 and A3 High/Mega
+/// run over TCP, AWS's p3.16xlarge has ENA only).
+///
+/// Sources: AWS EC2 accelerated-computing instance pages (P3, P4d/P4de,
+/// P5/P5e/P5en, P6-B200: EFA interfaces and their rates); Azure ND A100 v4,
+/// NDm A100 v4, ND H100 v5 and ND H200 v5 series pages (one HDR or NDR
+/// InfiniBand port per GPU); Google Cloud's GPU machine types (A2, A3, A4).
+const INSTANCES: &[(&str, &str, Option<&str>)] = &[
+    ("p3.16xlarge", "8x V100 SXM2", None),
+    ("p3dn.24xlarge", "8x V100 SXM2", Some("1x 100 Gb/s EFA")),
+    ("p4d.24xlarge", "8x A100 SXM4 40GB", Some("4x 100 Gb/s EFA")),
+    (
+        "p4de.24xlarge",
+        "8x A100 SXM4 80GB",
+        Some("4x 100 Gb/s EFA"),
+    ),
+    ("p5.48xlarge", "8x H100 SXM", Some("32x 100 Gb/s EFA")),
+    ("p5e.48xlarge", "8x H200 SXM", Some("32x 100 Gb/s EFA")),
+    ("p5en.48xlarge", "8x H200 SXM", Some("16x 200 Gb/s EFA")),
+    ("p6-b200.48xlarge", "8x B200", Some("8x 400 Gb/s EFA")),
+    (
+        "nd96asr_v4",
+        "8x A100 SXM4 40GB",
+        Some("8x HDR 200 Gb/s InfiniBand"),
+    ),
+    (
+        "nd96amsr_a100_v4",
+        "8x A100 SXM4 80GB",
+        Some("8x HDR 200 Gb/s InfiniBand"),
+    ),
+    (
+        "nd96isr_h100_v5",
+        "8x H100 SXM",
+        Some("8x NDR 400 Gb/s InfiniBand"),
+    ),
+    (
+        "nd96isr_h200_v5",
+        "8x H200 SXM",
+        Some("8x NDR 400 Gb/s InfiniBand"),
+    ),
+    ("a2-highgpu-8g", "8x A100 SXM4 40GB", None),
+    ("a2-ultragpu-8g", "8x A100 SXM4 80GB", None),
+    ("a3-highgpu-8g", "8x H100 SXM", None),
+    ("a3-megagpu-8g", "8x H100 SXM", None),
+];
+
+/// The system text with what a cloud instance it names implies and it does
+/// not say: the GPUs where it names none, the RDMA NICs where it states
+/// none. Azure's series names ("ND A100 v4", "ND H100 v5") name their GPU;
+/// their InfiniBand is added where no NIC is stated.
+///
+/// ```
+/// use gpucomm_sim::calibration::with_instance_hardware;
+/// let s = with_instance_hardware("2x AWS p4d.24xlarge");
+/// assert!(s.contains("8x A100 SXM4 40GB") && s.contains("4x 100 Gb/s EFA"));
+/// // What the text states is kept.
+/// let s = with_instance_hardware("2x p5.48xlarge, 8x 400G EFA");
+/// assert!(s.contains("H100") && !s.contains("32x"));
+/// assert_eq!(with_instance_hardware("8x H100 SXM"), "8x H100 SXM");
+/// ```
+pub fn with_instance_hardware(system: &str) -> String {
+    let Some((_, gpus, nics)) = instance(system) else {
+        return system.to_string();
+    };
+    let mut out = system.to_string();
+    let names_gpu = [
+        "V100", "A100", "H100", "H200", "B200", "P100", "A800", "H800",
+    ]
+    .iter()
+    .any(|g| has(system, g));
+    if let Some(g) = gpus.filter(|_| !names_gpu) {
+        out.push_str(", ");
+        out.push_str(g);
+    }
+    if let Some(n) = nics.filter(|_| parse_nics(system).is_none()) {
+        out.push_str(", ");
+        out.push_str(n);
+    }
+    out
+}
+
+/// The cloud instance a system text names ([`INSTANCES`], an Azure ND
+/// series): its name, GPUs (`None` where the series name states them) and
+/// RDMA NICs (`None`: it has none).
+fn instance(system: &str) -> Option<(&'static str, Option<&'static str>, Option<&'static str>)> {
+    let lower = system.to_ascii_lowercase();
+    let found = lower
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')' | ';' | ':'))
+        .filter(|t| !t.is_empty())
+        .find_map(|t| {
+            // Azure's sizes are written Standard_ND96asr_v4 too.
+            let t = t.strip_prefix("standard_").unwrap_or(t);
+            INSTANCES
+                .iter()
+                .find(|(name, ..)| t.replace('-', "_") == name.replace('-', "_"))
+        });
+    if let Some(&(name, gpus, nics)) = found {
+        return Some((name, Some(gpus), nics));
+    }
+    [
+        ("nd a100 v4", "8x HDR 200 Gb/s InfiniBand"),
+        ("ndm a100 v4", "8x HDR 200 Gb/s InfiniBand"),
+        ("nd h100 v5", "8x NDR 400 Gb/s InfiniBand"),
+        ("nd h200 v5", "8x NDR 400 Gb/s InfiniBand"),
+    ]
+    .into_iter()
+    .find(|(series, _)| lower.contains(series))
+    .map(|(series, nics)| (series, None, Some(nics)))
+}
+
 /// Size p2pBandwidthLatencyTest copies (10 M ints, its `numElems`).
 pub const P2P_TEST_BYTES: u64 = 40_000_000;
 /// Size bandwidthTest copies by default (32 MB, its `DEFAULT_SIZE`).
@@ -953,6 +1066,12 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
             case.id, case.metric
         )));
     }
+    // A cloud instance's hardware, where the text names the instance only.
+    let system = with_instance_hardware(&case.system);
+    let case = &Case {
+        system,
+        ..case.clone()
+    };
     let m = match metric {
         Metric::H2d | Metric::D2h => copy_machine_for(&case.system)?,
         _ => machine_for(&case.system)?,
@@ -1025,6 +1144,16 @@ fn predict_on(
                     "case {}: nodes must be at least 1",
                     case.id
                 )));
+            }
+            if let Some((name, _, None)) = instance(&case.system).filter(|_| nodes > 1) {
+                if parse_nics(&case.system).is_none() {
+                    return Err(SimError::Model(format!(
+                        "case {}: {name} instances have no RDMA NICs (TCP: ENA, \
+                         GPUDirect-TCPX), which the network model does not cover; state the \
+                         NICs to run it on them",
+                        case.id
+                    )));
+                }
             }
             let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
             let mut m = m;
@@ -1494,6 +1623,57 @@ mod tests {
         assert!(e.to_string().contains("protocol \"LL256\""), "{e}");
         let e = predicted("p2p_latency_us", "protocol = \"LL\"").unwrap_err();
         assert!(e.to_string().contains("only a collective's metric"), "{e}");
+    }
+
+    /// A cloud instance named without its hardware runs on what its
+    /// provider documents; what the text states is kept; an instance
+    /// without RDMA NICs is refused across nodes, run inside one.
+    #[test]
+    fn cloud_instances_read_as_their_hardware() {
+        let case = |system: &str, nodes: usize| {
+            parse(&format!(
+                "[[case]]\nid = \"c\"\nsystem = \"{system}\"\nmetric = \"busbw\"\n\
+                 collective = \"all_reduce\"\ngpus = {}\nnodes = {nodes}\nbytes = 1073741824\nvalue = 100.0\n",
+                8 * nodes
+            ))
+            .unwrap()
+            .remove(0)
+        };
+        for (named, stated) in [
+            ("2x AWS p4d.24xlarge", "2x A100 SXM4 nodes, 4x 100 Gb/s EFA"),
+            ("2x p5.48xlarge", "2x H100 SXM nodes, 32x 100 Gb/s EFA"),
+            (
+                "2x Standard_ND96asr_v4",
+                "2x A100 SXM4 nodes, 8x HDR 200 Gb/s InfiniBand",
+            ),
+            (
+                "2x Azure ND H100 v5 VMs",
+                "2x H100 nodes, 8x NDR 400 Gb/s InfiniBand",
+            ),
+            ("2x p6-b200.48xlarge", "2x B200 nodes, 8x 400 Gb/s EFA"),
+        ] {
+            let a = predict(&case(named, 2)).unwrap();
+            let b = predict(&case(stated, 2)).unwrap();
+            assert_eq!(a, b, "{named}");
+        }
+        // The text's own NICs win.
+        let own = predict(&case("2x p5.48xlarge, 8x 400G EFA", 2)).unwrap();
+        assert!(own.scenario.contains("--nics 8 "), "{}", own.scenario);
+        // GCP's A3 High runs its NICs over TCP: one node runs, two do not.
+        assert!(
+            predict(&case("a3-highgpu-8g", 1))
+                .unwrap()
+                .scenario
+                .contains("dgx-h100")
+        );
+        let e = predict(&case("2x a3-highgpu-8g", 2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a3-highgpu-8g instances have no RDMA NICs"),
+            "{e}"
+        );
+        assert_eq!(with_instance_hardware("p4d"), "p4d");
     }
 
     /// A named pair is the one run, in any of its spellings; the text's
