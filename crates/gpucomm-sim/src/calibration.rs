@@ -1032,9 +1032,12 @@ fn instance(system: &str) -> Option<(&'static str, Option<&'static str>, Option<
         .find_map(|t| {
             // Azure's sizes are written Standard_ND96asr_v4 too.
             let t = t.strip_prefix("standard_").unwrap_or(t);
-            INSTANCES
-                .iter()
-                .find(|(name, ..)| t.replace('-', "_") == name.replace('-', "_"))
+            // The size or its family alone ("p4d.24xlarge", "p4d").
+            let t = t.replace('-', "_");
+            INSTANCES.iter().find(|(name, ..)| {
+                let name = name.replace('-', "_");
+                t == name || name.split('.').next() == Some(t.as_str())
+            })
         });
     if let Some(&(name, gpus, nics)) = found {
         return Some((name, Some(gpus), nics));
@@ -1673,7 +1676,11 @@ mod tests {
             e.contains("a3-highgpu-8g instances have no RDMA NICs"),
             "{e}"
         );
-        assert_eq!(with_instance_hardware("p4d"), "p4d");
+        assert_eq!(
+            with_instance_hardware("AWS p4d instances"),
+            with_instance_hardware("AWS p4d.24xlarge instances").replace(".24xlarge", "")
+        );
+        assert_eq!(with_instance_hardware("p4"), "p4");
     }
 
     /// A named pair is the one run, in any of its spellings; the text's
