@@ -189,8 +189,41 @@ impl Metric {
         })
     }
 
-    /// The metric of a case, or an error naming it and the names read.
+    /// The metric of a case, or an error naming it and the names read. A
+    /// bare `bandwidth` (or `bandwidth_gbps`, `bw`) takes its kind from the
+    /// system text: a collective's bus bandwidth where the case names a
+    /// collective, else "host to device"/"H2D", "device to host"/"D2H",
+    /// "bidirectional", "unidirectional" or "P2P".
     pub fn of(case: &Case) -> Result<Metric, SimError> {
+        let key: String = case
+            .metric
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if matches!(
+            key.as_str(),
+            "bandwidth" | "bandwidthgbps" | "bw" | "bwgbps"
+        ) {
+            let s = &case.system;
+            let said = |words: &[&str]| words.iter().any(|w| has(s, w));
+            let found = if case.collective.is_some() {
+                Some(Metric::Busbw)
+            } else if said(&["host to device", "host-to-device", "h2d", "htod"]) {
+                Some(Metric::H2d)
+            } else if said(&["device to host", "device-to-host", "d2h", "dtoh"]) {
+                Some(Metric::D2h)
+            } else if said(&["bidirectional", "bi-directional"]) {
+                Some(Metric::P2pBidirectional)
+            } else if said(&["unidirectional", "uni-directional", "p2p", "peer"]) {
+                Some(Metric::P2pUnidirectional)
+            } else {
+                None
+            };
+            if let Some(m) = found {
+                return Ok(m);
+            }
+        }
         Metric::parse(&case.metric, case.collective.is_some()).ok_or_else(|| {
             SimError::Model(format!(
                 "unknown metric {:?} in case {} (one of busbw, algbw, time_us, \
@@ -1612,6 +1645,44 @@ mod tests {
         );
         let e = predicted("flops", "").unwrap_err().to_string();
         assert!(e.contains("unknown metric \"flops\" in case x"), "{e}");
+        assert_eq!(
+            predicted("bandwidth_gbps", "collective = \"all_reduce\"").unwrap(),
+            busbw
+        );
+        // A bare bandwidth without a collective: the text says which.
+        let kind = |system: &str| {
+            let c = Case {
+                id: "k".into(),
+                system: system.into(),
+                metric: "Bandwidth".into(),
+                collective: None,
+                algorithm: None,
+                protocol: None,
+                pair: None,
+                gpus: None,
+                nodes: None,
+                bytes: None,
+                value: 1.0,
+                source: String::new(),
+                tolerance_note: None,
+                unread: Default::default(),
+            };
+            Metric::of(&c).ok()
+        };
+        assert_eq!(
+            kind("H100 SXM, PCIe Gen5, pinned, host to device"),
+            Some(Metric::H2d)
+        );
+        assert_eq!(kind("A100 PCIe, D2H, pageable"), Some(Metric::D2h));
+        assert_eq!(
+            kind("DGX-1 V100, one NVLink, bidirectional"),
+            Some(Metric::P2pBidirectional)
+        );
+        assert_eq!(
+            kind("DGX-1 V100, P2P over one NVLink"),
+            Some(Metric::P2pUnidirectional)
+        );
+        assert_eq!(kind("DGX-1 V100"), None);
         // NCCL_PROTO=LL at 1 GiB on one DGX H100 ring: slower than the
         // tuner's pick (Simple), and said in the scenario; NCCL_PROTO's
         // `^` syntax reads too.
