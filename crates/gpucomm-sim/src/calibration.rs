@@ -538,6 +538,37 @@ const CARD_GPU_WORDS: &[&str] = &[
     "t4", "l4", "l40", "l40s", "a10", "a30", "a40", "a6000", "4090", "3090",
 ];
 
+/// The GPUs a one-node text counts: "8x H100", "4 x NVIDIA A100-SXM4-80GB",
+/// "eight V100": a count, then (past "NVIDIA", "Tesla", "GeForce", "RTX")
+/// a GPU's word. For a collective case without `gpus`.
+fn text_gpu_count(system: &str) -> Option<usize> {
+    const NUMBERS: &[&str] = &[
+        "one", "two", "three", "four", "five", "six", "seven", "eight",
+    ];
+    let w: Vec<String> = system
+        .to_ascii_lowercase()
+        .replace('×', " x ")
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    (0..w.len()).find_map(|i| {
+        let (n, next) = if let Some(n) = w[i].strip_suffix('x').and_then(|n| n.parse().ok()) {
+            (n, i + 1)
+        } else if let (Ok(n), Some("x")) = (w[i].parse::<usize>(), w.get(i + 1).map(String::as_str))
+        {
+            (n, i + 2)
+        } else {
+            (NUMBERS.iter().position(|x| *x == w[i])? + 1, i + 1)
+        };
+        let gpu = w[next.min(w.len())..]
+            .iter()
+            .find(|x| !["nvidia", "tesla", "geforce", "rtx"].contains(&x.as_str()))?;
+        let word = gpu.as_str();
+        (MODULE_GPU_WORDS.contains(&word) || CARD_GPU_WORDS.contains(&word)).then_some(n)
+    })
+}
+
 /// The text names a PCIe card: a GPU made only as one (L40S, T4), or a
 /// module GPU's word followed (past memory sizes such as "80GB") by "PCIe"
 /// that does not start a link ("PCIe Gen5", "PCIe 4.0"), or by "NVL"
@@ -1191,7 +1222,12 @@ fn predict_on(
                     )));
                 }
             }
-            let gpus = case.gpus.unwrap_or(m.node.gpus * nodes);
+            // Without `gpus`: the text's count on one node ("4x A100"), else
+            // every GPU of the nodes.
+            let gpus = case
+                .gpus
+                .or_else(|| (nodes == 1).then(|| text_gpu_count(&case.system)).flatten())
+                .unwrap_or(m.node.gpus * nodes);
             let mut m = m;
             if gpus % nodes != 0 {
                 return Err(SimError::Model(format!(
@@ -2036,6 +2072,30 @@ mod tests {
         ))
         .unwrap();
         assert!(p.scenario.contains("--sharp"), "{}", p.scenario);
+    }
+
+    #[test]
+    fn counts_gpus_in_the_text() {
+        for (text, want) in [
+            ("4x A100 SXM4 (HGX A100 4-GPU)", Some(4)),
+            ("8 x NVIDIA A100-SXM4-80GB", Some(8)),
+            ("8× H100 SXM", Some(8)),
+            ("four Tesla V100-SXM2-16GB", Some(4)),
+            ("2x GeForce RTX 4090", Some(2)),
+            ("2x DGX A100, 8x HDR", None),
+            ("DGX H100", None),
+            ("H100 SXM, PCIe Gen5 x16", None),
+        ] {
+            assert_eq!(text_gpu_count(text), want, "{text}");
+        }
+        // A one-node collective case without `gpus` runs the text's count.
+        let c = parse(
+            "[[case]]\nid = \"c\"\nsystem = \"4x A100 SXM4, NVSwitch\"\nmetric = \"busbw\"\n\
+             collective = \"all_reduce\"\nbytes = 1073741824\nvalue = 100.0\n",
+        )
+        .unwrap()
+        .remove(0);
+        assert!(predict(&c).unwrap().scenario.contains("--gpus 4 "));
     }
 
     #[test]
