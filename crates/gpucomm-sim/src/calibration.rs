@@ -145,6 +145,8 @@ impl Metric {
     /// assert_eq!(Metric::parse("p2p-bidir-bandwidth", false), Some(Metric::P2pBidirectional));
     /// assert_eq!(Metric::parse("latency_us", true), Some(Metric::TimeUs));
     /// assert_eq!(Metric::parse("latency_us", false), Some(Metric::P2pLatencyUs));
+    /// assert_eq!(Metric::parse("host_to_device_memcpy_ce", false), Some(Metric::H2d));
+    /// assert_eq!(Metric::parse("HtoD", false), Some(Metric::H2d));
     /// assert_eq!(Metric::parse("flops", false), None);
     /// ```
     pub fn parse(name: &str, collective: bool) -> Option<Metric> {
@@ -184,6 +186,28 @@ impl Metric {
             }
             "d2hbandwidth" | "d2h" | "d2hbw" | "devicetohostbandwidth" | "devicetohost" => {
                 Metric::D2h
+            }
+            // Longer names by their start: "h2d_pinned_bandwidth", "HtoD",
+            // nvbandwidth's "host_to_device_memcpy_ce" and
+            // "device_to_device_bidirectional_memcpy_read_ce".
+            k if ["h2d", "htod", "hosttodevice"]
+                .iter()
+                .any(|p| k.starts_with(p)) =>
+            {
+                Metric::H2d
+            }
+            k if ["d2h", "dtoh", "devicetohost"]
+                .iter()
+                .any(|p| k.starts_with(p)) =>
+            {
+                Metric::D2h
+            }
+            k if k.starts_with("devicetodevice") || k.starts_with("d2d") => {
+                if k.contains("bidir") {
+                    Metric::P2pBidirectional
+                } else {
+                    Metric::P2pUnidirectional
+                }
             }
             _ => return None,
         })
@@ -569,26 +593,114 @@ fn text_gpu_count(system: &str) -> Option<usize> {
     })
 }
 
+/// The nodes a text counts: "2 nodes", "4x DGX H100", "2 x HGX A100",
+/// "two servers", "16 VMs"; a count of GPUs ("8x H100") is not one.
+fn text_node_count(system: &str) -> Option<usize> {
+    const NUMBERS: &[&str] = &[
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+    ];
+    const NODE: &[&str] = &[
+        "node",
+        "nodes",
+        "server",
+        "servers",
+        "dgx",
+        "hgx",
+        "host",
+        "hosts",
+        "machine",
+        "machines",
+        "vm",
+        "vms",
+        "instance",
+        "instances",
+        "system",
+        "systems",
+    ];
+    let t = plain(system);
+    let w: Vec<&str> = t.split_whitespace().collect();
+    (0..w.len()).find_map(|i| {
+        let (n, next) = if let Some(n) = w[i].strip_suffix('x').and_then(|n| n.parse().ok()) {
+            (n, i + 1)
+        } else if let Ok(n) = w[i].parse::<usize>() {
+            (
+                n,
+                if w.get(i + 1) == Some(&"x") {
+                    i + 2
+                } else {
+                    i + 1
+                },
+            )
+        } else {
+            (NUMBERS.iter().position(|x| *x == w[i])? + 1, i + 1)
+        };
+        let after = *w.get(next)?;
+        // "2 DGX H100 nodes", "2 8-GPU nodes": the node's word may follow
+        // its model.
+        let named = NODE.contains(&after)
+            || (after.starts_with("dgx") || after.starts_with("hgx"))
+            || w.get(next + 1)
+                .is_some_and(|x| matches!(*x, "nodes" | "servers"))
+                && !MODULE_GPU_WORDS.contains(&after)
+                && !CARD_GPU_WORDS.contains(&after);
+        (n > 0 && named).then_some(n)
+    })
+}
+
 /// The text names a PCIe card: a GPU made only as one (L40S, T4), or a
 /// module GPU's word followed (past memory sizes such as "80GB") by "PCIe"
-/// that does not start a link ("PCIe Gen5", "PCIe 4.0"), or by "NVL"
-/// (H100 NVL, H200 NVL: PCIe cards joined by NVLink bridges). "H100 SXM,
-/// PCIe Gen5 x16" and "B200, PCIe Gen6 x16" name a module and its PCIe
-/// link, not a card.
-fn names_pcie_card(w: &[String]) -> bool {
+/// that does not start a link ("PCIe Gen5", "PCIe 4.0") or that follows it
+/// in the same phrase ("H100 PCIe Gen5", no comma between), or by "NVL"
+/// (H100 NVL, H200 NVL: PCIe cards joined by NVLink bridges), or preceded
+/// by "PCIe" ("8x PCIe H100"). "H100 SXM, PCIe Gen5 x16" and "B200, PCIe
+/// Gen6 x16" name a module and its PCIe link, not a card.
+fn names_pcie_card(system: &str) -> bool {
+    // Words, each with whether punctuation (",;:()") stands before it.
+    let mut w: Vec<(String, bool)> = Vec::new();
+    let mut cur = String::new();
+    let mut punct = false;
+    for c in system.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            cur.push(c.to_ascii_lowercase());
+        } else {
+            if !cur.is_empty() {
+                w.push((std::mem::take(&mut cur), punct));
+                punct = false;
+            }
+            if matches!(c, ',' | ';' | ':' | '(' | ')') {
+                punct = true;
+            }
+        }
+    }
+    let words: Vec<String> = w.iter().map(|(x, _)| x.clone()).collect();
     let memory = |n: &String| n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok();
-    w.iter().enumerate().any(|(i, x)| {
+    words.iter().enumerate().any(|(i, x)| {
         if CARD_GPU_WORDS.contains(&x.as_str()) {
             return true;
         }
         if !MODULE_GPU_WORDS.contains(&x.as_str()) {
             return false;
         }
-        let Some(k) = (i + 1..w.len()).find(|&k| !memory(&w[k])) else {
+        if i > 0 && words[i - 1] == "pcie" && !w[i].1 {
+            return true;
+        }
+        let Some(k) = (i + 1..words.len()).find(|&k| !memory(&words[k])) else {
             return false;
         };
-        w[k] == "nvl" || w[k] == "pcie" && generation_at(w, k).is_none()
+        let joined = (i + 1..=k).all(|j| !w[j].1);
+        words[k] == "nvl" || words[k] == "pcie" && (joined || generation_at(&words, k).is_none())
     })
+}
+
+/// The text names an SXM module ("SXM", "SXM4"), not "not SXM" or
+/// "non-SXM".
+fn sxm(system: &str) -> bool {
+    let t = plain(system);
+    let w: Vec<&str> = t.split_whitespace().collect();
+    w.iter()
+        .enumerate()
+        .any(|(i, x)| x.starts_with("sxm") && !(i > 0 && matches!(w[i - 1], "not" | "non" | "no")))
 }
 
 /// "V100 PCIe" for the words of "Tesla V100-PCIE-32GB".
@@ -608,16 +720,11 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // (Alps, JUPITER, Isambard-AI) are presets; any other (GH200 NVL32,
     // GB200 NVL4, a Grace CPU Superchip) is refused rather than run on a
     // PCIe host.
-    let quad = [
-        "Quad",
-        "4x GH200",
-        "4 x GH200",
-        "Alps",
-        "JUPITER",
-        "Isambard",
-    ]
-    .iter()
-    .any(|q| has(system, q));
+    // "Quad GH200" or "quad-GH200", not "Quadro" nor "quad-rail".
+    let quad = (word("quad") && has(system, "GH200"))
+        || ["4x GH200", "4 x GH200", "Alps", "JUPITER", "Isambard"]
+            .iter()
+            .any(|q| has(system, q));
     // Machines no preset describes, whose links the nearest preset would
     // misstate, are refused but for a host copy (which crosses the GPU's
     // PCIe link and the host, as the nearest preset has them): a DGX
@@ -647,7 +754,7 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         )));
     }
     let card =
-        names_pcie_card(&w) && !(has(system, "SXM") || has(system, "DGX") || has(system, "HGX"));
+        names_pcie_card(system) && !(sxm(system) || has(system, "DGX") || has(system, "HGX"));
     let base = if has(system, "NVL72") {
         "gb200-nvl72"
     } else if gh200 && quad {
@@ -677,7 +784,7 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         "dgx2"
     } else if has(system, "P100") {
         "dgx1-p100"
-    } else if has(system, "V100") || has(system, "DGX-1") {
+    } else if has(system, "V100") || has(system, "DGX-1") || has(system, "DGX1") {
         "dgx1-v100"
     } else if pcie_fallback && has(system, "PCIe Gen") {
         "pcie-8gpu"
@@ -707,7 +814,13 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
                 };
                 m.node.gpu_name = card_name(&w);
             }
-            None if pcie_fallback => {}
+            // A Turing card (T4) is PCIe Gen3; the others left unknown
+            // keep the generic server's.
+            None if pcie_fallback => {
+                if word("t4") {
+                    m.node.pcie_gen = 3;
+                }
+            }
             None => {
                 return Err(SimError::Model(format!(
                     "cannot tell the architecture of the GPU of system {system:?}"
@@ -715,13 +828,21 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
             }
         }
     }
-    // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP", nor
-    // "NVLink SHARP", which is NVLS inside the node).
-    let ib_sharp = system
-        .to_ascii_lowercase()
-        .replace("nvlink sharp", "")
-        .contains("sharp");
-    if ib_sharp && !has(system, "without SHARP") && !has(system, "no SHARP") {
+    // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP",
+    // "SHARP disabled", "SHARP off", "non-SHARP", nor "NVLink SHARP",
+    // which is NVLS inside the node).
+    let t = plain(system).replace(" nvlink sharp", " ");
+    let ib_sharp = t.split_whitespace().any(|x| x.starts_with("sharp"));
+    let negated = t
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|p| {
+            (p[1].starts_with("sharp") && matches!(p[0], "no" | "without" | "non" | "disabled"))
+                || (p[0].starts_with("sharp")
+                    && matches!(p[1], "disabled" | "off" | "disable" | "not" | "unavailable"))
+        });
+    if ib_sharp && !negated {
         m = m.with_cluster_options(&gpucomm_topo::ClusterOptions {
             sharp: true,
             ..Default::default()
@@ -796,7 +917,9 @@ fn nic_port(system: &str) -> Result<Option<(usize, LinkKind)>, SimError> {
 /// "PCIe 4.0", "PCIe4" (a generation not after "PCIe", such as "3rd-gen
 /// NVSwitch", is not one).
 fn pcie_generation(w: &[String]) -> Option<u8> {
-    (0..w.len()).find_map(|i| generation_at(w, i))
+    // Where a text states two (a Gen5 card in a Gen4 slot), the link runs
+    // at the lower.
+    (0..w.len()).filter_map(|i| generation_at(w, i)).min()
 }
 
 /// The PCIe generation stated at word `i` ([`pcie_generation`]'s forms).
@@ -812,17 +935,50 @@ fn generation_at(w: &[String], i: usize) -> Option<u8> {
     if let Some(rest) = x.strip_prefix("pcie").filter(|r| !r.is_empty()) {
         return digit(rest.trim_start_matches("gen"));
     }
-    if x != "pcie" {
+    // "Gen4 slot", "a Gen 3 server": a generation of its own, not a GPU
+    // link's ("3rd-gen NVSwitch", "Gen 3 NVLink", "NVLink gen4") nor one
+    // after "PCIe" (read there).
+    let link_after = |k: usize| w.get(k).is_some_and(|n| gpu_link(n));
+    let after_pcie = i > 0 && matches!(w[i - 1].as_str(), "pcie" | "e" | "express");
+    let after_link = i > 0 && gpu_link(&w[i - 1]);
+    if after_link {
         return None;
     }
-    let next = w.get(i + 1)?;
-    match next.strip_prefix("gen") {
-        Some("") => w.get(i + 2).and_then(|n| digit(n)),
-        Some(r) => digit(r),
-        // "PCIe 4.0" or "PCIe 4", not "PCIe 16 lanes".
-        None if next.len() == 1 || next.ends_with(".0") => digit(next),
-        None => None,
+    if let Some(r) = x.strip_prefix("gen").filter(|_| !after_pcie) {
+        return match r {
+            "" => w
+                .get(i + 1)
+                .filter(|n| n.len() == 1)
+                .and_then(|n| digit(n))
+                .filter(|_| !link_after(i + 2)),
+            r if r.len() == 1 => digit(r).filter(|_| !link_after(i + 1)),
+            _ => None,
+        };
     }
+    // "PCI-E 3.0", "PCI Express 4.0" read as "PCIe".
+    let at = match x.as_str() {
+        "pcie" => i,
+        "pci" if matches!(w.get(i + 1).map(String::as_str), Some("e" | "express")) => i + 1,
+        _ => return None,
+    };
+    let next = w.get(at + 1)?;
+    match next.strip_prefix("gen") {
+        Some("") => w.get(at + 2).and_then(|n| digit(n)),
+        Some(r) => digit(r),
+        // "PCIe 4.0" or "PCIe 4" or "PCIe v4", not "PCIe 16 lanes".
+        None => {
+            let n = next.strip_prefix('v').unwrap_or(next);
+            (n.len() == 1 || n.ends_with(".0"))
+                .then(|| digit(n))
+                .flatten()
+        }
+    }
+}
+
+/// A word naming a GPU link, not a network: NVLink, NVSwitch, C2C.
+fn gpu_link(word: &str) -> bool {
+    let w = word.to_ascii_lowercase();
+    w.starts_with("nvlink") || w.starts_with("nvswitch") || w == "c2c"
 }
 
 /// NIC count and per-port speed (Gb/s) a system text states: a count ("8x",
@@ -837,11 +993,24 @@ fn generation_at(w: &[String], i: usize) -> Option<u8> {
 /// read as bytes: 400 Gb/s.
 fn parse_nics(s: &str) -> Option<(usize, f64)> {
     let s = s.replace('×', " x ");
-    let words: Vec<&str> = s
+    // "8x200G" is "8x 200G".
+    let split: Vec<String> = s
         .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')' | ';'))
         .filter(|w| !w.is_empty())
+        .flat_map(|w| {
+            let lower = w.to_ascii_lowercase();
+            let digits = lower.chars().take_while(char::is_ascii_digit).count();
+            match lower[digits..].strip_prefix('x') {
+                Some(rest) if digits > 0 && rest.starts_with(|c: char| c.is_ascii_digit()) => {
+                    vec![w[..=digits].to_string(), w[digits + 1..].to_string()]
+                }
+                _ => vec![w.to_string()],
+            }
+        })
         .collect();
+    let words: Vec<&str> = split.iter().map(String::as_str).collect();
     const NET: &[&str] = &[
+        "mellanox",
         "infiniband",
         "ib",
         "nic",
@@ -904,6 +1073,13 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
     // what may name the network before a count ("RoCE 8x 100G",
     // "InfiniBand: 4x 200G").
     let speed_of = |around: &[&str], rest: &[&str]| -> Option<f64> {
+        // NVLink's figures are no NIC's ("18x NVLink 4 (900 GB/s)", "NVLink
+        // 3 x12"): the words stop at NVLink's name.
+        let rest = &rest[..rest.iter().position(|r| gpu_link(r)).unwrap_or(rest.len())];
+        let around = &around[around
+            .iter()
+            .rposition(|r| gpu_link(r))
+            .map_or(0, |k| k + 1)..];
         let lower: Vec<String> = around
             .iter()
             .chain(rest)
@@ -918,6 +1094,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         let net = lower.iter().any(|r| {
             NET.iter().any(|n| r == n)
                 || r.starts_with("connectx")
+                || r.starts_with("roce")
                 || generation_gbits(r).is_some()
                 || ethernet(r)
         });
@@ -932,12 +1109,53 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
     };
     // A count: "8x", "8 x" (the number then "x"), "eight"; and the index
     // of the word after it.
+    // NIC words a bare number may count ("4 NDR HCAs", "2 ConnectX-7").
+    let nic_word = |x: &str| {
+        let l = x.to_ascii_lowercase();
+        matches!(
+            l.as_str(),
+            "ndr"
+                | "hdr"
+                | "edr"
+                | "xdr"
+                | "nic"
+                | "nics"
+                | "hca"
+                | "hcas"
+                | "infiniband"
+                | "ib"
+                | "roce"
+                | "efa"
+                | "mellanox"
+        ) || l.starts_with("connectx")
+            || l.starts_with("cx")
+            || generation_gbits(&l).is_some()
+    };
     let count_at = |i: usize| -> Option<(usize, usize)> {
         let w = words[i].to_ascii_lowercase();
+        let prev = i.checked_sub(1).map(|j| words[j].to_ascii_lowercase());
         if let Some(n) = w.strip_suffix('x').and_then(|n| n.parse().ok()) {
             Some((n, i + 1))
         } else if let (Ok(n), Some(&"x")) = (w.parse::<usize>(), words.get(i + 1)) {
             Some((n, i + 2))
+        } else if let Some(n) = w
+            .strip_prefix('x')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|_| {
+                !prev
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with("pcie") || p.starts_with("gen"))
+            })
+            .filter(|_| words.get(i + 1).is_some_and(|x| nic_word(x)))
+        {
+            // "x4 HDR".
+            Some((n, i + 1))
+        } else if let Ok(n) = w.parse::<usize>() {
+            // "4 NDR HCAs", not a speed ("FDR 56 InfiniBand", "HDR 200
+            // InfiniBand").
+            let speed_before = prev.as_deref().is_some_and(|p| IbSpeed::parse(p).is_some());
+            (n <= 64 && !speed_before && words.get(i + 1).is_some_and(|x| nic_word(x)))
+                .then_some((n, i + 1))
         } else {
             NUMBERS.iter().position(|&x| x == w).map(|k| (k + 1, i + 1))
         }
@@ -994,6 +1212,10 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         if pcie {
             continue;
         }
+        let before = &before[before
+            .iter()
+            .rposition(|r| gpu_link(r))
+            .map_or(0, |k| k + 1)..];
         if let Some(v) = speed_of(&[], before) {
             return Some((count, v));
         }
@@ -1010,7 +1232,10 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
 /// Sources: AWS EC2 accelerated-computing instance pages (P3, P4d/P4de,
 /// P5/P5e/P5en, P6-B200: EFA interfaces and their rates); Azure ND A100 v4,
 /// NDm A100 v4, ND H100 v5 and ND H200 v5 series pages (one HDR or NDR
-/// InfiniBand port per GPU); Google Cloud's GPU machine types (A2, A3, A4).
+/// InfiniBand port per GPU); Google Cloud's GPU machine types (A2, A3, A4;
+/// their NICs not taken here); OCI's bare-metal GPU shapes (BM.GPU4.8,
+/// BM.GPU.A100-v2.8: 1,600 Gb/s of RDMA over 16 ports; BM.GPU.H100.8:
+/// 3,200 over 16).
 const INSTANCES: &[(&str, &str, Option<&str>)] = &[
     ("p3.16xlarge", "8x V100 SXM2", None),
     ("p3dn.24xlarge", "8x V100 SXM2", Some("1x 100 Gb/s EFA")),
@@ -1048,6 +1273,15 @@ const INSTANCES: &[(&str, &str, Option<&str>)] = &[
     ("a2-ultragpu-8g", "8x A100 SXM4 80GB", None),
     ("a3-highgpu-8g", "8x H100 SXM", None),
     ("a3-megagpu-8g", "8x H100 SXM", None),
+    ("a3-ultragpu-8g", "8x H200 SXM", None),
+    ("a4-highgpu-8g", "8x B200", None),
+    ("bm.gpu4.8", "8x A100 SXM4 40GB", Some("16x 100 Gb/s RoCE")),
+    (
+        "bm.gpu.a100-v2.8",
+        "8x A100 SXM4 80GB",
+        Some("16x 100 Gb/s RoCE"),
+    ),
+    ("bm.gpu.h100.8", "8x H100 SXM", Some("16x 200 Gb/s RoCE")),
 ];
 
 /// The system text with what a cloud instance it names implies and it does
@@ -1096,11 +1330,11 @@ fn instance(system: &str) -> Option<(&'static str, Option<&'static str>, Option<
         .find_map(|t| {
             // Azure's sizes are written Standard_ND96asr_v4 too.
             let t = t.strip_prefix("standard_").unwrap_or(t);
-            // The size or its family alone ("p4d.24xlarge", "p4d").
+            // The size or, on AWS, its family alone ("p4d.24xlarge", "p4d").
             let t = t.replace('-', "_");
             INSTANCES.iter().find(|(name, ..)| {
                 let name = name.replace('-', "_");
-                t == name || name.split('.').next() == Some(t.as_str())
+                t == name || name.contains("xlarge") && name.split('.').next() == Some(t.as_str())
             })
         });
     if let Some(&(name, gpus, nics)) = found {
@@ -1115,6 +1349,199 @@ fn instance(system: &str) -> Option<(&'static str, Option<&'static str>, Option<
     .into_iter()
     .find(|(series, _)| lower.contains(series))
     .map(|(series, nics)| (series, None, Some(nics)))
+}
+
+/// The text's words, lower case, every run of other characters one space
+/// ("P2P=Disabled" is "p2p disabled"), with a space at each end so that
+/// phrases match whole words.
+fn plain(system: &str) -> String {
+    let mut out = String::from(" ");
+    for c in system.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with(' ') {
+            out.push(' ');
+        }
+    }
+    if !out.ends_with(' ') {
+        out.push(' ');
+    }
+    out
+}
+
+/// The NVLinks a point-to-point text says join its pair: 0 ("no NVLink",
+/// "without NVLink", "not connected by NVLink", "P2P over PCIe"), 2 ("two
+/// NVLink links", "2 NVLinks", "NVLink x2", "double NVLink"), 1 ("one
+/// NVLink", "single NVLink", "NVLink x1", or NVLink named otherwise, P2P
+/// not disabled); `None` where it names none.
+fn nvlinks_named(system: &str) -> Option<u32> {
+    let t = plain(system);
+    let any = |ps: &[&str]| ps.iter().any(|p| t.contains(p));
+    if any(&[
+        " no nvlink",
+        " without nvlink",
+        " not connected by nvlink",
+        " not joined by nvlink",
+        " no direct nvlink",
+        " over pcie",
+        " through pcie",
+        " via pcie",
+        " pcie only",
+    ]) {
+        return Some(0);
+    }
+    let w: Vec<&str> = t.split_whitespace().collect();
+    let mut named = None;
+    for (i, x) in w.iter().enumerate() {
+        if !x.starts_with("nvlink") {
+            continue;
+        }
+        let before = i.checked_sub(1).map(|j| w[j]);
+        let after: Vec<&str> = w[i + 1..].iter().take(2).copied().collect();
+        let count = match before {
+            Some("two" | "2" | "2x" | "double" | "dual") => Some(2),
+            Some("one" | "1" | "1x" | "single") => Some(1),
+            _ => match after.as_slice() {
+                ["x2", ..] | ["x", "2", ..] => Some(2),
+                ["x1", ..] | ["x", "1", ..] => Some(1),
+                _ => None,
+            },
+        };
+        if count.is_some() {
+            return count;
+        }
+        named = Some(1);
+    }
+    named.filter(|_| !p2p_disabled(system))
+}
+
+/// Whether a point-to-point text says P2P is off: "P2P disabled",
+/// p2pBandwidthLatencyTest's "P2P=Disabled", "disabled P2P", "P2P off",
+/// "peer access off", "without P2P", "staged through host memory".
+fn p2p_disabled(system: &str) -> bool {
+    let t = plain(system);
+    [
+        " p2p disabled",
+        " disabled p2p",
+        " p2p off ",
+        " p2p not enabled",
+        " peer access off",
+        " peer access disabled",
+        " without p2p",
+        " no p2p ",
+        " staged through host",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
+}
+
+/// Whether a host copy's case names pageable memory: its metric
+/// ("h2d_pageable_bandwidth") or its text. Pageable: "pageable", "paged",
+/// "unpinned", "non-pinned", "not pinned", "malloc"; pinned: "pinned",
+/// "page-locked", "cudaMallocHost", "cudaHostAlloc". Where the text names
+/// both, what it says outside parentheses counts ("pageable (vs. pinned)"),
+/// "pageable host memory" wins, else the last named ("pinned and pageable
+/// compared: pageable").
+fn pageable_named(system: &str, metric: &str) -> bool {
+    let m = plain(metric);
+    if m.contains("pageable") || m.contains("paged") {
+        return true;
+    }
+    if m.contains("pinned") {
+        return false;
+    }
+    // The last position of each kind in `t`, if any.
+    let last = |t: &str| {
+        const PAGEABLE: &[&str] = &[
+            " pageable",
+            " paged ",
+            " unpinned",
+            " non pinned",
+            " not pinned",
+            " malloc",
+            " non page locked",
+            " not page locked",
+        ];
+        const PINNED: &[&str] = &[
+            " pinned",
+            " page locked",
+            " cudamallochost",
+            " cudahostalloc",
+        ];
+        // A negated "pinned" is pageable: blank it before looking for
+        // pinned.
+        let mut rest = t.to_string();
+        for n in [
+            " unpinned",
+            " non pinned",
+            " not pinned",
+            " non page locked",
+            " not page locked",
+        ] {
+            rest = rest.replace(n, &" ".repeat(n.len()));
+        }
+        let at = |t: &str, words: &[&str]| words.iter().filter_map(|w| t.rfind(w)).max();
+        (at(t, PAGEABLE), at(&rest, PINNED))
+    };
+    let mut outside = String::new();
+    let mut depth = 0usize;
+    for c in system.chars() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => outside.push(c),
+            _ => {}
+        }
+    }
+    let decide = |t: &str| match last(t) {
+        (Some(_), None) => Some(true),
+        (None, Some(_)) => Some(false),
+        (Some(a), Some(b)) => Some(t.contains(" pageable host memory") || a > b),
+        (None, None) => None,
+    };
+    decide(&plain(&outside))
+        .or_else(|| decide(&plain(system)))
+        .unwrap_or(false)
+}
+
+/// The GPU pair a text names: "GPU0 <-> GPU5", "GPU 0 and GPU 3",
+/// "between GPU0 and GPU3", "GPUs 0 and 5"; `None` unless it names two
+/// different GPUs.
+fn text_pair(system: &str) -> Option<(usize, usize)> {
+    let t = plain(system);
+    let w: Vec<&str> = t.split_whitespace().collect();
+    let mut ids: Vec<usize> = Vec::new();
+    for (i, x) in w.iter().enumerate() {
+        let found = if let Some(n) = x.strip_prefix("gpu").and_then(|n| n.parse().ok()) {
+            vec![n]
+        } else if *x == "gpu" {
+            w.get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .into_iter()
+                .collect()
+        } else if *x == "gpus" {
+            // "GPUs 0 and 5", "GPUs 0,5".
+            let a = w.get(i + 1).and_then(|n| n.parse().ok());
+            let k = if w.get(i + 2) == Some(&"and") {
+                i + 3
+            } else {
+                i + 2
+            };
+            let b = w.get(k).and_then(|n| n.parse().ok());
+            a.into_iter().chain(b).collect()
+        } else {
+            Vec::new()
+        };
+        for n in found {
+            if !ids.contains(&n) {
+                ids.push(n);
+            }
+        }
+    }
+    match ids.as_slice() {
+        [a, b] => Some((*a, *b)),
+        _ => None,
+    }
 }
 
 /// Size p2pBandwidthLatencyTest copies (10 M ints, its `numElems`).
@@ -1204,8 +1631,12 @@ fn predict_on(
             let coll = Collective::from_name(named)
                 .filter(|c| *c != Collective::Barrier)
                 .ok_or_else(|| SimError::Model(format!("unknown collective {named}")))?;
-            // (0 nodes ran as 1.)
-            let nodes = case.nodes.unwrap_or(1);
+            // (0 nodes ran as 1.) Without `nodes`: the text's count ("2
+            // nodes", "4x DGX H100"), else one.
+            let nodes = case
+                .nodes
+                .or_else(|| text_node_count(&case.system))
+                .unwrap_or(1);
             if nodes == 0 {
                 return Err(SimError::Model(format!(
                     "case {}: nodes must be at least 1",
@@ -1215,9 +1646,9 @@ fn predict_on(
             if let Some((name, _, None)) = instance(&case.system).filter(|_| nodes > 1) {
                 if parse_nics(&case.system).is_none() {
                     return Err(SimError::Model(format!(
-                        "case {}: {name} instances have no RDMA NICs (TCP: ENA, \
-                         GPUDirect-TCPX), which the network model does not cover; state the \
-                         NICs to run it on them",
+                        "case {}: the NICs of {name} instances are not modeled (TCP: ENA, \
+                         GPUDirect-TCPX; or not documented here); state the NICs to run it \
+                         on them",
                         case.id
                     )));
                 }
@@ -1238,12 +1669,15 @@ fn predict_on(
             let bytes = case
                 .bytes
                 .ok_or_else(|| SimError::Model(format!("case {} has no bytes", case.id)))?;
+            // NCCL_ALGO's syntax too: "ring,tree", "^nvls".
             let algorithm = match case.algorithm.as_deref() {
-                None => None,
-                Some(a) => Some(
-                    AlgoChoice::parse(a)
-                        .ok_or_else(|| SimError::Model(format!("unknown algorithm {a}")))?,
-                ),
+                None => Select::Any,
+                Some(a) => Select::parse(a, AlgoChoice::parse).map_err(|e| {
+                    SimError::Model(format!(
+                        "case {}: unknown algorithm {a:?}: {e} (ring, tree, nvls, ... as NCCL_ALGO)",
+                        case.id
+                    ))
+                })?,
             };
             // NCCL_PROTO's syntax: one name, a list, or `^` and those left out.
             let protocol = match case.protocol.as_deref() {
@@ -1261,7 +1695,7 @@ fn predict_on(
                 coll,
                 bytes,
                 &CollOptions {
-                    algorithm: algorithm.into(),
+                    algorithm,
                     protocol,
                     ..Default::default()
                 },
@@ -1288,20 +1722,12 @@ fn predict_on(
         }
         Metric::P2pBidirectional | Metric::P2pUnidirectional | Metric::P2pLatencyUs => {
             let f = m.fabric(Engine::CopyEngine, 1)?;
-            let want_links = if has(&case.system, "two NVLink") {
-                Some(2)
-            } else if has(&case.system, "one NVLink") {
-                Some(1)
-            } else if has(&case.system, "no NVLink") {
-                Some(0)
-            } else if has(&case.system, "over NVLink")
-                || has(&case.system, "NVLink") && !has(&case.system, "disabled")
-            {
-                Some(1)
-            } else {
-                None
+            let want_links = match nvlinks_named(&case.system) {
+                // Through an NVSwitch every pair is joined the same way.
+                Some(k) if k > 0 && matches!(m.node.nvlink, NvFabric::Switch { .. }) => None,
+                k => k,
             };
-            let disabled = has(&case.system, "P2P disabled");
+            let disabled = p2p_disabled(&case.system);
             let g = m.node.gpus;
             // Where the pair sits in the PCIe tree, as `nvidia-smi topo -m`
             // names it: behind one switch (PIX/PXB), on one socket (NODE),
@@ -1337,11 +1763,27 @@ fn predict_on(
                 };
             // A pair the case names is the one measured: run as given
             // (the text's words only pick a pair where none is named).
-            let pair = match case.pair {
+            let pair = match case.pair.or_else(|| text_pair(&case.system)) {
                 Some((a, b)) if a.max(b) >= g => {
                     return Err(SimError::Model(format!(
                         "case {}: pair {a},{b} is past {}'s {g} GPUs",
                         case.id, m.name
+                    )));
+                }
+                // A pair named in the text whose links the text misstates
+                // ("GPUs 0 and 4 (no NVLink)" where two join them): which
+                // of the two was measured cannot be told.
+                Some((a, b))
+                    if case.pair.is_none()
+                        && want_links.is_some_and(|k| f.nvlink_count(a, b) != k) =>
+                {
+                    return Err(SimError::Model(format!(
+                        "case {}: the text names GPUs {a} and {b}, which {} NVLink(s) join in \
+                         {}, and {} NVLink(s); give the pair measured as `pair`",
+                        case.id,
+                        f.nvlink_count(a, b),
+                        m.name,
+                        want_links.unwrap_or_default()
                     )));
                 }
                 Some(pair) => pair,
@@ -1384,8 +1826,7 @@ fn predict_on(
             })
         }
         Metric::H2d | Metric::D2h => {
-            let pageable = has(&case.system, "pageable host memory")
-                || (has(&case.system, "pageable") && !has(&case.system, "pinned"));
+            let pageable = pageable_named(&case.system, &case.metric);
             let (from, to) = if metric == Metric::H2d {
                 (Endpoint::Host, Endpoint::Gpu(0))
             } else {
@@ -1780,7 +2221,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("a3-highgpu-8g instances have no RDMA NICs"),
+            e.contains("the NICs of a3-highgpu-8g instances are not modeled"),
             "{e}"
         );
         assert_eq!(
@@ -1788,6 +2229,93 @@ mod tests {
             with_instance_hardware("AWS p4d.24xlarge instances").replace(".24xlarge", "")
         );
         assert_eq!(with_instance_hardware("p4"), "p4");
+    }
+
+    /// The text's words for a pair's links, P2P being off and the GPUs
+    /// named, as published runs word them.
+    #[test]
+    fn reads_point_to_point_phrasings() {
+        for (text, want) in [
+            (
+                "DGX-1 V100, hybrid cube mesh; GPU pair joined by two NVLink 2 links",
+                Some(2),
+            ),
+            ("DGX-1 V100, pair joined by 2 NVLinks", Some(2)),
+            ("DGX-1 (V100), GPU0<->GPU3, NVLink x2", Some(2)),
+            ("DGX-1 V100, double NVLink pair", Some(2)),
+            ("DGX-1 V100, single NVLink 2 connection", Some(1)),
+            ("DGX-1 V100; GPU pair joined by one NVLink 2 link", Some(1)),
+            ("DGX-1 V100; P2P enabled over NVLink", Some(1)),
+            ("DGX-1 V100; GPU pair with no NVLink between them", Some(0)),
+            ("DGX-1 V100, GPUs not connected by NVLink", Some(0)),
+            ("DGX-1 V100, P2P over PCIe", Some(0)),
+            (
+                "DGX-1 V100; P2P disabled (copies staged through host memory)",
+                None,
+            ),
+            ("DGX-1 V100", None),
+        ] {
+            assert_eq!(nvlinks_named(text), want, "{text}");
+        }
+        for (text, want) in [
+            (
+                "DGX-1 V100; P2P disabled (copies staged through host memory)",
+                true,
+            ),
+            ("DGX-1 V100, P2P=Disabled", true),
+            ("DGX-1 V100 (p2pBandwidthLatencyTest, disabled P2P)", true),
+            ("DGX-1 V100, peer access off", true),
+            ("DGX-1 V100; P2P enabled over NVLink", false),
+            ("DGX-1 V100, P2P enabled but not possible", false),
+        ] {
+            assert_eq!(p2p_disabled(text), want, "{text}");
+        }
+        for (text, want) in [
+            ("DGX-1 V100, GPU0 <-> GPU5", Some((0, 5))),
+            ("between GPU 0 and GPU 3", Some((0, 3))),
+            ("DGX-1 V100 GPUs 0 and 4", Some((0, 4))),
+            ("GPU0-GPU1 over one NVLink", Some((0, 1))),
+            ("8 GPUs, NVLink", None),
+            ("GPU0 only", None),
+        ] {
+            assert_eq!(text_pair(text), want, "{text}");
+        }
+        // A text whose pair and links disagree is refused; on an NVSwitch
+        // machine "NVLink" picks any pair.
+        let run = |system: &str| {
+            predict(
+                &parse(&format!(
+                    "[[case]]\nid = \"t\"\nsystem = \"{system}\"\nmetric = \"p2p_latency_us\"\nvalue = 2.0\n"
+                ))
+                .unwrap()
+                .remove(0),
+            )
+        };
+        let e = run("DGX-1 V100 GPUs 0 and 4 (no NVLink)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("names GPUs 0 and 4, which 2 NVLink(s) join"),
+            "{e}"
+        );
+        assert!(
+            run("DGX-1 V100, GPU0 <-> GPU5")
+                .unwrap()
+                .scenario
+                .contains("--pair 0,5 ")
+        );
+        assert!(
+            run("DGX H100, P2P over NVLink 4")
+                .unwrap()
+                .scenario
+                .contains("--pair 0,1 ")
+        );
+        assert!(
+            run("DGX-1 V100, P2P=Disabled")
+                .unwrap()
+                .scenario
+                .contains("--no-p2p")
+        );
     }
 
     /// A named pair is the one run, in any of its spellings; the text's
@@ -2075,6 +2603,57 @@ mod tests {
     }
 
     #[test]
+    fn reads_pageable_and_pinned_phrasings() {
+        for (text, want) in [
+            // The calibration file's own.
+            (
+                "RTX 4090, PCIe Gen4 x16, pageable host memory (pinned on the same machine: 22.5-23.9)",
+                true,
+            ),
+            (
+                "H100 SXM, PCIe Gen5 x16, pinned host memory, host to device",
+                false,
+            ),
+            ("GeForce RTX 3090, non-pinned (pageable) host memory", true),
+            ("RTX 4090, unpinned host memory", true),
+            ("RTX 4090, pageable memory (pinned: 25 GB/s)", true),
+            ("RTX 4090, PCIe Gen4 x16, pageable (vs. pinned)", true),
+            ("A100 SXM, PCIe4, not pinned", true),
+            ("V100 SXM2, PCI-E 3.0, paged host memory", true),
+            ("A100 SXM4 80GB, H2D with malloc", true),
+            ("A100 SXM4, pinned and pageable compared: pageable", true),
+            ("pinned memory (pageable memory: 16 GB/s)", false),
+            ("A100, page-locked host memory", false),
+            ("A100 (pageable)", true),
+            ("A100, PCIe Gen4", false),
+        ] {
+            assert_eq!(pageable_named(text, "h2d_bandwidth"), want, "{text}");
+        }
+        assert!(pageable_named("A100, PCIe Gen4", "h2d_pageable_bandwidth"));
+        assert!(!pageable_named("A100, pageable", "d2h_pinned_bw"));
+    }
+
+    #[test]
+    fn counts_nodes_in_the_text() {
+        for (text, want) in [
+            (
+                "H100 cluster, 2 nodes (8 GPUs each), 8x 400Gb/s ConnectX-7",
+                Some(2),
+            ),
+            ("4x DGX H100 with SHARP", Some(4)),
+            ("2 x HGX A100, 8x HDR", Some(2)),
+            ("two servers with 8x A100", Some(2)),
+            ("2 DGX H100 nodes, 4 NDR HCAs per node", Some(2)),
+            ("16 VMs of 8x H100", Some(16)),
+            ("8x H100 SXM, NVLink 4, one node", Some(1)),
+            ("8x H100 SXM, 8x 400G NICs", None),
+            ("2x A100 nodes", None),
+        ] {
+            assert_eq!(text_node_count(text), want, "{text}");
+        }
+    }
+
+    #[test]
     fn counts_gpus_in_the_text() {
         for (text, want) in [
             ("4x A100 SXM4 (HGX A100 4-GPU)", Some(4)),
@@ -2140,6 +2719,34 @@ mod tests {
             ("A100 nodes with 4x 100GbE", Some((4, 100.0))),
             ("2x A100 nodes, 8x 100G", None),
             ("8x H100, NVLink 4, 8x 400G", None),
+            // NVLink's own counts and rates are not NICs (18 NICs of 7200
+            // Gb/s before).
+            (
+                "8x H100 SXM, 18x NVLink 4 (900 GB/s), 2 nodes, 8x NDR 400G",
+                Some((8, 400.0)),
+            ),
+            (
+                "DGX A100: 600 GB/s, NVLink 3 x12, 2 nodes, HDR InfiniBand",
+                None,
+            ),
+            (
+                "2x DGX H100, 8x NDR 400G InfiniBand, NVLink 4",
+                Some((8, 400.0)),
+            ),
+            // Counts written without an "x", or glued to the speed.
+            ("2 DGX H100 nodes, 4 NDR HCAs per node", Some((4, 400.0))),
+            ("2x DGX H100, 4 NDR400 HCAs", Some((4, 400.0))),
+            ("2x HGX H100, RoCEv2 8x200G", Some((8, 200.0))),
+            ("2x DGX H100, 8x200G HDR per node", Some((8, 200.0))),
+            ("2x HGX A100 80GB, 8x Mellanox CX6 100G", Some((8, 100.0))),
+            ("2x DGX A100, x4 HDR", Some((4, 200.0))),
+            ("FDR 56 InfiniBand", None),
+            ("2x DGX A100, HDR 200 InfiniBand", None),
+            ("H100 SXM, PCIe Gen5 x16 HDR", None),
+            (
+                "NVLink 4 (900 GB/s), 2 nodes, NDR 400 Gb/s x8",
+                Some((8, 400.0)),
+            ),
         ] {
             assert_eq!(parse_nics(text), want, "{text}");
         }
@@ -2175,6 +2782,17 @@ mod tests {
             ("a PCIe4 slot", Some(4)),
             ("3rd-gen NVSwitch, NVLink 4", None),
             ("PCIe 16 lanes", None),
+            // Spellings read since the forty-eighth session; the lower of
+            // two (a Gen5 card in a Gen4 slot).
+            ("H100 PCIe card in a Gen4 slot", Some(4)),
+            ("H100 PCIe Gen5 card in a Gen4 slot", Some(4)),
+            ("A100 PCIe 40GB in a Gen 3 server", Some(3)),
+            ("A100 SXM4, PCI-E 3.0 host", Some(3)),
+            ("H100 PCIe, PCI Express 4.0 slot", Some(4)),
+            ("H100 PCIe, PCIe v4", Some(4)),
+            ("2nd-gen NVSwitch", None),
+            ("Gen 3 NVLink", None),
+            ("NVLink gen4", None),
         ] {
             assert_eq!(pcie_generation(&words(text)), want, "{text}");
         }
