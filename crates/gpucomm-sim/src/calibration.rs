@@ -552,6 +552,12 @@ fn words(system: &str) -> Vec<String> {
         .collect()
 }
 
+/// Counts written as words ("eight V100", "two DGX A100", "four NICs").
+const NUMBER_WORDS: &[&str] = &[
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+];
+
 /// GPU model words, as products and `nvidia-smi` name them: those made
 /// as modules (SXM, superchips) as well as cards, then those made as PCIe
 /// cards only.
@@ -566,9 +572,6 @@ const CARD_GPU_WORDS: &[&str] = &[
 /// "eight V100": a count, then (past "NVIDIA", "Tesla", "GeForce", "RTX")
 /// a GPU's word. For a collective case without `gpus`.
 fn text_gpu_count(system: &str) -> Option<usize> {
-    const NUMBERS: &[&str] = &[
-        "one", "two", "three", "four", "five", "six", "seven", "eight",
-    ];
     let w: Vec<String> = system
         .to_ascii_lowercase()
         .replace('×', " x ")
@@ -583,7 +586,7 @@ fn text_gpu_count(system: &str) -> Option<usize> {
         {
             (n, i + 2)
         } else {
-            (NUMBERS.iter().position(|x| *x == w[i])? + 1, i + 1)
+            (NUMBER_WORDS.iter().position(|x| *x == w[i])? + 1, i + 1)
         };
         let gpu = w[next.min(w.len())..]
             .iter()
@@ -596,10 +599,6 @@ fn text_gpu_count(system: &str) -> Option<usize> {
 /// The nodes a text counts: "2 nodes", "4x DGX H100", "2 x HGX A100",
 /// "two servers", "16 VMs"; a count of GPUs ("8x H100") is not one.
 fn text_node_count(system: &str) -> Option<usize> {
-    const NUMBERS: &[&str] = &[
-        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-        "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-    ];
     const NODE: &[&str] = &[
         "node",
         "nodes",
@@ -633,7 +632,7 @@ fn text_node_count(system: &str) -> Option<usize> {
                 },
             )
         } else {
-            (NUMBERS.iter().position(|x| *x == w[i])? + 1, i + 1)
+            (NUMBER_WORDS.iter().position(|x| *x == w[i])? + 1, i + 1)
         };
         let after = *w.get(next)?;
         // "2 DGX H100 nodes", "2 8-GPU nodes": the node's word may follow
@@ -795,7 +794,7 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     };
     // "8x HDR 200 Gb/s", "8x 400G", "8 x ConnectX-7 400Gbps": the node's
     // NICs replaced as `gpucomm sim --nics N --nic-speed S` replaces them.
-    let nics = nic_port(system)?;
+    let nics = nic_port(system, Machine::preset(base)?.node.gpus)?;
     let mut m = Machine::select_with_nics(base, nics.map(|n| n.0), nics.map(|n| n.1))?;
     if base == "pcie-8gpu" && card {
         // The generic PCIe server with this card: its architecture and
@@ -872,9 +871,20 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
 /// where it names Ethernet ("RoCE", "Ethernet", "GbE", "EFA"); else the
 /// InfiniBand port of that rate (EDR 100, HDR 200, NDR 400, XDR 800 Gb/s),
 /// or RoCE where none has it.
-fn nic_port(system: &str) -> Result<Option<(usize, LinkKind)>, SimError> {
+fn nic_port(system: &str, gpus: usize) -> Result<Option<(usize, LinkKind)>, SimError> {
     let Some((count, gbit)) = parse_nics(system) else {
         return Ok(None);
+    };
+    // "one 400G NIC per GPU": as many as the node's GPUs.
+    let t = plain(system);
+    let count = if count == 1
+        && [" per gpu", " each gpu", " for every gpu"]
+            .iter()
+            .any(|p| t.contains(p))
+    {
+        gpus
+    } else {
+        count
     };
     let w = words(system);
     let ib = |speed| LinkKind::Infiniband { speed, count: 1 };
@@ -1034,10 +1044,6 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
     const SYSTEM: &[&str] = &[
         "dgx", "hgx", "node", "nodes", "server", "servers", "gpu", "gpus", "host", "hosts",
     ];
-    const NUMBERS: &[&str] = &[
-        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-        "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-    ];
     // A speed in Gb/s: "400g", "400gb/s", "400gbps", "100gbe", or a
     // number followed by such a unit; "GB/s" or "GBps" in capitals is
     // bytes per second, eight times as many bits.
@@ -1157,7 +1163,15 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             (n <= 64 && !speed_before && words.get(i + 1).is_some_and(|x| nic_word(x)))
                 .then_some((n, i + 1))
         } else {
-            NUMBERS.iter().position(|&x| x == w).map(|k| (k + 1, i + 1))
+            match w.as_str() {
+                // "a single ConnectX-6", "dual 200G NICs".
+                "single" => Some((1, i + 1)),
+                "dual" => Some((2, i + 1)),
+                _ => NUMBER_WORDS
+                    .iter()
+                    .position(|&x| x == w)
+                    .map(|k| (k + 1, i + 1)),
+            }
         }
     };
     let is_count = |x: &&str| {
@@ -1171,11 +1185,21 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             continue;
         };
         let from = from.min(words.len());
-        // "2x DGX A100", "2 x H100 nodes": the nodes' count.
+        // "2x DGX A100", "2 x H100 nodes", "2x 8xH100", "2x 8-GPU nodes":
+        // the nodes' count.
         if let Some(next) = words.get(from) {
-            let l = next.to_ascii_lowercase();
-            let l = l.split('-').next().unwrap_or("");
-            if SYSTEM.contains(&l) || MODULE_GPU_WORDS.contains(&l) || CARD_GPU_WORDS.contains(&l) {
+            let full = next.to_ascii_lowercase();
+            let l = full.split('-').next().unwrap_or("");
+            let digits = full.chars().take_while(char::is_ascii_digit).count();
+            let gpus_of_node = digits > 0
+                && (full[digits..].starts_with("x")
+                    && full[digits + 1..].starts_with(|c: char| c.is_ascii_alphabetic())
+                    || full[digits..].starts_with("-gpu"));
+            if SYSTEM.contains(&l)
+                || MODULE_GPU_WORDS.contains(&l)
+                || CARD_GPU_WORDS.contains(&l)
+                || gpus_of_node
+            {
                 continue;
             }
         }
@@ -1593,7 +1617,7 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
 fn changes_from_preset(m: &Machine, system: &str) -> Result<(String, String), SimError> {
     let base = Machine::preset(&m.name)?;
     let mut flags = String::new();
-    if let Some((n, port)) = nic_port(system)? {
+    if let Some((n, port)) = nic_port(system, base.node.gpus)? {
         if (m.node.nics, m.node.nic_gbps, m.network.ib)
             != (base.node.nics, base.node.nic_gbps, base.network.ib)
         {
@@ -2499,7 +2523,7 @@ mod tests {
     #[test]
     fn stated_nics_are_a_port_gpucomm_sim_takes() {
         let port = |text: &str| {
-            nic_port(text)
+            nic_port(text, 8)
                 .unwrap()
                 .map(|(n, p)| (n, gpucomm_topo::catalog::port_name(p).unwrap()))
         };
@@ -2518,6 +2542,13 @@ mod tests {
             ("2x DGX-1 V100, 4x FDR 56 Gb/s InfiniBand", (4, "fdr")),
             ("4x 56Gb/s FDR InfiniBand", (4, "fdr")),
             ("2x DGX-1, 4x FDR56 InfiniBand", (4, "fdr")),
+            // One per GPU: the node's GPUs (read as one NIC before).
+            ("2x DGX H100, one 400G NIC per GPU", (8, "ndr")),
+            (
+                "2x 8-GPU A100 servers, a single ConnectX-6 100Gb/s NIC each",
+                (1, "edr"),
+            ),
+            ("2x HGX H100, dual 200G RoCE NICs", (2, "roce200")),
         ];
         for (text, (n, name)) in cases {
             assert_eq!(port(text), Some((n, name.to_string())), "{text}");
@@ -2743,6 +2774,8 @@ mod tests {
             ("FDR 56 InfiniBand", None),
             ("2x DGX A100, HDR 200 InfiniBand", None),
             ("H100 SXM, PCIe Gen5 x16 HDR", None),
+            ("2x 8xH100, IB NDR 400Gbps x 8 per node", Some((8, 400.0))),
+            ("2x 8-GPU H100 nodes, 4x 400 Gbps RoCE", Some((4, 400.0))),
             (
                 "NVLink 4 (900 GB/s), 2 nodes, NDR 400 Gb/s x8",
                 Some((8, 400.0)),
