@@ -49,6 +49,7 @@ mod exec;
 mod generate;
 mod problem;
 mod schedule;
+mod size;
 
 pub use check::{
     CHECK_STATE_COUNTED, CheckError, CheckReport, RankReport, check, check_rank, check_state_bytes,
@@ -62,6 +63,7 @@ pub use dtype::DataType;
 pub use exec::{ExecError, apply, execute, execute_steps, expected, finish_avg};
 pub use problem::{Algorithm, Collective, Problem, ReduceOp, block_partition};
 pub use schedule::{AlgoError, Buf, Schedule, Slice, Step, StepKind, StepList};
+pub use size::{SizeError, parse_size};
 
 /// NCCL's double binary tree over `nodes` nodes (`ncclGetDtree`, the
 /// inter-node part of its tree and of NVLSTree): `(parent, children)` of

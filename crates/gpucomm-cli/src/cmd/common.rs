@@ -1,43 +1,24 @@
 //! Helpers shared by subcommands: sizes with K/M/G suffixes, nccl-tests-style
 //! sweeps and data type names.
 
-use anyhow::Context;
-
 /// Parses a byte size as nccl-tests does: a number with an optional suffix
-/// K, M, G or T (powers of 1024; a trailing `B` or `iB` is accepted).
+/// K, M, G or T (powers of 1024; a trailing `B` or `iB` is accepted:
+/// [`gpucomm_algo::parse_size`]).
 /// Every size is a command-line value: a bad one is a [`Usage`] error.
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     parse_size_value(s).or_usage()
 }
 
 fn parse_size_value(s: &str) -> anyhow::Result<u64> {
-    let t = s.trim();
-    let upper = t.to_ascii_uppercase();
-    let body = upper
-        .strip_suffix("IB")
-        .or_else(|| upper.strip_suffix('B'))
-        .unwrap_or(&upper);
-    let (num, shift) = match body.chars().last() {
-        Some('K') => (&body[..body.len() - 1], 10),
-        Some('M') => (&body[..body.len() - 1], 20),
-        Some('G') => (&body[..body.len() - 1], 30),
-        Some('T') => (&body[..body.len() - 1], 40),
-        _ => (body, 0),
-    };
     // Said in the command line's terms, not Rust's ("invalid digit found
     // in string", "cannot parse integer from empty string").
-    let n: u64 = num.trim().parse().map_err(|e: std::num::ParseIntError| {
-        use std::num::IntErrorKind;
-        match e.kind() {
-            IntErrorKind::PosOverflow => anyhow::anyhow!("size {s:?} is too large"),
-            _ => anyhow::anyhow!(
-                "invalid size {s:?}: expected a whole number of bytes with an optional \
-                 K, M, G or T suffix (powers of 1024), e.g. 8, 1K, 64M, 8G"
-            ),
-        }
-    })?;
-    n.checked_mul(1u64 << shift)
-        .with_context(|| format!("size {s:?} is too large"))
+    gpucomm_algo::parse_size(s).map_err(|e| match e {
+        gpucomm_algo::SizeError::TooLarge => anyhow::anyhow!("size {s:?} is too large"),
+        gpucomm_algo::SizeError::Invalid => anyhow::anyhow!(
+            "invalid size {s:?}: expected a whole number of bytes with an optional \
+             K, M, G or T suffix (powers of 1024), e.g. 8, 1K, 64M, 8G"
+        ),
+    })
 }
 
 /// A bad command line found after parsing (an unknown name, a value out of
