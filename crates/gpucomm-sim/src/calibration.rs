@@ -720,6 +720,23 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
             )));
         }
     }
+    // Machines with no preset whose links the nearest would misstate: a
+    // GB200 NVL36 rack, CPUs joined to their GPUs by NVLink (IBM POWER8/9:
+    // Minsky, AC922); the 4-GPU HGX boards below.
+    for (names, what) in [
+        (
+            &["NVL36"][..],
+            "a GB200 NVL36 rack has no preset (gb200-nvl72 is the 72-GPU rack)",
+        ),
+        (
+            &["POWER8", "POWER9", "AC922", "S822LC", "Minsky"][..],
+            "an IBM POWER host joined to its GPUs by NVLink has no preset",
+        ),
+    ] {
+        if names.iter().any(|n| has(system, n)) {
+            return Err(SimError::Model(format!("system {system:?}: {what}")));
+        }
+    }
     let gh200 = (has(system, "GH200") || quad) && !has(system, "NVL32");
     if !has(system, "NVL72") && !gh200 && ["GH200", "Grace", "C2C"].iter().any(|w| has(system, w)) {
         return Err(SimError::Model(format!(
@@ -754,6 +771,8 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         "dgx-a100"
     } else if has(system, "DGX-2")
         || has(system, "DGX2")
+        || has(system, "HGX-2")
+        || has(system, "HGX2")
         || has(system, "V100") && has(system, "NVSwitch")
     {
         "dgx2"
@@ -772,6 +791,20 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // NICs replaced as `gpucomm sim --nics N --nic-speed S` replaces them.
     let nics = nic_port(system, Machine::preset(base)?.node.gpus)?;
     let mut m = Machine::select_with_nics(base, nics.map(|n| n.0), nics.map(|n| n.1))?;
+    // An NVSwitch preset for GPUs the text joins without one (the 4-GPU HGX
+    // boards' direct NVLinks) misstates every pair but for a host copy,
+    // which crosses the GPU's PCIe link as the preset has it.
+    if !pcie_fallback
+        && matches!(m.node.nvlink, NvFabric::Switch { .. })
+        && ["no NVSwitch", "without NVSwitch", "4-GPU"]
+            .iter()
+            .any(|n| has(system, n))
+    {
+        return Err(SimError::Model(format!(
+            "system {system:?}: GPUs joined by direct NVLinks without an NVSwitch have no \
+             preset (but the DGX-1's hybrid cube mesh)"
+        )));
+    }
     if base == "pcie-8gpu" && card {
         // The generic PCIe server with this card: its architecture and
         // memory where the GPU is known and not the preset's A100 (refused
@@ -806,17 +839,37 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // "with SHARP", "NVLS + SHARP" (not "without SHARP", "no SHARP",
     // "SHARP disabled", "SHARP off", "non-SHARP", nor "NVLink SHARP",
     // which is NVLS inside the node).
-    let t = plain(system).replace(" nvlink sharp", " ");
-    let ib_sharp = t.split_whitespace().any(|x| x.starts_with("sharp"));
-    let negated = t
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .any(|p| {
-            (p[1].starts_with("sharp") && matches!(p[0], "no" | "without" | "non" | "disabled"))
-                || (p[0].starts_with("sharp")
-                    && matches!(p[1], "disabled" | "off" | "disable" | "not" | "unavailable"))
-        });
+    let t = plain(system)
+        .replace(" nvlink sharp", " ")
+        .replace(" nvswitch sharp", " ");
+    let tw: Vec<&str> = t.split_whitespace().collect();
+    // "SHARP", "SHARPv3"; not "sharply".
+    let is_sharp = |x: &str| {
+        x == "sharp"
+            || x.strip_prefix("sharpv")
+                .is_some_and(|v| v.parse::<u8>().is_ok())
+    };
+    let ib_sharp = tw.iter().any(|x| is_sharp(x));
+    // A SHARP word with a negation, or "capable" (no use said), within
+    // three words either side.
+    let negated = tw.iter().enumerate().any(|(i, x)| {
+        is_sharp(x)
+            && tw[i.saturating_sub(3)..(i + 4).min(tw.len())]
+                .iter()
+                .any(|y| {
+                    matches!(
+                        *y,
+                        "no" | "without"
+                            | "non"
+                            | "not"
+                            | "disabled"
+                            | "disable"
+                            | "off"
+                            | "unavailable"
+                            | "capable"
+                    )
+                })
+    });
     if ib_sharp && !negated {
         m = m.with_cluster_options(&gpucomm_topo::ClusterOptions {
             sharp: true,
@@ -851,12 +904,24 @@ fn nic_port(system: &str, gpus: usize) -> Result<Option<(usize, LinkKind)>, SimE
     let Some((count, gbit)) = parse_nics(system) else {
         return Ok(None);
     };
-    // "one 400G NIC per GPU": as many as the node's GPUs.
+    // "one 400G NIC per GPU": as many as the node's GPUs; "per GPU pair",
+    // "per 2 GPUs": half.
     let t = plain(system);
-    let count = if count == 1
-        && [" per gpu", " each gpu", " for every gpu"]
-            .iter()
-            .any(|p| t.contains(p))
+    let count = if count != 1 {
+        count
+    } else if [
+        " per gpu pair",
+        " per pair of gpus",
+        " per 2 gpus",
+        " per two gpus",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
+    {
+        (gpus / 2).max(1)
+    } else if [" per gpu", " each gpu", " for every gpu"]
+        .iter()
+        .any(|p| t.contains(p))
     {
         gpus
     } else {
@@ -930,14 +995,38 @@ fn generation_at(w: &[String], i: usize) -> Option<u8> {
     if after_link {
         return None;
     }
+    // Only where a slot, host or link follows: "EPYC Gen 4", "Gen3 Tensor
+    // Cores", "Gen4 NVMe" are no PCIe generation.
+    let of_pcie = |k: usize| {
+        w.get(k).is_some_and(|n| {
+            matches!(
+                n.as_str(),
+                "slot"
+                    | "slots"
+                    | "server"
+                    | "servers"
+                    | "host"
+                    | "hosts"
+                    | "system"
+                    | "platform"
+                    | "link"
+                    | "bus"
+                    | "riser"
+                    | "motherboard"
+                    | "x16"
+                    | "x8"
+                    | "x4"
+            )
+        })
+    };
     if let Some(r) = x.strip_prefix("gen").filter(|_| !after_pcie) {
         return match r {
             "" => w
                 .get(i + 1)
                 .filter(|n| n.len() == 1)
                 .and_then(|n| digit(n))
-                .filter(|_| !link_after(i + 2)),
-            r if r.len() == 1 => digit(r).filter(|_| !link_after(i + 1)),
+                .filter(|_| !link_after(i + 2) && of_pcie(i + 2)),
+            r if r.len() == 1 => digit(r).filter(|_| !link_after(i + 1) && of_pcie(i + 1)),
             _ => None,
         };
     }
@@ -1087,7 +1176,10 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             .iter()
             .enumerate()
             .find_map(|(j, r)| gbits(r, rest.get(j + 1)).filter(|&v| v >= 10.0));
-        stated.or_else(|| rest.iter().find_map(|r| generation_gbits(r)))
+        // ("HDR, 8 HCAs": the generation just before the count.)
+        stated
+            .or_else(|| rest.iter().find_map(|r| generation_gbits(r)))
+            .or_else(|| around.iter().rev().find_map(|r| generation_gbits(r)))
     };
     // A count: "8x", "8 x" (the number then "x"), "eight"; and the index
     // of the word after it.
@@ -1113,6 +1205,14 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             || l.starts_with("cx")
             || generation_gbits(&l).is_some()
     };
+    // A PCIe link's width ("PCIe 4.0 x16", "Gen5 x16", "x16 slots"), not
+    // a NIC count.
+    let pcie_width = |i: usize| {
+        let l = |k: usize| words.get(k).map(|x| x.to_ascii_lowercase());
+        (i.saturating_sub(2)..i).any(|k| {
+            l(k).is_some_and(|p| p.starts_with("pcie") || p.starts_with("gen") || p.contains('.'))
+        }) || l(i + 1).is_some_and(|n| matches!(n.as_str(), "slot" | "slots" | "lanes" | "link"))
+    };
     let count_at = |i: usize| -> Option<(usize, usize)> {
         let w = words[i].to_ascii_lowercase();
         let prev = i.checked_sub(1).map(|j| words[j].to_ascii_lowercase());
@@ -1123,11 +1223,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         } else if let Some(n) = w
             .strip_prefix('x')
             .and_then(|n| n.parse::<usize>().ok())
-            .filter(|_| {
-                !prev
-                    .as_deref()
-                    .is_some_and(|p| p.starts_with("pcie") || p.starts_with("gen"))
-            })
+            .filter(|_| !pcie_width(i))
             .filter(|_| words.get(i + 1).is_some_and(|x| nic_word(x)))
         {
             // "x4 HDR".
@@ -1135,7 +1231,8 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         } else if let Ok(n) = w.parse::<usize>() {
             // "4 NDR HCAs", not a speed ("FDR 56 InfiniBand", "HDR 200
             // InfiniBand").
-            let speed_before = prev.as_deref().is_some_and(|p| IbSpeed::parse(p).is_some());
+            let speed_before = prev.as_deref().is_some_and(|p| IbSpeed::parse(p).is_some())
+                && [10, 14, 25, 40, 50, 56].contains(&n);
             (n <= 64 && !speed_before && words.get(i + 1).is_some_and(|x| nic_word(x)))
                 .then_some((n, i + 1))
         } else {
@@ -1185,6 +1282,13 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             .iter()
             .position(is_count)
             .map_or((from + 6).min(words.len()), |k| from + k);
+        // "2 IB switches", "two NDR leaf switches": switches, not NICs.
+        if words[from..end].iter().any(|x| {
+            let l = x.to_ascii_lowercase();
+            l.starts_with("switch") || matches!(l.as_str(), "leaf" | "leaves" | "spine" | "spines")
+        }) {
+            continue;
+        }
         // The count's own word and up to two before it may name the network.
         if let Some(v) = speed_of(&words[i.saturating_sub(2)..i], &words[from..end]) {
             if count > 0 {
@@ -1205,11 +1309,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             continue;
         };
         let before = &words[i.saturating_sub(4)..i];
-        let pcie = before.iter().rev().take(2).any(|w| {
-            let w = w.to_ascii_lowercase();
-            w.starts_with("pcie") || w.starts_with("gen") || w == "lanes"
-        });
-        if pcie {
+        if pcie_width(i) {
             continue;
         }
         let before = &before[before
@@ -1377,7 +1477,17 @@ fn plain(system: &str) -> String {
 fn nvlinks_named(system: &str) -> Option<u32> {
     let t = plain(system);
     let any = |ps: &[&str]| ps.iter().any(|p| t.contains(p));
+    // nvidia-smi topo -m's NV1, NV2, ... name the count.
+    if let Some(n) = t
+        .split_whitespace()
+        .find_map(|x| x.strip_prefix("nv").and_then(|n| n.parse::<u32>().ok()))
+        .filter(|&n| (1..=18).contains(&n))
+    {
+        return Some(n);
+    }
     if any(&[
+        " nvlink less",
+        " not nvlink",
         " no nvlink",
         " without nvlink",
         " not connected by nvlink",
@@ -1412,6 +1522,16 @@ fn nvlinks_named(system: &str) -> Option<u32> {
         }
         named = Some(1);
     }
+    // "2 links of NVLink2", "a 2-link NVLink connection", "(2 links)".
+    if named.is_some() {
+        if let Some(n) = w.windows(2).find_map(|p| {
+            matches!(p[1], "link" | "links")
+                .then(|| p[0].parse::<u32>().ok())
+                .flatten()
+        }) {
+            return Some(n);
+        }
+    }
     named.filter(|_| !p2p_disabled(system))
 }
 
@@ -1430,6 +1550,16 @@ fn p2p_disabled(system: &str) -> bool {
         " without p2p",
         " no p2p ",
         " staged through host",
+        " peer to peer disabled",
+        " p2p access disabled",
+        " p2p turned off",
+        " p2p no ",
+        " p2p unsupported",
+        " p2p not supported",
+        " p2p not available",
+        " peer access not available",
+        " canaccesspeer 0",
+        " cudadevicecanaccesspeer 0",
     ]
     .iter()
     .any(|p| t.contains(p))
@@ -1752,11 +1882,17 @@ fn predict_on(
                     Some("switch")
                 } else if has(&case.system, "across sockets")
                     || has(&case.system, "different sockets")
+                    || has(&case.system, "different CPUs")
+                    || has(&case.system, "across CPUs")
                     || has(&case.system, "cross-socket")
                     || label("SYS")
                 {
                     Some("sys")
-                } else if has(&case.system, "same socket") || label("NODE") {
+                } else if has(&case.system, "same socket")
+                    || has(&case.system, "same CPU")
+                    || has(&case.system, "same NUMA")
+                    || label("NODE")
+                {
                     Some("socket")
                 } else {
                     None
@@ -2318,6 +2454,90 @@ mod tests {
         );
     }
 
+    /// Second review's wordings: SHARP named but not in use, P2P off,
+    /// nvidia-smi's NV2, "Gen" of other things, machines with no preset.
+    #[test]
+    fn reads_second_review_phrasings() {
+        let sharp = |t: &str| machine_for(t).unwrap().network.sharp;
+        assert!(sharp("2x DGX H100, 8x NDR 400G, SHARPv3 enabled"));
+        assert!(sharp("4x DGX H100 with SHARP"));
+        for t in [
+            "2x DGX H100, 8x NDR 400G (SHARP-capable; SHARP was not enabled)",
+            "2x DGX A100, SHARPv2-capable Quantum HDR switches, CollNet off",
+            "2x DGX H100, NVLS on; no InfiniBand SHARP",
+            "2x DGX H100, NVSwitch SHARP (NVLS) inside the node",
+            "2x DGX H100, busbw drops sharply below 64 MB",
+        ] {
+            assert!(!sharp(t), "{t}");
+        }
+        for t in [
+            "DGX-1 V100; peer-to-peer disabled, copies through host",
+            "DGX-1 V100; P2P access disabled",
+            "DGX-1 V100; with P2P turned off",
+            "DGX-1 V100, hybrid cube mesh; P2P: no (cudaDeviceCanAccessPeer = 0)",
+            "8x L40S server, P2P unsupported (peer access not available)",
+        ] {
+            assert!(p2p_disabled(t), "{t}");
+        }
+        for (t, want) in [
+            (
+                "DGX-1 V100, GPU pair shown as NV2 by nvidia-smi topo -m",
+                Some(2),
+            ),
+            ("DGX-1 V100, connected by 2 links of NVLink2", Some(2)),
+            ("DGX-1 V100, a 2-link NVLink connection", Some(2)),
+            ("DGX-1 V100, NVLink-connected pair (2 links)", Some(2)),
+            (
+                "DGX-1 V100, pair not NVLink-connected (PCIe, same CPU)",
+                Some(0),
+            ),
+            ("DGX-1 V100, NVLink-less pair on different sockets", Some(0)),
+        ] {
+            assert_eq!(nvlinks_named(t), want, "{t}");
+        }
+        for (t, want) in [
+            (
+                "H100 SXM5, PCIe Gen5 x16, AMD EPYC Gen 4 (Genoa) host, pinned",
+                Some(5),
+            ),
+            (
+                "A100 SXM4 80GB, PCIe Gen4, AMD EPYC Gen3 (Milan) host",
+                Some(4),
+            ),
+            ("A100 SXM4 40GB (Gen 3 Tensor Cores), PCIe 4.0", Some(4)),
+            (
+                "H100 SXM (HGX), PCIe Gen5, ConnectX-6 Dx Gen4 NIC in the box",
+                Some(5),
+            ),
+        ] {
+            assert_eq!(pcie_generation(&words(t)), want, "{t}");
+        }
+        assert_eq!(pcie_generation(&words("DGX H100 (Gen4 NVMe)")), None);
+        assert_eq!(
+            machine_for("HGX-2, 16x Tesla V100 SXM3").unwrap().name,
+            "dgx2"
+        );
+        for t in [
+            "GB200 NVL36, 2 trays",
+            "V100 SXM2 16GB, IBM Power System AC922, NVLink 2.0 CPU-GPU link",
+            "4x A100 SXM4 (HGX A100 4-GPU, direct NVLink, no NVSwitch)",
+        ] {
+            assert!(machine_for(t).is_err(), "{t}");
+        }
+        // A host copy crosses the PCIe link, as the NVSwitch preset has it.
+        assert!(copy_machine_for("HGX A100 4-GPU, PCIe Gen4, pinned").is_ok());
+        assert!(machine_for("8x L40S PCIe, no NVLink, no NVSwitch").is_ok());
+        let port = |t: &str| nic_port(t, 8).unwrap().map(|p| p.0);
+        assert_eq!(
+            port("2x HGX A100 80GB, one 200 Gb/s HDR NIC per GPU pair"),
+            Some(4)
+        );
+        assert_eq!(
+            port("2x HGX A100 80GB, one 200G HDR HCA per 2 GPUs"),
+            Some(4)
+        );
+    }
+
     /// A named pair is the one run, in any of its spellings; the text's
     /// words pick one only where none is named.
     #[test]
@@ -2751,6 +2971,19 @@ mod tests {
             ("2x DGX A100, HDR 200 InfiniBand", None),
             ("H100 SXM, PCIe Gen5 x16 HDR", None),
             ("2x 8xH100, IB NDR 400Gbps x 8 per node", Some((8, 400.0))),
+            // Switches and PCIe widths are no NIC count.
+            (
+                "2x DGX A100 connected by 2 IB switches (HDR), 8 HCAs per node",
+                Some((8, 200.0)),
+            ),
+            (
+                "Two DGX H100 nodes on two NDR leaf switches; 8x 400G ConnectX-7 each",
+                Some((8, 400.0)),
+            ),
+            (
+                "2 DGX A100 nodes, ConnectX-6 HDR 200Gb/s adapters in x16 slots",
+                None,
+            ),
             ("2x 8-GPU H100 nodes, 4x 400 Gbps RoCE", Some((4, 400.0))),
             (
                 "NVLink 4 (900 GB/s), 2 nodes, NDR 400 Gb/s x8",
