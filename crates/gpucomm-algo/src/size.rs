@@ -23,6 +23,8 @@ pub enum SizeError {
 /// assert_eq!(parse_size("1.5K"), Err(SizeError::Invalid));
 /// assert_eq!(parse_size("99999999T"), Err(SizeError::TooLarge));
 /// assert_eq!(parse_size("8 gigs"), Err(SizeError::Invalid));
+/// assert_eq!(parse_size("+5"), Ok(5));
+/// assert_eq!(parse_size("+"), Err(SizeError::Invalid));
 /// ```
 pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let upper = s.trim().to_ascii_uppercase();
@@ -38,11 +40,10 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         Some('T') => (&body[..body.len() - 1], 40),
         _ => (body, 0),
     };
+    // A leading `+`, as `u64`'s own parse and nccl-tests' `%zu` take it.
     let num = num.trim().replace('_', "");
-    if num.is_empty() {
-        return Err(SizeError::Invalid);
-    }
-    if !num.bytes().all(|b| b.is_ascii_digit()) {
+    let num = num.strip_prefix('+').unwrap_or(&num);
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
         return Err(SizeError::Invalid);
     }
     let n: u64 = num.parse().map_err(|_| SizeError::TooLarge)?;

@@ -150,16 +150,7 @@ impl Metric {
     /// assert_eq!(Metric::parse("flops", false), None);
     /// ```
     pub fn parse(name: &str, collective: bool) -> Option<Metric> {
-        let key: String = name
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>()
-            .to_ascii_lowercase();
-        let key = ["gbps", "gbs"]
-            .iter()
-            .find_map(|u| key.strip_suffix(u).filter(|k| !k.is_empty()))
-            .unwrap_or(&key);
-        Some(match key {
+        Some(match metric_key(name).as_str() {
             "busbw" | "busbandwidth" => Metric::Busbw,
             "algbw" | "algobw" | "algorithmbandwidth" => Metric::Algbw,
             "timeus" | "time" => Metric::TimeUs,
@@ -219,16 +210,7 @@ impl Metric {
     /// collective, else "host to device"/"H2D", "device to host"/"D2H",
     /// "bidirectional", "unidirectional" or "P2P".
     pub fn of(case: &Case) -> Result<Metric, SimError> {
-        let key: String = case
-            .metric
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>()
-            .to_ascii_lowercase();
-        if matches!(
-            key.as_str(),
-            "bandwidth" | "bandwidthgbps" | "bw" | "bwgbps"
-        ) {
+        if matches!(metric_key(&case.metric).as_str(), "bandwidth" | "bw") {
             let s = &case.system;
             let said = |words: &[&str]| words.iter().any(|w| has(s, w));
             let found = if case.collective.is_some() {
@@ -256,6 +238,23 @@ impl Metric {
                 case.metric, case.id
             ))
         })
+    }
+}
+
+/// A metric's name as [`Metric::parse`] matches it: its letters and digits
+/// in lower case, less a unit suffix ("BusBW_GBps" is "busbw").
+fn metric_key(name: &str) -> String {
+    let key: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    match ["gbps", "gbs"]
+        .iter()
+        .find_map(|u| key.strip_suffix(u).filter(|k| !k.is_empty()))
+    {
+        Some(k) => k.to_string(),
+        None => key,
     }
 }
 
@@ -548,27 +547,14 @@ const CARD_GPU_WORDS: &[&str] = &[
 /// "eight V100": a count, then (past "NVIDIA", "Tesla", "GeForce", "RTX")
 /// a GPU's word. For a collective case without `gpus`.
 fn text_gpu_count(system: &str) -> Option<usize> {
-    let w: Vec<String> = system
-        .to_ascii_lowercase()
-        .replace('×', " x ")
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_string)
-        .collect();
+    let t = words(&system.replace('×', " x "));
+    let w: Vec<&str> = t.iter().map(String::as_str).collect();
     (0..w.len()).find_map(|i| {
-        let (n, next) = if let Some(n) = w[i].strip_suffix('x').and_then(|n| n.parse().ok()) {
-            (n, i + 1)
-        } else if let (Ok(n), Some("x")) = (w[i].parse::<usize>(), w.get(i + 1).map(String::as_str))
-        {
-            (n, i + 2)
-        } else {
-            (NUMBER_WORDS.iter().position(|x| *x == w[i])? + 1, i + 1)
-        };
+        let (n, next, bare) = count_at(&w, i)?;
         let gpu = w[next.min(w.len())..]
             .iter()
-            .find(|x| !["nvidia", "tesla", "geforce", "rtx"].contains(&x.as_str()))?;
-        let word = gpu.as_str();
-        (MODULE_GPU_WORDS.contains(&word) || CARD_GPU_WORDS.contains(&word)).then_some(n)
+            .find(|x| !["nvidia", "tesla", "geforce", "rtx"].contains(x))?;
+        (!bare && gpu_word(gpu)).then_some(n)
     })
 }
 
@@ -596,20 +582,7 @@ fn text_node_count(system: &str) -> Option<usize> {
     let t = plain(system);
     let w: Vec<&str> = t.split_whitespace().collect();
     (0..w.len()).find_map(|i| {
-        let (n, next) = if let Some(n) = w[i].strip_suffix('x').and_then(|n| n.parse().ok()) {
-            (n, i + 1)
-        } else if let Ok(n) = w[i].parse::<usize>() {
-            (
-                n,
-                if w.get(i + 1) == Some(&"x") {
-                    i + 2
-                } else {
-                    i + 1
-                },
-            )
-        } else {
-            (NUMBER_WORDS.iter().position(|x| *x == w[i])? + 1, i + 1)
-        };
+        let (n, next, _) = count_at(&w, i)?;
         let after = *w.get(next)?;
         // "2 DGX H100 nodes", "2 8-GPU nodes": the node's word may follow
         // its model.
@@ -617,10 +590,32 @@ fn text_node_count(system: &str) -> Option<usize> {
             || (after.starts_with("dgx") || after.starts_with("hgx"))
             || w.get(next + 1)
                 .is_some_and(|x| matches!(*x, "nodes" | "servers"))
-                && !MODULE_GPU_WORDS.contains(&after)
-                && !CARD_GPU_WORDS.contains(&after);
+                && !gpu_word(after);
         (n > 0 && named).then_some(n)
     })
+}
+
+/// A GPU model's word ([`MODULE_GPU_WORDS`], [`CARD_GPU_WORDS`]).
+fn gpu_word(w: &str) -> bool {
+    MODULE_GPU_WORDS.contains(&w) || CARD_GPU_WORDS.contains(&w)
+}
+
+/// A count at word `i` of `w`: "8x", "8 x", "8", "eight" (case ignored);
+/// the count, the index of the word after it, and whether it is a bare
+/// number (which only some contexts take for a count).
+fn count_at(w: &[&str], i: usize) -> Option<(usize, usize, bool)> {
+    let x = w[i].to_ascii_lowercase();
+    if let Some(n) = x.strip_suffix('x').and_then(|n| n.parse().ok()) {
+        return Some((n, i + 1, false));
+    }
+    if let Ok(n) = x.parse() {
+        return Some(match w.get(i + 1) {
+            Some(y) if y.eq_ignore_ascii_case("x") => (n, i + 2, false),
+            _ => (n, i + 1, true),
+        });
+    }
+    let k = NUMBER_WORDS.iter().position(|y| *y == x)?;
+    Some((k + 1, i + 1, false))
 }
 
 /// The text names a PCIe card: a GPU made only as one (L40S, T4), or a
@@ -682,7 +677,7 @@ fn sxm(system: &str) -> bool {
 fn card_name(w: &[String]) -> String {
     let gpu = w
         .iter()
-        .find(|x| MODULE_GPU_WORDS.contains(&x.as_str()) || CARD_GPU_WORDS.contains(&x.as_str()))
+        .find(|x| gpu_word(x))
         .map_or("GPU".to_string(), |x| x.to_ascii_uppercase());
     format!("{gpu} PCIe")
 }
@@ -1213,38 +1208,36 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
             l(k).is_some_and(|p| p.starts_with("pcie") || p.starts_with("gen") || p.contains('.'))
         }) || l(i + 1).is_some_and(|n| matches!(n.as_str(), "slot" | "slots" | "lanes" | "link"))
     };
-    let count_at = |i: usize| -> Option<(usize, usize)> {
+    let nic_count_at = |i: usize| -> Option<(usize, usize)> {
         let w = words[i].to_ascii_lowercase();
-        let prev = i.checked_sub(1).map(|j| words[j].to_ascii_lowercase());
-        if let Some(n) = w.strip_suffix('x').and_then(|n| n.parse().ok()) {
-            Some((n, i + 1))
-        } else if let (Ok(n), Some(&"x")) = (w.parse::<usize>(), words.get(i + 1)) {
-            Some((n, i + 2))
-        } else if let Some(n) = w
+        match count_at(&words, i) {
+            Some((n, next, false)) => return Some((n, next)),
+            Some((n, next, true)) => {
+                // "4 NDR HCAs", not a speed ("FDR 56 InfiniBand", "HDR 200
+                // InfiniBand").
+                let speed_before = i
+                    .checked_sub(1)
+                    .is_some_and(|j| IbSpeed::parse(&words[j].to_ascii_lowercase()).is_some())
+                    && [10, 14, 25, 40, 50, 56].contains(&n);
+                return (n <= 64 && !speed_before && words.get(next).is_some_and(|x| nic_word(x)))
+                    .then_some((n, next));
+            }
+            None => {}
+        }
+        if let Some(n) = w
             .strip_prefix('x')
             .and_then(|n| n.parse::<usize>().ok())
             .filter(|_| !pcie_width(i))
             .filter(|_| words.get(i + 1).is_some_and(|x| nic_word(x)))
         {
             // "x4 HDR".
-            Some((n, i + 1))
-        } else if let Ok(n) = w.parse::<usize>() {
-            // "4 NDR HCAs", not a speed ("FDR 56 InfiniBand", "HDR 200
-            // InfiniBand").
-            let speed_before = prev.as_deref().is_some_and(|p| IbSpeed::parse(p).is_some())
-                && [10, 14, 25, 40, 50, 56].contains(&n);
-            (n <= 64 && !speed_before && words.get(i + 1).is_some_and(|x| nic_word(x)))
-                .then_some((n, i + 1))
-        } else {
-            match w.as_str() {
-                // "a single ConnectX-6", "dual 200G NICs".
-                "single" => Some((1, i + 1)),
-                "dual" => Some((2, i + 1)),
-                _ => NUMBER_WORDS
-                    .iter()
-                    .position(|&x| x == w)
-                    .map(|k| (k + 1, i + 1)),
-            }
+            return Some((n, i + 1));
+        }
+        // "a single ConnectX-6", "dual 200G NICs".
+        match w.as_str() {
+            "single" => Some((1, i + 1)),
+            "dual" => Some((2, i + 1)),
+            _ => None,
         }
     };
     let is_count = |x: &&str| {
@@ -1254,7 +1247,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
                 .is_some_and(|n| n.parse::<usize>().is_ok())
     };
     for i in 0..words.len() {
-        let Some((count, from)) = count_at(i) else {
+        let Some((count, from)) = nic_count_at(i) else {
             continue;
         };
         let from = from.min(words.len());
@@ -1268,11 +1261,7 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
                 && (full[digits..].starts_with("x")
                     && full[digits + 1..].starts_with(|c: char| c.is_ascii_alphabetic())
                     || full[digits..].starts_with("-gpu"));
-            if SYSTEM.contains(&l)
-                || MODULE_GPU_WORDS.contains(&l)
-                || CARD_GPU_WORDS.contains(&l)
-                || gpus_of_node
-            {
+            if SYSTEM.contains(&l) || gpu_word(l) || gpus_of_node {
                 continue;
             }
         }
@@ -1403,11 +1392,7 @@ pub fn with_instance_hardware(system: &str) -> String {
         return system.to_string();
     };
     let mut out = system.to_string();
-    let names_gpu = [
-        "V100", "A100", "H100", "H200", "B200", "P100", "A800", "H800",
-    ]
-    .iter()
-    .any(|g| has(system, g));
+    let names_gpu = MODULE_GPU_WORDS.iter().any(|g| has(system, g));
     if let Some(g) = gpus.filter(|_| !names_gpu) {
         out.push_str(", ");
         out.push_str(g);
