@@ -537,10 +537,10 @@ const NUMBER_WORDS: &[&str] = &[
 /// as modules (SXM, superchips) as well as cards, then those made as PCIe
 /// cards only.
 const MODULE_GPU_WORDS: &[&str] = &[
-    "p100", "v100", "a100", "a800", "h100", "h800", "h200", "b200", "gb200", "gh200",
+    "p100", "v100", "a100", "a800", "h20", "h100", "h800", "h200", "b100", "b200", "gb200", "gh200",
 ];
 const CARD_GPU_WORDS: &[&str] = &[
-    "t4", "l4", "l40", "l40s", "a10", "a30", "a40", "a6000", "4090", "3090",
+    "t4", "l4", "l40", "l40s", "a10", "a10g", "a30", "a40", "a6000", "4090", "3090",
 ];
 
 /// The GPUs a one-node text counts: "8x H100", "4 x NVIDIA A100-SXM4-80GB",
@@ -748,17 +748,25 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         "quad-gh200"
     } else if gh200 {
         "gh200"
-    } else if has(system, "RTX 4090") || has(system, "RTX4090") || word("4090") {
+    } else if geforce_4090(system)
+        && (pcie_fallback || text_gpu_count(system).is_none_or(|n| n <= 1))
+    {
+        // A host copy crosses one GPU's link: the workstation's, however
+        // many cards the text counts.
         "workstation-rtx4090"
     } else if card {
         "pcie-8gpu"
-    } else if has(system, "GB200") || has(system, "B200") {
+    } else if has(system, "GB200") || has(system, "B200") || word("b100") {
+        // HGX B100 joins its eight GPUs as the B200's board does (NVLink 5,
+        // 1.8 TB/s a GPU, NVSwitch).
         "dgx-b200"
     } else if has(system, "H200") {
         "hgx-h200"
     } else if has(system, "H800") {
         "hgx-h800"
-    } else if has(system, "H100") {
+    } else if has(system, "H100") || word("h20") {
+        // HGX H20 joins its eight GPUs as the H100's board does (18 NVLink
+        // 4 links, 900 GB/s a GPU, NVSwitch gen 3), unlike the H800's 8.
         "dgx-h100"
     } else if has(system, "A800") {
         "hgx-a800"
@@ -799,6 +807,16 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
             "system {system:?}: GPUs joined by direct NVLinks without an NVSwitch have no \
              preset (but the DGX-1's hybrid cube mesh)"
         )));
+    }
+    // A module GPU on a board the preset describes under another GPU's
+    // name (H20 on the H100's, B100 on the B200's): its name and memory.
+    for gpu in ["H20", "B100"] {
+        if base != "pcie-8gpu" && word(&gpu.to_ascii_lowercase()) {
+            if let Some((_, hbm)) = gpucomm_topo::hardware::gpu_from_label(gpu) {
+                m.node.gpu_name = gpu.to_string();
+                m.node.hbm_gbps = hbm;
+            }
+        }
     }
     if base == "pcie-8gpu" && card {
         // The generic PCIe server with this card: its architecture and
@@ -874,6 +892,21 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     if let Some(g) = pcie_generation(&w) {
         m.node.pcie_gen = g;
     }
+    // A host CPU the text names ("2x AMD EPYC 7742", "Xeon Platinum
+    // 8480C"): its memory, its one core's copy (pageable copies), its
+    // vendor (NCCL's network overheads); one not in the tables keeps the
+    // preset's.
+    if let Some(cpu) = cpu_named(system) {
+        use gpucomm_topo::hardware::{cpu_core_read_gbps_from_label, cpu_memory_from_label};
+        if let Some(mem) = cpu_memory_from_label(&cpu) {
+            m.node.host_mem_gbps = mem;
+        }
+        let core = cpu_core_read_gbps_from_label(&cpu);
+        if core.is_some() || cpu_memory_from_label(&cpu).is_some() {
+            m.node.cpu_memcpy_gbps = model::memcpy_gbps(m.node.host_mem_gbps, core);
+        }
+        m.node.amd_cpu = has(&cpu, "EPYC");
+    }
     // SHARP the network cannot do (not InfiniBand, EDR's switches) is
     // refused with the reason, by the check `gpucomm sim --sharp` makes,
     // rather than run without it under a text that says it reduced.
@@ -887,6 +920,28 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         })?;
     }
     Ok(m)
+}
+
+/// The host CPU a system text names: from "Xeon", "EPYC" or "Core" (an
+/// Intel desktop part, "Core i9-13900K") to the end of its phrase
+/// ("2x AMD EPYC 7742 (Rome)" is `EPYC 7742`); `None` where it names
+/// none.
+fn cpu_named(system: &str) -> Option<String> {
+    let lower = system.to_ascii_lowercase();
+    let start = ["xeon", "epyc", "core i"]
+        .iter()
+        .filter_map(|w| {
+            lower.match_indices(w).map(|(i, _)| i).find(|&i| {
+                !lower[..i]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
+            })
+        })
+        .min()?;
+    let rest = &system[start..];
+    let end = rest.find([',', ';', '(', ')']).unwrap_or(rest.len());
+    Some(rest[..end].trim().to_string())
 }
 
 /// The NICs a system text states ([`parse_nics`]) as the count and port
@@ -1520,6 +1575,21 @@ fn nvlinks_named(system: &str) -> Option<u32> {
     named.filter(|_| !p2p_disabled(system))
 }
 
+/// The text names GeForce RTX 4090s, whose driver grants no peer access
+/// between them (`cudaDeviceCanAccessPeer` 0, "P2P=Disabled" both ways in
+/// p2pBandwidthLatencyTest): one is the workstation preset, more the PCIe
+/// server's with its card.
+fn geforce_4090(system: &str) -> bool {
+    words(system).iter().any(|w| w == "4090" || w == "rtx4090")
+}
+
+/// Whether GPUs of the text reach each other without peer access: the
+/// text says P2P is off ([`p2p_disabled`]) or names GPUs that have none
+/// ([`geforce_4090`]).
+fn no_peer_access(system: &str) -> bool {
+    p2p_disabled(system) || geforce_4090(system)
+}
+
 /// Whether a point-to-point text says P2P is off: "P2P disabled",
 /// p2pBandwidthLatencyTest's "P2P=Disabled", "disabled P2P", "P2P off",
 /// "peer access off", "without P2P", "staged through host memory".
@@ -1608,6 +1678,15 @@ fn pageable_named(system: &str, metric: &str) -> bool {
             _ => {}
         }
     }
+    // bandwidthTest's own flag (`--memory=pinned`) names what the run
+    // measured, whatever else the text mentions.
+    let flag = system.to_ascii_lowercase().replace(' ', "");
+    if flag.contains("memory=pageable") {
+        return true;
+    }
+    if flag.contains("memory=pinned") {
+        return false;
+    }
     let decide = |t: &str| match last(t) {
         (Some(_), None) => Some(true),
         (None, Some(_)) => Some(false),
@@ -1685,6 +1764,17 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
         Metric::H2d | Metric::D2h => copy_machine_for(&case.system)?,
         _ => machine_for(&case.system)?,
     };
+    // Without peer access NCCL moves a collective's data through host
+    // memory (its SHM transport), which the simulator does not model: a
+    // run over P2P would overstate it.
+    if collective && no_peer_access(&case.system) {
+        return Err(SimError::Model(format!(
+            "case {}: system {:?} has no peer access between its GPUs, so NCCL runs the \
+             collective over its host-memory (SHM) transport, which the simulator does not \
+             model (its collectives run over P2P)",
+            case.id, case.system
+        )));
+    }
     let (flags, note) = changes_from_preset(&m, &case.system)?;
     let mut p = predict_on(case, metric, m, &flags)?;
     p.scenario.push_str(&note);
@@ -1725,6 +1815,10 @@ fn changes_from_preset(m: &Machine, system: &str) -> Result<(String, String), Si
     }
     if m.node.pcie_gen != base.node.pcie_gen {
         changes.push(format!("PCIe Gen{}", m.node.pcie_gen));
+    }
+    let host = |n: &crate::machine::NodeModel| (n.host_mem_gbps, n.cpu_memcpy_gbps, n.amd_cpu);
+    if host(&m.node) != host(&base.node) {
+        changes.push(format!("CPU {}", cpu_named(system).unwrap_or_default()));
     }
     let note = if changes.is_empty() {
         String::new()
@@ -1842,7 +1936,7 @@ fn predict_on(
                 Some(k) if k > 0 && matches!(m.node.nvlink, NvFabric::Switch { .. }) => None,
                 k => k,
             };
-            let disabled = p2p_disabled(&case.system);
+            let disabled = no_peer_access(&case.system);
             let g = m.node.gpus;
             // Where the pair sits in the PCIe tree, as `nvidia-smi topo -m`
             // names it: behind one switch (PIX/PXB), on one socket (NODE),
@@ -2838,6 +2932,12 @@ mod tests {
             ("A100, page-locked host memory", false),
             ("A100 (pageable)", true),
             ("A100, PCIe Gen4", false),
+            // bandwidthTest's flag decides over a mention of the other.
+            (
+                "H100 SXM; bandwidthTest --memory=pinned, pageable results in the next row",
+                false,
+            ),
+            ("A100, bandwidthTest --memory=pageable (pinned: 25)", true),
         ] {
             assert_eq!(pageable_named(text, "h2d_bandwidth"), want, "{text}");
         }
@@ -3179,5 +3279,92 @@ mod tests {
                 p.scenario
             );
         }
+    }
+
+    /// A host CPU in the text sets the node's memory, its one core's copy
+    /// (the bound on a pageable copy's staging) and NCCL's vendor.
+    #[test]
+    fn a_named_host_cpu_sets_its_memory_and_one_core() {
+        for (text, want) in [
+            ("2x AMD EPYC 7742 (Rome), pageable", Some("EPYC 7742")),
+            (
+                "A100 PCIe, Intel Xeon Platinum 8480C, pinned",
+                Some("Xeon Platinum 8480C"),
+            ),
+            ("RTX 4090 (Core i9-13900K)", Some("Core i9-13900K")),
+            ("8x H100 SXM, NDR 400", None),
+            ("hardcore io benchmark", None),
+        ] {
+            assert_eq!(cpu_named(text).as_deref(), want, "{text}");
+        }
+        let m = copy_machine_for("A100 PCIe, PCIe Gen4, Xeon E5-2698 v4, pageable").unwrap();
+        assert_eq!(
+            (m.node.host_mem_gbps, m.node.cpu_memcpy_gbps),
+            (76.8, 11.18)
+        );
+        assert!(!m.node.amd_cpu);
+        // A desktop's one core is not the bound: half its two channels.
+        let m = copy_machine_for("RTX 4090, Core i9-13900K, pageable").unwrap();
+        assert_eq!(m.node.cpu_memcpy_gbps, 44.8);
+        // A CPU no table has keeps the preset's figures, takes its vendor.
+        let base = Machine::preset("dgx-h100").unwrap();
+        let m = machine_for("2x H100 SXM nodes, AMD EPYC 9654, 8x NDR 400").unwrap();
+        assert_eq!(m.node.cpu_memcpy_gbps, base.node.cpu_memcpy_gbps);
+        assert!(m.node.amd_cpu && !base.node.amd_cpu);
+        let case = parse(
+            "[[case]]\nid = \"c\"\nsystem = \"A100 PCIe, Xeon E5-2698 v4, pageable\"\n\
+             metric = \"h2d_bandwidth\"\nvalue = 8.0\n",
+        )
+        .unwrap()
+        .remove(0);
+        let p = predict(&case).unwrap();
+        assert!(
+            p.scenario.contains("[preset with CPU Xeon E5-2698 v4]"),
+            "{}",
+            p.scenario
+        );
+    }
+
+    /// GPUs beyond the presets' read as the board or card they sit on.
+    #[test]
+    fn gpus_named_beyond_the_presets() {
+        for (text, preset, gpu) in [
+            ("8x H20, NVLink 900 GB/s, NVSwitch", "dgx-h100", "H20"),
+            ("8x B100 SXM, NVLink 5", "dgx-b200", "B100"),
+            ("4x RTX A6000, PCIe Gen4", "pcie-8gpu", "A6000 PCIe"),
+            ("NVIDIA A10G (g5)", "pcie-8gpu", "A10G PCIe"),
+            ("2x RTX 4090, PCIe Gen4", "pcie-8gpu", "4090 PCIe"),
+            (
+                "RTX 4090 (one of two), PCIe Gen4",
+                "workstation-rtx4090",
+                "RTX 4090",
+            ),
+            ("RTX 4090, PCIe Gen4", "workstation-rtx4090", "RTX 4090"),
+        ] {
+            let m = machine_for(text).unwrap();
+            assert_eq!(m.name, preset, "{text}");
+            assert!(m.node.gpu_name.contains(gpu), "{text}: {}", m.node.gpu_name);
+        }
+        // An H200 is no H20.
+        assert_eq!(machine_for("8x H200 SXM").unwrap().name, "hgx-h200");
+        // RTX 4090s grant no peer access: a pair copies through host memory,
+        // a collective (NCCL's SHM transport) is refused, not run over P2P.
+        let case = |system: &str, metric: &str| {
+            parse(&format!(
+                "[[case]]\nid = \"c\"\nsystem = \"{system}\"\nmetric = \"{metric}\"\nvalue = 20.0\n"
+            ))
+            .unwrap()
+            .remove(0)
+        };
+        let two = "2x RTX 4090, PCIe Gen4";
+        let p = predict(&case(two, "p2p_bidirectional_bandwidth")).unwrap();
+        assert!(p.scenario.contains("--no-p2p"), "{}", p.scenario);
+        // A host copy crosses one card's link and the host: the workstation's.
+        let p = predict(&case(two, "h2d_bandwidth")).unwrap();
+        assert!(p.scenario.contains("workstation-rtx4090"), "{}", p.scenario);
+        let e = predict(&case(two, "busbw")).unwrap_err().to_string();
+        assert!(e.contains("SHM"), "{e}");
+        let e = predict(&case("8x L40S, PCIe Gen4, P2P disabled", "busbw")).unwrap_err();
+        assert!(e.to_string().contains("SHM"), "{e}");
     }
 }

@@ -233,6 +233,9 @@ impl Machine {
             .first()
             .and_then(|&c| topo.node(c).memory_gbps())
             .unwrap_or(gpucomm_topo::hardware::DEFAULT_CPU_MEMORY_GBPS);
+        let core_read = cpus.first().and_then(|&c| {
+            gpucomm_topo::hardware::cpu_core_read_gbps_from_label(&topo.node(c).label)
+        });
         let nics = in_domain(NodeKind::Nic);
         // A NIC's rate: its port's, capped by its cable's when the file
         // gives the cable a figure (the slower of the two carries).
@@ -291,7 +294,7 @@ impl Machine {
             // 0 with one socket (no link is built then).
             inter_socket_gbps: inter_socket,
             host_mem_gbps: host_mem,
-            cpu_memcpy_gbps: model::memcpy_gbps(host_mem),
+            cpu_memcpy_gbps: model::memcpy_gbps(host_mem, core_read),
             nics: if nic_gbps > 0.0 { nics.len() } else { 0 },
             nic_gbps,
             storage_gbps: storage,

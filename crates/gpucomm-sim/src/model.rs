@@ -1228,13 +1228,24 @@ pub const STAGED_CHUNK_BYTES: f64 = 1.24e6;
 /// buffering; a modeling assumption).
 pub const STAGED_BUFFERS: usize = 2;
 
-/// Bandwidth of one large `memcpy` on the host, GB/s: glibc switches to
-/// non-temporal stores above 3/4 of the shared cache
+/// Bandwidth of one large `memcpy` on the host (one thread, as the CUDA
+/// driver stages a pageable copy), GB/s: glibc switches to non-temporal
+/// stores above 3/4 of the shared cache
 /// (`__x86_shared_non_temporal_threshold`, glibc sysdeps/x86/dl-cacheinfo.h),
-/// so each byte copied costs one read and one write of DRAM: half the
-/// memory bandwidth.
-pub fn memcpy_gbps(host_mem_gbps: f64) -> f64 {
-    host_mem_gbps / 2.0
+/// so each byte copied costs one read and one write of DRAM: at most half
+/// the memory bandwidth; and the copy's reads come no faster than one core
+/// streams from DRAM (`core_read_gbps`,
+/// `gpucomm_topo::hardware::cpu_core_read_gbps_from_label`; the stores,
+/// non-temporal, do not wait for memory), the bound on a server.
+///
+/// ```
+/// use gpucomm_sim::model::memcpy_gbps;
+/// assert_eq!(memcpy_gbps(204.8, Some(21.77)), 21.77); // EPYC 7742
+/// assert_eq!(memcpy_gbps(89.6, None), 44.8); // a desktop's two channels
+/// ```
+pub fn memcpy_gbps(host_mem_gbps: f64, core_read_gbps: Option<f64>) -> f64 {
+    let half = host_mem_gbps / 2.0;
+    core_read_gbps.map_or(half, |c| c.min(half))
 }
 
 /// NCCL's network post overhead per ring step, us: "Inter-node rings

@@ -103,6 +103,22 @@ pub mod gpu_memory {
     pub const B200: f64 = 8000.0;
     /// GeForce RTX 4090 (24 GB GDDR6X, 384-bit at 21 Gb/s): 1,008 GB/s.
     pub const RTX_4090: f64 = 1008.0;
+    /// H20 (96 GB HBM3): 4.0 TB/s, as the GH200's 96 GB part.
+    pub const H20: f64 = 4000.0;
+    /// L40 and L40S (48 GB GDDR6): 864 GB/s.
+    pub const L40: f64 = 864.0;
+    /// L4 (24 GB GDDR6): 300 GB/s.
+    pub const L4: f64 = 300.0;
+    /// A40 (48 GB GDDR6): 696 GB/s.
+    pub const A40: f64 = 696.0;
+    /// RTX A6000 (48 GB GDDR6): 768 GB/s.
+    pub const RTX_A6000: f64 = 768.0;
+    /// A10 and AWS's A10G (24 GB GDDR6): 600 GB/s.
+    pub const A10: f64 = 600.0;
+    /// A30 (24 GB HBM2): 933 GB/s.
+    pub const A30: f64 = 933.0;
+    /// GeForce RTX 3090 (24 GB GDDR6X): 936 GB/s.
+    pub const RTX_3090: f64 = 936.0;
 }
 
 /// Host memory bandwidth per socket, GB/s: channels x MT/s x 8 bytes.
@@ -195,6 +211,7 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
     let w = words(label);
     let is = |model: &str| names_model(&w, model);
     Some(if is("B200") || is("GB200") || is("B100") {
+        // The B100's HBM3e runs at the B200's 8 TB/s.
         (GpuArch::Blackwell, m::B200)
     } else if is("GH200") {
         let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
@@ -204,6 +221,8 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
         )
     } else if is("H200") {
         (GpuArch::Hopper, m::H200)
+    } else if is("H20") {
+        (GpuArch::Hopper, m::H20)
     } else if is("H100") || is("H800") {
         let bw = if l.contains("NVL") {
             m::H100_NVL
@@ -229,8 +248,24 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
         (GpuArch::Volta, m::V100)
     } else if is("P100") {
         (GpuArch::Pascal, m::P100)
-    } else if is("4090") || is("L40") || is("A40") || is("ADA") {
+    } else if is("A30") {
+        // GA100, as the A100: sm_80.
+        (GpuArch::Ampere, m::A30)
+    } else if is("4090") || is("ADA") {
         (GpuArch::Ada, m::RTX_4090)
+    } else if is("L40") {
+        (GpuArch::Ada, m::L40)
+    } else if w.iter().any(|x| x == "L4") {
+        (GpuArch::Ada, m::L4)
+    } else if is("A40") {
+        // Consumer Ampere (GA102, sm_86) is GpuArch::Ada's.
+        (GpuArch::Ada, m::A40)
+    } else if is("A6000") {
+        (GpuArch::Ada, m::RTX_A6000)
+    } else if is("A10") {
+        (GpuArch::Ada, m::A10)
+    } else if is("3090") {
+        (GpuArch::Ada, m::RTX_3090)
     } else {
         return None;
     })
@@ -241,9 +276,10 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
 /// "Tesla V100-SXM2-16GB"; a GH200's name states the superchip's memory
 /// with its CPU's, "GH200 480GB", so its GPU's is the HBM: 96 GB HBM3, 144
 /// GB HBM3e), else the largest the product was made with (NVIDIA
-/// datasheets: B200 180, the B200 of a GB200 186, H200 141, H100 NVL 94,
-/// H100 and H800 80, A100 and A800 80, V100 32, P100 16, L40S, L40, A40
-/// and RTX A6000 48, RTX 4090 and 3090 24, L4 24, T4 16), so that a check
+/// datasheets: B200 180, the B200 of a GB200 186, B100 192, H200 141, H20
+/// 96, H100 NVL 94, H100 and H800 80, A100 and A800 80, V100 32, P100 16,
+/// L40S, L40, A40 and RTX A6000 48, RTX 4090 and 3090 24, A10 (A10G) and
+/// A30 24, L4 24, T4 16), so that a check
 /// against it never refuses what the GPU may hold; `None` for a GPU not in
 /// the table. Models are matched as words of the name, as in
 /// [`gpu_from_label`].
@@ -276,6 +312,10 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
         141.0
     } else if is("H100") && l.contains("NVL") {
         94.0
+    } else if is("B100") {
+        192.0
+    } else if is("H20") {
+        96.0
     } else if ["H100", "H800", "A100", "A800"].iter().any(|g| is(g)) {
         80.0
     } else if is("V100") {
@@ -284,7 +324,7 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
         16.0
     } else if ["L40", "A40", "A6000"].iter().any(|g| is(g)) {
         48.0
-    } else if is("4090") || is("3090") || word("L4") {
+    } else if ["4090", "3090", "A10", "A30"].iter().any(|g| is(g)) || word("L4") {
         24.0
     } else if word("T4") {
         16.0
@@ -323,6 +363,62 @@ pub fn cpu_memory_from_label(label: &str) -> Option<f64> {
     })
 }
 
+/// One core's streaming read bandwidth from DRAM (GB/s) from a CPU model
+/// name: what a single thread's copy can pull, which on a server is
+/// bounded by the cache misses one core keeps in flight (Little's law:
+/// lines in flight x 64 B / memory latency), far below the socket's
+/// memory bandwidth. `None` for a CPU with no published figure (desktop
+/// parts among them, whose one core comes near half their two channels).
+///
+/// Figures: likwid-bench `load` on one core of a part of the same
+/// microarchitecture (RRZE-HPC/kerncraft `examples/machine-files`:
+/// `Zen2_EPYC-7452.yml` 21.77 for EPYC 7002; `SapphireRapids_Platinum-8470.yml`
+/// 14.49 and `IcelakeSP_Platinum-8360Y.yml` 15.37, at commit ff9b17c;
+/// `CascadelakeSP_Gold-6248_SNC.yml` 12.96; `SkylakeSP_Platinum-8147_2.7GHz.yml`,
+/// a Platinum 8174 at 2.7 GHz, 10.88; `BroadwellEP_E5-2697v4_CoD.yml`
+/// 11.18), and for Emerald Rapids a one-core streaming read of 8.8 B per
+/// cycle at 2.1 GHz, 18.5, on a Xeon Gold 5512U with turbo off (a
+/// published research log). These run at base clock and differ by part:
+/// Skylake-SP's Gold 6148 gives 14.32, Broadwell's E5-2630 v4 7.98.
+///
+/// ```
+/// use gpucomm_topo::hardware::cpu_core_read_gbps_from_label;
+/// assert_eq!(cpu_core_read_gbps_from_label("AMD EPYC 7742 64-Core Processor"), Some(21.77));
+/// assert_eq!(cpu_core_read_gbps_from_label("Core i9-13900K"), None);
+/// ```
+pub fn cpu_core_read_gbps_from_label(label: &str) -> Option<f64> {
+    let l = label.to_ascii_uppercase();
+    let w = words(label);
+    // A Xeon Scalable part's number: "8480C" -> 8480 (its second digit
+    // the generation: 1 Skylake, 2 Cascade Lake, 3 Ice Lake, 4 Sapphire
+    // Rapids, 5 Emerald Rapids); an EPYC's last digit its generation.
+    let xeon_gen = w.iter().find_map(|x| {
+        let d: String = x.chars().take_while(char::is_ascii_digit).collect();
+        (l.contains("XEON") && d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
+            .then(|| d.as_bytes()[1] - b'0')
+    });
+    let epyc_rome = l.contains("EPYC")
+        && w.iter()
+            .any(|x| x.len() == 4 && x.starts_with('7') && x.ends_with('2'));
+    Some(if l.contains("E5-26") && l.contains("V4") {
+        11.18
+    } else if epyc_rome {
+        21.77
+    } else if l.contains("EMERALD") || xeon_gen == Some(5) {
+        18.5
+    } else if l.contains("SAPPHIRE") || xeon_gen == Some(4) {
+        14.49
+    } else if l.contains("ICE LAKE") || xeon_gen == Some(3) {
+        15.37
+    } else if l.contains("CASCADE") || xeon_gen == Some(2) {
+        12.96
+    } else if l.contains("SKYLAKE") || xeon_gen == Some(1) {
+        10.88
+    } else {
+        return None;
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +442,28 @@ mod tests {
         assert_eq!(gpu_from_label("GeForce RTX 4090").unwrap().0, GpuArch::Ada);
         assert_eq!(gpu_from_label("NVIDIA H100 NVL").unwrap().1, 3900.0);
         assert_eq!(gpu_from_label("NVIDIA H100 PCIe").unwrap().1, 2000.0);
+        // Cards and modules beyond the presets' GPUs: a GA100 (A30) is
+        // sm_80, GA102 and AD10x parts (A10G, A40, RTX A6000, L4, L40S)
+        // GpuArch::Ada's; an H20 is no H200 nor an H20-less "H2".
+        for (label, arch, bw) in [
+            ("NVIDIA H20", GpuArch::Hopper, 4000.0),
+            ("NVIDIA H200", GpuArch::Hopper, 4800.0),
+            ("NVIDIA B100", GpuArch::Blackwell, 8000.0),
+            ("NVIDIA A30", GpuArch::Ampere, 933.0),
+            ("NVIDIA A10G", GpuArch::Ada, 600.0),
+            ("NVIDIA A10", GpuArch::Ada, 600.0),
+            ("NVIDIA A40", GpuArch::Ada, 696.0),
+            ("NVIDIA RTX A6000", GpuArch::Ada, 768.0),
+            ("NVIDIA GeForce RTX 3090", GpuArch::Ada, 936.0),
+            ("NVIDIA L40S", GpuArch::Ada, 864.0),
+            ("NVIDIA L4", GpuArch::Ada, 300.0),
+        ] {
+            assert_eq!(gpu_from_label(label), Some((arch, bw)), "{label}");
+        }
+        assert_eq!(
+            gpu_from_label("NVIDIA A100 80GB").unwrap().0,
+            GpuArch::Ampere
+        );
         // Device memory: the size the name states, the product's largest
         // otherwise, a GH200's GPU's HBM.
         for (label, gb) in [
@@ -358,6 +476,8 @@ mod tests {
             ("NVIDIA H100 NVL", Some(94.0)),
             ("H200 SXM 141GB", Some(141.0)),
             ("B200 180GB", Some(180.0)),
+            ("NVIDIA H20", Some(96.0)),
+            ("NVIDIA A10G", Some(24.0)),
             ("B200 (GB200)", Some(186.0)),
             ("GH200 120GB (H100 96GB HBM3)", Some(96.0)),
             ("NVIDIA GH200 144G HBM3e", Some(144.0)),
@@ -417,9 +537,29 @@ mod tests {
             gpu_memory_gb_from_label("NVIDIA A100 40 GB PCIe"),
             Some(40.0)
         );
-        assert_eq!(gpu_from_label("NVIDIA GeForce RTX 3090"), None);
+        assert_eq!(gpu_from_label("NVIDIA GeForce GTX 1080"), None);
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);
+        // One core's read: the presets' CPUs and discovery's names.
+        for (label, gbps) in [
+            ("Xeon E5-2698 v4", Some(11.18)),
+            ("Intel(R) Xeon(R) CPU E5-2698 v4 @ 2.20GHz", Some(11.18)),
+            ("Xeon Platinum 8168", Some(10.88)),
+            ("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", Some(12.96)),
+            ("Xeon (Ice Lake-SP)", Some(15.37)),
+            ("Xeon Platinum 8480C", Some(14.49)),
+            ("Intel(R) Xeon(R) Platinum 8470", Some(14.49)),
+            ("Xeon Platinum 8570", Some(18.5)),
+            ("EPYC 7742", Some(21.77)),
+            ("AMD EPYC 7763 64-Core Processor", None),
+            ("AMD EPYC 9654", None),
+            ("Xeon E5-2698 v3", None),
+            ("Grace", None),
+            ("Core i9-13900K", None),
+            ("Intel(R) Core(TM) i9-13900K", None),
+        ] {
+            assert_eq!(cpu_core_read_gbps_from_label(label), gbps, "{label}");
+        }
     }
 }
