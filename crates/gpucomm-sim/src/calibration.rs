@@ -932,10 +932,14 @@ fn cpu_named(system: &str) -> Option<String> {
         .iter()
         .filter_map(|w| {
             lower.match_indices(w).map(|(i, _)| i).find(|&i| {
+                // A word's start; "Core i" only before the tier's digit
+                // ("Core i9", not "Tensor Core in").
                 !lower[..i]
                     .chars()
                     .next_back()
                     .is_some_and(|c| c.is_ascii_alphanumeric())
+                    && (*w != "core i"
+                        || lower[i + w.len()..].starts_with(|c: char| c.is_ascii_digit()))
             })
         })
         .min()?;
@@ -3294,6 +3298,8 @@ mod tests {
             ("RTX 4090 (Core i9-13900K)", Some("Core i9-13900K")),
             ("8x H100 SXM, NDR 400", None),
             ("hardcore io benchmark", None),
+            ("A100 Tensor Core in a DGX A100", None),
+            ("8-core Intel Xeon Gold 6248", Some("Xeon Gold 6248")),
         ] {
             assert_eq!(cpu_named(text).as_deref(), want, "{text}");
         }
