@@ -864,24 +864,22 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     };
     let ib_sharp = tw.iter().any(|x| is_sharp(x));
     // A SHARP word with a negation, or "capable" (no use said), within
-    // three words either side.
+    // three words either side; after it, "not" or "no" only where it
+    // negates a state ("SHARP was not enabled"), not the next noun
+    // ("SHARP enabled, not NVLS").
     let negated = tw.iter().enumerate().any(|(i, x)| {
         is_sharp(x)
-            && tw[i.saturating_sub(3)..(i + 4).min(tw.len())]
-                .iter()
-                .any(|y| {
+            && (i.saturating_sub(3)..(i + 4).min(tw.len())).any(|j| match tw[j] {
+                "no" | "not" if j > i => tw.get(j + 1).is_none_or(|next| {
                     matches!(
-                        *y,
-                        "no" | "without"
-                            | "non"
-                            | "not"
-                            | "disabled"
-                            | "disable"
-                            | "off"
-                            | "unavailable"
-                            | "capable"
+                        *next,
+                        "enabled" | "used" | "available" | "supported" | "active" | "on" | "in"
                     )
-                })
+                }),
+                "no" | "without" | "non" | "not" | "disabled" | "disable" | "off"
+                | "unavailable" | "capable" => true,
+                _ => false,
+            })
     });
     if ib_sharp && !negated {
         m = m.with_cluster_options(&gpucomm_topo::ClusterOptions {
@@ -2544,12 +2542,19 @@ mod tests {
         let sharp = |t: &str| machine_for(t).unwrap().network.sharp;
         assert!(sharp("2x DGX H100, 8x NDR 400G, SHARPv3 enabled"));
         assert!(sharp("4x DGX H100 with SHARP"));
+        // A negation after SHARP of another thing.
+        assert!(sharp("2x DGX H100, 8x NDR 400G, SHARP enabled, not NVLS"));
+        assert!(sharp(
+            "2x DGX H100, 8x NDR 400G, SHARP on, no CollNet chains"
+        ));
         for t in [
             "2x DGX H100, 8x NDR 400G (SHARP-capable; SHARP was not enabled)",
             "2x DGX A100, SHARPv2-capable Quantum HDR switches, CollNet off",
             "2x DGX H100, NVLS on; no InfiniBand SHARP",
             "2x DGX H100, NVSwitch SHARP (NVLS) inside the node",
             "2x DGX H100, busbw drops sharply below 64 MB",
+            "2x DGX H100, 8x NDR 400G, SHARP: no",
+            "2x DGX H100, 8x NDR 400G, SHARP not in use",
         ] {
             assert!(!sharp(t), "{t}");
         }
