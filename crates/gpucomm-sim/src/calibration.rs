@@ -691,10 +691,15 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // GB200 NVL4, a Grace CPU Superchip) is refused rather than run on a
     // PCIe host.
     // "Quad GH200" or "quad-GH200", not "Quadro" nor "quad-rail".
+    // "4x GH200 nodes" or "one GH200 per node" count nodes of one.
+    let one_per_node = ["4x GH200 node", "4 x GH200 node", "one GH200 per node"]
+        .iter()
+        .any(|q| has(system, q));
     let quad = (word("quad") && has(system, "GH200"))
-        || ["4x GH200", "4 x GH200", "Alps", "JUPITER", "Isambard"]
-            .iter()
-            .any(|q| has(system, q));
+        || !one_per_node
+            && ["4x GH200", "4 x GH200", "Alps", "JUPITER", "Isambard"]
+                .iter()
+                .any(|q| has(system, q));
     // Machines no preset describes, whose links the nearest preset would
     // misstate, are refused but for a host copy (which crosses the GPU's
     // PCIe link and the host, as the nearest preset has them): a DGX
@@ -792,7 +797,8 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     };
     // "8x HDR 200 Gb/s", "8x 400G", "8 x ConnectX-7 400Gbps": the node's
     // NICs replaced as `gpucomm sim --nics N --nic-speed S` replaces them.
-    let nics = nic_port(system, Machine::preset(base)?.node.gpus)?;
+    let preset = Machine::preset(base)?;
+    let nics = nic_port(system, preset.node.gpus, preset.node.nics)?;
     let mut m = Machine::select_with_nics(base, nics.map(|n| n.0), nics.map(|n| n.1))?;
     // An NVSwitch preset for GPUs the text joins without one (the 4-GPU HGX
     // boards' direct NVLinks) misstates every pair but for a host copy,
@@ -951,9 +957,26 @@ fn cpu_named(system: &str) -> Option<String> {
 /// the text names at that rate ("HDR", "NDR200"); else RoCE at the rate
 /// where it names Ethernet ("RoCE", "Ethernet", "GbE", "EFA"); else the
 /// InfiniBand port of that rate (EDR 100, HDR 200, NDR 400, XDR 800 Gb/s),
-/// or RoCE where none has it.
-fn nic_port(system: &str, gpus: usize) -> Result<Option<(usize, LinkKind)>, SimError> {
-    let Some((count, gbit)) = parse_nics(system) else {
+/// or RoCE where none has it. An InfiniBand generation named without a
+/// count ("HDR InfiniBand") is the preset's `preset_nics` NICs at that
+/// generation's rate.
+fn nic_port(
+    system: &str,
+    gpus: usize,
+    preset_nics: usize,
+) -> Result<Option<(usize, LinkKind)>, SimError> {
+    let generation = || {
+        let w = words(system);
+        let named: Vec<IbSpeed> = w.iter().filter_map(|x| IbSpeed::parse(x)).collect();
+        // One generation, on a preset with NICs.
+        match named.as_slice() {
+            [g, rest @ ..] if preset_nics > 0 && rest.iter().all(|r| r == g) => {
+                Some((preset_nics, g.nominal_gbit()))
+            }
+            _ => None,
+        }
+    };
+    let Some((count, gbit)) = parse_nics(system).or_else(generation) else {
         return Ok(None);
     };
     // "one 400G NIC per GPU": as many as the node's GPUs; "per GPU pair",
@@ -1800,7 +1823,7 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
 fn changes_from_preset(m: &Machine, system: &str) -> Result<(String, String), SimError> {
     let base = Machine::preset(&m.name)?;
     let mut flags = String::new();
-    if let Some((n, port)) = nic_port(system, base.node.gpus)? {
+    if let Some((n, port)) = nic_port(system, base.node.gpus, base.node.nics)? {
         if (m.node.nics, m.node.nic_gbps, m.network.ib)
             != (base.node.nics, base.node.nic_gbps, base.network.ib)
         {
@@ -2615,7 +2638,7 @@ mod tests {
         // A host copy crosses the PCIe link, as the NVSwitch preset has it.
         assert!(copy_machine_for("HGX A100 4-GPU, PCIe Gen4, pinned").is_ok());
         assert!(machine_for("8x L40S PCIe, no NVLink, no NVSwitch").is_ok());
-        let port = |t: &str| nic_port(t, 8).unwrap().map(|p| p.0);
+        let port = |t: &str| nic_port(t, 8, 8).unwrap().map(|p| p.0);
         assert_eq!(
             port("2x HGX A100 80GB, one 200 Gb/s HDR NIC per GPU pair"),
             Some(4)
@@ -2806,8 +2829,26 @@ mod tests {
     /// Ethernet, else InfiniBand at that rate.
     #[test]
     fn stated_nics_are_a_port_gpucomm_sim_takes() {
+        // A generation without a count: the preset's NICs at its rate.
+        for (text, want) in [
+            ("2x DGX H100, HDR InfiniBand", Some((8, "hdr"))),
+            (
+                "2 DGX A100, HDR100 InfiniBand, 8 ports",
+                Some((8, "hdr100")),
+            ),
+            ("2x DGX A100, EDR or HDR InfiniBand", None),
+        ] {
+            let got = nic_port(text, 8, 8)
+                .unwrap()
+                .map(|(n, p)| (n, gpucomm_topo::catalog::port_name(p).unwrap()));
+            assert_eq!(got, want.map(|(n, p)| (n, p.to_string())), "{text}");
+        }
+        assert_eq!(
+            nic_port("8x A100 PCIe, HDR InfiniBand", 8, 0).unwrap(),
+            None
+        );
         let port = |text: &str| {
-            nic_port(text, 8)
+            nic_port(text, 8, 8)
                 .unwrap()
                 .map(|(n, p)| (n, gpucomm_topo::catalog::port_name(p).unwrap()))
         };
@@ -3218,6 +3259,14 @@ mod tests {
             unread: Default::default(),
         };
         assert!(predict(&case("2x quad GH200 nodes", 8, 2)).is_ok());
+        // Four nodes of one GH200 each are no quad-GH200 node.
+        for t in [
+            "4x GH200 nodes (one GH200 per node), NDR 400",
+            "4 x GH200 nodes",
+        ] {
+            assert_eq!(machine_for(t).unwrap().name, "gh200", "{t}");
+        }
+        assert_eq!(machine_for("4x GH200 per node").unwrap().name, "quad-gh200");
         let e = predict(&case("2x GH200 nodes", 8, 2))
             .unwrap_err()
             .to_string();
