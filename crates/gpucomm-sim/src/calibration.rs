@@ -1358,6 +1358,41 @@ fn parse_nics(s: &str) -> Option<(usize, f64)> {
         }) {
             continue;
         }
+        // NICs for another job than the GPUs' traffic ("2x 100GbE in-band
+        // management", "1x 25 GbE storage NIC", "storage: 2x 200G"), unless
+        // the phrase says compute.
+        let role = |x: &str| {
+            let l = x.trim_end_matches(':').to_ascii_lowercase();
+            matches!(
+                l.as_str(),
+                "management"
+                    | "mgmt"
+                    | "storage"
+                    | "in-band"
+                    | "inband"
+                    | "out-of-band"
+                    | "oob"
+                    | "frontend"
+                    | "front-end"
+                    | "bmc"
+            )
+        };
+        // The phrase ends at the next label ("...; compute: 8x ...").
+        let phrase = &words[from..end];
+        let phrase = &phrase[..phrase
+            .iter()
+            .position(|x| x.ends_with(':'))
+            .unwrap_or(phrase.len())];
+        let before = i
+            .checked_sub(1)
+            .map(|j| words[j])
+            .filter(|b| b.ends_with(':'));
+        let compute = phrase
+            .iter()
+            .any(|x| x.to_ascii_lowercase().starts_with("compute"));
+        if !compute && (before.is_some_and(role) || phrase.iter().any(|x| role(x))) {
+            continue;
+        }
         // The count's own word and up to two before it may name the network.
         if let Some(v) = speed_of(&words[i.saturating_sub(2)..i], &words[from..end]) {
             if count > 0 {
@@ -2829,6 +2864,14 @@ mod tests {
     /// Ethernet, else InfiniBand at that rate.
     #[test]
     fn stated_nics_are_a_port_gpucomm_sim_takes() {
+        // NICs for management or storage are not the GPUs' network.
+        for text in [
+            "2x DGX H100, 2x 100GbE in-band management, 8x NDR 400 Gb/s InfiniBand compute fabric",
+            "2 nodes of 8x H100 SXM; storage: 2x 200G Ethernet; compute: 8x 400G InfiniBand",
+            "2x DGX H100, 1x 25 GbE storage NIC, 8x NDR 400 Gb/s",
+        ] {
+            assert_eq!(parse_nics(text), Some((8, 400.0)), "{text}");
+        }
         // A generation without a count: the preset's NICs at its rate.
         for (text, want) in [
             ("2x DGX H100, HDR InfiniBand", Some((8, "hdr"))),
