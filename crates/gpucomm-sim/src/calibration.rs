@@ -540,7 +540,7 @@ const MODULE_GPU_WORDS: &[&str] = &[
     "p100", "v100", "a100", "a800", "h20", "h100", "h800", "h200", "b100", "b200", "gb200", "gh200",
 ];
 const CARD_GPU_WORDS: &[&str] = &[
-    "t4", "l4", "l40", "l40s", "a10", "a10g", "a30", "a40", "a6000", "4090", "3090",
+    "t4", "l4", "l40", "l40s", "a10", "a10g", "a30", "a40", "a6000", "4090", "4090d", "3090",
 ];
 
 /// The GPUs a one-node text counts: "8x H100", "4 x NVIDIA A100-SXM4-80GB",
@@ -549,13 +549,33 @@ const CARD_GPU_WORDS: &[&str] = &[
 fn text_gpu_count(system: &str) -> Option<usize> {
     let t = words(&system.replace('×', " x "));
     let w: Vec<&str> = t.iter().map(String::as_str).collect();
-    (0..w.len()).find_map(|i| {
+    let vendor = |x: &&str| ["nvidia", "tesla", "geforce", "rtx"].contains(x);
+    let before = (0..w.len()).find_map(|i| {
         let (n, next, bare) = count_at(&w, i)?;
-        let gpu = w[next.min(w.len())..]
-            .iter()
-            .find(|x| !["nvidia", "tesla", "geforce", "rtx"].contains(x))?;
+        let gpu = w[next.min(w.len())..].iter().find(|x| !vendor(x))?;
         (!bare && gpu_word(gpu)).then_some(n)
-    })
+    });
+    // "dual RTX 4090", "RTX 3090 24GB x4", "RTX 4090 x 2": "dual" before
+    // the GPU, a count after it (past its memory size).
+    let after = || {
+        (0..w.len()).find_map(|i| {
+            if w[i] == "dual" {
+                let gpu = w[i + 1..].iter().find(|x| !vendor(x))?;
+                return gpu_word(gpu).then_some(2);
+            }
+            if !gpu_word(w[i]) {
+                return None;
+            }
+            let k = (i + 1..w.len()).find(|&k| {
+                !(w[k].ends_with("gb") && w[k][..w[k].len() - 2].parse::<u32>().is_ok())
+            })?;
+            match (w[k], w.get(k + 1)) {
+                ("x", Some(n)) => n.parse().ok(),
+                (x, _) => x.strip_prefix('x').and_then(|n| n.parse().ok()),
+            }
+        })
+    };
+    before.or_else(after)
 }
 
 /// The nodes a text counts: "2 nodes", "4x DGX H100", "2 x HGX A100",
@@ -595,8 +615,14 @@ fn text_node_count(system: &str) -> Option<usize> {
     })
 }
 
-/// A GPU model's word ([`MODULE_GPU_WORDS`], [`CARD_GPU_WORDS`]).
+/// A GPU model's word ([`MODULE_GPU_WORDS`], [`CARD_GPU_WORDS`]), also
+/// in the plural ("8x H20s", "two 4090s").
 fn gpu_word(w: &str) -> bool {
+    gpu_word_exact(w) || w.strip_suffix('s').is_some_and(gpu_word_exact)
+}
+
+/// A GPU model's word, singular only.
+fn gpu_word_exact(w: &str) -> bool {
     MODULE_GPU_WORDS.contains(&w) || CARD_GPU_WORDS.contains(&w)
 }
 
@@ -645,7 +671,14 @@ fn names_pcie_card(system: &str) -> bool {
     }
     let words: Vec<String> = w.iter().map(|(x, _)| x.clone()).collect();
     let memory = |n: &String| n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok();
+    let singular = |x: &str| -> String {
+        match x.strip_suffix('s') {
+            Some(one) if !gpu_word_exact(x) && gpu_word_exact(one) => one.to_string(),
+            _ => x.to_string(),
+        }
+    };
     words.iter().enumerate().any(|(i, x)| {
+        let x = singular(x);
         if CARD_GPU_WORDS.contains(&x.as_str()) {
             return true;
         }
@@ -678,13 +711,20 @@ fn card_name(w: &[String]) -> String {
     let gpu = w
         .iter()
         .find(|x| gpu_word(x))
-        .map_or("GPU".to_string(), |x| x.to_ascii_uppercase());
+        .map_or("GPU".to_string(), |x| {
+            let one = match x.strip_suffix('s') {
+                Some(one) if !gpu_word_exact(x) => one,
+                _ => x,
+            };
+            one.to_ascii_uppercase()
+        });
     format!("{gpu} PCIe")
 }
 
 fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
     let w = words(system);
-    let word = |x: &str| w.iter().any(|y| y == x);
+    // A word, also in the plural ("8x H20s").
+    let word = |x: &str| w.iter().any(|y| y == x || y.strip_suffix('s') == Some(x));
     // Grace-based superchips reach host memory over NVLink-C2C: the NVL72
     // rack, the GH200 (one superchip per node) and the quad-GH200 node
     // (Alps, JUPITER, Isambard-AI) are presets; any other (GH200 NVL32,
@@ -816,13 +856,22 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     }
     // A module GPU on a board the preset describes under another GPU's
     // name (H20 on the H100's, B100 on the B200's): its name and memory.
-    for gpu in ["H20", "B100"] {
-        if base != "pcie-8gpu" && word(&gpu.to_ascii_lowercase()) {
+    for (gpu, board, other) in [("H20", "dgx-h100", "H100"), ("B100", "dgx-b200", "B200")] {
+        if base == board && word(&gpu.to_ascii_lowercase()) && !has(system, other) {
             if let Some((_, hbm)) = gpucomm_topo::hardware::gpu_from_label(gpu) {
                 m.node.gpu_name = gpu.to_string();
                 m.node.hbm_gbps = hbm;
             }
         }
+    }
+    // Cards joined in pairs by NVLink bridges (RTX 3090, RTX A6000): the
+    // PCIe server has no such links; but for a host copy, which crosses
+    // the card's PCIe link.
+    if !pcie_fallback && card && nvlink_bridged(system) {
+        return Err(SimError::Model(format!(
+            "system {system:?}: NVLink bridges between PCIe cards are not modeled (the PCIe \
+             server's cards reach each other over PCIe only)"
+        )));
     }
     if base == "pcie-8gpu" && card {
         // The generic PCIe server with this card: its architecture and
@@ -830,7 +879,14 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         // for anything but a host copy where it is not known), its PCIe
         // generation unless the text states one.
         match gpucomm_topo::hardware::gpu_from_label(system) {
-            Some((arch, _)) if arch == m.node.arch => {}
+            // The preset's own A100 keeps its figures; another card of its
+            // architecture (A30) takes its name and memory.
+            Some((arch, hbm)) if arch == m.node.arch => {
+                if !word("a100") {
+                    m.node.hbm_gbps = hbm;
+                    m.node.gpu_name = card_name(&w);
+                }
+            }
             Some((arch, hbm)) => {
                 m.node.arch = arch;
                 m.node.hbm_gbps = hbm;
@@ -902,14 +958,20 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // preset's.
     if let Some(cpu) = cpu_named(system) {
         use gpucomm_topo::hardware::{cpu_core_read_gbps_from_label, cpu_memory_from_label};
+        let lower = cpu.to_ascii_lowercase();
         if let Some(mem) = cpu_memory_from_label(&cpu) {
             m.node.host_mem_gbps = mem;
         }
+        // A server CPU with no one-core figure (EPYC 7003, Genoa) keeps
+        // the preset's: one core reaches nothing like half its memory.
         let core = cpu_core_read_gbps_from_label(&cpu);
-        if core.is_some() || cpu_memory_from_label(&cpu).is_some() {
+        let desktop = lower.starts_with("core") || lower.starts_with("ryzen");
+        if core.is_some() || desktop && cpu_memory_from_label(&cpu).is_some() {
             m.node.cpu_memcpy_gbps = model::memcpy_gbps(m.node.host_mem_gbps, core);
         }
-        m.node.amd_cpu = has(&cpu, "EPYC");
+        m.node.amd_cpu = ["epyc", "ryzen", "threadripper"]
+            .iter()
+            .any(|v| lower.starts_with(v));
     }
     // SHARP the network cannot do (not InfiniBand, EDR's switches) is
     // refused with the reason, by the check `gpucomm sim --sharp` makes,
@@ -926,22 +988,51 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     Ok(m)
 }
 
+/// The text joins its cards by NVLink bridges: "NVLink bridge(s)" not
+/// negated ("no NVLink bridges", "NVLink bridge not installed", "bridge
+/// removed").
+fn nvlink_bridged(system: &str) -> bool {
+    let t = plain(system);
+    let w: Vec<&str> = t.split_whitespace().collect();
+    (0..w.len().saturating_sub(1)).any(|i| {
+        w[i] == "nvlink"
+            && w[i + 1].starts_with("bridge")
+            && !(i > 0 && matches!(w[i - 1], "no" | "without" | "non"))
+            && !w[i + 2..(i + 5).min(w.len())]
+                .iter()
+                .any(|x| matches!(*x, "not" | "removed" | "absent" | "uninstalled" | "none"))
+    })
+}
+
 /// The host CPU a system text names: from "Xeon", "EPYC" or "Core" (an
 /// Intel desktop part, "Core i9-13900K") to the end of its phrase
 /// ("2x AMD EPYC 7742 (Rome)" is `EPYC 7742`); `None` where it names
 /// none.
 fn cpu_named(system: &str) -> Option<String> {
+    // Trademark marks as lscpu and vendors write them: "Intel(R) Xeon(R)
+    // Platinum 8480+", "Core(TM) i9", "EPYC™ 7763".
+    let mut system = system.to_string();
+    for mark in ["(R)", "(r)", "(TM)", "(tm)", "®", "™"] {
+        system = system.replace(mark, "");
+    }
+    let system = system.as_str();
     let lower = system.to_ascii_lowercase();
-    let start = ["xeon", "epyc", "core i"]
+    let start = ["xeon", "epyc", "core i", "ryzen", "threadripper"]
         .iter()
         .filter_map(|w| {
             lower.match_indices(w).map(|(i, _)| i).find(|&i| {
-                // A word's start; "Core i" only before the tier's digit
-                // ("Core i9", not "Tensor Core in").
-                !lower[..i]
-                    .chars()
-                    .next_back()
-                    .is_some_and(|c| c.is_ascii_alphanumeric())
+                // A word's start, or after a count ("2xEPYC"); "Core i"
+                // only before the tier's digit ("Core i9", not "Tensor
+                // Core in").
+                let before = &lower[..i];
+                let counted = before
+                    .strip_suffix('x')
+                    .is_some_and(|b| b.ends_with(|c: char| c.is_ascii_digit()));
+                (counted
+                    || !before
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_ascii_alphanumeric()))
                     && (*w != "core i"
                         || lower[i + w.len()..].starts_with(|c: char| c.is_ascii_digit()))
             })
@@ -1640,14 +1731,17 @@ fn nvlinks_named(system: &str) -> Option<u32> {
 /// p2pBandwidthLatencyTest): one is the workstation preset, more the PCIe
 /// server's with its card.
 fn geforce_4090(system: &str) -> bool {
-    words(system).iter().any(|w| w == "4090" || w == "rtx4090")
+    words(system)
+        .iter()
+        .any(|w| matches!(w.as_str(), "4090" | "4090s" | "4090d" | "rtx4090"))
 }
 
 /// Whether GPUs of the text reach each other without peer access: the
-/// text says P2P is off ([`p2p_disabled`]) or names GPUs that have none
-/// ([`geforce_4090`]).
-fn no_peer_access(system: &str) -> bool {
-    p2p_disabled(system) || geforce_4090(system)
+/// text says P2P is off ([`p2p_disabled`]), or the machine built from it
+/// has GPUs that have none ([`geforce_4090`]; a text about another machine
+/// that mentions one is not about them).
+fn no_peer_access(system: &str, m: &Machine) -> bool {
+    p2p_disabled(system) || geforce_4090(system) && m.node.gpu_name.contains("4090")
 }
 
 /// Whether a point-to-point text says P2P is off: "P2P disabled",
@@ -1675,9 +1769,21 @@ fn p2p_disabled(system: &str) -> bool {
         " peer access not available",
         " canaccesspeer 0",
         " cudadevicecanaccesspeer 0",
+        " canaccesspeer returns 0",
+        " cudadevicecanaccesspeer returns 0",
+        " nccl p2p disable 1 ",
+        " p2p is disabled",
+        " p2p is off",
+        " p2p is not supported",
+        " p2p is not available",
+        " p2p is unsupported",
+        " cannot access peer",
+        " nccl p2p level loc ",
     ]
     .iter()
     .any(|p| t.contains(p))
+        // simpleP2P's "> Peer access from ... (GPU0) -> ... (GPU1) : No".
+        || t.contains(" peer access from ") && t.ends_with(" no ")
 }
 
 /// Whether a host copy's case names pageable memory: its metric
@@ -1688,6 +1794,12 @@ fn p2p_disabled(system: &str) -> bool {
 /// "pageable host memory" wins, else the last named ("pinned and pageable
 /// compared: pageable").
 fn pageable_named(system: &str, metric: &str) -> bool {
+    // "Non-pageable" memory is pinned.
+    let mut lower = system.to_ascii_lowercase();
+    for negated in ["non-pageable", "non pageable", "not pageable", "unpageable"] {
+        lower = lower.replace(negated, "pinned");
+    }
+    let system = lower.as_str();
     let m = plain(metric);
     if m.contains("pageable") || m.contains("paged") {
         return true;
@@ -1712,6 +1824,7 @@ fn pageable_named(system: &str, metric: &str) -> bool {
             " page locked",
             " cudamallochost",
             " cudahostalloc",
+            " cudahostregister",
         ];
         // A negated "pinned" is pageable: blank it before looking for
         // pinned.
@@ -1722,6 +1835,10 @@ fn pageable_named(system: &str, metric: &str) -> bool {
             " not pinned",
             " non page locked",
             " not page locked",
+            " no cudahostregister",
+            " without cudahostregister",
+            " no cudamallochost",
+            " without cudamallochost",
         ] {
             rest = rest.replace(n, &" ".repeat(n.len()));
         }
@@ -1827,7 +1944,7 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
     // Without peer access NCCL moves a collective's data through host
     // memory (its SHM transport), which the simulator does not model: a
     // run over P2P would overstate it.
-    if collective && no_peer_access(&case.system) {
+    if collective && no_peer_access(&case.system, &m) {
         return Err(SimError::Model(format!(
             "case {}: system {:?} has no peer access between its GPUs, so NCCL runs the \
              collective over its host-memory (SHM) transport, which the simulator does not \
@@ -1927,7 +2044,16 @@ fn predict_on(
             let gpus = case
                 .gpus
                 .or_else(|| (nodes == 1).then(|| text_gpu_count(&case.system)).flatten())
-                .unwrap_or(m.node.gpus * nodes);
+                .map_or_else(
+                    || {
+                        m.node.gpus.checked_mul(nodes).ok_or_else(|| {
+                            SimError::Model(format!(
+                                "{nodes} nodes are more than the simulator takes"
+                            ))
+                        })
+                    },
+                    Ok,
+                )?;
             let mut m = m;
             if gpus % nodes != 0 {
                 return Err(SimError::Model(format!(
@@ -1996,7 +2122,7 @@ fn predict_on(
                 Some(k) if k > 0 && matches!(m.node.nvlink, NvFabric::Switch { .. }) => None,
                 k => k,
             };
-            let disabled = no_peer_access(&case.system);
+            let disabled = no_peer_access(&case.system, &m);
             let g = m.node.gpus;
             // Where the pair sits in the PCIe tree, as `nvidia-smi topo -m`
             // names it: behind one switch (PIX/PXB), on one socket (NODE),
@@ -3025,6 +3151,16 @@ mod tests {
             ("A100, page-locked host memory", false),
             ("A100 (pageable)", true),
             ("A100, PCIe Gen4", false),
+            ("A100, non-pageable host memory", false),
+            ("A100, not pageable (page-locked)", false),
+            (
+                "A100, pageable memory registered with cudaHostRegister",
+                false,
+            ),
+            (
+                "A100, cudaMemcpy from pageable memory, no cudaHostRegister",
+                true,
+            ),
             // bandwidthTest's flag decides over a mention of the other.
             (
                 "H100 SXM; bandwidthTest --memory=pinned, pageable results in the next row",
@@ -3069,6 +3205,10 @@ mod tests {
             ("2x DGX A100, 8x HDR", None),
             ("DGX H100", None),
             ("H100 SXM, PCIe Gen5 x16", None),
+            ("RTX 3090 24GB x4", Some(4)),
+            ("GeForce RTX 4090 x 2", Some(2)),
+            ("dual RTX 4090 workstation", Some(2)),
+            ("dual-socket EPYC server", None),
         ] {
             assert_eq!(text_gpu_count(text), want, "{text}");
         }
@@ -3396,6 +3536,13 @@ mod tests {
             ("8x H100 SXM, NDR 400", None),
             ("hardcore io benchmark", None),
             ("A100 Tensor Core in a DGX A100", None),
+            (
+                "Intel(R) Xeon(R) Platinum 8480+ CPU",
+                Some("Xeon Platinum 8480+ CPU"),
+            ),
+            ("Intel(R) Core(TM) i9-13900K", Some("Core i9-13900K")),
+            ("A100 PCIe, 2xEPYC 7742", Some("EPYC 7742")),
+            ("AMD EPYC™ 7763", Some("EPYC 7763")),
             ("8-core Intel Xeon Gold 6248", Some("Xeon Gold 6248")),
         ] {
             assert_eq!(cpu_named(text).as_deref(), want, "{text}");
@@ -3409,6 +3556,15 @@ mod tests {
         // A desktop's one core is not the bound: half its two channels.
         let m = copy_machine_for("RTX 4090, Core i9-13900K, pageable").unwrap();
         assert_eq!(m.node.cpu_memcpy_gbps, 44.8);
+        // A server CPU without a one-core figure keeps the preset's, not
+        // half its memory.
+        let pcie = Machine::preset("pcie-8gpu").unwrap();
+        let m = copy_machine_for("A100 PCIe, 2x AMD EPYC 7763 (Milan), pageable").unwrap();
+        assert_eq!(m.node.cpu_memcpy_gbps, pcie.node.cpu_memcpy_gbps);
+        assert!(m.node.amd_cpu);
+        // The vendor is the named CPU's, not a word later in its phrase.
+        let t = "2x DGX H100, 2x Xeon Platinum 8480+ instead of the EPYC 9654 we used before";
+        assert!(!machine_for(t).unwrap().node.amd_cpu);
         // A CPU no table has keeps the preset's figures, takes its vendor.
         let base = Machine::preset("dgx-h100").unwrap();
         let m = machine_for("2x H100 SXM nodes, AMD EPYC 9654, 8x NDR 400").unwrap();
@@ -3442,6 +3598,11 @@ mod tests {
                 "workstation-rtx4090",
                 "RTX 4090",
             ),
+            ("8x H20s on one HGX board", "dgx-h100", "H20"),
+            ("two RTX 4090s", "pcie-8gpu", "4090 PCIe"),
+            ("2x RTX 4090D 24GB", "pcie-8gpu", "4090D PCIe"),
+            ("8x A30s", "pcie-8gpu", "A30 PCIe"),
+            ("NVIDIA A30, PCIe Gen4", "pcie-8gpu", "A30 PCIe"),
             ("RTX 4090, PCIe Gen4", "workstation-rtx4090", "RTX 4090"),
         ] {
             let m = machine_for(text).unwrap();
@@ -3467,7 +3628,33 @@ mod tests {
         assert!(p.scenario.contains("workstation-rtx4090"), "{}", p.scenario);
         let e = predict(&case(two, "busbw")).unwrap_err().to_string();
         assert!(e.contains("SHM"), "{e}");
-        let e = predict(&case("8x L40S, PCIe Gen4, P2P disabled", "busbw")).unwrap_err();
-        assert!(e.to_string().contains("SHM"), "{e}");
+        for t in [
+            "8x L40S, PCIe Gen4, P2P disabled",
+            "8x A100 PCIe, NCCL_P2P_DISABLE=1",
+            "8x A100 PCIe; P2P is disabled (IOMMU on)",
+            "8x A100 PCIe, cudaDeviceCanAccessPeer returns 0",
+        ] {
+            let e = predict(&case(t, "busbw")).unwrap_err();
+            assert!(e.to_string().contains("SHM"), "{t}: {e}");
+        }
+        // A text about another machine that mentions a 4090 is not about
+        // GPUs without peer access.
+        let t = "8x H100 80GB HBM3, one 4090 workstation used for the baseline";
+        let e = predict(&case(t, "busbw")).unwrap_err().to_string();
+        assert!(e.contains("no bytes"), "{e}");
+        // An H20 named beside an H100 board leaves it the H100's.
+        let h100 = Machine::preset("dgx-h100").unwrap().node.gpu_name;
+        let m = machine_for("DGX H100 with H20 comparison run omitted").unwrap();
+        assert_eq!(m.node.gpu_name, h100);
+        // NVLink bridges between cards are refused but for a host copy.
+        assert!(machine_for("2x RTX 3090 with NVLink bridge").is_err());
+        for t in [
+            "8x A100 PCIe Gen4 (no NVLink bridges)",
+            "A100 80GB PCIe pair, NVLink bridge removed, same PCIe switch",
+            "2x H100 PCIe 80GB, NVLink bridge not installed",
+        ] {
+            assert!(machine_for(t).is_ok(), "{t}");
+        }
+        assert!(copy_machine_for("RTX 3090 with NVLink bridge, PCIe Gen4").is_ok());
     }
 }

@@ -251,12 +251,13 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
     } else if is("A30") {
         // GA100, as the A100: sm_80.
         (GpuArch::Ampere, m::A30)
-    } else if is("4090") || is("ADA") {
-        (GpuArch::Ada, m::RTX_4090)
     } else if is("L40") {
         (GpuArch::Ada, m::L40)
     } else if w.iter().any(|x| x == "L4") {
         (GpuArch::Ada, m::L4)
+    } else if is("4090") || w.iter().any(|x| x == "ADA") {
+        // "Ada" as a word: "RTX 6000 Ada", not "adapter" nor "adaptive".
+        (GpuArch::Ada, m::RTX_4090)
     } else if is("A40") {
         // Consumer Ampere (GA102, sm_86) is GpuArch::Ada's.
         (GpuArch::Ada, m::A40)
@@ -392,14 +393,26 @@ pub fn cpu_core_read_gbps_from_label(label: &str) -> Option<f64> {
     // A Xeon Scalable part's number: "8480C" -> 8480 (its second digit
     // the generation: 1 Skylake, 2 Cascade Lake, 3 Ice Lake, 4 Sapphire
     // Rapids, 5 Emerald Rapids); an EPYC's last digit its generation.
-    let xeon_gen = w.iter().find_map(|x| {
+    // The part's number follows "Xeon" and at most its tier ("Xeon
+    // Platinum 8480C", "Xeon 6338"), not any number in the name ("DDR4-3200").
+    let after = |name: &str, within: usize| {
+        let k = w.iter().position(|x| x == name)?;
+        w[k + 1..]
+            .iter()
+            .filter(|x| !matches!(x.as_str(), "R" | "TM"))
+            .take(within)
+            .find(|x| x.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    let xeon_gen = after("XEON", 2).and_then(|x| {
         let d: String = x.chars().take_while(char::is_ascii_digit).collect();
-        (l.contains("XEON") && d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
+        (d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
             .then(|| d.as_bytes()[1] - b'0')
     });
-    let epyc_rome = l.contains("EPYC")
-        && w.iter()
-            .any(|x| x.len() == 4 && x.starts_with('7') && x.ends_with('2'));
+    // EPYC 7002: "7742", "7402P", "7H12"; or named "Rome".
+    let epyc_rome = after("EPYC", 1).is_some_and(|x| {
+        let n: String = x.chars().take(4).collect();
+        n.len() == 4 && n.starts_with('7') && n.ends_with('2')
+    }) || l.contains("EPYC") && w.iter().any(|x| x == "ROME");
     Some(if l.contains("E5-26") && l.contains("V4") {
         11.18
     } else if epyc_rome {
@@ -457,6 +470,8 @@ mod tests {
             ("NVIDIA GeForce RTX 3090", GpuArch::Ada, 936.0),
             ("NVIDIA L40S", GpuArch::Ada, 864.0),
             ("NVIDIA L4", GpuArch::Ada, 300.0),
+            ("8x NVIDIA L40S (Ada Lovelace)", GpuArch::Ada, 864.0),
+            ("8x A40 with PCIe riser adapter", GpuArch::Ada, 696.0),
         ] {
             assert_eq!(gpu_from_label(label), Some((arch, bw)), "{label}");
         }
@@ -553,6 +568,11 @@ mod tests {
             ("Xeon Platinum 8570", Some(18.5)),
             ("EPYC 7742", Some(21.77)),
             ("AMD EPYC 7763 64-Core Processor", None),
+            ("AMD EPYC 7402P", Some(21.77)),
+            ("AMD EPYC 7H12", Some(21.77)),
+            ("AMD EPYC Rome", Some(21.77)),
+            ("Xeon with 1 TB DDR4-3200", None),
+            ("Xeon and 2x RTX 4500 Ada", None),
             ("AMD EPYC 9654", None),
             ("Xeon E5-2698 v3", None),
             ("Grace", None),
