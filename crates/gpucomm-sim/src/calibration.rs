@@ -721,6 +721,22 @@ fn card_name(w: &[String]) -> String {
     format!("{gpu} PCIe")
 }
 
+/// The text names GPU model `model` (lower case) as a word, or as one
+/// followed by letters ("A100s", "H100SXM") or after a count ("8xH100"),
+/// never followed by more digits nor after other letters: an "RTX A1000"
+/// is no A100, a "Quadro GV100" no V100.
+fn gpu_named(system: &str, model: &str) -> bool {
+    words(system).iter().any(|w| {
+        let digits = w.chars().take_while(char::is_ascii_digit).count();
+        let w = match w[digits..].strip_prefix('x') {
+            Some(rest) if digits > 0 => rest,
+            _ => w.as_str(),
+        };
+        w.strip_prefix(model)
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
 fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
     let w = words(system);
     // A word, also in the plural ("8x H20s").
@@ -801,32 +817,32 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
         "workstation-rtx4090"
     } else if card {
         "pcie-8gpu"
-    } else if has(system, "GB200") || has(system, "B200") || word("b100") {
+    } else if gpu_named(system, "gb200") || gpu_named(system, "b200") || word("b100") {
         // HGX B100 joins its eight GPUs as the B200's board does (NVLink 5,
         // 1.8 TB/s a GPU, NVSwitch).
         "dgx-b200"
-    } else if has(system, "H200") {
+    } else if gpu_named(system, "h200") {
         "hgx-h200"
-    } else if has(system, "H800") {
+    } else if gpu_named(system, "h800") {
         "hgx-h800"
-    } else if has(system, "H100") || word("h20") {
+    } else if gpu_named(system, "h100") || word("h20") {
         // HGX H20 joins its eight GPUs as the H100's board does (18 NVLink
         // 4 links, 900 GB/s a GPU, NVSwitch gen 3), unlike the H800's 8.
         "dgx-h100"
-    } else if has(system, "A800") {
+    } else if gpu_named(system, "a800") {
         "hgx-a800"
-    } else if has(system, "A100") {
+    } else if gpu_named(system, "a100") {
         "dgx-a100"
     } else if has(system, "DGX-2")
         || has(system, "DGX2")
         || has(system, "HGX-2")
         || has(system, "HGX2")
-        || has(system, "V100") && has(system, "NVSwitch")
+        || gpu_named(system, "v100") && has(system, "NVSwitch")
     {
         "dgx2"
-    } else if has(system, "P100") {
+    } else if gpu_named(system, "p100") {
         "dgx1-p100"
-    } else if has(system, "V100") || has(system, "DGX-1") || has(system, "DGX1") {
+    } else if gpu_named(system, "v100") || has(system, "DGX-1") || has(system, "DGX1") {
         "dgx1-v100"
     } else if pcie_fallback && has(system, "PCIe Gen") {
         "pcie-8gpu"
@@ -3587,6 +3603,16 @@ mod tests {
     /// GPUs beyond the presets' read as the board or card they sit on.
     #[test]
     fn gpus_named_beyond_the_presets() {
+        for (text, model, want) in [
+            ("8xH100 SXM", "h100", true),
+            ("NVIDIA A100-SXM4-80GB", "a100", true),
+            ("4x A100s", "a100", true),
+            ("NVIDIA RTX A1000, PCIe Gen4 x8", "a100", false),
+            ("Quadro GV100, PCIe Gen3", "v100", false),
+            ("GB200 NVL72", "b200", false),
+        ] {
+            assert_eq!(gpu_named(text, model), want, "{text}");
+        }
         for (text, preset, gpu) in [
             ("8x H20, NVLink 900 GB/s, NVSwitch", "dgx-h100", "H20"),
             ("8x B100 SXM, NVLink 5", "dgx-b200", "B100"),
