@@ -566,9 +566,7 @@ fn text_gpu_count(system: &str) -> Option<usize> {
             if !gpu_word(w[i]) {
                 return None;
             }
-            let k = (i + 1..w.len()).find(|&k| {
-                !(w[k].ends_with("gb") && w[k][..w[k].len() - 2].parse::<u32>().is_ok())
-            })?;
+            let k = (i + 1..w.len()).find(|&k| !memory_size(w[k]))?;
             match (w[k], w.get(k + 1)) {
                 ("x", Some(n)) => n.parse().ok(),
                 (x, _) => x.strip_prefix('x').and_then(|n| n.parse().ok()),
@@ -618,12 +616,24 @@ fn text_node_count(system: &str) -> Option<usize> {
 /// A GPU model's word ([`MODULE_GPU_WORDS`], [`CARD_GPU_WORDS`]), also
 /// in the plural ("8x H20s", "two 4090s").
 fn gpu_word(w: &str) -> bool {
-    gpu_word_exact(w) || w.strip_suffix('s').is_some_and(gpu_word_exact)
+    let w = singular(w);
+    MODULE_GPU_WORDS.contains(&w) || CARD_GPU_WORDS.contains(&w)
 }
 
-/// A GPU model's word, singular only.
-fn gpu_word_exact(w: &str) -> bool {
-    MODULE_GPU_WORDS.contains(&w) || CARD_GPU_WORDS.contains(&w)
+/// A GPU model's word in the singular ("h20s" is `h20`; "l40s" is its
+/// own model); any other word as it is.
+fn singular(w: &str) -> &str {
+    let model = |x: &str| MODULE_GPU_WORDS.contains(&x) || CARD_GPU_WORDS.contains(&x);
+    match w.strip_suffix('s') {
+        Some(one) if !model(w) && model(one) => one,
+        _ => w,
+    }
+}
+
+/// A memory size word ("80gb").
+fn memory_size(w: &str) -> bool {
+    w.strip_suffix("gb")
+        .is_some_and(|n| n.parse::<u32>().is_ok())
 }
 
 /// A count at word `i` of `w`: "8x", "8 x", "8", "eight" (case ignored);
@@ -670,25 +680,18 @@ fn names_pcie_card(system: &str) -> bool {
         }
     }
     let words: Vec<String> = w.iter().map(|(x, _)| x.clone()).collect();
-    let memory = |n: &String| n.ends_with("gb") && n[..n.len() - 2].parse::<u32>().is_ok();
-    let singular = |x: &str| -> String {
-        match x.strip_suffix('s') {
-            Some(one) if !gpu_word_exact(x) && gpu_word_exact(one) => one.to_string(),
-            _ => x.to_string(),
-        }
-    };
     words.iter().enumerate().any(|(i, x)| {
         let x = singular(x);
-        if CARD_GPU_WORDS.contains(&x.as_str()) {
+        if CARD_GPU_WORDS.contains(&x) {
             return true;
         }
-        if !MODULE_GPU_WORDS.contains(&x.as_str()) {
+        if !MODULE_GPU_WORDS.contains(&x) {
             return false;
         }
         if i > 0 && words[i - 1] == "pcie" && !w[i].1 {
             return true;
         }
-        let Some(k) = (i + 1..words.len()).find(|&k| !memory(&words[k])) else {
+        let Some(k) = (i + 1..words.len()).find(|&k| !memory_size(&words[k])) else {
             return false;
         };
         let joined = (i + 1..=k).all(|j| !w[j].1);
@@ -711,36 +714,22 @@ fn card_name(w: &[String]) -> String {
     let gpu = w
         .iter()
         .find(|x| gpu_word(x))
-        .map_or("GPU".to_string(), |x| {
-            let one = match x.strip_suffix('s') {
-                Some(one) if !gpu_word_exact(x) => one,
-                _ => x,
-            };
-            one.to_ascii_uppercase()
-        });
+        .map_or("GPU".to_string(), |x| singular(x).to_ascii_uppercase());
     format!("{gpu} PCIe")
 }
 
-/// The text names GPU model `model` (lower case) as a word, or as one
-/// followed by letters ("A100s", "H100SXM") or after a count ("8xH100"),
-/// never followed by more digits nor after other letters: an "RTX A1000"
-/// is no A100, a "Quadro GV100" no V100.
+/// The text names GPU model `model` as a word, or as one followed by
+/// letters ("A100s", "H100SXM") or after a count ("8xH100"), never
+/// followed by more digits nor after other letters: an "RTX A1000" is no
+/// A100, a "Quadro GV100" no V100 (gpucomm-topo's product-name match).
 fn gpu_named(system: &str, model: &str) -> bool {
-    words(system).iter().any(|w| {
-        let digits = w.chars().take_while(char::is_ascii_digit).count();
-        let w = match w[digits..].strip_prefix('x') {
-            Some(rest) if digits > 0 => rest,
-            _ => w.as_str(),
-        };
-        w.strip_prefix(model)
-            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
-    })
+    gpucomm_topo::hardware::names_gpu(system, model)
 }
 
 fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError> {
     let w = words(system);
     // A word, also in the plural ("8x H20s").
-    let word = |x: &str| w.iter().any(|y| y == x || y.strip_suffix('s') == Some(x));
+    let word = |x: &str| w.iter().any(|y| y == x || singular(y) == x);
     // Grace-based superchips reach host memory over NVLink-C2C: the NVL72
     // rack, the GH200 (one superchip per node) and the quad-GH200 node
     // (Alps, JUPITER, Isambard-AI) are presets; any other (GH200 NVL32,
@@ -975,14 +964,15 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     if let Some(cpu) = cpu_named(system) {
         use gpucomm_topo::hardware::{cpu_core_read_gbps_from_label, cpu_memory_from_label};
         let lower = cpu.to_ascii_lowercase();
-        if let Some(mem) = cpu_memory_from_label(&cpu) {
+        let memory = cpu_memory_from_label(&cpu);
+        if let Some(mem) = memory {
             m.node.host_mem_gbps = mem;
         }
         // A server CPU with no one-core figure (EPYC 7003, Genoa) keeps
         // the preset's: one core reaches nothing like half its memory.
         let core = cpu_core_read_gbps_from_label(&cpu);
         let desktop = lower.starts_with("core") || lower.starts_with("ryzen");
-        if core.is_some() || desktop && cpu_memory_from_label(&cpu).is_some() {
+        if core.is_some() || desktop && memory.is_some() {
             m.node.cpu_memcpy_gbps = model::memcpy_gbps(m.node.host_mem_gbps, core);
         }
         m.node.amd_cpu = ["epyc", "ryzen", "threadripper"]
@@ -1873,7 +1863,7 @@ fn pageable_named(system: &str, metric: &str) -> bool {
     }
     // bandwidthTest's own flag (`--memory=pinned`) names what the run
     // measured, whatever else the text mentions.
-    let flag = system.to_ascii_lowercase().replace(' ', "");
+    let flag = system.replace(' ', "");
     if flag.contains("memory=pageable") {
         return true;
     }

@@ -161,9 +161,14 @@ fn stated_gb(words: &[String]) -> Option<u32> {
 /// case): a word that is the model, or the model followed by letters
 /// (`L40S` is an `L40`, `4090D` a `4090`), never by more digits (`A4000` is
 /// no `A40`, `A1000` no `A100`) nor after other characters (`GB200` is no
-/// `B200`).
+/// `B200`); a count glued before it is no other character (`8xH100`).
 fn names_model(words: &[String], model: &str) -> bool {
     words.iter().any(|w| {
+        let digits = w.chars().take_while(char::is_ascii_digit).count();
+        let w = match w[digits..].strip_prefix('X') {
+            Some(rest) if digits > 0 => rest,
+            _ => w.as_str(),
+        };
         w.strip_prefix(model)
             .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
     })
@@ -184,6 +189,7 @@ fn names_model(words: &[String], model: &str) -> bool {
 /// assert!(!names_gpu("H100 SXM5 80GB", "A100"));
 /// assert!(!names_gpu("A100 PCIe 80GB", "A100 SXM4"));
 /// assert!(!names_gpu("NVIDIA RTX A1000", "A100"));
+/// assert!(names_gpu("8xH100 SXM", "h100"));
 /// ```
 pub fn names_gpu(label: &str, gpu: &str) -> bool {
     let have = words(label);
