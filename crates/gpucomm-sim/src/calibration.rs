@@ -962,18 +962,16 @@ fn machine_named(system: &str, pcie_fallback: bool) -> Result<Machine, SimError>
     // vendor (NCCL's network overheads); one not in the tables keeps the
     // preset's.
     if let Some(cpu) = cpu_named(system) {
-        use gpucomm_topo::hardware::{cpu_core_read_gbps_from_label, cpu_memory_from_label};
         let lower = cpu.to_ascii_lowercase();
-        let memory = cpu_memory_from_label(&cpu);
-        if let Some(mem) = memory {
-            m.node.host_mem_gbps = mem;
-        }
-        // A server CPU with no one-core figure (EPYC 7003, Genoa) keeps
-        // the preset's: one core reaches nothing like half its memory.
-        let core = cpu_core_read_gbps_from_label(&cpu);
-        let desktop = lower.starts_with("core") || lower.starts_with("ryzen");
-        if core.is_some() || desktop && memory.is_some() {
-            m.node.cpu_memcpy_gbps = model::memcpy_gbps(m.node.host_mem_gbps, core);
+        if let Some(family) = gpucomm_topo::hardware::CpuFamily::from_label(&cpu) {
+            m.node.host_mem_gbps = family.memory_gbps();
+            // A server CPU with no one-core figure (EPYC 7003, Genoa)
+            // keeps the preset's copy: one core reaches nothing like half
+            // its memory.
+            let core = family.core_read_gbps();
+            if core.is_some() || family.is_desktop() {
+                m.node.cpu_memcpy_gbps = model::memcpy_gbps(m.node.host_mem_gbps, core);
+            }
         }
         m.node.amd_cpu = ["epyc", "ryzen", "threadripper"]
             .iter()

@@ -340,9 +340,248 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
     })
 }
 
-/// Host memory bandwidth per socket (GB/s) from a CPU model name; `None`
-/// for a CPU not in the table (vendor datasheets: memory channels and
-/// fastest supported DIMM speed).
+/// A CPU family the tables know, told from a model name
+/// ([`CpuFamily::from_label`]): what sets a socket's memory bandwidth
+/// ([`CpuFamily::memory_gbps`]) and one core's streaming read
+/// ([`CpuFamily::core_read_gbps`]). One classifier for both, so a part
+/// gets the figures of one family.
+///
+/// ```
+/// use gpucomm_topo::hardware::CpuFamily;
+/// let f = CpuFamily::from_label("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz").unwrap();
+/// assert_eq!(f, CpuFamily::CascadeLakeSp);
+/// assert_eq!(f.memory_gbps(), 140.784); // 6 x DDR4-2933
+/// assert_eq!(f.core_read_gbps(), Some(12.96));
+/// assert_eq!(CpuFamily::from_label("Z80"), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CpuFamily {
+    /// Xeon E5-2600/4600 (v1): 4 x DDR3-1600.
+    SandyBridgeEp,
+    /// Xeon E5-2600/4600 v2: 4 x DDR3-1866.
+    IvyBridgeEp,
+    /// Xeon E5-2600/4600 v3: 4 x DDR4-2133.
+    HaswellEp,
+    /// Xeon E5-2600/4600 v4 (DGX-1): 4 x DDR4-2400.
+    BroadwellEp,
+    /// Xeon Scalable, first generation (x1xx, DGX-2's Platinum 8168): 6 x
+    /// DDR4-2666.
+    SkylakeSp,
+    /// Xeon Scalable, second generation (x2xx): 6 x DDR4-2933.
+    CascadeLakeSp,
+    /// Xeon Scalable, third generation (x3xx): 8 x DDR4-3200.
+    IceLakeSp,
+    /// Xeon Scalable, fourth generation (x4xx, DGX H100's Platinum 8480C):
+    /// 8 x DDR5-4800.
+    SapphireRapids,
+    /// Xeon Scalable, fifth generation (x5xx, DGX B200's Platinum 8570): 8
+    /// x DDR5-5600.
+    EmeraldRapids,
+    /// EPYC 7001: 8 x DDR4-2666.
+    EpycNaples,
+    /// EPYC 7002 (DGX A100's 7742): 8 x DDR4-3200.
+    EpycRome,
+    /// EPYC 7003: 8 x DDR4-3200.
+    EpycMilan,
+    /// EPYC 9004: 12 x DDR5-4800.
+    EpycGenoa,
+    /// NVIDIA Grace: up to 500 GB/s of LPDDR5X (Grace datasheet).
+    Grace,
+    /// Core i9-13900K/14900K (desktop): 2 x DDR5-5600.
+    RaptorLake,
+}
+
+impl CpuFamily {
+    /// The family a CPU model name names (`/proc/cpuinfo`'s, a preset's,
+    /// a datasheet's): a Xeon Scalable part by its number's second digit
+    /// (the generation: "Xeon Platinum 8480C", "Xeon Gold 6248R", "Xeon
+    /// 6338") or the code name ("Ice Lake-SP"); a Xeon E5 by its version
+    /// ("E5-2698 v4"); an EPYC by its number's last digit ("7742",
+    /// "7H12", "9654") or code name; "Grace"; a Core i9-13900K or 14900K.
+    /// `None` for a CPU not in the table. A number elsewhere in the name
+    /// ("DDR4-3200") is not the part's.
+    pub fn from_label(label: &str) -> Option<Self> {
+        use CpuFamily::*;
+        let w: Vec<String> = words(label)
+            .into_iter()
+            // "2xEPYC" is an EPYC; "(R)" and "(TM)" are marks.
+            .map(|x| {
+                let digits = x.chars().take_while(char::is_ascii_digit).count();
+                match x[digits..].strip_prefix('X') {
+                    Some(rest) if digits > 0 && !rest.is_empty() => rest.to_string(),
+                    _ => x,
+                }
+            })
+            .filter(|x| !matches!(x.as_str(), "R" | "TM"))
+            .collect();
+        let word = |name: &str| w.iter().any(|x| x == name);
+        // The first word within `within` after `name` that starts with a
+        // digit, or the word's own number glued to it.
+        let number_after = |name: &str, within: usize| {
+            let k = w.iter().position(|x| x == name)?;
+            w[k + 1..]
+                .iter()
+                .take(within)
+                .find(|x| x.starts_with(|c: char| c.is_ascii_digit()))
+        };
+        let leading_digits =
+            |x: &str| -> String { x.chars().take_while(char::is_ascii_digit).collect() };
+        // Xeon E5-2600/4600: the version is a word ("v4") or glued to the
+        // number ("2698V4").
+        if let Some(n) = number_after("E5", 1) {
+            let d = leading_digits(n);
+            if d.len() == 4 && (d.starts_with("26") || d.starts_with("46")) {
+                let version = |v: &str| word(v) || n.ends_with(v);
+                return Some(if version("V4") {
+                    BroadwellEp
+                } else if version("V3") {
+                    HaswellEp
+                } else if version("V2") {
+                    IvyBridgeEp
+                } else {
+                    SandyBridgeEp
+                });
+            }
+        }
+        // Xeon Scalable: the number after "Xeon" and at most its tier, or
+        // after the tier ("Platinum 8168"); Bronze 3, Silver 4, Gold 5
+        // and 6, Platinum 8; the second digit the generation.
+        let scalable = ["XEON", "PLATINUM", "GOLD", "SILVER", "BRONZE"]
+            .iter()
+            .find_map(|t| number_after(t, if *t == "XEON" { 2 } else { 1 }))
+            .map(|n| leading_digits(n))
+            .filter(|d| d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
+            .map(|d| d.as_bytes()[1] - b'0');
+        let joined = w.join(" ");
+        let named = |name: &str| joined.contains(name);
+        let xeon = |generation: u8, code: &[&str]| {
+            scalable == Some(generation) || code.iter().any(|c| named(c))
+        };
+        if xeon(1, &["SKYLAKE"]) {
+            return Some(SkylakeSp);
+        }
+        if xeon(2, &["CASCADE LAKE", "CASCADELAKE"]) {
+            return Some(CascadeLakeSp);
+        }
+        if xeon(3, &["ICE LAKE", "ICELAKE"]) {
+            return Some(IceLakeSp);
+        }
+        if xeon(4, &["SAPPHIRE RAPIDS", "SAPPHIRE"]) {
+            return Some(SapphireRapids);
+        }
+        if xeon(5, &["EMERALD RAPIDS", "EMERALD"]) {
+            return Some(EmeraldRapids);
+        }
+        if word("EPYC") {
+            // "7742", "7402P", "7H12", "9654": the series, then the last
+            // digit of four the generation.
+            let part = number_after("EPYC", 1)
+                .map(|n| n.chars().take(4).collect::<String>())
+                .filter(|n| n.len() == 4);
+            let epyc = |series: char, last: char| {
+                part.as_ref()
+                    .is_some_and(|n| n.starts_with(series) && n.ends_with(last))
+            };
+            if epyc('7', '1') || word("NAPLES") {
+                return Some(EpycNaples);
+            }
+            if epyc('7', '2') || word("ROME") {
+                return Some(EpycRome);
+            }
+            if epyc('7', '3') || word("MILAN") {
+                return Some(EpycMilan);
+            }
+            if epyc('9', '4') || word("GENOA") {
+                return Some(EpycGenoa);
+            }
+            return None;
+        }
+        if word("GRACE") {
+            return Some(Grace);
+        }
+        // Core i9-13900K, 14900K (and their F, S variants, the plain
+        // part): the number after "i9".
+        if number_after("I9", 1)
+            .is_some_and(|n| ["13900", "14900"].contains(&leading_digits(n).as_str()))
+        {
+            return Some(RaptorLake);
+        }
+        None
+    }
+
+    /// Memory bandwidth per socket, GB/s: channels x fastest supported
+    /// DIMM rate x 8 bytes (vendor datasheets; Intel ARK, AMD's EPYC
+    /// pages), the theoretical peak vendors quote.
+    pub fn memory_gbps(self) -> f64 {
+        use CpuFamily::*;
+        match self {
+            SandyBridgeEp => ddr_gbps(4, 1600),
+            IvyBridgeEp => ddr_gbps(4, 1866),
+            HaswellEp => ddr_gbps(4, 2133),
+            BroadwellEp => ddr_gbps(4, 2400),
+            SkylakeSp => ddr_gbps(6, 2666),
+            CascadeLakeSp => ddr_gbps(6, 2933),
+            IceLakeSp => ddr_gbps(8, 3200),
+            SapphireRapids => ddr_gbps(8, 4800),
+            EmeraldRapids => ddr_gbps(8, 5600),
+            EpycNaples => ddr_gbps(8, 2666),
+            EpycRome | EpycMilan => ddr_gbps(8, 3200),
+            EpycGenoa => ddr_gbps(12, 4800),
+            Grace => 500.0,
+            RaptorLake => ddr_gbps(2, 5600),
+        }
+    }
+
+    /// One core's streaming read bandwidth from DRAM, GB/s: what a single
+    /// thread's copy can pull, which on a server is bounded by the cache
+    /// misses one core keeps in flight (Little's law: lines in flight x 64
+    /// B / memory latency), far below the socket's memory bandwidth.
+    /// `None` where no published figure was found (EPYC 7003 and 9004,
+    /// Grace) and for desktop parts, whose one core comes near half their
+    /// two channels.
+    ///
+    /// Figures: likwid-bench `load` on one core of a part of the same
+    /// microarchitecture, from RRZE-HPC/kerncraft `examples/machine-files`
+    /// (at commit 5d1cc67, the last two at ff9b17c): `SandyBridgeEP_E5-2680.yml` 12.30,
+    /// `IvyBridgeEP_E5-2690v2.yml` 15.68, `HaswellEP_E5-2695v3.yml` 8.93,
+    /// `BroadwellEP_E5-2697v4_CoD.yml` 11.18,
+    /// `SkylakeSP_Platinum-8147_2.7GHz.yml` (a Platinum 8174 at 2.7 GHz)
+    /// 10.88, `CascadelakeSP_Gold-6248_SNC.yml` 12.96,
+    /// `Zen_EPYC-7451.yml` 21.58, `Zen2_EPYC-7452.yml` 21.77,
+    /// `IcelakeSP_Platinum-8360Y.yml` 15.37,
+    /// `SapphireRapids_Platinum-8470.yml` 14.49; for Emerald Rapids a one-core streaming
+    /// read of 8.8 B per cycle at 2.1 GHz, 18.5, on a Xeon Gold 5512U
+    /// with turbo off (a published research log). These run at base clock
+    /// and differ by part: Skylake-SP's Gold 6148 gives 14.32, Broadwell's
+    /// E5-2630 v4 7.98.
+    pub fn core_read_gbps(self) -> Option<f64> {
+        use CpuFamily::*;
+        match self {
+            SandyBridgeEp => Some(12.30),
+            IvyBridgeEp => Some(15.68),
+            HaswellEp => Some(8.93),
+            BroadwellEp => Some(11.18),
+            SkylakeSp => Some(10.88),
+            CascadeLakeSp => Some(12.96),
+            IceLakeSp => Some(15.37),
+            SapphireRapids => Some(14.49),
+            EmeraldRapids => Some(18.5),
+            EpycNaples => Some(21.58),
+            EpycRome => Some(21.77),
+            EpycMilan | EpycGenoa | Grace | RaptorLake => None,
+        }
+    }
+
+    /// A desktop part (one socket, two memory channels), whose one core's
+    /// copy comes near half its memory bandwidth.
+    pub fn is_desktop(self) -> bool {
+        matches!(self, CpuFamily::RaptorLake)
+    }
+}
+
+/// Host memory bandwidth per socket (GB/s) from a CPU model name:
+/// [`CpuFamily::memory_gbps`] of [`CpuFamily::from_label`]; `None` for a
+/// CPU not in the table.
 ///
 /// ```
 /// use gpucomm_topo::hardware::cpu_memory_from_label;
@@ -350,43 +589,12 @@ pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
 /// assert_eq!(cpu_memory_from_label("Z80"), None);
 /// ```
 pub fn cpu_memory_from_label(label: &str) -> Option<f64> {
-    let l = label.to_ascii_uppercase();
-    Some(if l.contains("E5-26") {
-        ddr_gbps(4, 2400) // Broadwell-EP: 4 x DDR4-2400
-    } else if l.contains("8570") || l.contains("EMERALD") {
-        ddr_gbps(8, 5600) // Emerald Rapids: 8 x DDR5-5600
-    } else if l.contains("8480") || l.contains("8468") || l.contains("SAPPHIRE") {
-        ddr_gbps(8, 4800) // Sapphire Rapids: 8 x DDR5-4800
-    } else if l.contains("8168") || l.contains("PLATINUM 81") {
-        ddr_gbps(6, 2666) // Skylake-SP: 6 x DDR4-2666
-    } else if l.contains("EPYC 7") || l.contains("ICE LAKE") {
-        ddr_gbps(8, 3200) // EPYC 7002/7003, Ice Lake-SP: 8 x DDR4-3200
-    } else if l.contains("GRACE") {
-        500.0 // NVIDIA Grace datasheet: up to 500 GB/s LPDDR5X
-    } else if l.contains("13900K") || l.contains("14900K") {
-        ddr_gbps(2, 5600) // Intel ARK: 2 x DDR5-5600, 89.6 GB/s
-    } else {
-        return None;
-    })
+    CpuFamily::from_label(label).map(CpuFamily::memory_gbps)
 }
 
 /// One core's streaming read bandwidth from DRAM (GB/s) from a CPU model
-/// name: what a single thread's copy can pull, which on a server is
-/// bounded by the cache misses one core keeps in flight (Little's law:
-/// lines in flight x 64 B / memory latency), far below the socket's
-/// memory bandwidth. `None` for a CPU with no published figure (desktop
-/// parts among them, whose one core comes near half their two channels).
-///
-/// Figures: likwid-bench `load` on one core of a part of the same
-/// microarchitecture (RRZE-HPC/kerncraft `examples/machine-files`:
-/// `Zen2_EPYC-7452.yml` 21.77 for EPYC 7002; `SapphireRapids_Platinum-8470.yml`
-/// 14.49 and `IcelakeSP_Platinum-8360Y.yml` 15.37, at commit ff9b17c;
-/// `CascadelakeSP_Gold-6248_SNC.yml` 12.96; `SkylakeSP_Platinum-8147_2.7GHz.yml`,
-/// a Platinum 8174 at 2.7 GHz, 10.88; `BroadwellEP_E5-2697v4_CoD.yml`
-/// 11.18), and for Emerald Rapids a one-core streaming read of 8.8 B per
-/// cycle at 2.1 GHz, 18.5, on a Xeon Gold 5512U with turbo off (a
-/// published research log). These run at base clock and differ by part:
-/// Skylake-SP's Gold 6148 gives 14.32, Broadwell's E5-2630 v4 7.98.
+/// name: [`CpuFamily::core_read_gbps`] of [`CpuFamily::from_label`];
+/// `None` for a CPU not in the table or with no published figure.
 ///
 /// ```
 /// use gpucomm_topo::hardware::cpu_core_read_gbps_from_label;
@@ -394,48 +602,7 @@ pub fn cpu_memory_from_label(label: &str) -> Option<f64> {
 /// assert_eq!(cpu_core_read_gbps_from_label("Core i9-13900K"), None);
 /// ```
 pub fn cpu_core_read_gbps_from_label(label: &str) -> Option<f64> {
-    let l = label.to_ascii_uppercase();
-    let w = words(label);
-    // A Xeon Scalable part's number: "8480C" -> 8480 (its second digit
-    // the generation: 1 Skylake, 2 Cascade Lake, 3 Ice Lake, 4 Sapphire
-    // Rapids, 5 Emerald Rapids); an EPYC's last digit its generation.
-    // The part's number follows "Xeon" and at most its tier ("Xeon
-    // Platinum 8480C", "Xeon 6338"), not any number in the name ("DDR4-3200").
-    let after = |name: &str, within: usize| {
-        let k = w.iter().position(|x| x == name)?;
-        w[k + 1..]
-            .iter()
-            .filter(|x| !matches!(x.as_str(), "R" | "TM"))
-            .take(within)
-            .find(|x| x.starts_with(|c: char| c.is_ascii_digit()))
-    };
-    let xeon_gen = after("XEON", 2).and_then(|x| {
-        let d: String = x.chars().take_while(char::is_ascii_digit).collect();
-        (d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
-            .then(|| d.as_bytes()[1] - b'0')
-    });
-    // EPYC 7002: "7742", "7402P", "7H12"; or named "Rome".
-    let epyc_rome = after("EPYC", 1).is_some_and(|x| {
-        let n: String = x.chars().take(4).collect();
-        n.len() == 4 && n.starts_with('7') && n.ends_with('2')
-    }) || l.contains("EPYC") && w.iter().any(|x| x == "ROME");
-    Some(if l.contains("E5-26") && l.contains("V4") {
-        11.18
-    } else if epyc_rome {
-        21.77
-    } else if l.contains("EMERALD") || xeon_gen == Some(5) {
-        18.5
-    } else if l.contains("SAPPHIRE") || xeon_gen == Some(4) {
-        14.49
-    } else if l.contains("ICE LAKE") || xeon_gen == Some(3) {
-        15.37
-    } else if l.contains("CASCADE") || xeon_gen == Some(2) {
-        12.96
-    } else if l.contains("SKYLAKE") || xeon_gen == Some(1) {
-        10.88
-    } else {
-        return None;
-    })
+    CpuFamily::from_label(label).and_then(CpuFamily::core_read_gbps)
 }
 
 #[cfg(test)]
@@ -580,12 +747,71 @@ mod tests {
             ("Xeon with 1 TB DDR4-3200", None),
             ("Xeon and 2x RTX 4500 Ada", None),
             ("AMD EPYC 9654", None),
-            ("Xeon E5-2698 v3", None),
+            ("Xeon E5-2698 v3", Some(8.93)),
+            ("Intel(R) Xeon(R) CPU E5-2680 0 @ 2.70GHz", Some(12.30)),
+            ("Xeon E5-2690v2", Some(15.68)),
+            ("AMD EPYC 7451 24-Core Processor", Some(21.58)),
+            ("2xEPYC 7742", Some(21.77)),
+            ("Intel Xeon Gold 6248R", Some(12.96)),
+            ("Xeon Platinum 8380", Some(15.37)),
+            ("Intel Xeon Platinum 8468", Some(14.49)),
+            ("Xeon Gold 5512U", Some(18.5)),
+            ("Xeon Max 9480", None),
+            ("Xeon W-2295", None),
             ("Grace", None),
             ("Core i9-13900K", None),
             ("Intel(R) Core(TM) i9-13900K", None),
         ] {
             assert_eq!(cpu_core_read_gbps_from_label(label), gbps, "{label}");
         }
+    }
+
+    /// Memory and one core's read come from one family: a part named by
+    /// its number alone gets its generation's memory (a Gold 6248 was
+    /// given the 204.8 default beside Cascade Lake's one-core figure).
+    #[test]
+    fn cpu_families_from_labels() {
+        use CpuFamily::*;
+        for (label, family) in [
+            ("Xeon E5-2698 v4", Some(BroadwellEp)),
+            (
+                "Intel(R) Xeon(R) CPU E5-2698 v4 @ 2.20GHz",
+                Some(BroadwellEp),
+            ),
+            ("Xeon E5-2680 v3", Some(HaswellEp)),
+            ("Xeon E5-4650 v2", Some(IvyBridgeEp)),
+            ("Xeon Platinum 8168", Some(SkylakeSp)),
+            ("Platinum 8168", Some(SkylakeSp)),
+            (
+                "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz",
+                Some(CascadeLakeSp),
+            ),
+            ("Xeon Platinum 8280L", Some(CascadeLakeSp)),
+            ("Xeon (Ice Lake-SP)", Some(IceLakeSp)),
+            ("Intel Xeon 6338", Some(IceLakeSp)),
+            ("Xeon Platinum 8480C", Some(SapphireRapids)),
+            ("Intel(R) Xeon(R) Platinum 8480+", Some(SapphireRapids)),
+            ("Xeon Platinum 8570", Some(EmeraldRapids)),
+            ("AMD EPYC 7601", Some(EpycNaples)),
+            ("EPYC 7742", Some(EpycRome)),
+            ("AMD EPYC 7763 64-Core Processor", Some(EpycMilan)),
+            ("EPYC Milan", Some(EpycMilan)),
+            ("AMD EPYC 9654 96-Core Processor", Some(EpycGenoa)),
+            ("AMD EPYC 9755", None),
+            ("Grace", Some(Grace)),
+            ("Core i9-13900K", Some(RaptorLake)),
+            ("Intel(R) Core(TM) i9-14900KF", Some(RaptorLake)),
+            ("Core i7-13700K", None),
+            ("Xeon with 1 TB DDR4-3200", None),
+            ("Z80", None),
+        ] {
+            assert_eq!(CpuFamily::from_label(label), family, "{label}");
+        }
+        let mem = |l: &str| cpu_memory_from_label(l).unwrap();
+        assert!((mem("Xeon Gold 6248") - 140.784).abs() < 1e-9);
+        assert!((mem("AMD EPYC 9654") - 460.8).abs() < 1e-9);
+        assert!((mem("AMD EPYC 7601") - 170.624).abs() < 1e-9);
+        assert_eq!(mem("Xeon Platinum 8380"), 204.8);
+        assert!(CpuFamily::RaptorLake.is_desktop() && !CpuFamily::EpycRome.is_desktop());
     }
 }
