@@ -859,21 +859,25 @@ fn nvlink_gen_of_code(code: u8) -> Option<NvLinkGen> {
     })
 }
 
-/// NVLink generation of a GPU model, from its NVML product name: one GPU
-/// model has one NVLink generation (Pascal 1, Volta 2, Ampere 3, Hopper 4,
-/// Blackwell 5). `None` where the name does not say, and for the Ada bucket
-/// of [`gpu_from_label`](crate::hardware::gpu_from_label), which mixes GPUs
-/// of different generations (A40 and RTX A6000 with NVLink 3 bridges, RTX
-/// 4090 and L40 with none).
+/// NVLink generation of a GPU model, from its NVML product name
+/// ([`GpuProduct`](crate::hardware::GpuProduct)): one GPU model has one
+/// NVLink generation (Pascal 1, Volta 2, Ampere 3, Hopper 4, Blackwell 5;
+/// the bridges of the A40, RTX A6000 and RTX 3090 NVLink 3). `None` where
+/// the name does not say, and for cards with no NVLink (RTX 4090, L40, L4,
+/// A10, T4, a part named only "Ada").
 fn nvlink_gen_of_name(name: &str) -> Option<NvLinkGen> {
-    use crate::hardware::GpuArch;
-    Some(match crate::hardware::gpu_from_label(name)?.0 {
+    use crate::hardware::{GpuArch, GpuProduct};
+    let product = GpuProduct::from_label(name)?;
+    Some(match product.arch()? {
         GpuArch::Pascal => NvLinkGen::V1,
         GpuArch::Volta => NvLinkGen::V2,
         GpuArch::Ampere => NvLinkGen::V3,
         GpuArch::Hopper => NvLinkGen::V4,
         GpuArch::Blackwell => NvLinkGen::V5,
-        GpuArch::Ada => return None,
+        GpuArch::Ada => match product {
+            GpuProduct::A40 | GpuProduct::RTX_A6000 | GpuProduct::RTX_3090 => NvLinkGen::V3,
+            _ => return None,
+        },
     })
 }
 
@@ -1197,9 +1201,13 @@ mod tests {
                 None
             ]
         );
-        // The Ada bucket (A40 has NVLink 3 bridges, RTX 4090 none) does
-        // not decide; named architectures do.
-        assert_eq!(nvlink_gen_of_name("NVIDIA A40"), None);
+        // The Ada bucket's cards by product: the A40's, RTX A6000's and
+        // RTX 3090's bridges are NVLink 3, the RTX 4090 and L40 have none.
+        assert_eq!(nvlink_gen_of_name("NVIDIA A40"), Some(V3));
+        assert_eq!(nvlink_gen_of_name("NVIDIA RTX A6000"), Some(V3));
+        assert_eq!(nvlink_gen_of_name("NVIDIA GeForce RTX 4090"), None);
+        assert_eq!(nvlink_gen_of_name("NVIDIA L40S"), None);
+        assert_eq!(nvlink_gen_of_name("NVIDIA A30"), Some(V3));
         assert_eq!(nvlink_gen_of_name("Tesla V100-SXM2-16GB"), Some(V2));
         assert_eq!(nvlink_gen_of_name("NVIDIA B200"), Some(V5));
     }

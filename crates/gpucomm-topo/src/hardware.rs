@@ -200,10 +200,237 @@ pub fn names_gpu(label: &str, gpu: &str) -> bool {
     !want.is_empty() && want.iter().all(|w| names_model(&have, w))
 }
 
+/// A GPU product the tables know, told from a product name
+/// ([`GpuProduct::from_label`]): its architecture, device memory
+/// bandwidth and largest memory come from one entry, so the figures of a
+/// name are those of one product.
+///
+/// ```
+/// use gpucomm_topo::{GpuArch, hardware::GpuProduct};
+/// let p = GpuProduct::from_label("NVIDIA A100-SXM4-40GB").unwrap();
+/// assert_eq!(p, GpuProduct::A100_40GB);
+/// assert_eq!(p.arch(), Some(GpuArch::Ampere));
+/// assert_eq!(p.memory_gbps(), Some(1555.0));
+/// assert_eq!(p.memory_gb(), 40.0);
+/// assert_eq!(GpuProduct::from_label("NVIDIA RTX A4000"), None);
+/// ```
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GpuProduct {
+    /// B200 (and the HGX B200 board).
+    B200,
+    /// The B200 of a GB200 superchip.
+    GB200,
+    /// B100.
+    B100,
+    /// The Hopper GPU of a GH200 with 96 GB HBM3 (GH200 480GB).
+    GH200_96GB,
+    /// The Hopper GPU of a GH200 with 144 GB HBM3e (GH200 624GB).
+    GH200_144GB,
+    /// H200 SXM 141GB.
+    H200,
+    /// H20.
+    H20,
+    /// H100 SXM5 (and H800 SXM).
+    H100_SXM,
+    /// H100 PCIe (and H800 PCIe).
+    H100_PCIE,
+    /// H100 NVL.
+    H100_NVL,
+    /// A100 or A800 40GB, SXM4 or PCIe.
+    A100_40GB,
+    /// A100 or A800 PCIe that states no size: the 40 GB part's bandwidth
+    /// (the first PCIe part), the 80 GB part's memory (the largest, for
+    /// checks that must not refuse what it may hold).
+    A100_PCIE,
+    /// A100 or A800 80GB PCIe.
+    A100_80GB_PCIE,
+    /// A100 or A800 80GB SXM4 (and an SXM part that states no size).
+    A100_80GB_SXM,
+    /// Tesla V100.
+    V100,
+    /// Tesla P100.
+    P100,
+    /// A30 (GA100).
+    A30,
+    /// L40 and L40S.
+    L40,
+    /// L4.
+    L4,
+    /// GeForce RTX 4090 (and 4090D).
+    RTX_4090,
+    /// An Ada part named only "Ada" ("RTX 6000 Ada"), given the 4090's
+    /// memory bandwidth and the largest Ada memory (RTX 6000 Ada, L40: 48
+    /// GB).
+    Ada,
+    /// A40.
+    A40,
+    /// RTX A6000.
+    RTX_A6000,
+    /// A10 and AWS's A10G.
+    A10,
+    /// GeForce RTX 3090.
+    RTX_3090,
+    /// Tesla T4 (Turing: no architecture of [`GpuArch`], so only its
+    /// memory size is used).
+    T4,
+}
+
+impl GpuProduct {
+    /// The product a name names (`"NVIDIA H100 80GB HBM3"`, `"Tesla
+    /// V100-SXM2-16GB"`, `"GH200 480GB"`); `None` for a GPU not in the
+    /// table. Models are matched as words of the name, so an "RTX A4000"
+    /// is no A40 and an "RTX A1000" no A100; a name that names two takes
+    /// the first of this order: Blackwell, Hopper, Ampere data-center
+    /// parts, Volta, Pascal, then the cards.
+    pub fn from_label(label: &str) -> Option<Self> {
+        use GpuProduct::*;
+        let l = label.to_ascii_uppercase();
+        let w = words(label);
+        let is = |model: &str| names_model(&w, model);
+        let word = |x: &str| w.iter().any(|y| y == x);
+        Some(if is("GB200") {
+            GB200
+        } else if is("B200") {
+            B200
+        } else if is("B100") {
+            B100
+        } else if is("GH200") {
+            // The name states the superchip's memory, CPU's with GPU's:
+            // GH200 624GB holds the 144 GB HBM3e part.
+            let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
+            if hbm3e { GH200_144GB } else { GH200_96GB }
+        } else if is("H200") {
+            H200
+        } else if is("H20") {
+            H20
+        } else if is("H100") || is("H800") {
+            if l.contains("NVL") {
+                H100_NVL
+            } else if l.contains("PCIE") {
+                H100_PCIE
+            } else {
+                H100_SXM
+            }
+        } else if is("A100") || is("A800") {
+            // The memory size the name states, as a word ("80GB", "80
+            // GB"): "80" anywhere in it matched the A800's own number,
+            // and gave an "A800 40GB" the 80 GB part's 2,039 GB/s.
+            match stated_gb(&w) {
+                Some(80) if l.contains("PCIE") => A100_80GB_PCIE,
+                Some(80) => A100_80GB_SXM,
+                Some(40) => A100_40GB,
+                _ if l.contains("PCIE") => A100_PCIE,
+                _ => A100_80GB_SXM,
+            }
+        } else if is("V100") {
+            V100
+        } else if is("P100") {
+            P100
+        } else if is("A30") {
+            A30
+        } else if is("L40") {
+            L40
+        } else if word("L4") {
+            L4
+        } else if is("4090") {
+            RTX_4090
+        } else if word("ADA") {
+            // "Ada" as a word: "RTX 6000 Ada", not "adapter" nor "adaptive".
+            Ada
+        } else if is("A40") {
+            A40
+        } else if is("A6000") {
+            RTX_A6000
+        } else if is("A10") {
+            A10
+        } else if is("3090") {
+            RTX_3090
+        } else if word("T4") {
+            T4
+        } else {
+            return None;
+        })
+    }
+
+    /// The architecture; `None` for one [`GpuArch`] does not have (T4).
+    /// Consumer Ampere (GA102, sm_86) is [`GpuArch::Ada`]'s, the A30
+    /// (GA100, sm_80) [`GpuArch::Ampere`]'s.
+    pub fn arch(self) -> Option<GpuArch> {
+        use GpuProduct::*;
+        Some(match self {
+            B200 | GB200 | B100 => GpuArch::Blackwell,
+            GH200_96GB | GH200_144GB | H200 | H20 | H100_SXM | H100_PCIE | H100_NVL => {
+                GpuArch::Hopper
+            }
+            A100_40GB | A100_PCIE | A100_80GB_PCIE | A100_80GB_SXM | A30 => GpuArch::Ampere,
+            V100 => GpuArch::Volta,
+            P100 => GpuArch::Pascal,
+            L40 | L4 | RTX_4090 | Ada | A40 | RTX_A6000 | A10 | RTX_3090 => GpuArch::Ada,
+            T4 => return None,
+        })
+    }
+
+    /// Device memory bandwidth, GB/s ([`gpu_memory`]); `None` where the
+    /// table has no figure (T4).
+    pub fn memory_gbps(self) -> Option<f64> {
+        use GpuProduct::*;
+        use gpu_memory as m;
+        Some(match self {
+            // The B100's HBM3e runs at the B200's 8 TB/s.
+            B200 | GB200 | B100 => m::B200,
+            GH200_96GB => m::GH200_96GB,
+            GH200_144GB => m::GH200_144GB,
+            H200 => m::H200,
+            H20 => m::H20,
+            H100_SXM => m::H100_SXM,
+            H100_PCIE => m::H100_PCIE,
+            H100_NVL => m::H100_NVL,
+            A100_40GB | A100_PCIE => m::A100_40GB,
+            A100_80GB_PCIE => m::A100_80GB_PCIE,
+            A100_80GB_SXM => m::A100_80GB_SXM,
+            V100 => m::V100,
+            P100 => m::P100,
+            A30 => m::A30,
+            L40 => m::L40,
+            L4 => m::L4,
+            RTX_4090 | Ada => m::RTX_4090,
+            A40 => m::A40,
+            RTX_A6000 => m::RTX_A6000,
+            A10 => m::A10,
+            RTX_3090 => m::RTX_3090,
+            T4 => return None,
+        })
+    }
+
+    /// Device memory, GB (1e9 bytes): the product's, or the largest it
+    /// was made with where parts differ (NVIDIA datasheets), so that a
+    /// check against it never refuses what the GPU may hold.
+    pub fn memory_gb(self) -> f64 {
+        use GpuProduct::*;
+        match self {
+            GB200 => 186.0,
+            B200 => 180.0,
+            B100 => 192.0,
+            GH200_96GB => 96.0,
+            GH200_144GB => 144.0,
+            H200 => 141.0,
+            H20 => 96.0,
+            H100_NVL => 94.0,
+            H100_SXM | H100_PCIE | A100_PCIE | A100_80GB_PCIE | A100_80GB_SXM => 80.0,
+            A100_40GB => 40.0,
+            V100 => 32.0,
+            P100 | T4 => 16.0,
+            L40 | A40 | RTX_A6000 | Ada => 48.0,
+            RTX_4090 | RTX_3090 | A10 | A30 | L4 => 24.0,
+        }
+    }
+}
+
 /// GPU architecture and device memory bandwidth (GB/s) from a product name
-/// (`"NVIDIA H100 80GB HBM3"`, `"Tesla V100-SXM2-16GB"`); `None` for a GPU
-/// not in the table. Figures: [`gpu_memory`]. Models are matched as words
-/// of the name, so an "RTX A4000" is no A40 and an "RTX A1000" no A100.
+/// (`"NVIDIA H100 80GB HBM3"`, `"Tesla V100-SXM2-16GB"`): those of
+/// [`GpuProduct::from_label`]; `None` for a GPU not in the table or
+/// without both. Figures: [`gpu_memory`].
 ///
 /// ```
 /// use gpucomm_topo::{GpuArch, hardware::gpu_from_label};
@@ -212,84 +439,20 @@ pub fn names_gpu(label: &str, gpu: &str) -> bool {
 /// assert_eq!(gpu_from_label("NVIDIA RTX A4000"), None);
 /// ```
 pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
-    use gpu_memory as m;
-    let l = label.to_ascii_uppercase();
-    let w = words(label);
-    let is = |model: &str| names_model(&w, model);
-    Some(if is("B200") || is("GB200") || is("B100") {
-        // The B100's HBM3e runs at the B200's 8 TB/s.
-        (GpuArch::Blackwell, m::B200)
-    } else if is("GH200") {
-        let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
-        (
-            GpuArch::Hopper,
-            if hbm3e { m::GH200_144GB } else { m::GH200_96GB },
-        )
-    } else if is("H200") {
-        (GpuArch::Hopper, m::H200)
-    } else if is("H20") {
-        (GpuArch::Hopper, m::H20)
-    } else if is("H100") || is("H800") {
-        let bw = if l.contains("NVL") {
-            m::H100_NVL
-        } else if l.contains("PCIE") {
-            m::H100_PCIE
-        } else {
-            m::H100_SXM
-        };
-        (GpuArch::Hopper, bw)
-    } else if is("A100") || is("A800") {
-        // The memory size the name states, as a word ("80GB", "80 GB"):
-        // "80" anywhere in it matched the A800's own number, and gave an
-        // "A800 40GB" the 80 GB part's 2,039 GB/s.
-        let bw = match stated_gb(&w) {
-            Some(80) if l.contains("PCIE") => m::A100_80GB_PCIE,
-            Some(80) => m::A100_80GB_SXM,
-            Some(40) => m::A100_40GB,
-            _ if l.contains("PCIE") => m::A100_40GB,
-            _ => m::A100_80GB_SXM,
-        };
-        (GpuArch::Ampere, bw)
-    } else if is("V100") {
-        (GpuArch::Volta, m::V100)
-    } else if is("P100") {
-        (GpuArch::Pascal, m::P100)
-    } else if is("A30") {
-        // GA100, as the A100: sm_80.
-        (GpuArch::Ampere, m::A30)
-    } else if is("L40") {
-        (GpuArch::Ada, m::L40)
-    } else if w.iter().any(|x| x == "L4") {
-        (GpuArch::Ada, m::L4)
-    } else if is("4090") || w.iter().any(|x| x == "ADA") {
-        // "Ada" as a word: "RTX 6000 Ada", not "adapter" nor "adaptive".
-        (GpuArch::Ada, m::RTX_4090)
-    } else if is("A40") {
-        // Consumer Ampere (GA102, sm_86) is GpuArch::Ada's.
-        (GpuArch::Ada, m::A40)
-    } else if is("A6000") {
-        (GpuArch::Ada, m::RTX_A6000)
-    } else if is("A10") {
-        (GpuArch::Ada, m::A10)
-    } else if is("3090") {
-        (GpuArch::Ada, m::RTX_3090)
-    } else {
-        return None;
-    })
+    let p = GpuProduct::from_label(label)?;
+    Some((p.arch()?, p.memory_gbps()?))
 }
 
 /// Device memory of a GPU, GB (1e9 bytes), from its product name: the size
 /// the name states ("A100 SXM4 40GB", "NVIDIA H100 80GB HBM3",
 /// "Tesla V100-SXM2-16GB"; a GH200's name states the superchip's memory
 /// with its CPU's, "GH200 480GB", so its GPU's is the HBM: 96 GB HBM3, 144
-/// GB HBM3e), else the largest the product was made with (NVIDIA
-/// datasheets: B200 180, the B200 of a GB200 186, B100 192, H200 141, H20
+/// GB HBM3e), else [`GpuProduct::memory_gb`], the largest the product was
+/// made with (B200 180, the B200 of a GB200 186, B100 192, H200 141, H20
 /// 96, H100 NVL 94, H100 and H800 80, A100 and A800 80, V100 32, P100 16,
 /// L40S, L40, A40 and RTX A6000 48, RTX 4090 and 3090 24, A10 (A10G) and
-/// A30 24, L4 24, T4 16), so that a check
-/// against it never refuses what the GPU may hold; `None` for a GPU not in
-/// the table. Models are matched as words of the name, as in
-/// [`gpu_from_label`].
+/// A30 24, L4 24, T4 16), so that a check against it never refuses what
+/// the GPU may hold; `None` for a GPU not in the table.
 ///
 /// ```
 /// use gpucomm_topo::hardware::gpu_memory_gb_from_label;
@@ -300,44 +463,13 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
 /// assert_eq!(gpu_memory_gb_from_label("NVIDIA RTX A4000"), None);
 /// ```
 pub fn gpu_memory_gb_from_label(label: &str) -> Option<f64> {
-    let l = label.to_ascii_uppercase();
-    let words = words(label);
-    let is = |model: &str| names_model(&words, model);
-    if is("GH200") {
-        let hbm3e = l.contains("144") || l.contains("HBM3E") || l.contains("624");
-        return Some(if hbm3e { 144.0 } else { 96.0 });
+    let product = GpuProduct::from_label(label);
+    if let Some(p @ (GpuProduct::GH200_96GB | GpuProduct::GH200_144GB)) = product {
+        return Some(p.memory_gb());
     }
-    if let Some(n) = stated_gb(&words) {
-        return Some(f64::from(n));
-    }
-    let word = |x: &str| words.iter().any(|w| w == x);
-    Some(if is("GB200") {
-        186.0
-    } else if is("B200") {
-        180.0
-    } else if is("H200") {
-        141.0
-    } else if is("H100") && l.contains("NVL") {
-        94.0
-    } else if is("B100") {
-        192.0
-    } else if is("H20") {
-        96.0
-    } else if ["H100", "H800", "A100", "A800"].iter().any(|g| is(g)) {
-        80.0
-    } else if is("V100") {
-        32.0
-    } else if is("P100") {
-        16.0
-    } else if ["L40", "A40", "A6000"].iter().any(|g| is(g)) {
-        48.0
-    } else if ["4090", "3090", "A10", "A30"].iter().any(|g| is(g)) || word("L4") {
-        24.0
-    } else if word("T4") {
-        16.0
-    } else {
-        return None;
-    })
+    stated_gb(&words(label))
+        .map(f64::from)
+        .or_else(|| product.map(GpuProduct::memory_gb))
 }
 
 /// A CPU family the tables know, told from a model name
@@ -726,6 +858,22 @@ mod tests {
             Some(40.0)
         );
         assert_eq!(gpu_from_label("NVIDIA GeForce GTX 1080"), None);
+        // One product gives a name's figures: an A100 PCIe that states no
+        // size has the 40 GB part's bandwidth and may hold the 80 GB
+        // part's memory; an Ada part named only "Ada", the largest Ada
+        // memory; a T4 its memory but no architecture of the table.
+        assert_eq!(gpu_from_label("8x A100 PCIe").unwrap().1, 1555.0);
+        assert_eq!(gpu_memory_gb_from_label("8x A100 PCIe"), Some(80.0));
+        assert_eq!(gpu_memory_gb_from_label("RTX 6000 Ada"), Some(48.0));
+        assert_eq!(gpu_from_label("Tesla T4"), None);
+        assert_eq!(gpu_memory_gb_from_label("Tesla T4"), Some(16.0));
+        assert_eq!(
+            GpuProduct::from_label("H20 and H100"),
+            Some(GpuProduct::H20)
+        );
+        for p in [GpuProduct::B200, GpuProduct::A100_PCIE, GpuProduct::Ada] {
+            assert!(p.arch().is_some() && p.memory_gbps().is_some(), "{p:?}");
+        }
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);
