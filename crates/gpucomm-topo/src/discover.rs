@@ -864,7 +864,7 @@ fn nvlink_gen_of_code(code: u8) -> Option<NvLinkGen> {
 /// NVLink generation (Pascal 1, Volta 2, Ampere 3, Hopper 4, Blackwell 5;
 /// the bridges of the A40, RTX A6000 and RTX 3090 NVLink 3). `None` where
 /// the name does not say, and for cards with no NVLink (RTX 4090, L40, L4,
-/// A10, T4, a part named only "Ada").
+/// A10, T4, the workstation Ada cards).
 fn nvlink_gen_of_name(name: &str) -> Option<NvLinkGen> {
     use crate::hardware::{GpuArch, GpuProduct};
     let product = GpuProduct::from_label(name)?;

@@ -119,6 +119,24 @@ pub mod gpu_memory {
     pub const A30: f64 = 933.0;
     /// GeForce RTX 3090 (24 GB GDDR6X): 936 GB/s.
     pub const RTX_3090: f64 = 936.0;
+    /// GeForce RTX 3090 Ti (24 GB GDDR6X at 21 Gb/s): 1,008 GB/s.
+    pub const RTX_3090_TI: f64 = 1008.0;
+    /// Tesla V100S PCIe 32GB (HBM2): 1,134 GB/s.
+    pub const V100S: f64 = 1134.0;
+    /// Tesla P100 PCIe 12GB (HBM2, three stacks): 549 GB/s.
+    pub const P100_12GB: f64 = 549.0;
+    /// RTX 6000 Ada and RTX 5880 Ada (48 GB GDDR6): 960 GB/s.
+    pub const RTX_6000_ADA: f64 = 960.0;
+    /// RTX 5000 Ada (32 GB GDDR6): 576 GB/s.
+    pub const RTX_5000_ADA: f64 = 576.0;
+    /// RTX 4500 Ada (24 GB GDDR6): 432 GB/s.
+    pub const RTX_4500_ADA: f64 = 432.0;
+    /// RTX 4000 Ada (20 GB GDDR6): 360 GB/s.
+    pub const RTX_4000_ADA: f64 = 360.0;
+    /// RTX 4000 SFF Ada (20 GB GDDR6): 280 GB/s.
+    pub const RTX_4000_SFF_ADA: f64 = 280.0;
+    /// RTX 2000 Ada (16 GB GDDR6): 224 GB/s.
+    pub const RTX_2000_ADA: f64 = 224.0;
 }
 
 /// Host memory bandwidth per socket, GB/s: channels x MT/s x 8 bytes.
@@ -231,6 +249,8 @@ pub enum GpuProduct {
     H200,
     /// H20.
     H20,
+    /// H20-3e: the H20 with the H200's 141 GB of HBM3e.
+    H20_3E,
     /// H100 SXM5 (and H800 SXM).
     H100_SXM,
     /// H100 PCIe (and H800 PCIe).
@@ -249,8 +269,12 @@ pub enum GpuProduct {
     A100_80GB_SXM,
     /// Tesla V100.
     V100,
-    /// Tesla P100.
+    /// Tesla V100S (PCIe, faster HBM2).
+    V100S,
+    /// Tesla P100 (SXM2 and PCIe 16GB).
     P100,
+    /// Tesla P100 PCIe 12GB.
+    P100_12GB,
     /// A30 (GA100).
     A30,
     /// L40 and L40S.
@@ -259,10 +283,18 @@ pub enum GpuProduct {
     L4,
     /// GeForce RTX 4090 (and 4090D).
     RTX_4090,
-    /// An Ada part named only "Ada" ("RTX 6000 Ada"), given the 4090's
-    /// memory bandwidth and the largest Ada memory (RTX 6000 Ada, L40: 48
-    /// GB).
-    Ada,
+    /// RTX 6000 Ada and RTX 5880 Ada.
+    RTX_6000_ADA,
+    /// RTX 5000 Ada.
+    RTX_5000_ADA,
+    /// RTX 4500 Ada.
+    RTX_4500_ADA,
+    /// RTX 4000 Ada.
+    RTX_4000_ADA,
+    /// RTX 4000 SFF Ada.
+    RTX_4000_SFF_ADA,
+    /// RTX 2000 Ada.
+    RTX_2000_ADA,
     /// A40.
     A40,
     /// RTX A6000.
@@ -271,6 +303,8 @@ pub enum GpuProduct {
     A10,
     /// GeForce RTX 3090.
     RTX_3090,
+    /// GeForce RTX 3090 Ti.
+    RTX_3090_TI,
     /// Tesla T4 (Turing: no architecture of [`GpuArch`], so only its
     /// memory size is used).
     T4,
@@ -282,13 +316,21 @@ impl GpuProduct {
     /// table. Models are matched as words of the name, so an "RTX A4000"
     /// is no A40 and an "RTX A1000" no A100; a name that names two takes
     /// the first of this order: Blackwell, Hopper, Ampere data-center
-    /// parts, Volta, Pascal, then the cards.
+    /// parts, Volta, Pascal, then the cards. A laptop GPU ("GeForce RTX
+    /// 4090 Laptop GPU": another chip and memory than the card's) is
+    /// none of them.
     pub fn from_label(label: &str) -> Option<Self> {
         use GpuProduct::*;
         let l = label.to_ascii_uppercase();
         let w = words(label);
         let is = |model: &str| names_model(&w, model);
         let word = |x: &str| w.iter().any(|y| y == x);
+        if word("LAPTOP") {
+            return None;
+        }
+        // The workstation Ada cards: their number and the word "Ada"
+        // ("NVIDIA RTX 6000 Ada Generation").
+        let ada = |n: &str| word("ADA") && word(n);
         Some(if is("GB200") {
             GB200
         } else if is("B200") {
@@ -303,7 +345,11 @@ impl GpuProduct {
         } else if is("H200") {
             H200
         } else if is("H20") {
-            H20
+            if word("3E") || l.contains("H20-3E") {
+                H20_3E
+            } else {
+                H20
+            }
         } else if is("H100") || is("H800") {
             if l.contains("NVL") {
                 H100_NVL
@@ -323,10 +369,16 @@ impl GpuProduct {
                 _ if l.contains("PCIE") => A100_PCIE,
                 _ => A100_80GB_SXM,
             }
+        } else if is("V100S") {
+            V100S
         } else if is("V100") {
             V100
         } else if is("P100") {
-            P100
+            if stated_gb(&w) == Some(12) {
+                P100_12GB
+            } else {
+                P100
+            }
         } else if is("A30") {
             A30
         } else if is("L40") {
@@ -335,9 +387,18 @@ impl GpuProduct {
             L4
         } else if is("4090") {
             RTX_4090
-        } else if word("ADA") {
-            // "Ada" as a word: "RTX 6000 Ada", not "adapter" nor "adaptive".
-            Ada
+        } else if ada("6000") || ada("5880") {
+            RTX_6000_ADA
+        } else if ada("5000") {
+            RTX_5000_ADA
+        } else if ada("4500") {
+            RTX_4500_ADA
+        } else if ada("4000") && word("SFF") {
+            RTX_4000_SFF_ADA
+        } else if ada("4000") {
+            RTX_4000_ADA
+        } else if ada("2000") {
+            RTX_2000_ADA
         } else if is("A40") {
             A40
         } else if is("A6000") {
@@ -345,8 +406,12 @@ impl GpuProduct {
         } else if is("A10") {
             A10
         } else if is("3090") {
-            RTX_3090
-        } else if word("T4") {
+            if word("TI") || l.contains("3090TI") {
+                RTX_3090_TI
+            } else {
+                RTX_3090
+            }
+        } else if word("T4") || word("T4G") {
             T4
         } else {
             return None;
@@ -360,13 +425,15 @@ impl GpuProduct {
         use GpuProduct::*;
         Some(match self {
             B200 | GB200 | B100 => GpuArch::Blackwell,
-            GH200_96GB | GH200_144GB | H200 | H20 | H100_SXM | H100_PCIE | H100_NVL => {
+            GH200_96GB | GH200_144GB | H200 | H20 | H20_3E | H100_SXM | H100_PCIE | H100_NVL => {
                 GpuArch::Hopper
             }
             A100_40GB | A100_PCIE | A100_80GB_PCIE | A100_80GB_SXM | A30 => GpuArch::Ampere,
-            V100 => GpuArch::Volta,
-            P100 => GpuArch::Pascal,
-            L40 | L4 | RTX_4090 | Ada | A40 | RTX_A6000 | A10 | RTX_3090 => GpuArch::Ada,
+            V100 | V100S => GpuArch::Volta,
+            P100 | P100_12GB => GpuArch::Pascal,
+            L40 | L4 | RTX_4090 | A40 | RTX_A6000 | A10 | RTX_3090 | RTX_3090_TI => GpuArch::Ada,
+            RTX_6000_ADA | RTX_5000_ADA | RTX_4500_ADA | RTX_4000_ADA | RTX_4000_SFF_ADA
+            | RTX_2000_ADA => GpuArch::Ada,
             T4 => return None,
         })
     }
@@ -383,6 +450,7 @@ impl GpuProduct {
             GH200_144GB => m::GH200_144GB,
             H200 => m::H200,
             H20 => m::H20,
+            H20_3E => m::H200,
             H100_SXM => m::H100_SXM,
             H100_PCIE => m::H100_PCIE,
             H100_NVL => m::H100_NVL,
@@ -390,15 +458,24 @@ impl GpuProduct {
             A100_80GB_PCIE => m::A100_80GB_PCIE,
             A100_80GB_SXM => m::A100_80GB_SXM,
             V100 => m::V100,
+            V100S => m::V100S,
             P100 => m::P100,
+            P100_12GB => m::P100_12GB,
             A30 => m::A30,
             L40 => m::L40,
             L4 => m::L4,
-            RTX_4090 | Ada => m::RTX_4090,
+            RTX_4090 => m::RTX_4090,
+            RTX_6000_ADA => m::RTX_6000_ADA,
+            RTX_5000_ADA => m::RTX_5000_ADA,
+            RTX_4500_ADA => m::RTX_4500_ADA,
+            RTX_4000_ADA => m::RTX_4000_ADA,
+            RTX_4000_SFF_ADA => m::RTX_4000_SFF_ADA,
+            RTX_2000_ADA => m::RTX_2000_ADA,
             A40 => m::A40,
             RTX_A6000 => m::RTX_A6000,
             A10 => m::A10,
             RTX_3090 => m::RTX_3090,
+            RTX_3090_TI => m::RTX_3090_TI,
             T4 => return None,
         })
     }
@@ -414,15 +491,18 @@ impl GpuProduct {
             B100 => 192.0,
             GH200_96GB => 96.0,
             GH200_144GB => 144.0,
-            H200 => 141.0,
+            H200 | H20_3E => 141.0,
             H20 => 96.0,
             H100_NVL => 94.0,
             H100_SXM | H100_PCIE | A100_PCIE | A100_80GB_PCIE | A100_80GB_SXM => 80.0,
             A100_40GB => 40.0,
-            V100 => 32.0,
-            P100 | T4 => 16.0,
-            L40 | A40 | RTX_A6000 | Ada => 48.0,
-            RTX_4090 | RTX_3090 | A10 | A30 | L4 => 24.0,
+            V100 | V100S => 32.0,
+            P100 | T4 | RTX_2000_ADA => 16.0,
+            P100_12GB => 12.0,
+            L40 | A40 | RTX_A6000 | RTX_6000_ADA => 48.0,
+            RTX_5000_ADA => 32.0,
+            RTX_4090 | RTX_3090 | RTX_3090_TI | A10 | A30 | L4 | RTX_4500_ADA => 24.0,
+            RTX_4000_ADA | RTX_4000_SFF_ADA => 20.0,
         }
     }
 }
@@ -451,8 +531,9 @@ pub fn gpu_from_label(label: &str) -> Option<(GpuArch, f64)> {
 /// made with (B200 180, the B200 of a GB200 186, B100 192, H200 141, H20
 /// 96, H100 NVL 94, H100 and H800 80, A100 and A800 80, V100 32, P100 16,
 /// L40S, L40, A40 and RTX A6000 48, RTX 4090 and 3090 24, A10 (A10G) and
-/// A30 24, L4 24, T4 16), so that a check against it never refuses what
-/// the GPU may hold; `None` for a GPU not in the table.
+/// A30 24, L4 24, T4 16; the workstation Ada cards theirs), so that a
+/// check against it never refuses what the GPU may hold. `None` for a GPU
+/// not in the table whose name states no size.
 ///
 /// ```
 /// use gpucomm_topo::hardware::gpu_memory_gb_from_label;
@@ -503,6 +584,9 @@ pub enum CpuFamily {
     CascadeLakeSp,
     /// Xeon Scalable, third generation (x3xx): 8 x DDR4-3200.
     IceLakeSp,
+    /// Xeon Scalable, third generation's four- and eight-socket parts
+    /// (x3xxH, x3xxHL): 6 x DDR4-3200.
+    CooperLake,
     /// Xeon Scalable, fourth generation (x4xx, DGX H100's Platinum 8480C):
     /// 8 x DDR5-4800.
     SapphireRapids,
@@ -527,11 +611,16 @@ impl CpuFamily {
     /// The family a CPU model name names (`/proc/cpuinfo`'s, a preset's,
     /// a datasheet's): a Xeon Scalable part by its number's second digit
     /// (the generation: "Xeon Platinum 8480C", "Xeon Gold 6248R", "Xeon
-    /// 6338") or the code name ("Ice Lake-SP"); a Xeon E5 by its version
-    /// ("E5-2698 v4"); an EPYC by its number's last digit ("7742",
-    /// "7H12", "9654") or code name; "Grace"; a Core i9-13900K or 14900K.
-    /// `None` for a CPU not in the table. A number elsewhere in the name
-    /// ("DDR4-3200") is not the part's.
+    /// 6338"; an H or HL part of the third is Cooper Lake) or the code
+    /// name beside "Xeon" or "SP" ("Xeon (Ice Lake-SP)"); a Xeon W-3000
+    /// workstation part the same way (w9-3495X and the w-3500 refresh
+    /// are Sapphire Rapids); a Xeon E5 by its version ("E5-2698 v4"); an
+    /// EPYC by its number's last digit ("7742", "7H12", "9654") or code
+    /// name; "Grace"; a Core i9-13900K or 14900K (and F, KF, KS, T; not
+    /// the laptop H and HX parts). `None` for a CPU not in the table,
+    /// among them Xeon 6 ("Xeon 6530P": a number with no tier word and a
+    /// P or E suffix), Xeon Max and Xeon D. A number elsewhere in the
+    /// name ("DDR4-3200") is not the part's.
     pub fn from_label(label: &str) -> Option<Self> {
         use CpuFamily::*;
         let w: Vec<String> = words(label)
@@ -575,34 +664,71 @@ impl CpuFamily {
                 });
             }
         }
-        // Xeon Scalable: the number after "Xeon" and at most its tier, or
-        // after the tier ("Platinum 8168"); Bronze 3, Silver 4, Gold 5
-        // and 6, Platinum 8; the second digit the generation.
-        let scalable = ["XEON", "PLATINUM", "GOLD", "SILVER", "BRONZE"]
+        // Xeon Scalable: the number after its tier ("Platinum 8168"),
+        // else after "Xeon" ("Xeon 6338"); Bronze 3, Silver 4, Gold 5 and
+        // 6, Platinum 8; the second digit the generation. Xeon W-3000
+        // (after "W", "w9", ...): 31 Skylake, 32 Cascade Lake, 33 Ice
+        // Lake, 34 and 35 Sapphire Rapids.
+        let xeon_word = word("XEON");
+        #[derive(Clone, Copy, PartialEq)]
+        enum Tier {
+            Scalable,
+            Workstation,
+            None,
+        }
+        let is_workstation = |x: &str| matches!(x, "W" | "W3" | "W5" | "W7" | "W9");
+        let part = ["PLATINUM", "GOLD", "SILVER", "BRONZE"]
             .iter()
-            .find_map(|t| number_after(t, if *t == "XEON" { 2 } else { 1 }))
-            .map(|n| leading_digits(n))
-            .filter(|d| d.len() == 4 && matches!(&d[..1], "3" | "4" | "5" | "6" | "8"))
-            .map(|d| d.as_bytes()[1] - b'0');
+            .find_map(|t| number_after(t, 1))
+            .map(|n| (n, Tier::Scalable))
+            .or_else(|| {
+                let k = w.iter().position(|x| is_workstation(x))?;
+                let n = w.get(k + 1).filter(|n| xeon_word && n.starts_with('3'))?;
+                Some((n, Tier::Workstation))
+            })
+            .or_else(|| number_after("XEON", 2).map(|n| (n, Tier::None)));
+        let scalable = part.and_then(|(n, tier)| {
+            let d = leading_digits(n);
+            let suffix = &n[d.len()..];
+            // Xeon 6 ("Xeon 6530P", "Xeon 6980P", "6375P-C"): no tier, a
+            // P or E suffix.
+            let xeon6 = tier == Tier::None && (suffix.starts_with('P') || suffix.starts_with('E'));
+            if d.len() != 4 || !matches!(&d[..1], "3" | "4" | "5" | "6" | "8") || xeon6 {
+                return None;
+            }
+            Some(match (d.as_bytes()[1], tier) {
+                (b'1', _) => SkylakeSp,
+                (b'2', _) => CascadeLakeSp,
+                // Cooper Lake: 8380H, 6348H, 8376HL.
+                (b'3', _) if suffix.starts_with('H') => CooperLake,
+                (b'3', _) => IceLakeSp,
+                // The w-3500 is Sapphire Rapids refreshed.
+                (b'4', _) | (b'5', Tier::Workstation) => SapphireRapids,
+                (b'5', _) => EmeraldRapids,
+                _ => return None,
+            })
+        });
+        if scalable.is_some() {
+            return scalable;
+        }
         let joined = w.join(" ");
-        let named = |name: &str| joined.contains(name);
-        let xeon = |generation: u8, code: &[&str]| {
-            scalable == Some(generation) || code.iter().any(|c| named(c))
+        // A code name in a Xeon's name, or followed by "SP": QEMU's
+        // "Intel Core Processor (Skylake, IBRS)" is a client part.
+        let named = |name: &str| {
+            joined.contains(name) && (xeon_word || joined.contains(&format!("{name} SP")))
         };
-        if xeon(1, &["SKYLAKE"]) {
-            return Some(SkylakeSp);
-        }
-        if xeon(2, &["CASCADE LAKE", "CASCADELAKE"]) {
-            return Some(CascadeLakeSp);
-        }
-        if xeon(3, &["ICE LAKE", "ICELAKE"]) {
-            return Some(IceLakeSp);
-        }
-        if xeon(4, &["SAPPHIRE RAPIDS", "SAPPHIRE"]) {
-            return Some(SapphireRapids);
-        }
-        if xeon(5, &["EMERALD RAPIDS", "EMERALD"]) {
-            return Some(EmeraldRapids);
+        let by_code_name = [
+            ("SKYLAKE", SkylakeSp),
+            ("CASCADE LAKE", CascadeLakeSp),
+            ("CASCADELAKE", CascadeLakeSp),
+            ("COOPER LAKE", CooperLake),
+            ("ICE LAKE", IceLakeSp),
+            ("ICELAKE", IceLakeSp),
+            ("SAPPHIRE", SapphireRapids),
+            ("EMERALD", EmeraldRapids),
+        ];
+        if let Some(&(_, family)) = by_code_name.iter().find(|(name, _)| named(name)) {
+            return Some(family);
         }
         if word("EPYC") {
             // "7742", "7402P", "7H12", "9654": the series, then the last
@@ -623,7 +749,9 @@ impl CpuFamily {
             if epyc('7', '3') || word("MILAN") {
                 return Some(EpycMilan);
             }
-            if epyc('9', '4') || word("GENOA") {
+            // Azure HBv5's 9V64H has HBM in place of DDR5: not Genoa's
+            // memory.
+            if epyc('9', '4') && !word("9V64H") || word("GENOA") {
                 return Some(EpycGenoa);
             }
             return None;
@@ -631,11 +759,14 @@ impl CpuFamily {
         if word("GRACE") {
             return Some(Grace);
         }
-        // Core i9-13900K, 14900K (and their F, S variants, the plain
-        // part): the number after "i9".
-        if number_after("I9", 1)
-            .is_some_and(|n| ["13900", "14900"].contains(&leading_digits(n).as_str()))
-        {
+        // Core i9-13900K, 14900K and their F, KF, KS, T and plain parts
+        // (the number after "i9"); the laptop H and HX parts run slower
+        // memory.
+        if number_after("I9", 1).is_some_and(|n| {
+            let d = leading_digits(n);
+            ["13900", "14900"].contains(&d.as_str())
+                && ["", "K", "KF", "KS", "F", "T"].contains(&&n[d.len()..])
+        }) {
             return Some(RaptorLake);
         }
         None
@@ -656,6 +787,7 @@ impl CpuFamily {
             IceLakeSp => ddr_gbps(8, 3200),
             SapphireRapids => ddr_gbps(8, 4800),
             EmeraldRapids => ddr_gbps(8, 5600),
+            CooperLake => ddr_gbps(6, 3200),
             EpycNaples => ddr_gbps(8, 2666),
             EpycRome | EpycMilan => ddr_gbps(8, 3200),
             EpycGenoa => ddr_gbps(12, 4800),
@@ -694,7 +826,9 @@ impl CpuFamily {
             HaswellEp => Some(8.93),
             BroadwellEp => Some(11.18),
             SkylakeSp => Some(10.88),
-            CascadeLakeSp => Some(12.96),
+            // Cooper Lake: Cascade Lake's core and mesh (its four- and
+            // eight-socket derivative), so Cascade Lake's figure.
+            CascadeLakeSp | CooperLake => Some(12.96),
             IceLakeSp => Some(15.37),
             SapphireRapids => Some(14.49),
             EmeraldRapids => Some(18.5),
@@ -860,8 +994,7 @@ mod tests {
         assert_eq!(gpu_from_label("NVIDIA GeForce GTX 1080"), None);
         // One product gives a name's figures: an A100 PCIe that states no
         // size has the 40 GB part's bandwidth and may hold the 80 GB
-        // part's memory; an Ada part named only "Ada", the largest Ada
-        // memory; a T4 its memory but no architecture of the table.
+        // part's memory; a T4 its memory but no architecture of the table.
         assert_eq!(gpu_from_label("8x A100 PCIe").unwrap().1, 1555.0);
         assert_eq!(gpu_memory_gb_from_label("8x A100 PCIe"), Some(80.0));
         assert_eq!(gpu_memory_gb_from_label("RTX 6000 Ada"), Some(48.0));
@@ -871,9 +1004,42 @@ mod tests {
             GpuProduct::from_label("H20 and H100"),
             Some(GpuProduct::H20)
         );
-        for p in [GpuProduct::B200, GpuProduct::A100_PCIE, GpuProduct::Ada] {
+        for p in [
+            GpuProduct::B200,
+            GpuProduct::A100_PCIE,
+            GpuProduct::RTX_2000_ADA,
+        ] {
             assert!(p.arch().is_some() && p.memory_gbps().is_some(), "{p:?}");
         }
+        // A review's nvidia-smi names: the workstation Ada cards by their
+        // number (each had the RTX 4090's 1,008 GB/s and 48 GB), the
+        // H20-3e's HBM3e, V100S, P100 12GB, 3090 Ti; laptop GPUs are
+        // other chips.
+        for (label, gbps, gb) in [
+            ("NVIDIA RTX 6000 Ada Generation", 960.0, 48.0),
+            ("NVIDIA RTX 5880 Ada Generation", 960.0, 48.0),
+            ("NVIDIA RTX 5000 Ada Generation", 576.0, 32.0),
+            ("NVIDIA RTX 4500 Ada Generation", 432.0, 24.0),
+            ("NVIDIA RTX 4000 Ada Generation", 360.0, 20.0),
+            ("NVIDIA RTX 4000 SFF Ada Generation", 280.0, 20.0),
+            ("NVIDIA RTX 2000 Ada Generation", 224.0, 16.0),
+            ("NVIDIA H20-3e", 4800.0, 141.0),
+            ("NVIDIA H20", 4000.0, 96.0),
+            ("Tesla V100S-PCIE-32GB", 1134.0, 32.0),
+            ("Tesla P100-PCIE-12GB", 549.0, 12.0),
+            ("Tesla P100-PCIE-16GB", 732.0, 16.0),
+            ("NVIDIA GeForce RTX 3090 Ti", 1008.0, 24.0),
+            ("NVIDIA GeForce RTX 3090", 936.0, 24.0),
+        ] {
+            assert_eq!(gpu_from_label(label).map(|g| g.1), Some(gbps), "{label}");
+            assert_eq!(gpu_memory_gb_from_label(label), Some(gb), "{label}");
+        }
+        assert_eq!(gpu_from_label("NVIDIA GeForce RTX 4090 Laptop GPU"), None);
+        assert_eq!(
+            gpu_from_label("NVIDIA RTX 3500 Ada Generation Laptop GPU"),
+            None
+        );
+        assert_eq!(gpu_memory_gb_from_label("NVIDIA T4G"), Some(16.0));
         assert_eq!(cpu_memory_from_label("Xeon Platinum 8480C"), Some(307.2));
         assert_eq!(cpu_memory_from_label("EPYC 7742"), Some(204.8));
         assert!((cpu_memory_from_label("Core i9-13900K").unwrap() - 89.6).abs() < 1e-9);
@@ -952,6 +1118,43 @@ mod tests {
             ("Core i7-13700K", None),
             ("Xeon with 1 TB DDR4-3200", None),
             ("Z80", None),
+            // A review's names from lscpu and cloud instances: Cooper
+            // Lake's H parts, the workstation W-3000 (the w-3500 a
+            // Sapphire Rapids refresh), Xeon 6 (no tier, P or E suffix)
+            // and HBM-only EPYC none of the table's, client Skylake and
+            // laptop i9s neither.
+            (
+                "Intel(R) Xeon(R) Platinum 8380H CPU @ 2.90GHz",
+                Some(CooperLake),
+            ),
+            (
+                "Intel(R) Xeon(R) Gold 6348H CPU @ 2.30GHz",
+                Some(CooperLake),
+            ),
+            ("Intel(R) Xeon(R) Platinum 8376HL", Some(CooperLake)),
+            (
+                "Intel(R) Xeon(R) Platinum 8358P CPU @ 2.60GHz",
+                Some(IceLakeSp),
+            ),
+            ("Intel(R) Xeon(R) w9-3595X", Some(SapphireRapids)),
+            ("Intel(R) Xeon(R) w9-3495X", Some(SapphireRapids)),
+            ("Intel(R) Xeon(R) W-3275 CPU @ 2.50GHz", Some(CascadeLakeSp)),
+            ("Intel(R) Xeon(R) W-3375 CPU @ 2.50GHz", Some(IceLakeSp)),
+            ("Intel(R) Xeon(R) Bronze 3508U", Some(EmeraldRapids)),
+            ("Intel(R) Xeon(R) 6530P", None),
+            ("Intel(R) Xeon(R) 6980P", None),
+            ("Intel(R) Xeon(R) 6375P-C", None),
+            ("Intel(R) Xeon(R) 6325P", None),
+            ("Intel(R) Xeon(R) 6780E", None),
+            ("Intel(R) Xeon(R) Gold 6530", Some(EmeraldRapids)),
+            ("Intel Core Processor (Skylake, IBRS)", None),
+            ("Intel Xeon Processor (Skylake, IBRS)", Some(SkylakeSp)),
+            ("Cooper Lake-SP", Some(CooperLake)),
+            ("AMD EPYC 9V64H 88-Core Processor", None),
+            ("AMD EPYC 9V84 96-Core Processor", Some(EpycGenoa)),
+            ("13th Gen Intel(R) Core(TM) i9-13900HX", None),
+            ("13th Gen Intel(R) Core(TM) i9-13900KS", Some(RaptorLake)),
+            ("Intel(R) Core(TM) i9-14900", Some(RaptorLake)),
         ] {
             assert_eq!(CpuFamily::from_label(label), family, "{label}");
         }
