@@ -1777,3 +1777,63 @@ fn point_to_point_operations_across_nodes_run_on_nccls_channels_per_peer() {
     let four = rows("sendrecv --topology dgx-h100 --nodes 4 -b 64M -e 64M");
     assert_eq!(four[0].0, 2);
 }
+
+/// Where NCCL would join GPUs through host memory (its SHM transport,
+/// not modeled), the table says so in its header and the JSON names the
+/// pair; NVLink machines and GPUs of one PCIe switch carry no such note.
+#[test]
+fn collectives_say_where_nccl_would_use_its_shm_transport() {
+    let args = [
+        "all_reduce",
+        "--topology",
+        "pcie-8gpu",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+    ];
+    let v = sim_json(&args);
+    assert_eq!(v["nccl_shm_pair"], serde_json::json!([0, 2]), "{v}");
+    let out = gpucomm(&[&["sim"][..], &args].concat(), LIMIT);
+    let table = out.assert_ok();
+    assert!(
+        table.contains("# note: NCCL joins GPU0 and GPU2") && table.contains("SHM"),
+        "{table}"
+    );
+    let v = sim_json(&["train", "--topology", "pcie-8gpu", "--model", "resnet50"]);
+    assert_eq!(v["nccl_shm_pair"], serde_json::json!([0, 2]), "{v}");
+    for args in [
+        &[
+            "all_reduce",
+            "--topology",
+            "pcie-8gpu",
+            "--gpus",
+            "2",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+        ][..],
+        &[
+            "all_reduce",
+            "--topology",
+            "dgx1-v100",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+        ],
+        &[
+            "all_to_all",
+            "--topology",
+            "dgx-h100",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+        ],
+    ] {
+        let v = sim_json(args);
+        assert!(v.get("nccl_shm_pair").is_none(), "{args:?}: {v}");
+    }
+}

@@ -2089,6 +2089,17 @@ fn predict_on(
                 })?,
             };
             let f = m.fabric(Engine::Nccl, nodes)?;
+            // GPUs NCCL joins through host memory (its SHM transport, which
+            // the simulator does not model): a run over P2P would overstate
+            // it several times.
+            if let Some((x, y)) = crate::collective::nccl_shm_pair(&f, coll) {
+                return Err(SimError::Model(format!(
+                    "case {}: NCCL joins GPU{x} and GPU{y} of {} (no NVLink, no common PCIe \
+                     switch) over its host-memory (SHM) transport, which the simulator does not \
+                     model (its collectives run over P2P)",
+                    case.id, m.name
+                )));
+            }
             let r = simulate(
                 &f,
                 coll,
@@ -3123,12 +3134,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("states SHARP") && e.contains("EDR"), "{e}");
-        // Without an NVSwitch, CollNet runs as NCCL's CollNet Chain.
-        let p = predict(&case(
-            "2x 8x A100 PCIe, 8x HDR 200 Gb/s InfiniBand with SHARP",
-        ))
+        // Without an NVSwitch, CollNet runs as NCCL's CollNet Chain: on
+        // the two GPUs of a PCIe switch per node (all eight join through
+        // host memory, NCCL's SHM transport, refused).
+        let text = "2x 8x A100 PCIe, 8x HDR 200 Gb/s InfiniBand with SHARP";
+        let p = predict(&Case {
+            gpus: Some(4),
+            ..case(text)
+        })
         .unwrap();
         assert!(p.scenario.contains("--sharp"), "{}", p.scenario);
+        let e = predict(&case(text)).unwrap_err().to_string();
+        assert!(e.contains("SHM"), "{e}");
     }
 
     #[test]

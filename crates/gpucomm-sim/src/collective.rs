@@ -1264,6 +1264,25 @@ fn nccl_local_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
         .min()
 }
 
+/// Two GPUs of a node in use that NCCL joins over its shared-memory (SHM)
+/// transport, through host memory, for `collective` on `fabric`: for a
+/// ring or tree, two its ring cannot join peer to peer
+/// ([`ClusterFabric::nccl_shm_pair`]); for a point-to-point operation
+/// (sendrecv, all_to_all, gather, scatter), any two not joined peer to
+/// peer ([`ClusterFabric::nccl_p2p`]). The simulator moves their data as
+/// P2P through the CPU, faster than published SHM runs (docs/sim.md,
+/// "What is not modeled"); callers say so beside the result.
+pub fn nccl_shm_pair(fabric: &ClusterFabric, collective: Collective) -> Option<(usize, usize)> {
+    if is_p2p(collective) {
+        let n = fabric.ranks_per_node();
+        (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .find(|&(a, b)| !fabric.nccl_p2p(a, b))
+    } else {
+        fabric.nccl_shm_pair()
+    }
+}
+
 /// The collectives NCCL runs as grouped point-to-point operations
 /// (`ncclSend`/`ncclRecv`, as nccl-tests' sendrecv, alltoall, gather and
 /// scatter call them): no tuner protocol, NCCL's point-to-point channels.

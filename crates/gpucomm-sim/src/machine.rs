@@ -874,6 +874,85 @@ impl ClusterFabric {
         }
     }
 
+    /// Whether NCCL's default transport choice joins local GPUs `a` and
+    /// `b` peer to peer (`ncclTopoCheckP2p`, NVIDIA/nccl
+    /// `src/graph/paths.cc`: P2P up to `PATH_PXB`, "don't use P2P across
+    /// CPU Host Bridges and further apart", but between the two GPUs of an
+    /// AMD host, where it allows `PATH_SYS`): an NVLink path (direct, or
+    /// through one GPU: `PATH_NVB`), or a common PCIe switch. Other pairs
+    /// go through host memory, NCCL's SHM transport.
+    pub fn nccl_p2p(&self, a: usize, b: usize) -> bool {
+        let switch = self.switch_of_gpu(a);
+        self.has_nvlink(a, b)
+            || switch.is_some() && switch == self.switch_of_gpu(b)
+            || self.machine.node.amd_cpu && self.rpn <= 2
+    }
+
+    /// Two of a node's GPUs in use that NCCL's ring joins over its
+    /// shared-memory (SHM) transport, through host memory, because no ring
+    /// through all of them runs over pairs it joins peer to peer
+    /// ([`ClusterFabric::nccl_p2p`]): the first such pair in GPU order.
+    /// `None` where such a ring exists (every NVLink machine), with one GPU
+    /// per node, and above 20 GPUs per node, where the search over rings
+    /// is not made. The simulator moves that pair's data as P2P through the
+    /// CPU: published SHM runs are 3-6x below that (docs/sim.md, "What is
+    /// not modeled").
+    ///
+    /// ```
+    /// use gpucomm_sim::{Engine, Machine};
+    ///
+    /// // GPUs under four PCIe switches of an Intel host: the ring leaves
+    /// // its switch through the CPU.
+    /// let pcie = Machine::preset("pcie-8gpu").unwrap();
+    /// assert_eq!(pcie.fabric(Engine::Nccl, 1).unwrap().nccl_shm_pair(), Some((0, 2)));
+    /// // Two GPUs of one switch, peer to peer.
+    /// let mut two = pcie.clone();
+    /// two.use_gpus(2).unwrap();
+    /// assert_eq!(two.fabric(Engine::Nccl, 1).unwrap().nccl_shm_pair(), None);
+    /// // DGX-1: not every pair has NVLink, but a ring over NVLinks does.
+    /// let dgx1 = Machine::preset("dgx1-v100").unwrap();
+    /// assert_eq!(dgx1.fabric(Engine::Nccl, 1).unwrap().nccl_shm_pair(), None);
+    /// ```
+    pub fn nccl_shm_pair(&self) -> Option<(usize, usize)> {
+        let n = self.rpn;
+        let first = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .find(|&(a, b)| !self.nccl_p2p(a, b))?;
+        if n > 20 {
+            return None;
+        }
+        // A ring through every GPU over P2P pairs (a Hamiltonian cycle):
+        // ends[mask] holds the GPUs a path from GPU 0 through the GPUs of
+        // `mask` can end at.
+        let p2p: Vec<u32> = (0..n)
+            .map(|a| {
+                (0..n)
+                    .filter(|&b| b != a && self.nccl_p2p(a, b))
+                    .fold(0u32, |m, b| m | 1 << b)
+            })
+            .collect();
+        let mut ends = vec![0u32; 1 << n];
+        ends[1] = 1;
+        for mask in 1..1usize << n {
+            let e = ends[mask];
+            if e == 0 || mask & 1 == 0 {
+                continue;
+            }
+            for (v, &next) in p2p.iter().enumerate() {
+                if e >> v & 1 == 1 {
+                    let mut free = next & !(mask as u32);
+                    while free != 0 {
+                        let w = free.trailing_zeros() as usize;
+                        free &= free - 1;
+                        ends[mask | 1 << w] |= 1 << w;
+                    }
+                }
+            }
+        }
+        let closes = ends[(1 << n) - 1] & p2p[0] != 0;
+        (!closes).then_some(first)
+    }
+
     /// NCCL's ring search on a mesh of direct NVLinks (`graph/search.cc`):
     /// the most rings through every GPU of a node over direct links only
     /// that fit together, each directed pair carrying at most as many
@@ -1711,6 +1790,39 @@ mod peer_nic_tests {
         let mut wide = m.clone();
         wide.nodes = usize::MAX;
         assert_eq!(wide.ranks(), usize::MAX);
+    }
+
+    /// NCCL's transport between a node's GPUs: P2P over NVLink (direct or
+    /// through one GPU) and under a common PCIe switch, or between the two
+    /// GPUs of an AMD host; else host memory (SHM), which a ring needs
+    /// only where no ring of P2P pairs exists.
+    #[test]
+    fn nccl_joins_gpus_without_a_p2p_ring_through_host_memory() {
+        let pair = |m: &Machine| m.fabric(Engine::Nccl, 1).unwrap().nccl_shm_pair();
+        for (name, _) in gpucomm_topo::PRESETS {
+            let m = Machine::preset(name).unwrap();
+            let want = (*name == "pcie-8gpu").then_some((0, 2));
+            assert_eq!(pair(&m), want, "{name}");
+        }
+        let mut pcie = Machine::preset("pcie-8gpu").unwrap();
+        for (gpus, want) in [(1, None), (2, None), (3, Some((0, 2))), (4, Some((0, 2)))] {
+            pcie.use_gpus(gpus).unwrap();
+            assert_eq!(pair(&pcie), want, "{gpus} GPUs");
+        }
+        // GPUs on the CPU's own ports: P2P between an AMD host's two,
+        // SHM on an Intel host and beyond two.
+        let mut direct = Machine::preset("pcie-8gpu").unwrap();
+        direct.node.gpus_per_switch = 0;
+        direct.use_gpus(2).unwrap();
+        assert_eq!(pair(&direct), Some((0, 1)));
+        direct.node.amd_cpu = true;
+        assert_eq!(pair(&direct), None);
+        direct.use_gpus(3).unwrap();
+        assert_eq!(pair(&direct), Some((0, 1)));
+        // Point-to-point operations need every pair they join.
+        let f = Machine::preset("dgx1-v100").unwrap();
+        let f = f.fabric(Engine::Nccl, 1).unwrap();
+        assert!((0..8).all(|a| (0..8).all(|b| a == b || f.nccl_p2p(a, b))));
     }
 
     #[test]

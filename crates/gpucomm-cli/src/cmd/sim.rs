@@ -580,6 +580,21 @@ fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
 
+/// The header line saying that NCCL would join GPUs `pair` over its SHM
+/// transport, which the simulator runs as P2P through the CPU.
+fn write_shm_note(o: &mut impl Write, pair: Option<(usize, usize)>) -> anyhow::Result<()> {
+    if let Some((a, b)) = pair {
+        writeln!(
+            o,
+            "# note: NCCL joins GPU{a} and GPU{b} (no NVLink, no common PCIe switch) through host \
+             memory, its SHM transport, which the simulator does not model: it moves their data \
+             as P2P through the CPU, where published SHM runs reach a fraction of the PCIe link \
+             (docs/sim.md, \"What is not modeled\")"
+        )?;
+    }
+    Ok(())
+}
+
 /// The header of `sim COLLECTIVE`'s table: what runs on what, how times
 /// are taken, the network, and the column names.
 fn write_collective_header(
@@ -635,6 +650,7 @@ fn write_collective_header(
     if let Some(line) = a.tuner.restriction() {
         writeln!(o, "# tuner: {line}")?;
     }
+    write_shm_note(o, gpucomm_sim::collective::nccl_shm_pair(fabric, coll))?;
     writeln!(o, "#")?;
     writeln!(
         o,
@@ -790,6 +806,9 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
                          "iterations": a.iters, "datatype": nccl_type_name(a.datatype), "results": rows});
         if let Some(root) = coll.root() {
             doc["root"] = json!(root);
+        }
+        if let Some((x, y)) = gpucomm_sim::collective::nccl_shm_pair(&fabric, coll) {
+            doc["nccl_shm_pair"] = json!([x, y]);
         }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -1307,6 +1326,11 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
         sweep
     };
     let model = model(&a.model)?;
+    // The training step's collectives are rings and trees.
+    let shm_pair = mach
+        .fabric(Engine::Nccl, 1)
+        .ok()
+        .and_then(|f| f.nccl_shm_pair());
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
     if a.bucket_mb.is_some() && a.sharding != Sharding::Ddp {
         usage!(
@@ -1397,6 +1421,10 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             "compute_gpu_differs": model.measured_on.as_ref().map(|_| other_gpu.is_some()),
             "network": network_json(&mach), "gpu_memory_gb": memory_gb,
             "tuner": a.tuner.json(), "results": v});
+        let mut doc = doc;
+        if let Some((x, y)) = shm_pair {
+            doc["nccl_shm_pair"] = json!([x, y]);
+        }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         let how = match cfg.sharding {
@@ -1433,6 +1461,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             writeln!(o, "# {what}: {line}")?;
         }
         write_network(&mut o, &mach)?;
+        write_shm_note(&mut o, shm_pair)?;
         writeln!(
             o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11} {:>14}",
