@@ -1802,38 +1802,53 @@ fn collectives_say_where_nccl_would_use_its_shm_transport() {
     );
     let v = sim_json(&["train", "--topology", "pcie-8gpu", "--model", "resnet50"]);
     assert_eq!(v["nccl_shm_pair"], serde_json::json!([0, 2]), "{v}");
-    for args in [
+    let none: [&[&str]; 4] = [
+        // GPUs of one PCIe switch.
         &[
             "all_reduce",
             "--topology",
             "pcie-8gpu",
             "--gpus",
             "2",
-            "-b",
-            "1M",
             "-e",
             "1M",
-        ][..],
+        ],
+        // A ring over NVLinks, though not every pair has one.
+        &["all_reduce", "--topology", "dgx1-v100", "-e", "1M"],
+        &["all_to_all", "--topology", "dgx-h100", "-e", "1M"],
+        // NCCL_P2P_LEVEL=SYS: peer to peer through the CPU, as simulated.
         &[
             "all_reduce",
             "--topology",
-            "dgx1-v100",
-            "-b",
-            "1M",
+            "pcie-8gpu",
+            "--nccl-p2p-level",
+            "sys",
             "-e",
             "1M",
         ],
-        &[
-            "all_to_all",
-            "--topology",
-            "dgx-h100",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-        ],
-    ] {
+    ];
+    for args in none {
         let v = sim_json(args);
         assert!(v.get("nccl_shm_pair").is_none(), "{args:?}: {v}");
     }
+    // PHB: across the sockets still through host memory; LOC: everywhere.
+    for (topology, level, pair) in [("pcie-8gpu", "PHB", [0, 4]), ("dgx-h100", "loc", [0, 1])] {
+        let v = sim_json(&[
+            "all_reduce",
+            "--topology",
+            topology,
+            "--nccl-p2p-level",
+            level,
+            "-e",
+            "1M",
+        ]);
+        assert_eq!(v["nccl_shm_pair"], serde_json::json!(pair), "{v}");
+    }
+    let out = gpucomm(&["sim", "all_reduce", "--nccl-p2p-level", "far"], LIMIT);
+    assert_eq!(out.code, Some(2), "{}", out.dump());
+    assert!(
+        out.stderr.contains("loc, nvl, pix, pxb, phb, sys"),
+        "{}",
+        out.dump()
+    );
 }

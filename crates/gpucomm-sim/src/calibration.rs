@@ -1748,6 +1748,19 @@ fn no_peer_access(system: &str, m: &Machine) -> bool {
     p2p_disabled(system) || geforce_4090(system) && m.node.gpu_name.contains("4090")
 }
 
+/// The `NCCL_P2P_LEVEL` a text sets ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL
+/// = PHB"), if any.
+fn p2p_level_stated(system: &str) -> Option<crate::machine::P2pLevel> {
+    let upper = system.to_ascii_uppercase();
+    let (_, rest) = upper.split_once("NCCL_P2P_LEVEL")?;
+    let value = rest.trim_start().strip_prefix('=')?.trim_start();
+    let word: String = value
+        .chars()
+        .take_while(char::is_ascii_alphabetic)
+        .collect();
+    crate::machine::P2pLevel::parse(&word)
+}
+
 /// Whether a point-to-point text says P2P is off: "P2P disabled",
 /// p2pBandwidthLatencyTest's "P2P=Disabled", "disabled P2P", "P2P off",
 /// "peer access off", "without P2P", "staged through host memory".
@@ -2065,6 +2078,7 @@ fn predict_on(
                 )));
             }
             m.use_gpus(gpus / nodes)?;
+            m.nccl_p2p_level = p2p_level_stated(&case.system);
             let bytes = case
                 .bytes
                 .ok_or_else(|| SimError::Model(format!("case {} has no bytes", case.id)))?;
@@ -2118,13 +2132,16 @@ fn predict_on(
             Ok(Prediction {
                 value,
                 scenario: format!(
-                    "gpucomm sim {} --topology {}{flags} --nodes {nodes} --gpus {} -b {bytes} -e {bytes}{} ({})",
+                    "gpucomm sim {} --topology {}{flags} --nodes {nodes} --gpus {} -b {bytes} -e {bytes}{}{} ({})",
                     coll.name(),
                     m.name,
                     gpus / nodes,
                     case.protocol
                         .as_deref()
                         .map(|p| format!(" --protocol {:?}", p.trim()))
+                        .unwrap_or_default(),
+                    m.nccl_p2p_level
+                        .map(|l| format!(" --nccl-p2p-level {}", l.name().to_ascii_lowercase()))
                         .unwrap_or_default(),
                     r.algorithm.name()
                 ),
@@ -3146,6 +3163,19 @@ mod tests {
         assert!(p.scenario.contains("--sharp"), "{}", p.scenario);
         let e = predict(&case(text)).unwrap_err().to_string();
         assert!(e.contains("SHM"), "{e}");
+        // Unless NCCL is told to go peer to peer through the CPU.
+        let p = predict(&case(&format!("{text}, NCCL_P2P_LEVEL=SYS"))).unwrap();
+        assert!(p.value > 0.0);
+        assert!(
+            p.scenario.contains("--nccl-p2p-level sys"),
+            "{}",
+            p.scenario
+        );
+        assert_eq!(
+            p2p_level_stated("NCCL_P2P_LEVEL = phb"),
+            Some(crate::machine::P2pLevel::Phb)
+        );
+        assert_eq!(p2p_level_stated("NCCL_P2P_LEVEL=far"), None);
     }
 
     #[test]

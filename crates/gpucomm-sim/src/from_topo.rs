@@ -330,6 +330,7 @@ impl Machine {
             topology_nodes: nodes,
             gpus_used: None,
             network,
+            nccl_p2p_level: None,
         })
     }
 }

@@ -249,6 +249,67 @@ pub struct Machine {
     pub gpus_used: Option<usize>,
     /// The network between nodes.
     pub network: Network,
+    /// `NCCL_P2P_LEVEL` as the run sets it (`--nccl-p2p-level`); `None`:
+    /// NCCL's own rule ([`ClusterFabric::nccl_p2p`]).
+    pub nccl_p2p_level: Option<P2pLevel>,
+}
+
+/// How far apart two GPUs of a node NCCL still joins peer to peer
+/// (`NCCL_P2P_LEVEL`, NVIDIA/nccl `src/graph/paths.cc`); pairs further
+/// apart go through host memory, its SHM transport.
+///
+/// ```
+/// use gpucomm_sim::machine::P2pLevel;
+/// assert_eq!(P2pLevel::parse("SYS"), Some(P2pLevel::Sys));
+/// assert_eq!(P2pLevel::parse("pxb"), Some(P2pLevel::Pxb));
+/// assert_eq!(P2pLevel::parse("far"), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum P2pLevel {
+    /// Never (`LOC`).
+    Loc,
+    /// Over NVLink only (`NVL`).
+    Nvl,
+    /// NVLink, or the same PCIe switch (`PIX`).
+    Pix,
+    /// NVLink, or PCIe switches without the CPU (`PXB`; the model's GPUs
+    /// have one switch level, so the same as `PIX`).
+    Pxb,
+    /// Also through the CPU's root complex of one socket (`PHB`).
+    Phb,
+    /// Also across sockets (`SYS`).
+    Sys,
+}
+
+impl P2pLevel {
+    /// All levels, nearest first.
+    pub const ALL: [P2pLevel; 6] = [
+        Self::Loc,
+        Self::Nvl,
+        Self::Pix,
+        Self::Pxb,
+        Self::Phb,
+        Self::Sys,
+    ];
+
+    /// `NCCL_P2P_LEVEL`'s name (`"SYS"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Loc => "LOC",
+            Self::Nvl => "NVL",
+            Self::Pix => "PIX",
+            Self::Pxb => "PXB",
+            Self::Phb => "PHB",
+            Self::Sys => "SYS",
+        }
+    }
+
+    /// Parses a name, any case.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|l| l.name().eq_ignore_ascii_case(s.trim()))
+    }
 }
 
 /// Who moves the bytes: this decides link efficiencies and overheads.
@@ -874,18 +935,28 @@ impl ClusterFabric {
         }
     }
 
-    /// Whether NCCL's default transport choice joins local GPUs `a` and
-    /// `b` peer to peer (`ncclTopoCheckP2p`, NVIDIA/nccl
-    /// `src/graph/paths.cc`: P2P up to `PATH_PXB`, "don't use P2P across
-    /// CPU Host Bridges and further apart", but between the two GPUs of an
-    /// AMD host, where it allows `PATH_SYS`): an NVLink path (direct, or
-    /// through one GPU: `PATH_NVB`), or a common PCIe switch. Other pairs
-    /// go through host memory, NCCL's SHM transport.
+    /// Whether NCCL joins local GPUs `a` and `b` peer to peer
+    /// (`ncclTopoCheckP2p`, NVIDIA/nccl `src/graph/paths.cc`). By default
+    /// up to `PATH_PXB`, "don't use P2P across CPU Host Bridges and further
+    /// apart", but between the two GPUs of an AMD host, where it allows
+    /// `PATH_SYS`: an NVLink path (direct, or through one GPU: `PATH_NVB`),
+    /// or a common PCIe switch; as the machine's
+    /// [`Machine::nccl_p2p_level`] says where set. Other pairs go through
+    /// host memory, NCCL's SHM transport.
     pub fn nccl_p2p(&self, a: usize, b: usize) -> bool {
+        let nvl = self.has_nvlink(a, b);
         let switch = self.switch_of_gpu(a);
-        self.has_nvlink(a, b)
-            || switch.is_some() && switch == self.switch_of_gpu(b)
-            || self.machine.node.amd_cpu && self.rpn <= 2
+        let same_switch = switch.is_some() && switch == self.switch_of_gpu(b);
+        match self.machine.nccl_p2p_level {
+            None => nvl || same_switch || self.machine.node.amd_cpu && self.rpn <= 2,
+            Some(P2pLevel::Loc) => false,
+            Some(P2pLevel::Nvl) => nvl,
+            Some(P2pLevel::Pix | P2pLevel::Pxb) => nvl || same_switch,
+            Some(P2pLevel::Phb) => {
+                nvl || same_switch || self.socket_of_gpu(a) == self.socket_of_gpu(b)
+            }
+            Some(P2pLevel::Sys) => true,
+        }
     }
 
     /// Two of a node's GPUs in use that NCCL's ring joins over its

@@ -140,6 +140,18 @@ struct Machine_ {
     /// enables `--algorithm collnet` (`collnet_chain`) and `nvls` across nodes.
     #[arg(long)]
     sharp: bool,
+    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, pix, pxb, phb,
+    /// sys (default: NCCL's own, P2P over NVLink or a common PCIe switch,
+    /// and between an AMD host's two GPUs). GPUs NCCL would not join peer
+    /// to peer go through host memory (its SHM transport, not modeled):
+    /// the table's header notes them.
+    #[arg(long, value_parser = parse_p2p_level)]
+    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
+}
+
+fn parse_p2p_level(s: &str) -> Result<gpucomm_sim::machine::P2pLevel, String> {
+    gpucomm_sim::machine::P2pLevel::parse(s)
+        .ok_or_else(|| format!("{s:?}: not one of loc, nvl, pix, pxb, phb, sys"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -474,6 +486,7 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
             .map_err(asked)
             .with_context(|| format!("--gpus {g}"))?;
     }
+    mach.nccl_p2p_level = m.nccl_p2p_level;
     let net_flags =
         m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
     if net_flags {
@@ -582,14 +595,22 @@ fn out() -> std::io::StdoutLock<'static> {
 
 /// The header line saying that NCCL would join GPUs `pair` over its SHM
 /// transport, which the simulator runs as P2P through the CPU.
-fn write_shm_note(o: &mut impl Write, pair: Option<(usize, usize)>) -> anyhow::Result<()> {
+fn write_shm_note(
+    o: &mut impl Write,
+    mach: &Machine,
+    pair: Option<(usize, usize)>,
+) -> anyhow::Result<()> {
     if let Some((a, b)) = pair {
+        let why = match mach.nccl_p2p_level {
+            Some(l) => format!("NCCL_P2P_LEVEL={}", l.name()),
+            None => "no NVLink, no common PCIe switch".to_string(),
+        };
         writeln!(
             o,
-            "# note: NCCL joins GPU{a} and GPU{b} (no NVLink, no common PCIe switch) through host \
+            "# note: NCCL joins GPU{a} and GPU{b} ({why}) through host \
              memory, its SHM transport, which the simulator does not model: it moves their data \
-             as P2P through the CPU, where published SHM runs reach a fraction of the PCIe link \
-             (docs/sim.md, \"What is not modeled\")"
+             peer to peer (through the CPU where no NVLink joins them), where published SHM runs \
+             reach a fraction of the PCIe link (docs/sim.md, \"What is not modeled\")"
         )?;
     }
     Ok(())
@@ -650,7 +671,11 @@ fn write_collective_header(
     if let Some(line) = a.tuner.restriction() {
         writeln!(o, "# tuner: {line}")?;
     }
-    write_shm_note(o, gpucomm_sim::collective::nccl_shm_pair(fabric, coll))?;
+    write_shm_note(
+        o,
+        mach,
+        gpucomm_sim::collective::nccl_shm_pair(fabric, coll),
+    )?;
     writeln!(o, "#")?;
     writeln!(
         o,
@@ -1461,7 +1486,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             writeln!(o, "# {what}: {line}")?;
         }
         write_network(&mut o, &mach)?;
-        write_shm_note(&mut o, shm_pair)?;
+        write_shm_note(&mut o, &mach, shm_pair)?;
         writeln!(
             o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11} {:>14}",
@@ -1767,6 +1792,7 @@ mod tests {
             oversubscription: None,
             nodes_per_leaf: None,
             sharp: false,
+            nccl_p2p_level: None,
         }
     }
 
