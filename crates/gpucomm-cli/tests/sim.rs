@@ -1797,12 +1797,13 @@ fn collectives_say_where_nccl_would_use_its_shm_transport() {
     let out = gpucomm(&[&["sim"][..], &args].concat(), LIMIT);
     let table = out.assert_ok();
     assert!(
-        table.contains("# note: NCCL joins GPU0 and GPU2") && table.contains("SHM"),
+        table.contains("# note: NCCL passes data between some of a node's GPUs (GPU0 and GPU2")
+            && table.contains("SHM"),
         "{table}"
     );
     let v = sim_json(&["train", "--topology", "pcie-8gpu", "--model", "resnet50"]);
     assert_eq!(v["nccl_shm_pair"], serde_json::json!([0, 2]), "{v}");
-    let none: [&[&str]; 4] = [
+    let none: [&[&str]; 5] = [
         // GPUs of one PCIe switch.
         &[
             "all_reduce",
@@ -1816,6 +1817,16 @@ fn collectives_say_where_nccl_would_use_its_shm_transport() {
         // A ring over NVLinks, though not every pair has one.
         &["all_reduce", "--topology", "dgx1-v100", "-e", "1M"],
         &["all_to_all", "--topology", "dgx-h100", "-e", "1M"],
+        // A shift by one over GPUs of one switch.
+        &[
+            "sendrecv",
+            "--topology",
+            "pcie-8gpu",
+            "--gpus",
+            "2",
+            "-e",
+            "1M",
+        ],
         // NCCL_P2P_LEVEL=SYS: peer to peer through the CPU, as simulated.
         &[
             "all_reduce",
@@ -1844,10 +1855,21 @@ fn collectives_say_where_nccl_would_use_its_shm_transport() {
         ]);
         assert_eq!(v["nccl_shm_pair"], serde_json::json!(pair), "{v}");
     }
+    // A point-to-point operation: the first pair it joins that is not P2P.
+    let v = sim_json(&[
+        "sendrecv",
+        "--topology",
+        "pcie-8gpu",
+        "--gpus",
+        "4",
+        "-e",
+        "1M",
+    ]);
+    assert_eq!(v["nccl_shm_pair"], serde_json::json!([1, 2]), "{v}");
     let out = gpucomm(&["sim", "all_reduce", "--nccl-p2p-level", "far"], LIMIT);
     assert_eq!(out.code, Some(2), "{}", out.dump());
     assert!(
-        out.stderr.contains("loc, nvl, pix, pxb, phb, sys"),
+        out.stderr.contains("loc, nvl, nvb, pix, pxb, phb, sys"),
         "{}",
         out.dump()
     );

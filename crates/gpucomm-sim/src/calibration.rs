@@ -1748,17 +1748,37 @@ fn no_peer_access(system: &str, m: &Machine) -> bool {
     p2p_disabled(system) || geforce_4090(system) && m.node.gpu_name.contains("4090")
 }
 
-/// The `NCCL_P2P_LEVEL` a text sets ("NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL
-/// = PHB"), if any.
+/// The `NCCL_P2P_LEVEL` a text sets ("NCCL_P2P_LEVEL=SYS",
+/// "NCCL_P2P_LEVEL: PHB"; NCCL's old numbers 0-5, `levelsOldToNew` in
+/// `src/graph/paths.cc`: LOC, PIX, PXB, PHB, SYS, SYS), the last one that
+/// names a level, if any.
 fn p2p_level_stated(system: &str) -> Option<crate::machine::P2pLevel> {
+    use crate::machine::P2pLevel;
     let upper = system.to_ascii_uppercase();
-    let (_, rest) = upper.split_once("NCCL_P2P_LEVEL")?;
-    let value = rest.trim_start().strip_prefix('=')?.trim_start();
-    let word: String = value
-        .chars()
-        .take_while(char::is_ascii_alphabetic)
-        .collect();
-    crate::machine::P2pLevel::parse(&word)
+    upper
+        .split("NCCL_P2P_LEVEL")
+        .skip(1)
+        .filter_map(|rest| {
+            let value = rest.trim_start().strip_prefix(['=', ':'])?.trim_start();
+            let word: String = value
+                .chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect();
+            match word.parse::<usize>() {
+                Ok(old) => [
+                    P2pLevel::Loc,
+                    P2pLevel::Pix,
+                    P2pLevel::Pxb,
+                    P2pLevel::Phb,
+                    P2pLevel::Sys,
+                    P2pLevel::Sys,
+                ]
+                .get(old)
+                .copied(),
+                Err(_) => P2pLevel::parse(&word),
+            }
+        })
+        .last()
 }
 
 /// Whether a point-to-point text says P2P is off: "P2P disabled",
@@ -2108,10 +2128,12 @@ fn predict_on(
             // it several times.
             if let Some((x, y)) = crate::collective::nccl_shm_pair(&f, coll) {
                 return Err(SimError::Model(format!(
-                    "case {}: NCCL joins GPU{x} and GPU{y} of {} (no NVLink, no common PCIe \
-                     switch) over its host-memory (SHM) transport, which the simulator does not \
-                     model (its collectives run over P2P)",
-                    case.id, m.name
+                    "case {}: NCCL passes data between GPU{x} and GPU{y} of {} ({}) through \
+                     host memory, its SHM transport, which the simulator does not model (its \
+                     collectives run over P2P)",
+                    case.id,
+                    m.name,
+                    f.nccl_shm_reason()
                 )));
             }
             let r = simulate(
@@ -3176,6 +3198,14 @@ mod tests {
             Some(crate::machine::P2pLevel::Phb)
         );
         assert_eq!(p2p_level_stated("NCCL_P2P_LEVEL=far"), None);
+        assert_eq!(
+            p2p_level_stated("NCCL_P2P_LEVEL unset; then NCCL_P2P_LEVEL: SYS"),
+            Some(crate::machine::P2pLevel::Sys)
+        );
+        assert_eq!(
+            p2p_level_stated("NCCL_P2P_LEVEL=3"),
+            Some(crate::machine::P2pLevel::Phb)
+        );
     }
 
     #[test]

@@ -1264,23 +1264,39 @@ fn nccl_local_peer_channels(fabric: &ClusterFabric) -> Option<u64> {
         .min()
 }
 
-/// Two GPUs of a node in use that NCCL joins over its shared-memory (SHM)
-/// transport, through host memory, for `collective` on `fabric`: for a
-/// ring or tree, two its ring cannot join peer to peer
-/// ([`ClusterFabric::nccl_shm_pair`]); for a point-to-point operation
-/// (sendrecv, all_to_all, gather, scatter), any two not joined peer to
-/// peer ([`ClusterFabric::nccl_p2p`]). The simulator moves their data as
-/// P2P through the CPU, faster than published SHM runs (docs/sim.md,
-/// "What is not modeled"); callers say so beside the result.
+/// Two GPUs of a node in use whose data NCCL passes through host memory,
+/// its shared-memory (SHM) transport, for `collective` on `fabric`: for a
+/// ring or tree, a pair not joined peer to peer where no ring through the
+/// node's GPUs is ([`ClusterFabric::nccl_shm_pair`]); for a point-to-point
+/// operation, the first pair it joins that is not P2P
+/// ([`ClusterFabric::nccl_p2p`]): every pair of all_to_all, each rank and
+/// the one `shift` after it in sendrecv, the root and the others of its
+/// node in gather and scatter. The simulator moves their data peer to
+/// peer, faster than published SHM runs (docs/sim.md, "What is not
+/// modeled"); callers say so beside the result.
 pub fn nccl_shm_pair(fabric: &ClusterFabric, collective: Collective) -> Option<(usize, usize)> {
-    if is_p2p(collective) {
-        let n = fabric.ranks_per_node();
-        (0..n)
+    let n = fabric.ranks_per_node();
+    let ranks = fabric.ranks();
+    let node_pair = |x: usize, y: usize| (x / n == y / n && x != y).then_some((x % n, y % n));
+    let pairs: Vec<(usize, usize)> = match collective {
+        Collective::AllToAll => (0..n)
             .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-            .find(|&(a, b)| !fabric.nccl_p2p(a, b))
-    } else {
-        fabric.nccl_shm_pair()
-    }
+            .collect(),
+        Collective::SendRecv { shift } => (0..n)
+            .filter_map(|r| node_pair(r, (r + shift) % ranks.max(1)))
+            .collect(),
+        Collective::Gather { root } | Collective::Scatter { root } => {
+            let base = root / n * n;
+            (base..base + n)
+                .filter_map(|r| node_pair(root, r))
+                .collect()
+        }
+        _ => return fabric.nccl_shm_pair(),
+    };
+    pairs
+        .into_iter()
+        .find(|&(a, b)| !fabric.nccl_p2p(a, b))
+        .map(|(a, b)| (a.min(b), a.max(b)))
 }
 
 /// The collectives NCCL runs as grouped point-to-point operations

@@ -37,6 +37,39 @@ fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
     if l.a == me { l.b } else { l.a }
 }
 
+/// For each of `gpus`, the PCIe switch tree it sits under: switches joined
+/// to each other by PCIe without a CPU between them, numbered by their
+/// first switch's node index (what NCCL's `PATH_PIX` and `PATH_PXB` span;
+/// [`NodeModel::switch_trees`]); `None` for a GPU on a CPU's own port.
+fn switch_trees(topo: &Topology, gpus: &[NodeIx]) -> Vec<Option<usize>> {
+    let is_switch = |n: NodeIx| topo.node(n).kind == NodeKind::PcieSwitch;
+    let pcie_neighbours = |n: NodeIx| {
+        topo.links_of(n)
+            .iter()
+            .map(move |&(l, _)| topo.link(l))
+            .filter(|l| matches!(l.kind, LinkKind::Pcie { .. }))
+            .map(move |l| other_end(topo, l, n))
+    };
+    // The lowest node index of the switches reachable from `s` through
+    // switches only.
+    let tree_of = |s: NodeIx| {
+        let mut seen = vec![s];
+        let mut next = vec![s];
+        while let Some(n) = next.pop() {
+            for o in pcie_neighbours(n).filter(|&o| is_switch(o)) {
+                if !seen.contains(&o) {
+                    seen.push(o);
+                    next.push(o);
+                }
+            }
+        }
+        seen.into_iter().map(|n| n.0 as usize).min()
+    };
+    gpus.iter()
+        .map(|&g| pcie_neighbours(g).find(|&o| is_switch(o)).and_then(tree_of))
+        .collect()
+}
+
 impl Machine {
     /// Reads the first host of `topo` into a one-node machine.
     pub fn from_topology(topo: &Topology) -> Result<Machine, SimError> {
@@ -279,6 +312,7 @@ impl Machine {
             })
             .sum();
         let gpus_per_switch = per_switch.values().copied().max().unwrap_or(0);
+        let switch_trees = switch_trees(topo, &gpus);
         let nic_reach = nic_reach(topo, &gpus, &nics);
         let node = NodeModel {
             arch,
@@ -290,6 +324,7 @@ impl Machine {
             pcie_width,
             c2c_gbps: c2c,
             gpus_per_switch,
+            switch_trees,
             sockets,
             // 0 with one socket (no link is built then).
             inter_socket_gbps: inter_socket,
@@ -859,6 +894,34 @@ mod tests {
         );
         let m = Machine::from_topology(&b.build().unwrap()).unwrap();
         assert_eq!((m.node.arch, m.node.hbm_gbps), (GpuArch::Ampere, 1000.0));
+    }
+
+    /// A GPU's PCIe switch tree is the topology's: a switch hung under
+    /// another (cascaded) is one tree with it, which NCCL's `PATH_PXB`
+    /// spans, so its ring needs no host memory there.
+    #[test]
+    fn cascaded_pcie_switches_are_one_tree() {
+        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
+        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        let cascaded = text.replace(
+            "a = \"pcisw1\"\nb = \"cpu0\"",
+            "a = \"pcisw1\"\nb = \"pcisw0\"",
+        );
+        assert_ne!(cascaded, text);
+        let t = gpucomm_topo::format::parse(&cascaded, gpucomm_topo::format::Format::Toml, "c")
+            .unwrap();
+        let mut m = Machine::from_topology(&t).unwrap();
+        let trees = &m.node.switch_trees;
+        assert_eq!(trees.len(), 8);
+        assert!(trees[..4].iter().all(|x| x.is_some() && *x == trees[0]));
+        assert!(trees[4] != trees[0] && trees[4] == trees[5] && trees[6] != trees[4]);
+        m.use_gpus(4).unwrap();
+        assert_eq!(
+            m.fabric(crate::Engine::Nccl, 1).unwrap().nccl_shm_pair(),
+            None
+        );
+        let flat = Machine::from_topology(&gpucomm_topo::preset("pcie-8gpu").unwrap()).unwrap();
+        assert_ne!(flat.node.switch_trees[0], flat.node.switch_trees[2]);
     }
 
     /// `preset` with the PCIe links of the NICs under switches whose name

@@ -62,6 +62,13 @@ pub struct NodeModel {
     pub c2c_gbps: Option<f64>,
     /// GPUs per PCIe switch (0 = GPUs attach to the CPU directly).
     pub gpus_per_switch: usize,
+    /// For each GPU, the PCIe switch tree it sits under (switches joined
+    /// without a CPU between them; `None`: on a CPU's own port), as the
+    /// topology has it: two GPUs of one tree are `PATH_PIX` or `PATH_PXB`
+    /// apart for NCCL, which joins them peer to peer
+    /// ([`ClusterFabric::nccl_p2p`]), where the routes flatten the switches
+    /// to `gpus_per_switch` a switch. Empty: as `gpus_per_switch` says.
+    pub switch_trees: Vec<Option<usize>>,
     /// CPU sockets (PCIe switches are spread evenly over them).
     pub sockets: usize,
     /// Per-direction bandwidth between two sockets, GB/s (QPI/UPI/xGMI).
@@ -268,12 +275,15 @@ pub struct Machine {
 pub enum P2pLevel {
     /// Never (`LOC`).
     Loc,
-    /// Over NVLink only (`NVL`).
+    /// Over a direct NVLink or the NVSwitch only (`NVL`).
     Nvl,
-    /// NVLink, or the same PCIe switch (`PIX`).
+    /// Also over NVLink through one other GPU (`NVB`).
+    Nvb,
+    /// NVLink, or the same PCIe switch (`PIX`; the model knows the
+    /// switch trees a node's GPUs sit under, not single switches, so the
+    /// same as `PXB`).
     Pix,
-    /// NVLink, or PCIe switches without the CPU (`PXB`; the model's GPUs
-    /// have one switch level, so the same as `PIX`).
+    /// NVLink, or one PCIe switch tree without the CPU (`PXB`).
     Pxb,
     /// Also through the CPU's root complex of one socket (`PHB`).
     Phb,
@@ -283,9 +293,10 @@ pub enum P2pLevel {
 
 impl P2pLevel {
     /// All levels, nearest first.
-    pub const ALL: [P2pLevel; 6] = [
+    pub const ALL: [P2pLevel; 7] = [
         Self::Loc,
         Self::Nvl,
+        Self::Nvb,
         Self::Pix,
         Self::Pxb,
         Self::Phb,
@@ -297,6 +308,7 @@ impl P2pLevel {
         match self {
             Self::Loc => "LOC",
             Self::Nvl => "NVL",
+            Self::Nvb => "NVB",
             Self::Pix => "PIX",
             Self::Pxb => "PXB",
             Self::Phb => "PHB",
@@ -935,39 +947,72 @@ impl ClusterFabric {
         }
     }
 
+    /// Whether GPUs `a` and `b` of a node sit under one PCIe switch tree
+    /// (NCCL's `PATH_PIX` or `PATH_PXB`): [`NodeModel::switch_trees`]
+    /// where the topology gave it, else the flattened `gpus_per_switch`.
+    fn same_switch_tree(&self, a: usize, b: usize) -> bool {
+        let trees = &self.machine.node.switch_trees;
+        match (trees.get(a), trees.get(b)) {
+            (Some(x), Some(y)) => x.is_some() && x == y,
+            _ => {
+                let s = self.switch_of_gpu(a);
+                s.is_some() && s == self.switch_of_gpu(b)
+            }
+        }
+    }
+
     /// Whether NCCL joins local GPUs `a` and `b` peer to peer
-    /// (`ncclTopoCheckP2p`, NVIDIA/nccl `src/graph/paths.cc`). By default
-    /// up to `PATH_PXB`, "don't use P2P across CPU Host Bridges and further
-    /// apart", but between the two GPUs of an AMD host, where it allows
-    /// `PATH_SYS`: an NVLink path (direct, or through one GPU: `PATH_NVB`),
-    /// or a common PCIe switch; as the machine's
-    /// [`Machine::nccl_p2p_level`] says where set. Other pairs go through
-    /// host memory, NCCL's SHM transport.
+    /// (`ncclTopoCheckP2p`, NVIDIA/nccl `src/graph/paths.cc`, as from NCCL
+    /// 2.23.4): by default up to `PATH_PXB` ("don't use P2P across CPU Host
+    /// Bridges and further apart"), but between the two GPUs of an AMD
+    /// host (`PATH_SYS`): a direct NVLink (or the NVSwitch), NVLink through
+    /// one other GPU of the communicator (`PATH_NVB`), or one PCIe switch
+    /// tree; at [`Machine::nccl_p2p_level`] where set. NCCL 2.9 to 2.22
+    /// allowed `PATH_SYS` on every AMD host (`PATH_PXB` on Intel, Arm and
+    /// Zhaoxin ones). Other pairs go through host memory, NCCL's SHM
+    /// transport (or, for pairs that both reach a NIC faster than each
+    /// other, its network transport, not considered here).
     pub fn nccl_p2p(&self, a: usize, b: usize) -> bool {
-        let nvl = self.has_nvlink(a, b);
-        let switch = self.switch_of_gpu(a);
-        let same_switch = switch.is_some() && switch == self.switch_of_gpu(b);
+        if a == b {
+            return true;
+        }
+        let nvl = self.nvlink_count(a, b) > 0;
+        // PATH_NVB: through a GPU of the communicator (the GPUs in use).
+        let nvb =
+            || (0..self.rpn).any(|c| self.nvlink_count(a, c) > 0 && self.nvlink_count(c, b) > 0);
+        let pxb = || nvl || nvb() || self.same_switch_tree(a, b);
         match self.machine.nccl_p2p_level {
-            None => nvl || same_switch || self.machine.node.amd_cpu && self.rpn <= 2,
+            None => pxb() || self.machine.node.amd_cpu && self.rpn <= 2,
             Some(P2pLevel::Loc) => false,
             Some(P2pLevel::Nvl) => nvl,
-            Some(P2pLevel::Pix | P2pLevel::Pxb) => nvl || same_switch,
-            Some(P2pLevel::Phb) => {
-                nvl || same_switch || self.socket_of_gpu(a) == self.socket_of_gpu(b)
-            }
+            Some(P2pLevel::Nvb) => nvl || nvb(),
+            Some(P2pLevel::Pix | P2pLevel::Pxb) => pxb(),
+            Some(P2pLevel::Phb) => pxb() || self.socket_of_gpu(a) == self.socket_of_gpu(b),
             Some(P2pLevel::Sys) => true,
         }
     }
 
-    /// Two of a node's GPUs in use that NCCL's ring joins over its
-    /// shared-memory (SHM) transport, through host memory, because no ring
-    /// through all of them runs over pairs it joins peer to peer
-    /// ([`ClusterFabric::nccl_p2p`]): the first such pair in GPU order.
-    /// `None` where such a ring exists (every NVLink machine), with one GPU
-    /// per node, and above 20 GPUs per node, where the search over rings
-    /// is not made. The simulator moves that pair's data as P2P through the
-    /// CPU: published SHM runs are 3-6x below that (docs/sim.md, "What is
-    /// not modeled").
+    /// Why NCCL does not join two GPUs peer to peer, for a note: the
+    /// `NCCL_P2P_LEVEL` set, or what is missing between them.
+    pub fn nccl_shm_reason(&self) -> String {
+        match self.machine.nccl_p2p_level {
+            Some(l) => format!("NCCL_P2P_LEVEL={}", l.name()),
+            None => "no NVLink, no common PCIe switch".to_string(),
+        }
+    }
+
+    /// Two of a node's GPUs in use that NCCL's ring does not join peer to
+    /// peer ([`ClusterFabric::nccl_p2p`]), so that it passes some of its
+    /// data through host memory, its shared-memory (SHM) transport: the
+    /// first pair in GPU order that is not P2P (not necessarily neighbours
+    /// of the ring), where no ring through all the GPUs runs over P2P
+    /// pairs. `None` where such a ring exists, with one GPU per node, and,
+    /// above 20 GPUs per node (where rings are not searched), where the
+    /// rank-order ring is P2P or no GPU has fewer than two P2P peers. The
+    /// simulator moves that data peer to peer: published SHM runs are far
+    /// below that (docs/sim.md, "What is not modeled"). Across nodes only a
+    /// path through a node's GPUs is needed, not a closed ring; the check
+    /// asks for the ring (no preset differs).
     ///
     /// ```
     /// use gpucomm_sim::{Engine, Machine};
@@ -986,20 +1031,28 @@ impl ClusterFabric {
     /// ```
     pub fn nccl_shm_pair(&self) -> Option<(usize, usize)> {
         let n = self.rpn;
+        let p2p: Vec<Vec<bool>> = (0..n)
+            .map(|a| (0..n).map(|b| self.nccl_p2p(a, b)).collect())
+            .collect();
         let first = (0..n)
             .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-            .find(|&(a, b)| !self.nccl_p2p(a, b))?;
+            .find(|&(a, b)| !p2p[a][b])?;
         if n > 20 {
-            return None;
+            let in_order = (0..n).all(|a| p2p[a][(a + 1) % n]);
+            let stranded = p2p.iter().any(|row| row.iter().filter(|&&x| x).count() < 3);
+            return (!in_order && stranded).then_some(first);
         }
         // A ring through every GPU over P2P pairs (a Hamiltonian cycle):
         // ends[mask] holds the GPUs a path from GPU 0 through the GPUs of
         // `mask` can end at.
-        let p2p: Vec<u32> = (0..n)
-            .map(|a| {
-                (0..n)
-                    .filter(|&b| b != a && self.nccl_p2p(a, b))
-                    .fold(0u32, |m, b| m | 1 << b)
+        let peers: Vec<u32> = p2p
+            .iter()
+            .enumerate()
+            .map(|(a, row)| {
+                row.iter()
+                    .enumerate()
+                    .filter(|&(b, &x)| x && b != a)
+                    .fold(0u32, |m, (b, _)| m | 1 << b)
             })
             .collect();
         let mut ends = vec![0u32; 1 << n];
@@ -1009,7 +1062,7 @@ impl ClusterFabric {
             if e == 0 || mask & 1 == 0 {
                 continue;
             }
-            for (v, &next) in p2p.iter().enumerate() {
+            for (v, &next) in peers.iter().enumerate() {
                 if e >> v & 1 == 1 {
                     let mut free = next & !(mask as u32);
                     while free != 0 {
@@ -1020,7 +1073,7 @@ impl ClusterFabric {
                 }
             }
         }
-        let closes = ends[(1 << n) - 1] & p2p[0] != 0;
+        let closes = ends[(1 << n) - 1] & peers[0] != 0;
         (!closes).then_some(first)
     }
 
@@ -1884,16 +1937,48 @@ mod peer_nic_tests {
         // SHM on an Intel host and beyond two.
         let mut direct = Machine::preset("pcie-8gpu").unwrap();
         direct.node.gpus_per_switch = 0;
+        direct.node.switch_trees = vec![None; 8];
         direct.use_gpus(2).unwrap();
         assert_eq!(pair(&direct), Some((0, 1)));
         direct.node.amd_cpu = true;
         assert_eq!(pair(&direct), None);
         direct.use_gpus(3).unwrap();
         assert_eq!(pair(&direct), Some((0, 1)));
-        // Point-to-point operations need every pair they join.
-        let f = Machine::preset("dgx1-v100").unwrap();
-        let f = f.fabric(Engine::Nccl, 1).unwrap();
-        assert!((0..8).all(|a| (0..8).all(|b| a == b || f.nccl_p2p(a, b))));
+        // DGX-1: every pair P2P by default, directly or through one GPU;
+        // at NCCL_P2P_LEVEL=NVL only the directly linked ones.
+        let mut dgx1 = Machine::preset("dgx1-v100").unwrap();
+        let f = dgx1.fabric(Engine::Nccl, 1).unwrap();
+        assert!((0..8).all(|a| (0..8).all(|b| f.nccl_p2p(a, b))));
+        dgx1.nccl_p2p_level = Some(P2pLevel::Nvl);
+        let f = dgx1.fabric(Engine::Nccl, 1).unwrap();
+        assert!(f.nccl_p2p(0, 1) && !f.nccl_p2p(0, 5));
+        // Switches in a tree (cascaded, as the topology's switch trees
+        // say) join their GPUs peer to peer however the routes flatten
+        // them: four GPUs under one tree need no host memory.
+        let mut cascade = Machine::preset("pcie-8gpu").unwrap();
+        cascade.node.switch_trees = [Some(0); 4].into_iter().chain([Some(9); 4]).collect();
+        cascade.use_gpus(4).unwrap();
+        assert_eq!(pair(&cascade), None);
+        cascade.use_gpus(5).unwrap();
+        assert_eq!(pair(&cascade), Some((0, 4)));
+        // NVLink through a GPU not in use is no path of NCCL's (its
+        // topology holds the communicator's GPUs).
+        let mut relay = Machine::preset("pcie-8gpu").unwrap();
+        relay.node.nvlink = NvFabric::Mesh {
+            generation: 3,
+            pairs: vec![(0, 4, 2), (4, 1, 2)],
+        };
+        relay.node.switch_trees = vec![None; 8];
+        relay.use_gpus(5).unwrap();
+        assert!(relay.fabric(Engine::Nccl, 1).unwrap().nccl_p2p(0, 1));
+        relay.use_gpus(2).unwrap();
+        assert!(!relay.fabric(Engine::Nccl, 1).unwrap().nccl_p2p(0, 1));
+        // Above 20 GPUs a node is not searched, but one whose GPUs have
+        // no P2P peer at all is noted.
+        let mut rack = Machine::preset("gb200-nvl72").unwrap();
+        assert_eq!(pair(&rack), None);
+        rack.nccl_p2p_level = Some(P2pLevel::Loc);
+        assert_eq!(pair(&rack), Some((0, 1)));
     }
 
     #[test]

@@ -140,24 +140,25 @@ struct Machine_ {
     /// enables `--algorithm collnet` (`collnet_chain`) and `nvls` across nodes.
     #[arg(long)]
     sharp: bool,
-    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, pix, pxb, phb,
-    /// sys (default: NCCL's own, P2P over NVLink or a common PCIe switch,
-    /// and between an AMD host's two GPUs). GPUs NCCL would not join peer
-    /// to peer go through host memory (its SHM transport, not modeled):
-    /// the table's header notes them.
-    #[arg(long, value_parser = parse_p2p_level)]
-    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
 }
 
 fn parse_p2p_level(s: &str) -> Result<gpucomm_sim::machine::P2pLevel, String> {
     gpucomm_sim::machine::P2pLevel::parse(s)
-        .ok_or_else(|| format!("{s:?}: not one of loc, nvl, pix, pxb, phb, sys"))
+        .ok_or_else(|| format!("{s:?}: not one of loc, nvl, nvb, pix, pxb, phb, sys"))
 }
 
 #[derive(clap::Args, Debug)]
 struct CollArgs {
     #[command(flatten)]
     m: Machine_,
+    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, nvb, pix, pxb,
+    /// phb, sys (default: NCCL's own, P2P over NVLink or a common PCIe
+    /// switch, and between an AMD host's two GPUs). It decides which GPUs
+    /// the header notes as joined through host memory (NCCL's SHM
+    /// transport, which the simulator does not model); the simulated times
+    /// do not change.
+    #[arg(long, value_parser = parse_p2p_level)]
+    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
     /// Smallest size (K/M/G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "8")]
     min: String,
@@ -360,6 +361,14 @@ impl TunerArgs {
 struct TrainArgs {
     #[command(flatten)]
     m: Machine_,
+    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, nvb, pix, pxb,
+    /// phb, sys (default: NCCL's own, P2P over NVLink or a common PCIe
+    /// switch, and between an AMD host's two GPUs). It decides which GPUs
+    /// the header notes as joined through host memory (NCCL's SHM
+    /// transport, which the simulator does not model); the simulated times
+    /// do not change.
+    #[arg(long, value_parser = parse_p2p_level)]
+    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
     /// Write a Chrome trace of the run (phases; compute and communication for train).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -486,7 +495,6 @@ fn machine(m: &Machine_, most_nodes: Option<usize>) -> anyhow::Result<Machine> {
             .map_err(asked)
             .with_context(|| format!("--gpus {g}"))?;
     }
-    mach.nccl_p2p_level = m.nccl_p2p_level;
     let net_flags =
         m.sharp || m.fabric.is_some() || m.oversubscription.is_some() || m.nodes_per_leaf.is_some();
     if net_flags {
@@ -593,24 +601,23 @@ fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
 
-/// The header line saying that NCCL would join GPUs `pair` over its SHM
-/// transport, which the simulator runs as P2P through the CPU.
+/// The header line saying that NCCL passes data between GPUs `pair` (and
+/// maybe others) through host memory, its SHM transport, which the
+/// simulator moves peer to peer.
 fn write_shm_note(
     o: &mut impl Write,
-    mach: &Machine,
+    fabric: &ClusterFabric,
     pair: Option<(usize, usize)>,
 ) -> anyhow::Result<()> {
     if let Some((a, b)) = pair {
-        let why = match mach.nccl_p2p_level {
-            Some(l) => format!("NCCL_P2P_LEVEL={}", l.name()),
-            None => "no NVLink, no common PCIe switch".to_string(),
-        };
         writeln!(
             o,
-            "# note: NCCL joins GPU{a} and GPU{b} ({why}) through host \
-             memory, its SHM transport, which the simulator does not model: it moves their data \
-             peer to peer (through the CPU where no NVLink joins them), where published SHM runs \
-             reach a fraction of the PCIe link (docs/sim.md, \"What is not modeled\")"
+            "# note: NCCL passes data between some of a node's GPUs (GPU{a} and GPU{b}: {}) \
+             through host memory, its SHM transport, which the simulator does not model: it \
+             moves that data peer to peer (through the CPU where no NVLink joins them), where \
+             published SHM runs reach a fraction of the PCIe link (docs/sim.md, \"What is not \
+             modeled\")",
+            fabric.nccl_shm_reason()
         )?;
     }
     Ok(())
@@ -673,7 +680,7 @@ fn write_collective_header(
     }
     write_shm_note(
         o,
-        mach,
+        fabric,
         gpucomm_sim::collective::nccl_shm_pair(fabric, coll),
     )?;
     writeln!(o, "#")?;
@@ -687,7 +694,8 @@ fn write_collective_header(
 
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let coll = coll.with_root(a.root);
-    let mach = machine(&a.m, None)?;
+    let mut mach = machine(&a.m, None)?;
+    mach.nccl_p2p_level = a.nccl_p2p_level;
     let fabric = mach.fabric(Engine::Nccl, mach.nodes).map_err(asked)?;
     let base = a.tuner.options()?;
     let average = match &a.average {
@@ -1339,7 +1347,8 @@ fn node_pair(s: &str) -> anyhow::Result<(usize, usize)> {
 }
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
-    let mach = machine(&a.m, a.sweep_nodes.iter().copied().max())?;
+    let mut mach = machine(&a.m, a.sweep_nodes.iter().copied().max())?;
+    mach.nccl_p2p_level = a.nccl_p2p_level;
     let sweep = if a.sweep_nodes.is_empty() {
         vec![mach.nodes]
     } else {
@@ -1352,10 +1361,8 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     };
     let model = model(&a.model)?;
     // The training step's collectives are rings and trees.
-    let shm_pair = mach
-        .fabric(Engine::Nccl, 1)
-        .ok()
-        .and_then(|f| f.nccl_shm_pair());
+    let node_fabric = mach.fabric(Engine::Nccl, 1).map_err(asked)?;
+    let shm_pair = node_fabric.nccl_shm_pair();
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
     if a.bucket_mb.is_some() && a.sharding != Sharding::Ddp {
         usage!(
@@ -1486,7 +1493,7 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
             writeln!(o, "# {what}: {line}")?;
         }
         write_network(&mut o, &mach)?;
-        write_shm_note(&mut o, &mach, shm_pair)?;
+        write_shm_note(&mut o, &node_fabric, shm_pair)?;
         writeln!(
             o,
             "# {:>9} {:>6} {:>10} {:>11} {:>10} {:>12} {:>11} {:>14}",
@@ -1792,7 +1799,6 @@ mod tests {
             oversubscription: None,
             nodes_per_leaf: None,
             sharp: false,
-            nccl_p2p_level: None,
         }
     }
 
