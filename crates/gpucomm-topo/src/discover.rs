@@ -448,10 +448,31 @@ fn scan_numa(root: &Path) -> Vec<NumaNode> {
 
 fn cpu_model(root: &Path) -> Option<String> {
     let text = read(&root.join("proc/cpuinfo"))?;
-    text.lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    // Arm's cpuinfo has no model name: the core, as lscpu names it from
+    // the implementer and part numbers.
+    field("model name").or_else(|| arm_core_name(&field("CPU implementer")?, &field("CPU part")?))
+}
+
+/// The name lscpu gives an Arm core (util-linux `lscpu-arm.c`) from
+/// cpuinfo's `CPU implementer` and `CPU part` ("0x41", "0xd4f":
+/// "ARM Neoverse-V2"); the numbers where the core is not in the table.
+fn arm_core_name(implementer: &str, part: &str) -> Option<String> {
+    let hex = |s: &str| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok();
+    let (i, p) = (hex(implementer)?, hex(part)?);
+    Some(match (i, p) {
+        (0x41, 0xd0c) => "ARM Neoverse-N1".to_string(),
+        (0x41, 0xd40) => "ARM Neoverse-V1".to_string(),
+        (0x41, 0xd49) => "ARM Neoverse-N2".to_string(),
+        (0x41, 0xd4f) => "ARM Neoverse-V2".to_string(),
+        (0x4e, 0x004) => "NVIDIA Carmel".to_string(),
+        _ => format!("Arm CPU (implementer {implementer}, part {part})"),
+    })
 }
 
 /// Port speed of a NIC from its InfiniBand device or netdev.
@@ -944,6 +965,21 @@ pub(crate) fn apply_nvml(
             }
         }
     }
+    // A GH200's or GB200's CPU is a Grace, which cpuinfo names only by its
+    // core (Neoverse-V2, as Graviton4's and Axion's).
+    let superchip = gpus
+        .iter()
+        .filter_map(|g| g.name.as_deref())
+        .any(|n| crate::hardware::names_gpu(n, "GH200") || crate::hardware::names_gpu(n, "GB200"));
+    if superchip {
+        for ix in 0..b.nodes().len() {
+            let n = &b.nodes()[ix];
+            if n.kind == NodeKind::Cpu && n.label.contains("Neoverse-V2") {
+                let label = format!("NVIDIA Grace ({})", n.label);
+                b.node_mut(NodeIx(ix as u32)).label = label;
+            }
+        }
+    }
     let mut done = 0;
     for (&(x, y), &(generation, from_x, from_y)) in &pair_links {
         let count = from_x.max(from_y);
@@ -1222,6 +1258,62 @@ mod tests {
                 ..Default::default()
             })
             .collect()
+    }
+
+    /// Arm's cpuinfo names no model: the core's name from its implementer
+    /// and part, as lscpu gives it; a GH200's or GB200's Neoverse-V2 is
+    /// its Grace, whose memory the hardware table knows.
+    #[test]
+    fn an_arm_cpu_is_named_by_its_core_and_a_superchip_s_is_grace() {
+        let root = std::env::temp_dir().join(format!("gpucomm-arm-cpuinfo-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("proc")).unwrap();
+        std::fs::write(
+            root.join("proc/cpuinfo"),
+            "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n\
+             CPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n",
+        )
+        .unwrap();
+        assert_eq!(cpu_model(&root).as_deref(), Some("ARM Neoverse-V2"));
+        std::fs::write(
+            root.join("proc/cpuinfo"),
+            "CPU implementer\t: 0x61\nCPU part\t: 0x022\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cpu_model(&root).as_deref(),
+            Some("Arm CPU (implementer 0x61, part 0x022)")
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        for (gpu, want) in [
+            ("NVIDIA GH200 480GB", "NVIDIA Grace (ARM Neoverse-V2)"),
+            ("NVIDIA H100 80GB HBM3", "ARM Neoverse-V2"),
+        ] {
+            let mut b = TopologyBuilder::new("arm");
+            let host = b.node(Node::new("host0", NodeKind::Host));
+            let cpu = b.node(
+                Node::new("cpu0", NodeKind::Cpu)
+                    .with_label("ARM Neoverse-V2")
+                    .in_host(host),
+            );
+            let g = b.node(Node::new("gpu0", NodeKind::Gpu).in_host(host));
+            let bdf = "00000009:01:00.0".to_string();
+            let by_bdf = HashMap::from([(norm_bus_id(&bdf), g)]);
+            let nvml = [NvmlGpu {
+                bus_id: bdf,
+                name: Some(gpu.to_string()),
+                ..Default::default()
+            }];
+            apply_nvml(&mut b, &by_bdf, host, &nvml);
+            assert_eq!(b.nodes()[cpu.index()].label, want, "{gpu}");
+        }
+        assert_eq!(
+            crate::hardware::CpuFamily::from_label("NVIDIA Grace (ARM Neoverse-V2)"),
+            Some(crate::hardware::CpuFamily::Grace)
+        );
+        assert_eq!(
+            crate::hardware::CpuFamily::from_label("ARM Neoverse-V2"),
+            None
+        );
     }
 
     #[test]
