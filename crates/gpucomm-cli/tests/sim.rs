@@ -1803,43 +1803,19 @@ fn collectives_say_where_nccl_would_use_its_shm_transport() {
     );
     let v = sim_json(&["train", "--topology", "pcie-8gpu", "--model", "resnet50"]);
     assert_eq!(v["nccl_shm_pair"], serde_json::json!([0, 2]), "{v}");
-    let none: [&[&str]; 5] = [
-        // GPUs of one PCIe switch.
-        &[
-            "all_reduce",
-            "--topology",
-            "pcie-8gpu",
-            "--gpus",
-            "2",
-            "-e",
-            "1M",
-        ],
-        // A ring over NVLinks, though not every pair has one.
-        &["all_reduce", "--topology", "dgx1-v100", "-e", "1M"],
-        &["all_to_all", "--topology", "dgx-h100", "-e", "1M"],
-        // A shift by one over GPUs of one switch.
-        &[
-            "sendrecv",
-            "--topology",
-            "pcie-8gpu",
-            "--gpus",
-            "2",
-            "-e",
-            "1M",
-        ],
-        // NCCL_P2P_LEVEL=SYS: peer to peer through the CPU, as simulated.
-        &[
-            "all_reduce",
-            "--topology",
-            "pcie-8gpu",
-            "--nccl-p2p-level",
-            "sys",
-            "-e",
-            "1M",
-        ],
+    // No note: GPUs of one PCIe switch (a ring, and a shift by one); a
+    // ring over NVLinks, though not every pair has one; an NVSwitch;
+    // NCCL_P2P_LEVEL=SYS, peer to peer through the CPU as simulated.
+    let none = [
+        ("all_reduce", "pcie-8gpu", "--gpus", "2"),
+        ("sendrecv", "pcie-8gpu", "--gpus", "2"),
+        ("all_reduce", "dgx1-v100", "--gpus", "8"),
+        ("all_to_all", "dgx-h100", "--gpus", "8"),
+        ("all_reduce", "pcie-8gpu", "--nccl-p2p-level", "sys"),
     ];
-    for args in none {
-        let v = sim_json(args);
+    for (coll, topology, flag, value) in none {
+        let args = [coll, "--topology", topology, flag, value, "-e", "1M"];
+        let v = sim_json(&args);
         assert!(v.get("nccl_shm_pair").is_none(), "{args:?}: {v}");
     }
     // PHB: across the sockets still through host memory; LOC: everywhere.
