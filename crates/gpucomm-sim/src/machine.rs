@@ -913,9 +913,10 @@ impl ClusterFabric {
                     out.push(ab);
                     return true;
                 }
-                // Two hops through a GPU linked to both (NCCL's PATH_NVB).
-                let n = self.machine.node.gpus;
-                for c in 0..n {
+                // Two hops through a GPU linked to both (NCCL's PATH_NVB),
+                // one of the GPUs in use: NCCL's topology holds the
+                // communicator's GPUs only.
+                for c in 0..self.rpn {
                     if let (Some((ac, _)), Some((cb, _))) = (self.mesh[a][c], self.mesh[c][b]) {
                         out.push(ac);
                         out.push(cb);
@@ -1972,7 +1973,10 @@ mod peer_nic_tests {
         relay.use_gpus(5).unwrap();
         assert!(relay.fabric(Engine::Nccl, 1).unwrap().nccl_p2p(0, 1));
         relay.use_gpus(2).unwrap();
-        assert!(!relay.fabric(Engine::Nccl, 1).unwrap().nccl_p2p(0, 1));
+        let f = relay.fabric(Engine::Nccl, 1).unwrap();
+        assert!(!f.nccl_p2p(0, 1));
+        // Nor does the route relay through it.
+        assert_eq!(f.route(0, 1, 0).unwrap().class, Some(PathClass::Pcie));
         // Above 20 GPUs a node is not searched, but one whose GPUs have
         // no P2P peer at all is noted.
         let mut rack = Machine::preset("gb200-nvl72").unwrap();
