@@ -683,7 +683,9 @@ impl CpuFamily {
             .map(|n| (n, Tier::Scalable))
             .or_else(|| {
                 let k = w.iter().position(|x| is_workstation(x))?;
-                let n = w.get(k + 1).filter(|n| xeon_word && n.starts_with('3'))?;
+                let n = w
+                    .get(k + 1)
+                    .filter(|n| xeon_word && n.starts_with('3') && leading_digits(n).len() == 4)?;
                 Some((n, Tier::Workstation))
             })
             .or_else(|| number_after("XEON", 2).map(|n| (n, Tier::None)));
@@ -1147,6 +1149,8 @@ mod tests {
             ("Intel(R) Xeon(R) 6325P", None),
             ("Intel(R) Xeon(R) 6780E", None),
             ("Intel(R) Xeon(R) Gold 6530", Some(EmeraldRapids)),
+            // A watt figure is no workstation tier.
+            ("Intel Xeon 6338, 205 W, 3 UPI links", Some(IceLakeSp)),
             ("Intel Core Processor (Skylake, IBRS)", None),
             ("Intel Xeon Processor (Skylake, IBRS)", Some(SkylakeSp)),
             ("Cooper Lake-SP", Some(CooperLake)),
