@@ -67,7 +67,7 @@ pub struct NodeModel {
     /// topology has it: two GPUs of one tree are `PATH_PIX` or `PATH_PXB`
     /// apart for NCCL, which joins them peer to peer
     /// ([`ClusterFabric::nccl_p2p`]), where the routes flatten the switches
-    /// to `gpus_per_switch` a switch. Empty: as `gpus_per_switch` says.
+    /// to `gpus_per_switch` a switch.
     pub switch_trees: Vec<Option<usize>>,
     /// CPU sockets (PCIe switches are spread evenly over them).
     pub sockets: usize,
@@ -949,17 +949,10 @@ impl ClusterFabric {
     }
 
     /// Whether GPUs `a` and `b` of a node sit under one PCIe switch tree
-    /// (NCCL's `PATH_PIX` or `PATH_PXB`): [`NodeModel::switch_trees`]
-    /// where the topology gave it, else the flattened `gpus_per_switch`.
+    /// (NCCL's `PATH_PIX` or `PATH_PXB`, [`NodeModel::switch_trees`]).
     fn same_switch_tree(&self, a: usize, b: usize) -> bool {
         let trees = &self.machine.node.switch_trees;
-        match (trees.get(a), trees.get(b)) {
-            (Some(x), Some(y)) => x.is_some() && x == y,
-            _ => {
-                let s = self.switch_of_gpu(a);
-                s.is_some() && s == self.switch_of_gpu(b)
-            }
-        }
+        matches!((trees.get(a), trees.get(b)), (Some(Some(x)), Some(Some(y))) if x == y)
     }
 
     /// Whether NCCL joins local GPUs `a` and `b` peer to peer
@@ -977,16 +970,14 @@ impl ClusterFabric {
         if a == b {
             return true;
         }
-        let nvl = self.nvlink_count(a, b) > 0;
-        // PATH_NVB: through a GPU of the communicator (the GPUs in use).
-        let nvb =
-            || (0..self.rpn).any(|c| self.nvlink_count(a, c) > 0 && self.nvlink_count(c, b) > 0);
-        let pxb = || nvl || nvb() || self.same_switch_tree(a, b);
+        // An NVLink route: direct, or through a GPU in use (PATH_NVB).
+        let nvb = || self.has_nvlink(a, b);
+        let pxb = || nvb() || self.same_switch_tree(a, b);
         match self.machine.nccl_p2p_level {
             None => pxb() || self.machine.node.amd_cpu && self.rpn <= 2,
             Some(P2pLevel::Loc) => false,
-            Some(P2pLevel::Nvl) => nvl,
-            Some(P2pLevel::Nvb) => nvl || nvb(),
+            Some(P2pLevel::Nvl) => self.nvlink_count(a, b) > 0,
+            Some(P2pLevel::Nvb) => nvb(),
             Some(P2pLevel::Pix | P2pLevel::Pxb) => pxb(),
             Some(P2pLevel::Phb) => pxb() || self.socket_of_gpu(a) == self.socket_of_gpu(b),
             Some(P2pLevel::Sys) => true,
