@@ -151,14 +151,8 @@ fn parse_p2p_level(s: &str) -> Result<gpucomm_sim::machine::P2pLevel, String> {
 struct CollArgs {
     #[command(flatten)]
     m: Machine_,
-    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, nvb, pix, pxb,
-    /// phb, sys (default: NCCL's own, P2P over NVLink or a common PCIe
-    /// switch, and between an AMD host's two GPUs). It decides which GPUs
-    /// the header notes as joined through host memory (NCCL's SHM
-    /// transport, which the simulator does not model); the simulated times
-    /// do not change.
-    #[arg(long, value_parser = parse_p2p_level)]
-    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
+    #[command(flatten)]
+    p2p: P2pLevelArg,
     /// Smallest size (K/M/G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "8")]
     min: String,
@@ -282,6 +276,26 @@ struct RdmaArgs {
     size: String,
 }
 
+/// `--nccl-p2p-level` (`sim` collectives and `sim train`).
+#[derive(clap::Args, Debug)]
+struct P2pLevelArg {
+    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, nvb, pix, pxb,
+    /// phb, sys (default: NCCL's own, P2P over NVLink or a common PCIe
+    /// switch, and between an AMD host's two GPUs). It decides which GPUs
+    /// the header notes as joined through host memory (NCCL's SHM
+    /// transport, which the simulator does not model); the simulated times
+    /// do not change.
+    #[arg(long, value_parser = parse_p2p_level)]
+    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
+}
+
+impl P2pLevelArg {
+    /// Sets `mach`'s level (NCCL's own rule where none is given).
+    fn apply(&self, mach: &mut Machine) {
+        mach.nccl_p2p_level = self.nccl_p2p_level;
+    }
+}
+
 /// What the tuner picks from, and how (`sim` collectives and `sim train`).
 #[derive(clap::Args, Debug)]
 struct TunerArgs {
@@ -361,14 +375,8 @@ impl TunerArgs {
 struct TrainArgs {
     #[command(flatten)]
     m: Machine_,
-    /// NCCL_P2P_LEVEL the collectives run under: loc, nvl, nvb, pix, pxb,
-    /// phb, sys (default: NCCL's own, P2P over NVLink or a common PCIe
-    /// switch, and between an AMD host's two GPUs). It decides which GPUs
-    /// the header notes as joined through host memory (NCCL's SHM
-    /// transport, which the simulator does not model); the simulated times
-    /// do not change.
-    #[arg(long, value_parser = parse_p2p_level)]
-    nccl_p2p_level: Option<gpucomm_sim::machine::P2pLevel>,
+    #[command(flatten)]
+    p2p: P2pLevelArg,
     /// Write a Chrome trace of the run (phases; compute and communication for train).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -632,6 +640,7 @@ fn write_collective_header(
     fabric: &ClusterFabric,
     shown: Average,
     a: &CollArgs,
+    shm_pair: Option<(usize, usize)>,
 ) -> anyhow::Result<()> {
     // A one-node topology replicated: `2 x dgx-h100`; a topology
     // that holds its nodes, once (`2 x dgx-h100x2` read as two
@@ -678,11 +687,7 @@ fn write_collective_header(
     if let Some(line) = a.tuner.restriction() {
         writeln!(o, "# tuner: {line}")?;
     }
-    write_shm_note(
-        o,
-        fabric,
-        gpucomm_sim::collective::nccl_shm_pair(fabric, coll),
-    )?;
+    write_shm_note(o, fabric, shm_pair)?;
     writeln!(o, "#")?;
     writeln!(
         o,
@@ -695,8 +700,9 @@ fn write_collective_header(
 fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     let coll = coll.with_root(a.root);
     let mut mach = machine(&a.m, None)?;
-    mach.nccl_p2p_level = a.nccl_p2p_level;
+    a.p2p.apply(&mut mach);
     let fabric = mach.fabric(Engine::Nccl, mach.nodes).map_err(asked)?;
+    let shm_pair = gpucomm_sim::collective::nccl_shm_pair(&fabric, coll);
     let base = a.tuner.options()?;
     let average = match &a.average {
         None => None,
@@ -745,7 +751,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
     // nccl-tests prints them): a sweep's large sizes may take minutes.
     let mut o = out();
     if !a.m.json {
-        write_collective_header(&mut o, coll, &mach, &fabric, shown, &a)?;
+        write_collective_header(&mut o, coll, &mach, &fabric, shown, &a, shm_pair)?;
     }
     let mut results: Vec<CollResult> = Vec::new();
     let mut walls = Vec::new();
@@ -840,7 +846,7 @@ fn collective(coll: Collective, a: CollArgs) -> anyhow::Result<ExitCode> {
         if let Some(root) = coll.root() {
             doc["root"] = json!(root);
         }
-        if let Some((x, y)) = gpucomm_sim::collective::nccl_shm_pair(&fabric, coll) {
+        if let Some((x, y)) = shm_pair {
             doc["nccl_shm_pair"] = json!([x, y]);
         }
         writeln!(o, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -1348,7 +1354,7 @@ fn node_pair(s: &str) -> anyhow::Result<(usize, usize)> {
 
 fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut mach = machine(&a.m, a.sweep_nodes.iter().copied().max())?;
-    mach.nccl_p2p_level = a.nccl_p2p_level;
+    a.p2p.apply(&mut mach);
     let sweep = if a.sweep_nodes.is_empty() {
         vec![mach.nodes]
     } else {
@@ -1446,14 +1452,13 @@ fn train_cmd(a: TrainArgs) -> anyhow::Result<ExitCode> {
                 row
             })
             .collect();
-        let doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
+        let mut doc = json!({"topology": mach.name, "model": model.name, "params": model.params(),
             "sharding": cfg.sharding.name(), "bucket_mb": bucket_mb,
             "first_bucket_mb": first_bucket_mb, "model_source": model.source,
             "gpu": mach.node.gpu_name, "compute_measured_on": model.measured_on,
             "compute_gpu_differs": model.measured_on.as_ref().map(|_| other_gpu.is_some()),
             "network": network_json(&mach), "gpu_memory_gb": memory_gb,
             "tuner": a.tuner.json(), "results": v});
-        let mut doc = doc;
         if let Some((x, y)) = shm_pair {
             doc["nccl_shm_pair"] = json!([x, y]);
         }
