@@ -967,10 +967,13 @@ pub(crate) fn apply_nvml(
     }
     // A GH200's or GB200's CPU is a Grace, which cpuinfo names only by its
     // core (Neoverse-V2, as Graviton4's and Axion's).
-    let superchip = gpus
-        .iter()
-        .filter_map(|g| g.name.as_deref())
-        .any(|n| crate::hardware::names_gpu(n, "GH200") || crate::hardware::names_gpu(n, "GB200"));
+    let superchip = gpus.iter().filter_map(|g| g.name.as_deref()).any(|n| {
+        use crate::hardware::GpuProduct::*;
+        matches!(
+            crate::hardware::GpuProduct::from_label(n),
+            Some(GH200_96GB | GH200_144GB | GB200)
+        )
+    });
     if superchip {
         for ix in 0..b.nodes().len() {
             let n = &b.nodes()[ix];
