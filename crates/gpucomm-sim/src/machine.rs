@@ -1023,28 +1023,35 @@ impl ClusterFabric {
     /// ```
     pub fn nccl_shm_pair(&self) -> Option<(usize, usize)> {
         let n = self.rpn;
-        let p2p: Vec<Vec<bool>> = (0..n)
-            .map(|a| (0..n).map(|b| self.nccl_p2p(a, b)).collect())
-            .collect();
-        let first = (0..n)
-            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-            .find(|&(a, b)| !p2p[a][b])?;
+        let first = || {
+            (0..n)
+                .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+                .find(|&(a, b)| !self.nccl_p2p(a, b))
+        };
         if n > 20 {
-            let in_order = (0..n).all(|a| p2p[a][(a + 1) % n]);
-            let stranded = p2p.iter().any(|row| row.iter().filter(|&&x| x).count() < 3);
-            return (!in_order && stranded).then_some(first);
+            // No n x n table here (a node may hold thousands of GPUs): the
+            // rank-order ring first, then each GPU's first two P2P peers.
+            if (0..n).all(|a| self.nccl_p2p(a, (a + 1) % n)) {
+                return None;
+            }
+            let stranded = (0..n).any(|a| {
+                (0..n)
+                    .filter(|&b| b != a && self.nccl_p2p(a, b))
+                    .take(2)
+                    .count()
+                    < 2
+            });
+            return if stranded { first() } else { None };
         }
+        let first = first()?;
         // A ring through every GPU over P2P pairs (a Hamiltonian cycle):
         // ends[mask] holds the GPUs a path from GPU 0 through the GPUs of
-        // `mask` can end at.
-        let peers: Vec<u32> = p2p
-            .iter()
-            .enumerate()
-            .map(|(a, row)| {
-                row.iter()
-                    .enumerate()
-                    .filter(|&(b, &x)| x && b != a)
-                    .fold(0u32, |m, (b, _)| m | 1 << b)
+        // `mask` can end at; peers[a] the GPUs `a` joins peer to peer.
+        let peers: Vec<u32> = (0..n)
+            .map(|a| {
+                (0..n)
+                    .filter(|&b| b != a && self.nccl_p2p(a, b))
+                    .fold(0u32, |m, b| m | 1 << b)
             })
             .collect();
         let mut ends = vec![0u32; 1 << n];
