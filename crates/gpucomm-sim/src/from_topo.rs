@@ -38,36 +38,81 @@ fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
 }
 
 /// For each of `gpus`, the PCIe switch tree it sits under: switches joined
-/// to each other by PCIe without a CPU between them, numbered by their
-/// first switch's node index (what NCCL's `PATH_PIX` and `PATH_PXB` span;
-/// [`NodeModel::switch_trees`]); `None` for a GPU on a CPU's own port.
-fn switch_trees(topo: &Topology, gpus: &[NodeIx]) -> Vec<Option<usize>> {
+/// to each other by PCIe without a CPU between them (what NCCL's
+/// `PATH_PIX` and `PATH_PXB` span; [`NodeModel::switch_trees`]), numbered
+/// from 0 in the order of the GPUs; `None` for a GPU on a CPU's own port.
+/// And each GPU's socket: the place, among its host's CPUs, of the CPU its
+/// PCIe (or NVLink-C2C) path reaches ([`NodeModel::gpu_sockets`]); a GPU
+/// that reaches none is spread over the `sockets` with the others in GPU
+/// order.
+fn pcie_placement(
+    topo: &Topology,
+    gpus: &[NodeIx],
+    sockets: usize,
+) -> (Vec<Option<usize>>, Vec<usize>) {
     let is_switch = |n: NodeIx| topo.node(n).kind == NodeKind::PcieSwitch;
-    let pcie_neighbours = |n: NodeIx| {
+    let host_links = |n: NodeIx| {
         topo.links_of(n)
             .iter()
             .map(move |&(l, _)| topo.link(l))
-            .filter(|l| matches!(l.kind, LinkKind::Pcie { .. }))
+            .filter(|l| matches!(l.kind, LinkKind::Pcie { .. } | LinkKind::NvLinkC2c))
             .map(move |l| other_end(topo, l, n))
     };
-    // The lowest node index of the switches reachable from `s` through
-    // switches only.
+    // The switches reachable from `s` through switches only.
     let tree_of = |s: NodeIx| {
         let mut seen = vec![s];
         let mut next = vec![s];
         while let Some(n) = next.pop() {
-            for o in pcie_neighbours(n).filter(|&o| is_switch(o)) {
+            for o in host_links(n).filter(|&o| is_switch(o)) {
                 if !seen.contains(&o) {
                     seen.push(o);
                     next.push(o);
                 }
             }
         }
-        seen.into_iter().map(|n| n.0 as usize).min()
+        seen
     };
-    gpus.iter()
-        .map(|&g| pcie_neighbours(g).find(|&o| is_switch(o)).and_then(tree_of))
-        .collect()
+    let mut trees: Vec<NodeIx> = Vec::new();
+    let mut tree_ids = Vec::with_capacity(gpus.len());
+    let mut cpus_of = Vec::with_capacity(gpus.len());
+    for &g in gpus {
+        let tree = host_links(g).find(|&o| is_switch(o)).map(tree_of);
+        // A tree's name: its lowest switch.
+        let id = tree
+            .as_ref()
+            .and_then(|t| t.iter().copied().min())
+            .map(|first| {
+                trees.iter().position(|&t| t == first).unwrap_or_else(|| {
+                    trees.push(first);
+                    trees.len() - 1
+                })
+            });
+        tree_ids.push(id);
+        let cpu_kind = |n: NodeIx| topo.node(n).kind == NodeKind::Cpu;
+        let cpu = match &tree {
+            Some(t) => t.iter().find_map(|&s| host_links(s).find(|&o| cpu_kind(o))),
+            None => host_links(g).find(|&o| cpu_kind(o)),
+        };
+        cpus_of.push(cpu);
+    }
+    let spread = |i: usize| (i * sockets / gpus.len().max(1)).min(sockets.max(1) - 1);
+    let gpu_sockets = cpus_of
+        .iter()
+        .enumerate()
+        .map(|(i, cpu)| match cpu {
+            Some(c) => {
+                let host = topo.node(*c).host;
+                let place = topo
+                    .nodes_of_kind(NodeKind::Cpu)
+                    .filter(|&o| topo.node(o).host == host)
+                    .position(|o| o == *c)
+                    .unwrap_or(0);
+                place.min(sockets.max(1) - 1)
+            }
+            None => spread(i),
+        })
+        .collect();
+    (tree_ids, gpu_sockets)
 }
 
 impl Machine {
@@ -138,7 +183,6 @@ impl Machine {
         let mut nvgen = 0u8;
         let mut pcie: Option<(u8, u32)> = None;
         let mut c2c: Option<f64> = None;
-        let mut per_switch: BTreeMap<NodeIx, usize> = BTreeMap::new();
         for &g in &gpus {
             for &(lix, _) in topo.links_of(g) {
                 let l = topo.link(lix);
@@ -172,9 +216,6 @@ impl Machine {
                         width,
                     } => {
                         pcie.get_or_insert((pg.number(), u32::from(width)));
-                        if topo.node(o).kind == NodeKind::PcieSwitch {
-                            *per_switch.entry(o).or_default() += 1;
-                        }
                     }
                     _ => {}
                 }
@@ -311,8 +352,7 @@ impl Machine {
                     .fold(0.0, f64::max)
             })
             .sum();
-        let gpus_per_switch = per_switch.values().copied().max().unwrap_or(0);
-        let switch_trees = switch_trees(topo, &gpus);
+        let (switch_trees, gpu_sockets) = pcie_placement(topo, &gpus, sockets);
         let nic_reach = nic_reach(topo, &gpus, &nics);
         let node = NodeModel {
             arch,
@@ -323,9 +363,9 @@ impl Machine {
             pcie_gen,
             pcie_width,
             c2c_gbps: c2c,
-            gpus_per_switch,
             switch_trees,
             sockets,
+            gpu_sockets,
             // 0 with one socket (no link is built then).
             inter_socket_gbps: inter_socket,
             host_mem_gbps: host_mem,
@@ -872,7 +912,13 @@ mod tests {
         );
         let ws = Machine::from_topology(&gpucomm_topo::preset("rtx4090").unwrap()).unwrap();
         assert_eq!((ws.node.gpus, ws.node.sockets, ws.node.nics), (1, 1, 0));
-        assert_eq!(ws.node.gpus_per_switch, 0);
+        assert_eq!(
+            (
+                ws.node.switch_trees.as_slice(),
+                ws.node.gpu_sockets.as_slice()
+            ),
+            (&[None][..], &[0][..])
+        );
         assert!((ws.node.host_mem_gbps - 89.6).abs() < 1e-9);
         // An unknown GPU is an error unless the node says what it is.
         let mut b = TopologyBuilder::new("odd");
@@ -922,6 +968,60 @@ mod tests {
         );
         let flat = Machine::from_topology(&gpucomm_topo::preset("pcie-8gpu").unwrap()).unwrap();
         assert_ne!(flat.node.switch_trees[0], flat.node.switch_trees[2]);
+    }
+
+    /// The routes follow the topology's PCIe tree, however uneven: GPUs
+    /// on a CPU's own ports reach each other through it, not through a
+    /// switch made up for them, and a switch sits on the socket it hangs
+    /// from, not on one its place in GPU order gives it.
+    #[test]
+    fn routes_follow_an_uneven_pcie_tree() {
+        use crate::fabric::Fabric;
+        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
+        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        // GPUs 0 and 1 on CPU 0's root ports (their switch keeps NIC 0);
+        // GPUs 2 and 3's switch under CPU 1.
+        let uneven = text
+            .replace("a = \"gpu0\"\nb = \"pcisw0\"", "a = \"gpu0\"\nb = \"cpu0\"")
+            .replace("a = \"gpu1\"\nb = \"pcisw0\"", "a = \"gpu1\"\nb = \"cpu0\"")
+            .replace(
+                "a = \"pcisw1\"\nb = \"cpu0\"",
+                "a = \"pcisw1\"\nb = \"cpu1\"",
+            );
+        let t =
+            gpucomm_topo::format::parse(&uneven, gpucomm_topo::format::Format::Toml, "u").unwrap();
+        let m = Machine::from_topology(&t).unwrap();
+        let trees = &m.node.switch_trees;
+        assert_eq!(trees[..2], [None, None]);
+        assert!(trees[2].is_some() && trees[2] == trees[3] && trees[4] != trees[2]);
+        assert_eq!(m.node.gpu_sockets, [0, 0, 1, 1, 1, 1, 1, 1]);
+        let f = m.fabric(crate::Engine::CopyEngine, 1).unwrap();
+        let path = |a: usize, b: usize| -> Vec<String> {
+            let r = f.route(a, b, 0).unwrap();
+            r.links.iter().map(|&l| f.link_name(l)).collect()
+        };
+        let names = |p: &[&str]| p.iter().map(|s| format!("node0:{s}")).collect::<Vec<_>>();
+        // Through CPU 0, no switch; to GPU 2 across the sockets and down
+        // its switch.
+        assert_eq!(path(0, 1), names(&["gpu0->pcie", "pcie->gpu1"]));
+        assert_eq!(
+            path(0, 2),
+            names(&[
+                "gpu0->pcie",
+                "cpu0->cpu1",
+                "cpu->pcie-switch0",
+                "pcie->gpu2"
+            ])
+        );
+        // GPUs 2 and 4: two switches under CPU 1, no socket link.
+        let p24 = path(2, 4);
+        assert!(p24.iter().all(|l| !l.contains("cpu0")), "{p24:?}");
+        assert_eq!(p24.len(), 4, "{p24:?}");
+        // Before, by GPU order, GPUs 0 and 1 shared a switch and 2 sat on
+        // socket 0; the preset itself routes as it did.
+        let flat = Machine::from_topology(&gpucomm_topo::preset("pcie-8gpu").unwrap()).unwrap();
+        assert_eq!(flat.node.gpu_sockets, [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(flat.node.switch_trees, [0, 0, 1, 1, 2, 2, 3, 3].map(Some));
     }
 
     /// `preset` with the PCIe links of the NICs under switches whose name

@@ -60,17 +60,18 @@ pub struct NodeModel {
     /// a PCIe link; `None`: the GPUs sit on PCIe (NICs stay on PCIe of
     /// generation `pcie_gen` either way).
     pub c2c_gbps: Option<f64>,
-    /// GPUs per PCIe switch (0 = GPUs attach to the CPU directly).
-    pub gpus_per_switch: usize,
-    /// For each GPU, the PCIe switch tree it sits under (switches joined
-    /// without a CPU between them; `None`: on a CPU's own port), as the
-    /// topology has it: two GPUs of one tree are `PATH_PIX` or `PATH_PXB`
-    /// apart for NCCL, which joins them peer to peer
-    /// ([`ClusterFabric::nccl_p2p`]), where the routes flatten the switches
-    /// to `gpus_per_switch` a switch.
+    /// For each GPU, the PCIe switch tree it sits under, numbered from 0
+    /// (switches joined without a CPU between them, one switch to the
+    /// routes: a tree's GPUs reach their CPU over its one uplink; `None`:
+    /// on a CPU's own port), as the topology has it: two GPUs of one tree
+    /// are `PATH_PIX` or `PATH_PXB` apart for NCCL, which joins them peer
+    /// to peer ([`ClusterFabric::nccl_p2p`]).
     pub switch_trees: Vec<Option<usize>>,
-    /// CPU sockets (PCIe switches are spread evenly over them).
+    /// CPU sockets.
     pub sockets: usize,
+    /// For each GPU, the socket (below `sockets`) whose root complex its
+    /// PCIe switch tree, or its own link, reaches, as the topology has it.
+    pub gpu_sockets: Vec<usize>,
     /// Per-direction bandwidth between two sockets, GB/s (QPI/UPI/xGMI).
     pub inter_socket_gbps: f64,
     /// Host memory bandwidth per socket, GB/s.
@@ -613,6 +614,19 @@ impl ClusterFabric {
                 "a node needs at least one CPU socket".into(),
             ));
         }
+        if nm.switch_trees.len() != nm.gpus
+            || nm.gpu_sockets.len() != nm.gpus
+            || nm.gpu_sockets.iter().any(|&s| s >= nm.sockets)
+        {
+            return Err(SimError::Model(format!(
+                "a node of {} GPUs needs a PCIe switch tree and a socket (below {}) for each \
+                 GPU, where it has {} and {}",
+                nm.gpus,
+                nm.sockets,
+                nm.switch_trees.len(),
+                nm.gpu_sockets.len()
+            )));
+        }
         let rpn = machine.gpus_per_node();
         if rpn == 0 {
             return Err(SimError::Model("--gpus must be at least 1".into()));
@@ -790,12 +804,8 @@ impl ClusterFabric {
     }
 
     fn switch_count(&self) -> usize {
-        let nm = &self.machine.node;
-        if nm.gpus_per_switch == 0 {
-            0
-        } else {
-            nm.gpus.div_ceil(nm.gpus_per_switch)
-        }
+        let trees = &self.machine.node.switch_trees;
+        trees.iter().flatten().max().map_or(0, |&t| t + 1)
     }
 
     /// Number of nodes.
@@ -833,15 +843,9 @@ impl ClusterFabric {
         (node * self.per_node) as u32 + local
     }
 
-    fn socket_of_switch(&self, s: usize) -> usize {
-        let n = self.switch_count().max(1);
-        (s * self.machine.node.sockets / n).min(self.machine.node.sockets - 1)
-    }
-
-    /// PCIe switch of GPU `g` (None: attached to the CPU directly).
+    /// PCIe switch tree of GPU `g` (None: attached to the CPU directly).
     pub(crate) fn switch_of_gpu(&self, g: usize) -> Option<usize> {
-        let per = self.machine.node.gpus_per_switch;
-        (per > 0).then(|| g / per)
+        self.machine.node.switch_trees[g]
     }
 
     /// The GPU whose PCIe switch holds NIC `k` ([`Machine::nic_gpu`]).
@@ -851,11 +855,7 @@ impl ClusterFabric {
 
     /// Socket of GPU `g`.
     pub fn socket_of_gpu(&self, g: usize) -> usize {
-        match self.switch_of_gpu(g) {
-            Some(s) => self.socket_of_switch(s),
-            None => (g * self.machine.node.sockets / self.machine.node.gpus)
-                .min(self.machine.node.sockets - 1),
-        }
+        self.machine.node.gpu_sockets[g]
     }
 
     /// PCIe links from GPU `g` up to its socket's root complex (node-local ids).
@@ -1935,7 +1935,6 @@ mod peer_nic_tests {
         // GPUs on the CPU's own ports: P2P between an AMD host's two,
         // SHM on an Intel host and beyond two.
         let mut direct = Machine::preset("pcie-8gpu").unwrap();
-        direct.node.gpus_per_switch = 0;
         direct.node.switch_trees = vec![None; 8];
         direct.use_gpus(2).unwrap();
         assert_eq!(pair(&direct), Some((0, 1)));
@@ -1952,8 +1951,8 @@ mod peer_nic_tests {
         let f = dgx1.fabric(Engine::Nccl, 1).unwrap();
         assert!(f.nccl_p2p(0, 1) && !f.nccl_p2p(0, 5));
         // Switches in a tree (cascaded, as the topology's switch trees
-        // say) join their GPUs peer to peer however the routes flatten
-        // them: four GPUs under one tree need no host memory.
+        // say) join their GPUs peer to peer: four GPUs under one tree need
+        // no host memory.
         let mut cascade = Machine::preset("pcie-8gpu").unwrap();
         cascade.node.switch_trees = [Some(0); 4].into_iter().chain([Some(9); 4]).collect();
         cascade.use_gpus(4).unwrap();
