@@ -2467,10 +2467,7 @@ mod p2p_channel_tests {
     #[test]
     fn nics_a_gpu_drives_and_what_a_local_peer_gets_follow_nccl() {
         let fabric = |name: &str, nics: Option<usize>, gpus: usize| {
-            let mut m = Machine::preset(name).unwrap();
-            if let Some(k) = nics {
-                m.node.nics = k;
-            }
+            let mut m = Machine::select_with_nics(name, nics, None).unwrap();
             m.use_gpus(gpus).unwrap();
             m.fabric(Engine::Nccl, 2).unwrap()
         };

@@ -37,19 +37,24 @@ fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
     if l.a == me { l.b } else { l.a }
 }
 
-/// For each of `gpus`, the PCIe switch tree it sits under: switches joined
-/// to each other by PCIe without a CPU between them (what NCCL's
-/// `PATH_PIX` and `PATH_PXB` span; [`NodeModel::switch_trees`]), numbered
-/// from 0 in the order of the GPUs; `None` for a GPU on a CPU's own port.
-/// And each GPU's socket: the place, among its host's CPUs, of the CPU its
-/// PCIe (or NVLink-C2C) path reaches ([`NodeModel::gpu_sockets`]); a GPU
-/// that reaches none is spread over the `sockets` with the others in GPU
-/// order.
-fn pcie_placement(
-    topo: &Topology,
-    gpus: &[NodeIx],
-    sockets: usize,
-) -> (Vec<Option<usize>>, Vec<usize>) {
+/// Where each of `devices` (GPUs, NICs) sits in its host's PCIe tree.
+struct Placement {
+    /// Its PCIe switch tree: switches joined to each other by PCIe without
+    /// a CPU between them (what NCCL's `PATH_PIX` and `PATH_PXB` span;
+    /// [`NodeModel::switch_trees`]), numbered from 0 in the order of the
+    /// devices; `None` on a CPU's own port.
+    trees: Vec<Option<usize>>,
+    /// Its socket: the place, among its host's CPUs, of the CPU its PCIe
+    /// (or NVLink-C2C) path reaches ([`NodeModel::gpu_sockets`]); a device
+    /// that reaches none is spread over the `sockets` with the others of
+    /// its kind in order.
+    sockets: Vec<usize>,
+    /// That CPU.
+    cpus: Vec<Option<NodeIx>>,
+}
+
+fn pcie_placement(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx], sockets: usize) -> Placement {
+    let devices: Vec<NodeIx> = gpus.iter().chain(nics).copied().collect();
     let is_switch = |n: NodeIx| topo.node(n).kind == NodeKind::PcieSwitch;
     let host_links = |n: NodeIx| {
         topo.links_of(n)
@@ -72,47 +77,91 @@ fn pcie_placement(
         }
         seen
     };
-    let mut trees: Vec<NodeIx> = Vec::new();
-    let mut tree_ids = Vec::with_capacity(gpus.len());
-    let mut cpus_of = Vec::with_capacity(gpus.len());
-    for &g in gpus {
-        let tree = host_links(g).find(|&o| is_switch(o)).map(tree_of);
+    let cpu_kind = |n: NodeIx| topo.node(n).kind == NodeKind::Cpu;
+    let mut names: Vec<NodeIx> = Vec::new();
+    let mut trees = Vec::with_capacity(devices.len());
+    let mut cpus = Vec::with_capacity(devices.len());
+    for &d in &devices {
+        let tree = host_links(d).find(|&o| is_switch(o)).map(tree_of);
         // A tree's name: its lowest switch.
         let id = tree
             .as_ref()
             .and_then(|t| t.iter().copied().min())
             .map(|first| {
-                trees.iter().position(|&t| t == first).unwrap_or_else(|| {
-                    trees.push(first);
-                    trees.len() - 1
+                names.iter().position(|&t| t == first).unwrap_or_else(|| {
+                    names.push(first);
+                    names.len() - 1
                 })
             });
-        tree_ids.push(id);
-        let cpu_kind = |n: NodeIx| topo.node(n).kind == NodeKind::Cpu;
-        let cpu = match &tree {
+        trees.push(id);
+        cpus.push(match &tree {
             Some(t) => t.iter().find_map(|&s| host_links(s).find(|&o| cpu_kind(o))),
-            None => host_links(g).find(|&o| cpu_kind(o)),
-        };
-        cpus_of.push(cpu);
+            None => host_links(d).find(|&o| cpu_kind(o)),
+        });
     }
-    let spread = |i: usize| (i * sockets / gpus.len().max(1)).min(sockets.max(1) - 1);
-    let gpu_sockets = cpus_of
+    let last = sockets.max(1) - 1;
+    let sockets = cpus
         .iter()
         .enumerate()
         .map(|(i, cpu)| match cpu {
             Some(c) => {
                 let host = topo.node(*c).host;
-                let place = topo
-                    .nodes_of_kind(NodeKind::Cpu)
+                topo.nodes_of_kind(NodeKind::Cpu)
                     .filter(|&o| topo.node(o).host == host)
                     .position(|o| o == *c)
-                    .unwrap_or(0);
-                place.min(sockets.max(1) - 1)
+                    .unwrap_or(0)
+                    .min(last)
             }
-            None => spread(i),
+            None => {
+                let (i, of) = match i.checked_sub(gpus.len()) {
+                    Some(k) => (k, nics.len()),
+                    None => (i, gpus.len()),
+                };
+                (i * (last + 1) / of).min(last)
+            }
         })
         .collect();
-    (tree_ids, gpu_sockets)
+    Placement {
+        trees,
+        sockets,
+        cpus,
+    }
+}
+
+/// For each NIC of `place` (after the `gpus` GPUs), the GPU next to it
+/// ([`NodeModel::nic_gpus`]), the NICs of a group spread evenly over its
+/// GPUs in order (the `j`-th of `n` NICs on the `j * m / n`-th of `m`
+/// GPUs): the GPUs under its switch tree, else those on its CPU's own
+/// ports (a Grace's on NVLink-C2C), else any on its CPU, else its host's,
+/// else all (NIC `k` of `nics` on GPU `k * gpus / nics`).
+fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]) -> Vec<usize> {
+    let n = gpus.len();
+    let host = |i: usize| {
+        let d = if i < n { gpus[i] } else { nics[i - n] };
+        topo.node(d).host
+    };
+    // Devices `0..n + nics` that share with device `i` what `same` compares.
+    let group = |i: usize, same: &dyn Fn(usize, usize) -> bool| -> Vec<usize> {
+        (0..n + nics.len()).filter(|&d| same(d, i)).collect()
+    };
+    let tree = |d: usize, i: usize| place.trees[d].is_some() && place.trees[d] == place.trees[i];
+    let cpu = |d: usize, i: usize| place.cpus[d].is_some() && place.cpus[d] == place.cpus[i];
+    let rooted = |d: usize, i: usize| cpu(d, i) && place.trees[d].is_none();
+    let in_host = |d: usize, i: usize| host(d) == host(i);
+    let everywhere = |_: usize, _: usize| true;
+    let ways: [&dyn Fn(usize, usize) -> bool; 5] = [&tree, &rooted, &cpu, &in_host, &everywhere];
+    (n..n + nics.len())
+        .map(|i| {
+            ways.iter()
+                .find_map(|same| {
+                    let members = group(i, same);
+                    let (g, k): (Vec<usize>, Vec<usize>) = members.iter().partition(|&&d| d < n);
+                    let j = k.iter().position(|&d| d == i)?;
+                    (!g.is_empty()).then(|| g[j * g.len() / k.len()])
+                })
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 impl Machine {
@@ -352,8 +401,11 @@ impl Machine {
                     .fold(0.0, f64::max)
             })
             .sum();
-        let (switch_trees, gpu_sockets) = pcie_placement(topo, &gpus, sockets);
         let nic_reach = nic_reach(topo, &gpus, &nics);
+        let nics = if nic_gbps > 0.0 { nics } else { Vec::new() };
+        let place = pcie_placement(topo, &gpus, &nics, sockets);
+        let nic_gpus = nic_gpus(topo, &place, &gpus, &nics);
+        let (g, k) = (gpus.len(), nics.len());
         let node = NodeModel {
             arch,
             gpu_name: label,
@@ -363,14 +415,17 @@ impl Machine {
             pcie_gen,
             pcie_width,
             c2c_gbps: c2c,
-            switch_trees,
+            switch_trees: place.trees[..g].to_vec(),
             sockets,
-            gpu_sockets,
+            gpu_sockets: place.sockets[..g].to_vec(),
             // 0 with one socket (no link is built then).
             inter_socket_gbps: inter_socket,
             host_mem_gbps: host_mem,
             cpu_memcpy_gbps: model::memcpy_gbps(host_mem, core_read),
-            nics: if nic_gbps > 0.0 { nics.len() } else { 0 },
+            nics: k,
+            nic_gpus,
+            nic_switch_trees: place.trees[g..].to_vec(),
+            nic_sockets: place.sockets[g..].to_vec(),
             nic_gbps,
             storage_gbps: storage,
             amd_cpu,
@@ -1048,6 +1103,49 @@ mod tests {
             gpucomm_topo::format::parse(&out, gpucomm_topo::format::Format::Toml, preset).unwrap();
         assert_ne!(out, text, "no NIC link was moved");
         moved
+    }
+
+    /// A NIC's place is the topology's too: one on a CPU's own port is
+    /// reached up through the GPU's switch and the CPU, not through a
+    /// switch shared with a GPU (before the fifty-first session NIC `k`
+    /// sat under the switch of GPU `k * gpus / nics` whatever the file
+    /// said), and the NICs of a CPU are spread over its GPUs.
+    #[test]
+    fn routes_reach_a_nic_where_the_topology_puts_it() {
+        use crate::fabric::Fabric;
+        let m = Machine::from_topology(&nics_on_the_cpu("pcie-8gpu", "pcisw")).unwrap();
+        assert_eq!(m.node.nic_switch_trees, [None; 4]);
+        assert_eq!(m.node.nic_sockets, [0; 4]);
+        assert_eq!(m.node.nic_gpus, [0, 1, 2, 3]);
+        // The preset's NICs: under the GPUs' switches, one each.
+        let preset = Machine::preset("pcie-8gpu").unwrap();
+        assert_eq!(preset.node.nic_switch_trees, [0, 1, 2, 3].map(Some));
+        assert_eq!(preset.node.nic_sockets, [0, 0, 1, 1]);
+        assert_eq!(preset.node.nic_gpus, [0, 2, 4, 6]);
+        let path = |m: &Machine, a: usize, b: usize| -> Vec<String> {
+            let f = m.fabric(crate::Engine::Nccl, 2).unwrap();
+            let r = f.route(a, b, 2).unwrap();
+            r.links.iter().map(|&l| f.link_name(l)).collect()
+        };
+        // GPU 4 (socket 1) to the next node on channel 2, whose rail is
+        // NIC 2: up its switch, across the sockets to CPU 0's port.
+        let far = path(&m, 4, 12);
+        assert_eq!(
+            far[..5],
+            [
+                "gpu4->pcie",
+                "pcie-switch2->cpu",
+                "cpu1->cpu0",
+                "pcie->nic2",
+                "nic2->net"
+            ]
+            .map(|l| format!("node0:{l}"))
+        );
+        let near = path(&preset, 4, 12);
+        assert_eq!(
+            near[..3],
+            ["gpu4->pcie", "pcie->nic2", "nic2->net"].map(|l| format!("node0:{l}"))
+        );
     }
 
     #[test]

@@ -78,8 +78,20 @@ pub struct NodeModel {
     pub host_mem_gbps: f64,
     /// Single-thread CPU memcpy bandwidth, GB/s (pageable staging copies).
     pub cpu_memcpy_gbps: f64,
-    /// NICs per node, each on the PCIe switch of GPU `nic * gpus / nics`.
+    /// NICs per node.
     pub nics: usize,
+    /// For each NIC, the GPU next to it, as the topology has it: one under
+    /// its PCIe switch tree, else one on its CPU (a Grace's), else one of
+    /// its host. NCCL's choice of a GPU's NICs and its relay through a
+    /// peer GPU (PXN) start from it ([`ClusterFabric::nearest_nics`]).
+    pub nic_gpus: Vec<usize>,
+    /// For each NIC, its PCIe switch tree (numbered as
+    /// [`NodeModel::switch_trees`]; a tree of NICs alone has a number of
+    /// its own), `None` on a CPU's own port: the routes to the network
+    /// cross the CPU unless a GPU shares the NIC's tree.
+    pub nic_switch_trees: Vec<Option<usize>>,
+    /// For each NIC, its socket (below `sockets`).
+    pub nic_sockets: Vec<usize>,
     /// Per-direction data rate of each NIC port, GB/s (after line coding).
     pub nic_gbps: f64,
     /// Storage read bandwidth (NVMe drives of the node together), GB/s.
@@ -385,12 +397,10 @@ impl Machine {
         self.gpus_used.unwrap_or(self.node.gpus).min(self.node.gpus)
     }
 
-    /// The GPU whose PCIe switch holds NIC `k`: NIC `k` of `nics` sits
-    /// next to GPU `k * gpus / nics`, the node's NICs spread evenly over
-    /// all its GPUs (as `gpucomm topo --nics` places them).
+    /// The GPU next to NIC `k` ([`NodeModel::nic_gpus`]; `gpucomm topo
+    /// --nics` spreads NICs evenly over the GPUs' PCIe switches).
     pub fn nic_gpu(&self, k: usize) -> usize {
-        let nm = &self.node;
-        (k * nm.gpus / nm.nics.max(1)).min(nm.gpus.max(1) - 1)
+        self.node.nic_gpus[k]
     }
 
     /// The NICs the GPUs in use send through: every NIC next to one of them
@@ -614,17 +624,18 @@ impl ClusterFabric {
                 "a node needs at least one CPU socket".into(),
             ));
         }
-        if nm.switch_trees.len() != nm.gpus
-            || nm.gpu_sockets.len() != nm.gpus
-            || nm.gpu_sockets.iter().any(|&s| s >= nm.sockets)
+        let placed = |trees: &[Option<usize>], sockets: &[usize], n: usize| {
+            trees.len() == n && sockets.len() == n && sockets.iter().all(|&s| s < nm.sockets)
+        };
+        if !placed(&nm.switch_trees, &nm.gpu_sockets, nm.gpus)
+            || !placed(&nm.nic_switch_trees, &nm.nic_sockets, nm.nics)
+            || nm.nic_gpus.len() != nm.nics
+            || nm.nic_gpus.iter().any(|&g| g >= nm.gpus)
         {
             return Err(SimError::Model(format!(
-                "a node of {} GPUs needs a PCIe switch tree and a socket (below {}) for each \
-                 GPU, where it has {} and {}",
-                nm.gpus,
-                nm.sockets,
-                nm.switch_trees.len(),
-                nm.gpu_sockets.len()
+                "a node of {} GPUs and {} NICs needs a PCIe switch tree, a socket (below {}) \
+                 and, for a NIC, a GPU next to it, for each",
+                nm.gpus, nm.nics, nm.sockets
             )));
         }
         let rpn = machine.gpus_per_node();
@@ -804,8 +815,9 @@ impl ClusterFabric {
     }
 
     fn switch_count(&self) -> usize {
-        let trees = &self.machine.node.switch_trees;
-        trees.iter().flatten().max().map_or(0, |&t| t + 1)
+        let nm = &self.machine.node;
+        let trees = nm.switch_trees.iter().chain(&nm.nic_switch_trees);
+        trees.flatten().max().map_or(0, |&t| t + 1)
     }
 
     /// Number of nodes.
@@ -848,7 +860,7 @@ impl ClusterFabric {
         self.machine.node.switch_trees[g]
     }
 
-    /// The GPU whose PCIe switch holds NIC `k` ([`Machine::nic_gpu`]).
+    /// The GPU next to NIC `k` ([`Machine::nic_gpu`]).
     pub fn nic_gpu(&self, k: usize) -> usize {
         self.machine.nic_gpu(k)
     }
@@ -1366,27 +1378,54 @@ impl ClusterFabric {
         self.rails.get_or_init(|| self.machine.nics_in_use())
     }
 
+    /// GPU `g` and NIC `k` sit under one PCIe switch tree.
+    fn shares_switch_with_nic(&self, g: usize, k: usize) -> bool {
+        let t = self.switch_of_gpu(g);
+        t.is_some() && t == self.machine.node.nic_switch_trees[k]
+    }
+
+    /// PCIe links from GPU `a` to NIC `k` (node-local ids, not the NIC's
+    /// own): up to their common switch, else up to the CPU, across to the
+    /// NIC's socket and down into its switch.
+    fn pcie_to_nic(&self, a: usize, k: usize, out: &mut Vec<u32>) {
+        if self.shares_switch_with_nic(a, k) {
+            out.push(self.pcie_up[a]);
+            return;
+        }
+        self.pcie_to_cpu(a, out);
+        let nm = &self.machine.node;
+        self.qpi_hop(self.socket_of_gpu(a), nm.nic_sockets[k], out);
+        if let Some(s) = nm.nic_switch_trees[k] {
+            out.push(self.sw_down[s]);
+        }
+    }
+
+    /// The reverse of [`ClusterFabric::pcie_to_nic`].
+    fn pcie_from_nic(&self, k: usize, b: usize, out: &mut Vec<u32>) {
+        if self.shares_switch_with_nic(b, k) {
+            out.push(self.pcie_down[b]);
+            return;
+        }
+        let nm = &self.machine.node;
+        if let Some(s) = nm.nic_switch_trees[k] {
+            out.push(self.sw_up[s]);
+        }
+        self.qpi_hop(nm.nic_sockets[k], self.socket_of_gpu(b), out);
+        self.pcie_from_cpu(b, out);
+    }
+
     /// Route from GPU `a` of node `na` to the network through NIC `k` of
-    /// that node (node-local ids), preferring the PCIe switch shared with
-    /// the NIC, then NVLink to the NIC's GPU (NCCL's PXN), then the CPU.
+    /// that node (node-local ids): NVLink to the NIC's GPU (NCCL's PXN)
+    /// and its PCIe where there is one, else PCIe, through the switch
+    /// shared with the NIC or the CPU.
     fn to_nic(&self, a: usize, k: usize, out: &mut Vec<u32>) {
         let g = self.nic_gpu(k);
-        let same_switch =
-            self.switch_of_gpu(a).is_some() && self.switch_of_gpu(a) == self.switch_of_gpu(g);
-        if a == g {
-            out.push(self.pcie_up[a]);
-        } else if self.has_nvlink(a, g) {
+        if a != g && self.has_nvlink(a, g) {
             // PXN: over NVLink to the GPU next to the NIC, then its PCIe.
             self.nvlink_path(a, g, out);
-            out.push(self.pcie_up[g]);
-        } else if same_switch {
-            out.push(self.pcie_up[a]);
+            self.pcie_to_nic(g, k, out);
         } else {
-            self.pcie_to_cpu(a, out);
-            self.qpi_hop(self.socket_of_gpu(a), self.socket_of_gpu(g), out);
-            if let Some(s) = self.switch_of_gpu(g) {
-                out.push(self.sw_down[s]);
-            }
+            self.pcie_to_nic(a, k, out);
         }
         out.push(self.nic_pcie_up[k]);
         out.push(self.nic_out[k]);
@@ -1399,34 +1438,24 @@ impl ClusterFabric {
         let g = self.nic_gpu(k);
         out.push(self.nic_in[k]);
         out.push(self.nic_pcie_down[k]);
-        let same_switch =
-            self.switch_of_gpu(b).is_some() && self.switch_of_gpu(b) == self.switch_of_gpu(g);
-        if b == g || (pcie_first && same_switch) {
-            out.push(self.pcie_down[b]);
-        } else if self.has_nvlink(g, b) {
-            out.push(self.pcie_down[g]);
+        let relay = b != g && !(pcie_first && self.shares_switch_with_nic(b, k));
+        if relay && self.has_nvlink(g, b) {
+            self.pcie_from_nic(k, g, out);
             self.nvlink_path(g, b, out);
-        } else if same_switch {
-            out.push(self.pcie_down[b]);
         } else {
-            if let Some(s) = self.switch_of_gpu(g) {
-                out.push(self.sw_up[s]);
-            }
-            self.qpi_hop(self.socket_of_gpu(g), self.socket_of_gpu(b), out);
-            self.pcie_from_cpu(b, out);
+            self.pcie_from_nic(k, b, out);
         }
     }
 
     /// Route from host memory of socket `sock` out through NIC `k`
     /// (node-local ids, ending with the NIC's port): the socket link to the
     /// NIC's socket where it is another, the CPU's way down into the NIC's
-    /// PCIe switch (the NIC sits on the attachment of GPU
-    /// [`ClusterFabric::nic_gpu`]), the NIC's PCIe link, its port.
+    /// PCIe switch, the NIC's PCIe link, its port.
     fn host_to_nic(&self, sock: usize, k: usize, out: &mut Vec<u32>) {
-        let g = self.nic_gpu(k);
+        let nm = &self.machine.node;
         out.push(self.host_mem[sock]);
-        self.qpi_hop(sock, self.socket_of_gpu(g), out);
-        if let Some(s) = self.switch_of_gpu(g) {
+        self.qpi_hop(sock, nm.nic_sockets[k], out);
+        if let Some(s) = nm.nic_switch_trees[k] {
             out.push(self.sw_down[s]);
         }
         out.push(self.nic_pcie_up[k]);
@@ -1436,13 +1465,13 @@ impl ClusterFabric {
     /// Route from NIC `k`'s port into host memory of socket `sock`, the
     /// reverse of [`ClusterFabric::host_to_nic`].
     fn nic_to_host(&self, k: usize, sock: usize, out: &mut Vec<u32>) {
-        let g = self.nic_gpu(k);
+        let nm = &self.machine.node;
         out.push(self.nic_in[k]);
         out.push(self.nic_pcie_down[k]);
-        if let Some(s) = self.switch_of_gpu(g) {
+        if let Some(s) = nm.nic_switch_trees[k] {
             out.push(self.sw_up[s]);
         }
-        self.qpi_hop(self.socket_of_gpu(g), sock, out);
+        self.qpi_hop(nm.nic_sockets[k], sock, out);
         out.push(self.host_mem[sock]);
     }
 
@@ -1633,11 +1662,10 @@ impl ClusterFabric {
             .collect()
     }
 
-    /// NIC `k` is next to local GPU `g` or on its PCIe switch.
+    /// NIC `k` is next to local GPU `g` ([`NodeModel::nic_gpus`]) or on
+    /// its PCIe switch tree.
     fn nic_near(&self, k: usize, g: usize) -> bool {
-        let h = self.nic_gpu(k);
-        h == g
-            || (self.switch_of_gpu(h).is_some() && self.switch_of_gpu(h) == self.switch_of_gpu(g))
+        self.nic_gpu(k) == g || self.shares_switch_with_nic(g, k)
     }
 
     /// The NIC `ncclTopoGetLocalNet` gives local GPU `g` on `channel`
