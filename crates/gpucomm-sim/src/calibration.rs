@@ -1978,17 +1978,6 @@ pub fn predict(case: &Case) -> Result<Prediction, SimError> {
         Metric::H2d | Metric::D2h => copy_machine_for(&case.system)?,
         _ => machine_for(&case.system)?,
     };
-    // Without peer access NCCL moves a collective's data through host
-    // memory (its SHM transport), which the simulator does not model: a
-    // run over P2P would overstate it.
-    if collective && no_peer_access(&case.system, &m) {
-        return Err(SimError::Model(format!(
-            "case {}: system {:?} has no peer access between its GPUs, so NCCL runs the \
-             collective over its host-memory (SHM) transport, which the simulator does not \
-             model (its collectives run over P2P)",
-            case.id, case.system
-        )));
-    }
     let (flags, note) = changes_from_preset(&m, &case.system)?;
     let mut p = predict_on(case, metric, m, &flags)?;
     p.scenario.push_str(&note);
@@ -2098,7 +2087,14 @@ fn predict_on(
                 )));
             }
             m.use_gpus(gpus / nodes)?;
-            m.nccl_p2p_level = p2p_level_stated(&case.system);
+            // Without peer access no pair of a node is peer to peer, as at
+            // NCCL_P2P_LEVEL=LOC: NCCL joins them through host memory.
+            let no_peer = no_peer_access(&case.system, &m);
+            m.nccl_p2p_level = if no_peer {
+                Some(crate::machine::P2pLevel::Loc)
+            } else {
+                p2p_level_stated(&case.system)
+            };
             let bytes = case
                 .bytes
                 .ok_or_else(|| SimError::Model(format!("case {} has no bytes", case.id)))?;
@@ -2127,13 +2123,16 @@ fn predict_on(
             // the simulator does not model): a run over P2P would overstate
             // it several times.
             if let Some((x, y)) = crate::collective::nccl_shm_pair(&f, coll) {
-                return Err(SimError::Model(format!(
-                    "case {}: NCCL passes data between GPU{x} and GPU{y} of {} ({}) through \
-                     host memory, its SHM transport, which the simulator does not model (its \
-                     collectives run over P2P)",
-                    case.id,
-                    m.name,
+                let reason = if no_peer {
+                    "no peer access between them".to_string()
+                } else {
                     f.nccl_shm_reason()
+                };
+                return Err(SimError::Model(format!(
+                    "case {}: NCCL passes data between GPU{x} and GPU{y} of {} ({reason}) \
+                     through host memory, its SHM transport, which the simulator does not \
+                     model (its collectives run over P2P)",
+                    case.id, m.name
                 )));
             }
             let r = simulate(
@@ -3717,16 +3716,33 @@ mod tests {
         // A host copy crosses one card's link and the host: the workstation's.
         let p = predict(&case(two, "h2d_bandwidth")).unwrap();
         assert!(p.scenario.contains("workstation-rtx4090"), "{}", p.scenario);
-        let e = predict(&case(two, "busbw")).unwrap_err().to_string();
-        assert!(e.contains("SHM"), "{e}");
+        // A collective's case with its bytes, on `gpus` GPUs over `nodes`.
+        let run = |system: &str, gpus: usize, nodes: usize| {
+            let mut c = case(system, "busbw");
+            (c.bytes, c.gpus, c.nodes) = (Some(1 << 30), Some(gpus), Some(nodes));
+            predict(&c)
+        };
+        let e = run(two, 2, 1).unwrap_err().to_string();
+        assert!(e.contains("SHM") && e.contains("no peer access"), "{e}");
         for t in [
             "8x L40S, PCIe Gen4, P2P disabled",
             "8x A100 PCIe, NCCL_P2P_DISABLE=1",
             "8x A100 PCIe; P2P is disabled (IOMMU on)",
             "8x A100 PCIe, cudaDeviceCanAccessPeer returns 0",
         ] {
-            let e = predict(&case(t, "busbw")).unwrap_err();
-            assert!(e.to_string().contains("SHM"), "{t}: {e}");
+            let e = run(t, 8, 1).unwrap_err().to_string();
+            assert!(
+                e.contains("SHM") && e.contains("no peer access"),
+                "{t}: {e}"
+            );
+            // One GPU a node: NCCL has no pair to join, the network carries
+            // it all, and the case is predicted.
+            let p = run(t, 2, 2).unwrap();
+            assert!(
+                p.scenario.contains("--nccl-p2p-level loc"),
+                "{t}: {}",
+                p.scenario
+            );
         }
         // A text about another machine that mentions a 4090 is not about
         // GPUs without peer access.
