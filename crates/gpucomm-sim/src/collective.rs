@@ -1243,7 +1243,7 @@ fn nccl_net_graph(fabric: &ClusterFabric) -> model::NcclInterGraph {
 /// there).
 fn nccl_net_count_by_bw(fabric: &ClusterFabric) -> usize {
     let node = &fabric.machine.node;
-    if node.switch_trees.iter().any(Option::is_some) {
+    if node.gpu_sites.iter().any(|s| s.tree.is_some()) {
         return 0;
     }
     let pcie = model::nccl_pcie_gbps(node.pcie_gen, node.pcie_width);

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use gpucomm_topo::{LinkKind, NodeIx, NodeKind, Topology};
 
 use crate::SimError;
-use crate::machine::{Machine, NetLayout, Network, NodeModel, NvFabric};
+use crate::machine::{Machine, NetLayout, Network, NodeModel, NvFabric, PcieSite};
 use crate::model::{self, NicReach};
 
 fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
@@ -37,19 +37,20 @@ fn other_end(t: &Topology, l: &gpucomm_topo::Link, me: NodeIx) -> NodeIx {
     if l.a == me { l.b } else { l.a }
 }
 
-/// Where each of `devices` (GPUs, NICs) sits in its host's PCIe tree.
+/// Where each of a node's GPUs and then NICs sits in its host's PCIe tree.
 struct Placement {
-    /// Its PCIe switch tree: switches joined to each other by PCIe without
-    /// a CPU between them (what NCCL's `PATH_PIX` and `PATH_PXB` span;
-    /// [`NodeModel::switch_trees`]), numbered from 0 in the order of the
-    /// devices; `None` on a CPU's own port.
-    trees: Vec<Option<usize>>,
-    /// Its socket: the place, among its host's CPUs, of the CPU its PCIe
-    /// (or NVLink-C2C) path reaches ([`NodeModel::gpu_sockets`]); a device
-    /// that reaches none is spread over the `sockets` with the others of
-    /// its kind in order.
-    sockets: Vec<usize>,
-    /// That CPU.
+    /// Its site in the routes ([`PcieSite`]): its PCIe switch tree
+    /// (switches joined to each other by PCIe without a CPU between them,
+    /// what NCCL's `PATH_PXB` spans), numbered from 0 in the order of the
+    /// devices, `None` on a CPU's own port; its socket: the place, among
+    /// its host's CPUs, of the CPU its PCIe (or NVLink-C2C) path reaches,
+    /// or, reaching none, spread over the `sockets` with the others of its
+    /// kind in order.
+    sites: Vec<PcieSite>,
+    /// The switch it hangs from directly (two devices of one are
+    /// `PATH_PIX` apart), numbered from 0; `None` on a CPU's own port.
+    switches: Vec<Option<usize>>,
+    /// The CPU its path reaches.
     cpus: Vec<Option<NodeIx>>,
 }
 
@@ -77,53 +78,59 @@ fn pcie_placement(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx], sockets: us
         }
         seen
     };
+    // Dense numbers for switches, in order of first sight.
+    let number = |names: &mut Vec<NodeIx>, first: NodeIx| {
+        names.iter().position(|&t| t == first).unwrap_or_else(|| {
+            names.push(first);
+            names.len() - 1
+        })
+    };
     let cpu_kind = |n: NodeIx| topo.node(n).kind == NodeKind::Cpu;
-    let mut names: Vec<NodeIx> = Vec::new();
+    let (mut tree_names, mut switch_names) = (Vec::new(), Vec::new());
     let mut trees = Vec::with_capacity(devices.len());
+    let mut switches = Vec::with_capacity(devices.len());
     let mut cpus = Vec::with_capacity(devices.len());
     for &d in &devices {
-        let tree = host_links(d).find(|&o| is_switch(o)).map(tree_of);
+        let switch = host_links(d).find(|&o| is_switch(o));
+        let tree = switch.map(tree_of);
+        switches.push(switch.map(|s| number(&mut switch_names, s)));
         // A tree's name: its lowest switch.
-        let id = tree
-            .as_ref()
-            .and_then(|t| t.iter().copied().min())
-            .map(|first| {
-                names.iter().position(|&t| t == first).unwrap_or_else(|| {
-                    names.push(first);
-                    names.len() - 1
-                })
-            });
-        trees.push(id);
+        let first = tree.as_ref().and_then(|t| t.iter().copied().min());
+        trees.push(first.map(|f| number(&mut tree_names, f)));
         cpus.push(match &tree {
             Some(t) => t.iter().find_map(|&s| host_links(s).find(|&o| cpu_kind(o))),
             None => host_links(d).find(|&o| cpu_kind(o)),
         });
     }
     let last = sockets.max(1) - 1;
-    let sockets = cpus
+    let sites = cpus
         .iter()
+        .zip(&trees)
         .enumerate()
-        .map(|(i, cpu)| match cpu {
-            Some(c) => {
-                let host = topo.node(*c).host;
-                topo.nodes_of_kind(NodeKind::Cpu)
-                    .filter(|&o| topo.node(o).host == host)
-                    .position(|o| o == *c)
-                    .unwrap_or(0)
-                    .min(last)
-            }
-            None => {
-                let (i, of) = match i.checked_sub(gpus.len()) {
-                    Some(k) => (k, nics.len()),
-                    None => (i, gpus.len()),
-                };
-                (i * (last + 1) / of).min(last)
-            }
+        .map(|(i, (cpu, &tree))| {
+            let socket = match cpu {
+                Some(c) => {
+                    let host = topo.node(*c).host;
+                    topo.nodes_of_kind(NodeKind::Cpu)
+                        .filter(|&o| topo.node(o).host == host)
+                        .position(|o| o == *c)
+                        .unwrap_or(0)
+                        .min(last)
+                }
+                None => {
+                    let (i, of) = match i.checked_sub(gpus.len()) {
+                        Some(k) => (k, nics.len()),
+                        None => (i, gpus.len()),
+                    };
+                    (i * (last + 1) / of).min(last)
+                }
+            };
+            PcieSite { tree, socket }
         })
         .collect();
     Placement {
-        trees,
-        sockets,
+        sites,
+        switches,
         cpus,
     }
 }
@@ -131,9 +138,10 @@ fn pcie_placement(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx], sockets: us
 /// For each NIC of `place` (after the `gpus` GPUs), the GPU next to it
 /// ([`NodeModel::nic_gpus`]), the NICs of a group spread evenly over its
 /// GPUs in order (the `j`-th of `n` NICs on the `j * m / n`-th of `m`
-/// GPUs): the GPUs under its switch tree, else those on its CPU's own
-/// ports (a Grace's on NVLink-C2C), else any on its CPU, else its host's,
-/// else all (NIC `k` of `nics` on GPU `k * gpus / nics`).
+/// GPUs): the GPUs under its own PCIe switch, else under its switch tree,
+/// else those on its CPU's own ports (a Grace's on NVLink-C2C), else any
+/// on its CPU, else its host's, else all (NIC `k` of `nics` on GPU `k *
+/// gpus / nics`).
 fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]) -> Vec<usize> {
     let n = gpus.len();
     let host = |i: usize| {
@@ -144,12 +152,15 @@ fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]
     let group = |i: usize, same: &dyn Fn(usize, usize) -> bool| -> Vec<usize> {
         (0..n + nics.len()).filter(|&d| same(d, i)).collect()
     };
-    let tree = |d: usize, i: usize| place.trees[d].is_some() && place.trees[d] == place.trees[i];
+    let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
+    let switch = |d: usize, i: usize| both(place.switches[d], place.switches[i]);
+    let tree = |d: usize, i: usize| both(place.sites[d].tree, place.sites[i].tree);
     let cpu = |d: usize, i: usize| place.cpus[d].is_some() && place.cpus[d] == place.cpus[i];
-    let rooted = |d: usize, i: usize| cpu(d, i) && place.trees[d].is_none();
+    let rooted = |d: usize, i: usize| cpu(d, i) && place.sites[d].tree.is_none();
     let in_host = |d: usize, i: usize| host(d) == host(i);
     let everywhere = |_: usize, _: usize| true;
-    let ways: [&dyn Fn(usize, usize) -> bool; 5] = [&tree, &rooted, &cpu, &in_host, &everywhere];
+    let ways: [&dyn Fn(usize, usize) -> bool; 6] =
+        [&switch, &tree, &rooted, &cpu, &in_host, &everywhere];
     (n..n + nics.len())
         .map(|i| {
             ways.iter()
@@ -160,6 +171,36 @@ fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]
                     (!g.is_empty()).then(|| g[j * g.len() / k.len()])
                 })
                 .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// For each GPU of `place`, the NICs NCCL takes as its own
+/// ([`NodeModel::gpu_nics`]): those under its own PCIe switch
+/// (`PATH_PIX`) or on its CPU's port beside it where it is the NIC's GPU
+/// (a Grace's, NCCL's `PATH_P2C`), else those under its switch tree
+/// (`PATH_PXB`), else none (NICs across a CPU are no GPU's own).
+fn gpu_nics(place: &Placement, gpus: usize, nic_gpus: &[usize]) -> Vec<Vec<usize>> {
+    let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
+    (0..gpus)
+        .map(|g| {
+            let nics = 0..nic_gpus.len();
+            let pix = |k: &usize| {
+                let i = gpus + k;
+                both(place.switches[g], place.switches[i])
+                    || nic_gpus[*k] == g
+                        && place.sites[g].tree.is_none()
+                        && place.sites[i].tree.is_none()
+                        && place.cpus[g].is_some()
+                        && place.cpus[g] == place.cpus[i]
+            };
+            let pxb = |k: &usize| both(place.sites[g].tree, place.sites[gpus + k].tree);
+            let near: Vec<usize> = nics.clone().filter(pix).collect();
+            if near.is_empty() {
+                nics.filter(pxb).collect()
+            } else {
+                near
+            }
         })
         .collect()
 }
@@ -404,7 +445,19 @@ impl Machine {
         let nic_reach = nic_reach(topo, &gpus, &nics);
         let nics = if nic_gbps > 0.0 { nics } else { Vec::new() };
         let place = pcie_placement(topo, &gpus, &nics, sockets);
+        if let Some(k) = (0..nics.len()).find(|&k| place.cpus[gpus.len() + k].is_none()) {
+            if !cpus.is_empty() {
+                return Err(SimError::Model(format!(
+                    "topology {}: NIC {} reaches no CPU over PCIe (directly or through PCIe \
+                     switches), where the simulator routes a NIC's traffic through its switch \
+                     or its CPU",
+                    topo.name(),
+                    topo.node(nics[k]).id
+                )));
+            }
+        }
         let nic_gpus = nic_gpus(topo, &place, &gpus, &nics);
+        let gpu_nics = gpu_nics(&place, gpus.len(), &nic_gpus);
         let (g, k) = (gpus.len(), nics.len());
         let node = NodeModel {
             arch,
@@ -415,17 +468,16 @@ impl Machine {
             pcie_gen,
             pcie_width,
             c2c_gbps: c2c,
-            switch_trees: place.trees[..g].to_vec(),
             sockets,
-            gpu_sockets: place.sockets[..g].to_vec(),
+            gpu_sites: place.sites[..g].to_vec(),
             // 0 with one socket (no link is built then).
             inter_socket_gbps: inter_socket,
             host_mem_gbps: host_mem,
             cpu_memcpy_gbps: model::memcpy_gbps(host_mem, core_read),
             nics: k,
             nic_gpus,
-            nic_switch_trees: place.trees[g..].to_vec(),
-            nic_sockets: place.sockets[g..].to_vec(),
+            gpu_nics,
+            nic_sites: place.sites[g..].to_vec(),
             nic_gbps,
             storage_gbps: storage,
             amd_cpu,
@@ -967,13 +1019,7 @@ mod tests {
         );
         let ws = Machine::from_topology(&gpucomm_topo::preset("rtx4090").unwrap()).unwrap();
         assert_eq!((ws.node.gpus, ws.node.sockets, ws.node.nics), (1, 1, 0));
-        assert_eq!(
-            (
-                ws.node.switch_trees.as_slice(),
-                ws.node.gpu_sockets.as_slice()
-            ),
-            (&[None][..], &[0][..])
-        );
+        assert_eq!(ws.node.gpu_sites, [PcieSite::default()]);
         assert!((ws.node.host_mem_gbps - 89.6).abs() < 1e-9);
         // An unknown GPU is an error unless the node says what it is.
         let mut b = TopologyBuilder::new("odd");
@@ -1012,7 +1058,7 @@ mod tests {
         let t = gpucomm_topo::format::parse(&cascaded, gpucomm_topo::format::Format::Toml, "c")
             .unwrap();
         let mut m = Machine::from_topology(&t).unwrap();
-        let trees = &m.node.switch_trees;
+        let trees: Vec<_> = m.node.gpu_sites.iter().map(|s| s.tree).collect();
         assert_eq!(trees.len(), 8);
         assert!(trees[..4].iter().all(|x| x.is_some() && *x == trees[0]));
         assert!(trees[4] != trees[0] && trees[4] == trees[5] && trees[6] != trees[4]);
@@ -1022,7 +1068,7 @@ mod tests {
             None
         );
         let flat = Machine::from_topology(&gpucomm_topo::preset("pcie-8gpu").unwrap()).unwrap();
-        assert_ne!(flat.node.switch_trees[0], flat.node.switch_trees[2]);
+        assert_ne!(flat.node.gpu_sites[0].tree, flat.node.gpu_sites[2].tree);
     }
 
     /// The routes follow the topology's PCIe tree, however uneven: GPUs
@@ -1046,10 +1092,11 @@ mod tests {
         let t =
             gpucomm_topo::format::parse(&uneven, gpucomm_topo::format::Format::Toml, "u").unwrap();
         let m = Machine::from_topology(&t).unwrap();
-        let trees = &m.node.switch_trees;
+        let trees: Vec<_> = m.node.gpu_sites.iter().map(|s| s.tree).collect();
         assert_eq!(trees[..2], [None, None]);
         assert!(trees[2].is_some() && trees[2] == trees[3] && trees[4] != trees[2]);
-        assert_eq!(m.node.gpu_sockets, [0, 0, 1, 1, 1, 1, 1, 1]);
+        let sockets: Vec<_> = m.node.gpu_sites.iter().map(|s| s.socket).collect();
+        assert_eq!(sockets, [0, 0, 1, 1, 1, 1, 1, 1]);
         let f = m.fabric(crate::Engine::CopyEngine, 1).unwrap();
         let path = |a: usize, b: usize| -> Vec<String> {
             let r = f.route(a, b, 0).unwrap();
@@ -1075,8 +1122,11 @@ mod tests {
         // Before, by GPU order, GPUs 0 and 1 shared a switch and 2 sat on
         // socket 0; the preset itself routes as it did.
         let flat = Machine::from_topology(&gpucomm_topo::preset("pcie-8gpu").unwrap()).unwrap();
-        assert_eq!(flat.node.gpu_sockets, [0, 0, 0, 0, 1, 1, 1, 1]);
-        assert_eq!(flat.node.switch_trees, [0, 0, 1, 1, 2, 2, 3, 3].map(Some));
+        let sites = [0, 0, 1, 1, 2, 2, 3, 3].map(|t| PcieSite {
+            tree: Some(t),
+            socket: t / 2,
+        });
+        assert_eq!(flat.node.gpu_sites, sites);
     }
 
     /// `preset` with the PCIe links of the NICs under switches whose name
@@ -1113,39 +1163,79 @@ mod tests {
     #[test]
     fn routes_reach_a_nic_where_the_topology_puts_it() {
         use crate::fabric::Fabric;
+        let site = |tree, socket| PcieSite { tree, socket };
+        let trees = |sites: &[PcieSite]| sites.iter().map(|s| s.tree).collect::<Vec<_>>();
+        let sockets = |sites: &[PcieSite]| sites.iter().map(|s| s.socket).collect::<Vec<_>>();
         let m = Machine::from_topology(&nics_on_the_cpu("pcie-8gpu", "pcisw")).unwrap();
-        assert_eq!(m.node.nic_switch_trees, [None; 4]);
-        assert_eq!(m.node.nic_sockets, [0; 4]);
+        assert_eq!(m.node.nic_sites, [site(None, 0); 4]);
         assert_eq!(m.node.nic_gpus, [0, 1, 2, 3]);
+        // NICs across a CPU are no GPU's own.
+        assert!(m.node.gpu_nics.iter().all(Vec::is_empty));
         // The preset's NICs: under the GPUs' switches, one each.
         let preset = Machine::preset("pcie-8gpu").unwrap();
-        assert_eq!(preset.node.nic_switch_trees, [0, 1, 2, 3].map(Some));
-        assert_eq!(preset.node.nic_sockets, [0, 0, 1, 1]);
+        assert_eq!(trees(&preset.node.nic_sites), [0, 1, 2, 3].map(Some));
+        assert_eq!(sockets(&preset.node.nic_sites), [0, 0, 1, 1]);
         assert_eq!(preset.node.nic_gpus, [0, 2, 4, 6]);
-        let path = |m: &Machine, a: usize, b: usize| -> Vec<String> {
+        assert_eq!(preset.node.gpu_nics[5], [2]);
+        let path = |m: &Machine, a: usize, b: usize, channel: u16| -> Vec<String> {
             let f = m.fabric(crate::Engine::Nccl, 2).unwrap();
-            let r = f.route(a, b, 2).unwrap();
+            let r = f.route(a, b, channel).unwrap();
             r.links.iter().map(|&l| f.link_name(l)).collect()
         };
+        let names = |p: &[&str]| p.iter().map(|l| format!("node0:{l}")).collect::<Vec<_>>();
         // GPU 4 (socket 1) to the next node on channel 2, whose rail is
         // NIC 2: up its switch, across the sockets to CPU 0's port.
-        let far = path(&m, 4, 12);
+        let far = path(&m, 4, 12, 2);
         assert_eq!(
             far[..5],
-            [
+            names(&[
                 "gpu4->pcie",
                 "pcie-switch2->cpu",
                 "cpu1->cpu0",
                 "pcie->nic2",
                 "nic2->net"
-            ]
-            .map(|l| format!("node0:{l}"))
+            ])
         );
-        let near = path(&preset, 4, 12);
-        assert_eq!(
-            near[..3],
-            ["gpu4->pcie", "pcie->nic2", "nic2->net"].map(|l| format!("node0:{l}"))
+        let near = path(&preset, 4, 12, 2);
+        assert_eq!(near[..3], names(&["gpu4->pcie", "pcie->nic2", "nic2->net"]));
+        // NIC 0 beside GPUs 2 and 3, two GPUs in use: no NIC sits next to
+        // them, and they take the nearest there are (it divided by no
+        // rails and panicked).
+        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
+        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        let moved = text.replace(
+            "a = \"nic0\"\nb = \"pcisw0\"",
+            "a = \"nic0\"\nb = \"pcisw1\"",
         );
+        assert_ne!(moved, text);
+        let t =
+            gpucomm_topo::format::parse(&moved, gpucomm_topo::format::Format::Toml, "m").unwrap();
+        let mut m = Machine::from_topology(&t).unwrap();
+        m.use_gpus(2).unwrap();
+        assert_eq!(m.nics_in_use(), [0, 1, 2, 3]);
+        for c in 0..4 {
+            assert!(
+                path(&m, 0, 2, c)
+                    .iter()
+                    .any(|l| l.contains("pcie-switch0->cpu"))
+            );
+        }
+        // No PXN to a NIC across a CPU: DGX H100 GPU 1 reaches NIC 2 on
+        // CPU 0's port through its switch and the CPU, not over the
+        // NVSwitch through GPU 2.
+        let m = Machine::from_topology(&nics_on_the_cpu("dgx-h100", "pcisw")).unwrap();
+        let p = path(&m, 1, 9, 1);
+        assert!(p.iter().all(|l| !l.contains("nvswitch")), "{p:?}");
+        // Nor through a GPU not in use, and a GPU's own NICs are its
+        // switch's (PIX) before its switch tree's (PXB): DGX-2's GPU 1 has
+        // NIC 0, not NIC 1 of the other switch of its tree.
+        let mut dgx2 = Machine::preset("dgx2").unwrap();
+        assert_eq!(dgx2.node.gpu_nics[1], [0]);
+        dgx2.use_gpus(2).unwrap();
+        for c in 0..4 {
+            let p = path(&dgx2, 1, 3, c);
+            assert!(p.iter().all(|l| !l.contains("gpu2")), "{p:?}");
+        }
     }
 
     #[test]

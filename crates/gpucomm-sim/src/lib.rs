@@ -64,5 +64,5 @@ pub mod train;
 pub mod transfer;
 
 pub use error::SimError;
-pub use machine::{Engine, MAX_RANKS, Machine};
+pub use machine::{Engine, MAX_RANKS, Machine, PcieSite};
 pub use time::SimTime;

@@ -38,6 +38,29 @@ pub enum NvFabric {
     },
 }
 
+/// Where a GPU or NIC sits in its node's PCIe tree, as the topology has
+/// it.
+///
+/// ```
+/// use gpucomm_sim::{Machine, PcieSite};
+/// // The PCIe server: two GPUs and a NIC under each of four switches, two
+/// // switches a socket.
+/// let m = Machine::preset("pcie-8gpu").unwrap();
+/// assert_eq!(m.node.gpu_sites[5], PcieSite { tree: Some(2), socket: 1 });
+/// assert_eq!(m.node.nic_sites[1], PcieSite { tree: Some(1), socket: 0 });
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcieSite {
+    /// The PCIe switch tree it sits under (switches joined without a CPU
+    /// between them; the routes take a tree as one switch with one uplink
+    /// to its CPU), numbered from 0 over the node's GPUs and NICs; `None`
+    /// on a CPU's own port (or a Grace's NVLink-C2C).
+    pub tree: Option<usize>,
+    /// The socket whose CPU its tree, or its own link, reaches (below
+    /// [`NodeModel::sockets`]).
+    pub socket: usize,
+}
+
 /// One node's hardware.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeModel {
@@ -60,18 +83,12 @@ pub struct NodeModel {
     /// a PCIe link; `None`: the GPUs sit on PCIe (NICs stay on PCIe of
     /// generation `pcie_gen` either way).
     pub c2c_gbps: Option<f64>,
-    /// For each GPU, the PCIe switch tree it sits under, numbered from 0
-    /// (switches joined without a CPU between them, one switch to the
-    /// routes: a tree's GPUs reach their CPU over its one uplink; `None`:
-    /// on a CPU's own port), as the topology has it: two GPUs of one tree
-    /// are `PATH_PIX` or `PATH_PXB` apart for NCCL, which joins them peer
-    /// to peer ([`ClusterFabric::nccl_p2p`]).
-    pub switch_trees: Vec<Option<usize>>,
     /// CPU sockets.
     pub sockets: usize,
-    /// For each GPU, the socket (below `sockets`) whose root complex its
-    /// PCIe switch tree, or its own link, reaches, as the topology has it.
-    pub gpu_sockets: Vec<usize>,
+    /// Where each GPU sits in the PCIe tree, as the topology has it: two
+    /// GPUs of one switch tree are `PATH_PIX` or `PATH_PXB` apart for NCCL,
+    /// which joins them peer to peer ([`ClusterFabric::nccl_p2p`]).
+    pub gpu_sites: Vec<PcieSite>,
     /// Per-direction bandwidth between two sockets, GB/s (QPI/UPI/xGMI).
     pub inter_socket_gbps: f64,
     /// Host memory bandwidth per socket, GB/s.
@@ -81,17 +98,20 @@ pub struct NodeModel {
     /// NICs per node.
     pub nics: usize,
     /// For each NIC, the GPU next to it, as the topology has it: one under
-    /// its PCIe switch tree, else one on its CPU (a Grace's), else one of
-    /// its host. NCCL's choice of a GPU's NICs and its relay through a
-    /// peer GPU (PXN) start from it ([`ClusterFabric::nearest_nics`]).
+    /// its own PCIe switch, else its switch tree, else on its CPU (a
+    /// Grace's), else one of its host; a switch's or CPU's NICs spread
+    /// evenly over its GPUs. NCCL's relay through a peer GPU (PXN) goes to
+    /// it.
     pub nic_gpus: Vec<usize>,
-    /// For each NIC, its PCIe switch tree (numbered as
-    /// [`NodeModel::switch_trees`]; a tree of NICs alone has a number of
-    /// its own), `None` on a CPU's own port: the routes to the network
+    /// For each GPU, the NICs NCCL takes as its own (`ncclTopoGetLocalNet`,
+    /// the nearest by path type up to `PATH_PXB`): under its own PCIe
+    /// switch, or beside it on its Grace, else under its switch tree; none
+    /// where every NIC is across a CPU.
+    pub gpu_nics: Vec<Vec<usize>>,
+    /// Where each NIC sits in the PCIe tree, as the topology has it (a tree
+    /// of NICs alone has a number of its own): the routes to the network
     /// cross the CPU unless a GPU shares the NIC's tree.
-    pub nic_switch_trees: Vec<Option<usize>>,
-    /// For each NIC, its socket (below `sockets`).
-    pub nic_sockets: Vec<usize>,
+    pub nic_sites: Vec<PcieSite>,
     /// Per-direction data rate of each NIC port, GB/s (after line coding).
     pub nic_gbps: f64,
     /// Storage read bandwidth (NVMe drives of the node together), GB/s.
@@ -409,8 +429,8 @@ impl Machine {
     /// while a nearer one is found: one H100 of a DGX H100 node reaches
     /// the network through its own 400 Gb/s NIC, not the node's eight, and
     /// four GPUs of a node with four NICs (next to GPUs 0, 2, 4, 6) through
-    /// two. Empty without NICs; never empty with them (NIC 0 sits next to
-    /// GPU 0, always in use).
+    /// two. Empty without NICs; never empty with them: where no NIC sits
+    /// next to a GPU in use, the NICs near one, else all of them.
     ///
     /// ```
     /// use gpucomm_sim::Machine;
@@ -422,9 +442,20 @@ impl Machine {
     /// ```
     pub fn nics_in_use(&self) -> Vec<usize> {
         let rpn = self.gpus_per_node();
-        (0..self.node.nics)
-            .filter(|&k| self.nic_gpu(k) < rpn)
-            .collect()
+        let nics = 0..self.node.nics;
+        let next: Vec<usize> = nics.clone().filter(|&k| self.nic_gpu(k) < rpn).collect();
+        if !next.is_empty() {
+            return next;
+        }
+        // No NIC's GPU in use (a topology's NICs beside other GPUs): the
+        // NICs of the GPUs in use, else every NIC, as NCCL takes the
+        // nearest there are.
+        let near = &self.node.gpu_nics[..rpn];
+        let own: Vec<usize> = nics
+            .clone()
+            .filter(|k| near.iter().any(|n| n.contains(k)))
+            .collect();
+        if own.is_empty() { nics.collect() } else { own }
     }
 
     /// Total ranks (saturating; a fabric refuses more than [`MAX_RANKS`]).
@@ -624,17 +655,19 @@ impl ClusterFabric {
                 "a node needs at least one CPU socket".into(),
             ));
         }
-        let placed = |trees: &[Option<usize>], sockets: &[usize], n: usize| {
-            trees.len() == n && sockets.len() == n && sockets.iter().all(|&s| s < nm.sockets)
+        let placed = |sites: &[PcieSite], n: usize| {
+            sites.len() == n && sites.iter().all(|s| s.socket < nm.sockets)
         };
-        if !placed(&nm.switch_trees, &nm.gpu_sockets, nm.gpus)
-            || !placed(&nm.nic_switch_trees, &nm.nic_sockets, nm.nics)
+        if !placed(&nm.gpu_sites, nm.gpus)
+            || !placed(&nm.nic_sites, nm.nics)
             || nm.nic_gpus.len() != nm.nics
             || nm.nic_gpus.iter().any(|&g| g >= nm.gpus)
+            || nm.gpu_nics.len() != nm.gpus
+            || nm.gpu_nics.iter().flatten().any(|&k| k >= nm.nics)
         {
             return Err(SimError::Model(format!(
-                "a node of {} GPUs and {} NICs needs a PCIe switch tree, a socket (below {}) \
-                 and, for a NIC, a GPU next to it, for each",
+                "a node of {} GPUs and {} NICs needs a PCIe site (switch tree, socket below \
+                 {}) for each, a GPU next to each NIC and each GPU's own NICs",
                 nm.gpus, nm.nics, nm.sockets
             )));
         }
@@ -816,8 +849,8 @@ impl ClusterFabric {
 
     fn switch_count(&self) -> usize {
         let nm = &self.machine.node;
-        let trees = nm.switch_trees.iter().chain(&nm.nic_switch_trees);
-        trees.flatten().max().map_or(0, |&t| t + 1)
+        let sites = nm.gpu_sites.iter().chain(&nm.nic_sites);
+        sites.filter_map(|s| s.tree).max().map_or(0, |t| t + 1)
     }
 
     /// Number of nodes.
@@ -857,7 +890,7 @@ impl ClusterFabric {
 
     /// PCIe switch tree of GPU `g` (None: attached to the CPU directly).
     pub(crate) fn switch_of_gpu(&self, g: usize) -> Option<usize> {
-        self.machine.node.switch_trees[g]
+        self.machine.node.gpu_sites[g].tree
     }
 
     /// The GPU next to NIC `k` ([`Machine::nic_gpu`]).
@@ -867,7 +900,7 @@ impl ClusterFabric {
 
     /// Socket of GPU `g`.
     pub fn socket_of_gpu(&self, g: usize) -> usize {
-        self.machine.node.gpu_sockets[g]
+        self.machine.node.gpu_sites[g].socket
     }
 
     /// PCIe links from GPU `g` up to its socket's root complex (node-local ids).
@@ -961,10 +994,10 @@ impl ClusterFabric {
     }
 
     /// Whether GPUs `a` and `b` of a node sit under one PCIe switch tree
-    /// (NCCL's `PATH_PIX` or `PATH_PXB`, [`NodeModel::switch_trees`]).
+    /// (NCCL's `PATH_PIX` or `PATH_PXB`, [`NodeModel::gpu_sites`]).
     fn same_switch_tree(&self, a: usize, b: usize) -> bool {
-        let trees = &self.machine.node.switch_trees;
-        matches!((trees.get(a), trees.get(b)), (Some(Some(x)), Some(Some(y))) if x == y)
+        let t = self.switch_of_gpu(a);
+        t.is_some() && t == self.switch_of_gpu(b)
     }
 
     /// Whether NCCL joins local GPUs `a` and `b` peer to peer
@@ -1381,7 +1414,7 @@ impl ClusterFabric {
     /// GPU `g` and NIC `k` sit under one PCIe switch tree.
     fn shares_switch_with_nic(&self, g: usize, k: usize) -> bool {
         let t = self.switch_of_gpu(g);
-        t.is_some() && t == self.machine.node.nic_switch_trees[k]
+        t.is_some() && t == self.machine.node.nic_sites[k].tree
     }
 
     /// PCIe links from GPU `a` to NIC `k` (node-local ids, not the NIC's
@@ -1394,8 +1427,8 @@ impl ClusterFabric {
         }
         self.pcie_to_cpu(a, out);
         let nm = &self.machine.node;
-        self.qpi_hop(self.socket_of_gpu(a), nm.nic_sockets[k], out);
-        if let Some(s) = nm.nic_switch_trees[k] {
+        self.qpi_hop(self.socket_of_gpu(a), nm.nic_sites[k].socket, out);
+        if let Some(s) = nm.nic_sites[k].tree {
             out.push(self.sw_down[s]);
         }
     }
@@ -1407,10 +1440,10 @@ impl ClusterFabric {
             return;
         }
         let nm = &self.machine.node;
-        if let Some(s) = nm.nic_switch_trees[k] {
+        if let Some(s) = nm.nic_sites[k].tree {
             out.push(self.sw_up[s]);
         }
-        self.qpi_hop(nm.nic_sockets[k], self.socket_of_gpu(b), out);
+        self.qpi_hop(nm.nic_sites[k].socket, self.socket_of_gpu(b), out);
         self.pcie_from_cpu(b, out);
     }
 
@@ -1419,8 +1452,7 @@ impl ClusterFabric {
     /// and its PCIe where there is one, else PCIe, through the switch
     /// shared with the NIC or the CPU.
     fn to_nic(&self, a: usize, k: usize, out: &mut Vec<u32>) {
-        let g = self.nic_gpu(k);
-        if a != g && self.has_nvlink(a, g) {
+        if let Some(g) = self.pxn_relay(a, k, false) {
             // PXN: over NVLink to the GPU next to the NIC, then its PCIe.
             self.nvlink_path(a, g, out);
             self.pcie_to_nic(g, k, out);
@@ -1435,11 +1467,12 @@ impl ClusterFabric {
     /// [`ClusterFabric::to_nic`]; with `pcie_first` through the PCIe switch
     /// shared with the NIC before NVLink from the NIC's GPU.
     fn nic_to_gpu(&self, k: usize, b: usize, pcie_first: bool, out: &mut Vec<u32>) {
-        let g = self.nic_gpu(k);
         out.push(self.nic_in[k]);
         out.push(self.nic_pcie_down[k]);
-        let relay = b != g && !(pcie_first && self.shares_switch_with_nic(b, k));
-        if relay && self.has_nvlink(g, b) {
+        let relay = self
+            .pxn_relay(b, k, false)
+            .filter(|_| !(pcie_first && self.shares_switch_with_nic(b, k)));
+        if let Some(g) = relay {
             self.pcie_from_nic(k, g, out);
             self.nvlink_path(g, b, out);
         } else {
@@ -1454,8 +1487,8 @@ impl ClusterFabric {
     fn host_to_nic(&self, sock: usize, k: usize, out: &mut Vec<u32>) {
         let nm = &self.machine.node;
         out.push(self.host_mem[sock]);
-        self.qpi_hop(sock, nm.nic_sockets[k], out);
-        if let Some(s) = nm.nic_switch_trees[k] {
+        self.qpi_hop(sock, nm.nic_sites[k].socket, out);
+        if let Some(s) = nm.nic_sites[k].tree {
             out.push(self.sw_down[s]);
         }
         out.push(self.nic_pcie_up[k]);
@@ -1468,10 +1501,10 @@ impl ClusterFabric {
         let nm = &self.machine.node;
         out.push(self.nic_in[k]);
         out.push(self.nic_pcie_down[k]);
-        if let Some(s) = nm.nic_switch_trees[k] {
+        if let Some(s) = nm.nic_sites[k].tree {
             out.push(self.sw_up[s]);
         }
-        self.qpi_hop(nm.nic_sockets[k], sock, out);
+        self.qpi_hop(nm.nic_sites[k].socket, sock, out);
         out.push(self.host_mem[sock]);
     }
 
@@ -1651,21 +1684,34 @@ impl ClusterFabric {
         }
     }
 
-    /// The NICs nearest local GPU `g`, as the node model places them (next
-    /// to it, or on its PCIe switch; `ncclTopoGetLocal`): every NIC of the
-    /// node counts, in use by a collective's rails or not, as NCCL trims
-    /// only GPUs from its topology. Empty where no NIC is that near (a
-    /// Grace rack's NICs sit next to one GPU each).
+    /// The NICs nearest local GPU `g` ([`NodeModel::gpu_nics`]: under its
+    /// own PCIe switch or beside it on its Grace, else under its switch
+    /// tree; `ncclTopoGetLocal`): every NIC of the node counts, in use by a
+    /// collective's rails or not, as NCCL trims only GPUs from its
+    /// topology. Empty where no NIC is that near (a Grace rack's NICs sit
+    /// next to one GPU each).
     pub(crate) fn nearest_nics(&self, g: usize) -> Vec<usize> {
-        (0..self.machine.node.nics)
-            .filter(|&k| self.nic_near(k, g))
-            .collect()
+        self.machine.node.gpu_nics[g].clone()
     }
 
-    /// NIC `k` is next to local GPU `g` ([`NodeModel::nic_gpus`]) or on
-    /// its PCIe switch tree.
+    /// NIC `k` is one of local GPU `g`'s nearest.
     fn nic_near(&self, k: usize, g: usize) -> bool {
-        self.nic_gpu(k) == g || self.shares_switch_with_nic(g, k)
+        self.machine.node.gpu_nics[g].contains(&k)
+    }
+
+    /// The GPU local GPU `a` relays NIC `k`'s traffic through over NVLink
+    /// (NCCL's PXN), if any: the NIC's GPU ([`NodeModel::nic_gpus`]) where
+    /// it is another GPU in use, the NIC is one of its own (`PATH_PXB` or
+    /// nearer: no relay to a NIC across a CPU) and an NVLink path joins
+    /// them (`direct`: a direct link or the NVSwitch, NCCL's `PATH_NVL`).
+    fn pxn_relay(&self, a: usize, k: usize, direct: bool) -> Option<usize> {
+        let g = self.nic_gpu(k);
+        let linked = if direct {
+            self.nvlink_count(a, g) > 0
+        } else {
+            self.has_nvlink(a, g)
+        };
+        (a != g && g < self.rpn && self.nic_near(k, g) && linked).then_some(g)
     }
 
     /// The NIC `ncclTopoGetLocalNet` gives local GPU `g` on `channel`
@@ -1703,8 +1749,7 @@ impl ClusterFabric {
             let k = self.rail(a, channel);
             return (k, k);
         };
-        let g = self.nic_gpu(k);
-        if self.nic_near(k, a) || self.nvlink_count(a, g) > 0 {
+        if self.nic_near(k, a) || self.pxn_relay(a, k, true).is_some() {
             (k, k)
         } else {
             (
@@ -1963,7 +2008,9 @@ mod peer_nic_tests {
         // GPUs on the CPU's own ports: P2P between an AMD host's two,
         // SHM on an Intel host and beyond two.
         let mut direct = Machine::preset("pcie-8gpu").unwrap();
-        direct.node.switch_trees = vec![None; 8];
+        for s in &mut direct.node.gpu_sites {
+            s.tree = None;
+        }
         direct.use_gpus(2).unwrap();
         assert_eq!(pair(&direct), Some((0, 1)));
         direct.node.amd_cpu = true;
@@ -1982,7 +2029,9 @@ mod peer_nic_tests {
         // say) join their GPUs peer to peer: four GPUs under one tree need
         // no host memory.
         let mut cascade = Machine::preset("pcie-8gpu").unwrap();
-        cascade.node.switch_trees = [Some(0); 4].into_iter().chain([Some(9); 4]).collect();
+        for (g, s) in cascade.node.gpu_sites.iter_mut().enumerate() {
+            s.tree = Some(if g < 4 { 0 } else { 9 });
+        }
         cascade.use_gpus(4).unwrap();
         assert_eq!(pair(&cascade), None);
         cascade.use_gpus(5).unwrap();
@@ -1994,7 +2043,9 @@ mod peer_nic_tests {
             generation: 3,
             pairs: vec![(0, 4, 2), (4, 1, 2)],
         };
-        relay.node.switch_trees = vec![None; 8];
+        for s in &mut relay.node.gpu_sites {
+            s.tree = None;
+        }
         relay.use_gpus(5).unwrap();
         assert!(relay.fabric(Engine::Nccl, 1).unwrap().nccl_p2p(0, 1));
         relay.use_gpus(2).unwrap();
