@@ -616,8 +616,18 @@ fn text_node_count(system: &str) -> Option<usize> {
 /// A GPU model's word ([`MODULE_GPU_WORDS`], [`CARD_GPU_WORDS`]), also
 /// in the plural ("8x H20s", "two 4090s").
 fn gpu_word(w: &str) -> bool {
-    let w = singular(w);
+    let w = model_word(w);
     MODULE_GPU_WORDS.contains(&w) || CARD_GPU_WORDS.contains(&w)
+}
+
+/// A GPU model's word without an "rtx" run into it ("rtx4090" is `4090`),
+/// in the singular; any other word as it is.
+fn model_word(w: &str) -> &str {
+    let w = singular(w);
+    w.strip_prefix("rtx")
+        .map(singular)
+        .filter(|x| MODULE_GPU_WORDS.contains(x) || CARD_GPU_WORDS.contains(x))
+        .unwrap_or(w)
 }
 
 /// A GPU model's word in the singular ("h20s" is `h20`; "l40s" is its
@@ -660,7 +670,8 @@ fn count_at(w: &[&str], i: usize) -> Option<(usize, usize, bool)> {
 /// in the same phrase ("H100 PCIe Gen5", no comma between), or by "NVL"
 /// (H100 NVL, H200 NVL: PCIe cards joined by NVLink bridges), or preceded
 /// by "PCIe" ("8x PCIe H100"). "H100 SXM, PCIe Gen5 x16" and "B200, PCIe
-/// Gen6 x16" name a module and its PCIe link, not a card.
+/// Gen6 x16" name a module and its PCIe link, not a card. Only the GPU
+/// the text is about counts, its first named ([`first_gpu`]).
 fn names_pcie_card(system: &str) -> bool {
     // Words, each with whether punctuation (",;:()") stands before it.
     let mut w: Vec<(String, bool)> = Vec::new();
@@ -680,13 +691,15 @@ fn names_pcie_card(system: &str) -> bool {
         }
     }
     let words: Vec<String> = w.iter().map(|(x, _)| x.clone()).collect();
+    // The GPU the text is about ([`first_gpu`]), wherever it is named.
+    let subject = words.iter().find(|x| gpu_word(x)).map(|x| model_word(x));
     words.iter().enumerate().any(|(i, x)| {
-        let x = singular(x);
+        let x = model_word(x);
+        if Some(x) != subject {
+            return false;
+        }
         if CARD_GPU_WORDS.contains(&x) {
             return true;
-        }
-        if !MODULE_GPU_WORDS.contains(&x) {
-            return false;
         }
         if i > 0 && words[i - 1] == "pcie" && !w[i].1 {
             return true;
@@ -714,7 +727,7 @@ fn card_name(w: &[String]) -> String {
     let gpu = w
         .iter()
         .find(|x| gpu_word(x))
-        .map_or("GPU".to_string(), |x| singular(x).to_ascii_uppercase());
+        .map_or("GPU".to_string(), |x| model_word(x).to_ascii_uppercase());
     format!("{gpu} PCIe")
 }
 
@@ -1735,9 +1748,18 @@ fn nvlinks_named(system: &str) -> Option<u32> {
 /// p2pBandwidthLatencyTest): one is the workstation preset, more the PCIe
 /// server's with its card.
 fn geforce_4090(system: &str) -> bool {
+    matches!(first_gpu(system).as_deref(), Some("4090" | "4090d"))
+}
+
+/// The GPU a text is about: its first GPU model word, in the singular
+/// ("rtx4090" is `4090`). A text names its machine first; a GPU named
+/// after it ("8x H100, one 4090 workstation used for the baseline") is
+/// another machine's.
+fn first_gpu(system: &str) -> Option<String> {
     words(system)
         .iter()
-        .any(|w| matches!(w.as_str(), "4090" | "4090s" | "4090d" | "rtx4090"))
+        .find(|w| gpu_word(w))
+        .map(|w| model_word(w).to_string())
 }
 
 /// Whether GPUs of the text reach each other without peer access: the
@@ -3749,6 +3771,16 @@ mod tests {
         let t = "8x H100 80GB HBM3, one 4090 workstation used for the baseline";
         let e = predict(&case(t, "busbw")).unwrap_err().to_string();
         assert!(e.contains("no bytes"), "{e}");
+        // The text's machine is its first GPU's (the 4090 made both a
+        // card server or the workstation), and its card's wherever named.
+        for (t, preset) in [
+            (t, "dgx-h100"),
+            ("DGX H100; for comparison an RTX 4090 box", "dgx-h100"),
+            ("Azure NC96ads A100 v4 (4x A100 80GB PCIe)", "pcie-8gpu"),
+            ("RTX4090, PCIe Gen4", "workstation-rtx4090"),
+        ] {
+            assert_eq!(machine_for(t).unwrap().name, preset, "{t}");
+        }
         // An H20 named beside an H100 board leaves it the H100's.
         let h100 = Machine::preset("dgx-h100").unwrap().node.gpu_name;
         let m = machine_for("DGX H100 with H20 comparison run omitted").unwrap();
