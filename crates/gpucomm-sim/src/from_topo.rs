@@ -175,34 +175,56 @@ fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]
         .collect()
 }
 
-/// For each GPU of `place`, the NICs NCCL takes as its own
-/// ([`NodeModel::gpu_nics`]): those under its own PCIe switch
-/// (`PATH_PIX`) or on its CPU's port beside it where it is the NIC's GPU
-/// (a Grace's, NCCL's `PATH_P2C`), else those under its switch tree
-/// (`PATH_PXB`), else none (NICs across a CPU are no GPU's own).
-fn gpu_nics(place: &Placement, gpus: usize, nic_gpus: &[usize]) -> Vec<Vec<usize>> {
+/// For each GPU of `place`, the NICs nearest it by NCCL's path types
+/// ([`NodeModel::gpu_nics`], `ncclTopoGetLocalNet`), and whether they are
+/// `PATH_PXB` or nearer ([`NodeModel::gpu_nics_near`]): under its own PCIe
+/// switch (`PATH_PIX`), or its Grace's beside it where it is the NIC's GPU
+/// (`PATH_P2C`, on NVLink-C2C only); else under its switch tree
+/// (`PATH_PXB`); none where an NVLink peer (`linked`) has such a NIC, which
+/// it reaches through that peer (`PATH_PXN`, nearer than the CPU; the
+/// routes' PXN relay); else on its CPU (`PATH_PHB`, `PATH_NODE`); else on
+/// another CPU of its host (`PATH_SYS`); none in another host.
+fn gpu_nics(
+    place: &Placement,
+    gpus: usize,
+    nic_gpus: &[usize],
+    c2c: bool,
+    hosts: &[Option<NodeIx>],
+    linked: &dyn Fn(usize, usize) -> bool,
+) -> (Vec<Vec<usize>>, Vec<bool>) {
     let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
+    let class = |g: usize, k: usize| {
+        let i = gpus + k;
+        let same_cpu = place.cpus[g].is_some() && place.cpus[g] == place.cpus[i];
+        let beside = c2c
+            && nic_gpus[k] == g
+            && same_cpu
+            && place.sites[g].tree.is_none()
+            && place.sites[i].tree.is_none();
+        if both(place.switches[g], place.switches[i]) || beside {
+            Some(0)
+        } else if both(place.sites[g].tree, place.sites[i].tree) {
+            Some(1)
+        } else if same_cpu {
+            Some(2)
+        } else if hosts[g] == hosts[i] {
+            Some(3)
+        } else {
+            None
+        }
+    };
+    let best = |g: usize| (0..nic_gpus.len()).filter_map(|k| class(g, k)).min();
+    let near = |g: usize| best(g).is_some_and(|c| c <= 1);
     (0..gpus)
         .map(|g| {
-            let nics = 0..nic_gpus.len();
-            let pix = |k: &usize| {
-                let i = gpus + k;
-                both(place.switches[g], place.switches[i])
-                    || nic_gpus[*k] == g
-                        && place.sites[g].tree.is_none()
-                        && place.sites[i].tree.is_none()
-                        && place.cpus[g].is_some()
-                        && place.cpus[g] == place.cpus[i]
-            };
-            let pxb = |k: &usize| both(place.sites[g].tree, place.sites[gpus + k].tree);
-            let near: Vec<usize> = nics.clone().filter(pix).collect();
-            if near.is_empty() {
-                nics.filter(pxb).collect()
-            } else {
-                near
-            }
+            let best = best(g);
+            let pxn = !near(g) && (0..gpus).any(|h| h != g && linked(g, h) && near(h));
+            let nics = (0..nic_gpus.len())
+                .filter(|&k| !pxn && best.is_some() && class(g, k) == best)
+                .collect();
+            (nics, near(g))
         })
-        .collect()
+        .unzip()
 }
 
 impl Machine {
@@ -446,18 +468,36 @@ impl Machine {
         let nics = if nic_gbps > 0.0 { nics } else { Vec::new() };
         let place = pcie_placement(topo, &gpus, &nics, sockets);
         if let Some(k) = (0..nics.len()).find(|&k| place.cpus[gpus.len() + k].is_none()) {
-            if !cpus.is_empty() {
-                return Err(SimError::Model(format!(
-                    "topology {}: NIC {} reaches no CPU over PCIe (directly or through PCIe \
-                     switches), where the simulator routes a NIC's traffic through its switch \
-                     or its CPU",
-                    topo.name(),
-                    topo.node(nics[k]).id
-                )));
-            }
+            return Err(SimError::Model(format!(
+                "topology {}: NIC {} reaches no CPU over PCIe (directly or through PCIe \
+                 switches), where the simulator routes a NIC's traffic through its switch or \
+                 its CPU",
+                topo.name(),
+                topo.node(nics[k]).id
+            )));
         }
         let nic_gpus = nic_gpus(topo, &place, &gpus, &nics);
-        let gpu_nics = gpu_nics(&place, gpus.len(), &nic_gpus);
+        let device_hosts: Vec<Option<NodeIx>> = gpus
+            .iter()
+            .chain(&nics)
+            .map(|&d| topo.node(d).host)
+            .collect();
+        // Joined by NVLink directly or through the NVSwitch (`PATH_NVL`).
+        let linked = |a: usize, b: usize| match &nvlink {
+            NvFabric::None => false,
+            NvFabric::Switch { .. } => true,
+            NvFabric::Mesh { pairs, .. } => pairs
+                .iter()
+                .any(|&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b)),
+        };
+        let (gpu_nics, gpu_nics_near) = gpu_nics(
+            &place,
+            gpus.len(),
+            &nic_gpus,
+            c2c.is_some(),
+            &device_hosts,
+            &linked,
+        );
         let (g, k) = (gpus.len(), nics.len());
         let node = NodeModel {
             arch,
@@ -477,6 +517,7 @@ impl Machine {
             nics: k,
             nic_gpus,
             gpu_nics,
+            gpu_nics_near,
             nic_sites: place.sites[g..].to_vec(),
             nic_gbps,
             storage_gbps: storage,
@@ -1169,8 +1210,11 @@ mod tests {
         let m = Machine::from_topology(&nics_on_the_cpu("pcie-8gpu", "pcisw")).unwrap();
         assert_eq!(m.node.nic_sites, [site(None, 0); 4]);
         assert_eq!(m.node.nic_gpus, [0, 1, 2, 3]);
-        // NICs across a CPU are no GPU's own.
-        assert!(m.node.gpu_nics.iter().all(Vec::is_empty));
+        // NICs a CPU away: the nearest are on the GPU's CPU (NCCL's
+        // PATH_PHB), else on the other (PATH_SYS), none PATH_PXB or nearer.
+        assert_eq!(m.node.gpu_nics[0], [0, 1, 2, 3]);
+        assert_eq!(m.node.gpu_nics[7], [0, 1, 2, 3]);
+        assert!(!m.node.gpu_nics_near.iter().any(|&n| n));
         // The preset's NICs: under the GPUs' switches, one each.
         let preset = Machine::preset("pcie-8gpu").unwrap();
         assert_eq!(trees(&preset.node.nic_sites), [0, 1, 2, 3].map(Some));
@@ -1212,7 +1256,8 @@ mod tests {
             gpucomm_topo::format::parse(&moved, gpucomm_topo::format::Format::Toml, "m").unwrap();
         let mut m = Machine::from_topology(&t).unwrap();
         m.use_gpus(2).unwrap();
-        assert_eq!(m.nics_in_use(), [0, 1, 2, 3]);
+        // The NICs nearest them: on their CPU, under the next switch.
+        assert_eq!(m.nics_in_use(), [0, 1]);
         for c in 0..4 {
             assert!(
                 path(&m, 0, 2, c)
@@ -1226,6 +1271,31 @@ mod tests {
         let m = Machine::from_topology(&nics_on_the_cpu("dgx-h100", "pcisw")).unwrap();
         let p = path(&m, 1, 9, 1);
         assert!(p.iter().all(|l| !l.contains("nvswitch")), "{p:?}");
+        // A NIC on nothing but a GPU reaches no CPU: refused (it was put
+        // on CPU 0's port).
+        let odd = text.replace("a = \"nic0\"\nb = \"pcisw0\"", "a = \"nic0\"\nb = \"gpu0\"");
+        let t = gpucomm_topo::format::parse(&odd, gpucomm_topo::format::Format::Toml, "o").unwrap();
+        let e = Machine::from_topology(&t).unwrap_err().to_string();
+        assert!(e.contains("NIC nic0 reaches no CPU"), "{e}");
+        // PXN through a GPU in use next to the receiver's NIC: on 3 GPUs of
+        // a DGX A100, GPU 2 receives on NIC 3 (its switch's second, whose
+        // own GPU 3 is not in use), and a sender relays to it through GPU
+        // 2, staying on that rail (it left on its own NIC 0).
+        let mut a100 = Machine::preset("dgx-a100").unwrap();
+        a100.use_gpus(3).unwrap();
+        let f = a100.fabric(crate::Engine::Nccl, 2).unwrap();
+        for c in 0..8 {
+            let r = f.transfers(true).route(0, 5, c).unwrap();
+            let names: Vec<String> = r.links.iter().map(|&l| f.link_name(l)).collect();
+            let out = names.iter().find(|l| l.ends_with("->net")).unwrap();
+            let rail = out
+                .trim_start_matches("node0:nic")
+                .trim_end_matches("->net");
+            assert!(
+                names.contains(&format!("node1:net->nic{rail}")),
+                "{names:?}"
+            );
+        }
         // Nor through a GPU not in use, and a GPU's own NICs are its
         // switch's (PIX) before its switch tree's (PXB): DGX-2's GPU 1 has
         // NIC 0, not NIC 1 of the other switch of its tree.

@@ -103,11 +103,15 @@ pub struct NodeModel {
     /// evenly over its GPUs. NCCL's relay through a peer GPU (PXN) goes to
     /// it.
     pub nic_gpus: Vec<usize>,
-    /// For each GPU, the NICs NCCL takes as its own (`ncclTopoGetLocalNet`,
-    /// the nearest by path type up to `PATH_PXB`): under its own PCIe
-    /// switch, or beside it on its Grace, else under its switch tree; none
-    /// where every NIC is across a CPU.
+    /// For each GPU, the NICs nearest it by NCCL's path types
+    /// (`ncclTopoGetLocalNet`): under its own PCIe switch, or beside it on
+    /// its Grace, else under its switch tree, else on its CPU, else on
+    /// another CPU of its host; none in another host.
     pub gpu_nics: Vec<Vec<usize>>,
+    /// For each GPU, whether its nearest NICs are `PATH_PXB` from it or
+    /// nearer (its switch, its tree, its Grace): the NIC's traffic relays
+    /// through such a GPU (NCCL's PXN), never through one a CPU away.
+    pub gpu_nics_near: Vec<bool>,
     /// Where each NIC sits in the PCIe tree, as the topology has it (a tree
     /// of NICs alone has a number of its own): the routes to the network
     /// cross the CPU unless a GPU shares the NIC's tree.
@@ -663,6 +667,7 @@ impl ClusterFabric {
             || nm.nic_gpus.len() != nm.nics
             || nm.nic_gpus.iter().any(|&g| g >= nm.gpus)
             || nm.gpu_nics.len() != nm.gpus
+            || nm.gpu_nics_near.len() != nm.gpus
             || nm.gpu_nics.iter().flatten().any(|&k| k >= nm.nics)
         {
             return Err(SimError::Model(format!(
@@ -1684,12 +1689,11 @@ impl ClusterFabric {
         }
     }
 
-    /// The NICs nearest local GPU `g` ([`NodeModel::gpu_nics`]: under its
-    /// own PCIe switch or beside it on its Grace, else under its switch
-    /// tree; `ncclTopoGetLocal`): every NIC of the node counts, in use by a
-    /// collective's rails or not, as NCCL trims only GPUs from its
-    /// topology. Empty where no NIC is that near (a Grace rack's NICs sit
-    /// next to one GPU each).
+    /// The NICs nearest local GPU `g` ([`NodeModel::gpu_nics`]: by NCCL's
+    /// path types, `ncclTopoGetLocal`): every NIC of the node counts, in use
+    /// by a collective's rails or not, as NCCL trims only GPUs from its
+    /// topology. Empty where no NIC is in its host (a Grace rack's other
+    /// trays).
     pub(crate) fn nearest_nics(&self, g: usize) -> Vec<usize> {
         self.machine.node.gpu_nics[g].clone()
     }
@@ -1700,18 +1704,26 @@ impl ClusterFabric {
     }
 
     /// The GPU local GPU `a` relays NIC `k`'s traffic through over NVLink
-    /// (NCCL's PXN), if any: the NIC's GPU ([`NodeModel::nic_gpus`]) where
-    /// it is another GPU in use, the NIC is one of its own (`PATH_PXB` or
-    /// nearer: no relay to a NIC across a CPU) and an NVLink path joins
-    /// them (`direct`: a direct link or the NVSwitch, NCCL's `PATH_NVL`).
+    /// (NCCL's PXN, `ncclTopoGetLocalGpu`), if any: a GPU in use to which
+    /// the NIC is among the nearest and `PATH_PXB` or nearer (no relay to a
+    /// NIC across a CPU), the NIC's own GPU ([`NodeModel::nic_gpus`]) if it
+    /// is one, else the first such; and an NVLink path joins them
+    /// (`direct`: a direct link or the NVSwitch, NCCL's `PATH_NVL`).
     fn pxn_relay(&self, a: usize, k: usize, direct: bool) -> Option<usize> {
-        let g = self.nic_gpu(k);
+        let nm = &self.machine.node;
+        let local = |g: usize| g < self.rpn && nm.gpu_nics_near[g] && self.nic_near(k, g);
+        let home = self.nic_gpu(k);
+        let g = if local(home) {
+            home
+        } else {
+            (0..self.rpn).find(|&g| local(g))?
+        };
         let linked = if direct {
             self.nvlink_count(a, g) > 0
         } else {
             self.has_nvlink(a, g)
         };
-        (a != g && g < self.rpn && self.nic_near(k, g) && linked).then_some(g)
+        (a != g && linked).then_some(g)
     }
 
     /// The NIC `ncclTopoGetLocalNet` gives local GPU `g` on `channel`
