@@ -180,17 +180,16 @@ fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]
 /// `PATH_PXB` or nearer ([`NodeModel::gpu_nics_near`]): under its own PCIe
 /// switch (`PATH_PIX`), or its Grace's beside it where it is the NIC's GPU
 /// (`PATH_P2C`, on NVLink-C2C only); else under its switch tree
-/// (`PATH_PXB`); none where an NVLink peer (`linked`) has such a NIC, which
-/// it reaches through that peer (`PATH_PXN`, nearer than the CPU; the
-/// routes' PXN relay); else on its CPU (`PATH_PHB`, `PATH_NODE`); else on
-/// another CPU of its host (`PATH_SYS`); none in another host.
+/// (`PATH_PXB`); else on its CPU (`PATH_PHB`, `PATH_NODE`); else on
+/// another CPU of its host (`PATH_SYS`); none in another host. (NICs a
+/// GPU reaches through an NVLink peer, `PATH_PXN`, depend on the GPUs in
+/// use: the fabric finds them.)
 fn gpu_nics(
     place: &Placement,
     gpus: usize,
     nic_gpus: &[usize],
     c2c: bool,
     hosts: &[Option<NodeIx>],
-    linked: &dyn Fn(usize, usize) -> bool,
 ) -> (Vec<Vec<usize>>, Vec<bool>) {
     let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
     let class = |g: usize, k: usize| {
@@ -213,16 +212,13 @@ fn gpu_nics(
             None
         }
     };
-    let best = |g: usize| (0..nic_gpus.len()).filter_map(|k| class(g, k)).min();
-    let near = |g: usize| best(g).is_some_and(|c| c <= 1);
     (0..gpus)
         .map(|g| {
-            let best = best(g);
-            let pxn = !near(g) && (0..gpus).any(|h| h != g && linked(g, h) && near(h));
+            let best = (0..nic_gpus.len()).filter_map(|k| class(g, k)).min();
             let nics = (0..nic_gpus.len())
-                .filter(|&k| !pxn && best.is_some() && class(g, k) == best)
+                .filter(|&k| best.is_some() && class(g, k) == best)
                 .collect();
-            (nics, near(g))
+            (nics, best.is_some_and(|c| c <= 1))
         })
         .unzip()
 }
@@ -482,22 +478,8 @@ impl Machine {
             .chain(&nics)
             .map(|&d| topo.node(d).host)
             .collect();
-        // Joined by NVLink directly or through the NVSwitch (`PATH_NVL`).
-        let linked = |a: usize, b: usize| match &nvlink {
-            NvFabric::None => false,
-            NvFabric::Switch { .. } => true,
-            NvFabric::Mesh { pairs, .. } => pairs
-                .iter()
-                .any(|&(x, y, _)| (x, y) == (a, b) || (y, x) == (a, b)),
-        };
-        let (gpu_nics, gpu_nics_near) = gpu_nics(
-            &place,
-            gpus.len(),
-            &nic_gpus,
-            c2c.is_some(),
-            &device_hosts,
-            &linked,
-        );
+        let (gpu_nics, gpu_nics_near) =
+            gpu_nics(&place, gpus.len(), &nic_gpus, c2c.is_some(), &device_hosts);
         let (g, k) = (gpus.len(), nics.len());
         let node = NodeModel {
             arch,
@@ -1296,6 +1278,25 @@ mod tests {
                 "{names:?}"
             );
         }
+        // A GPU with no NIC under its switch reaches those of its NVLink
+        // peers in use through them (PATH_PXN, nearer than its CPU's); with
+        // those peers out of use, its CPU's (PATH_PHB). DGX H100 with NICs
+        // 0-3 moved to CPU 0's ports.
+        let t = gpucomm_topo::preset("dgx-h100").unwrap();
+        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        let mut half = text.clone();
+        for k in 0..4 {
+            let from = format!("a = \"nic{k}\"\nb = \"pcisw{k}\"");
+            assert!(half.contains(&from), "{from}");
+            half = half.replace(&from, &format!("a = \"nic{k}\"\nb = \"cpu0\""));
+        }
+        let t =
+            gpucomm_topo::format::parse(&half, gpucomm_topo::format::Format::Toml, "h").unwrap();
+        let mut m = Machine::from_topology(&t).unwrap();
+        let nearest = |m: &Machine| m.fabric(crate::Engine::Nccl, 2).unwrap().nearest_nics(0);
+        assert_eq!(nearest(&m), [4, 5, 6, 7]);
+        m.use_gpus(4).unwrap();
+        assert_eq!(nearest(&m), [0, 1, 2, 3]);
         // Nor through a GPU not in use, and a GPU's own NICs are its
         // switch's (PIX) before its switch tree's (PXB): DGX-2's GPU 1 has
         // NIC 0, not NIC 1 of the other switch of its tree.

@@ -637,6 +637,8 @@ pub struct ClusterFabric {
     rings: std::sync::OnceLock<Vec<Vec<u32>>>,
     /// The NICs the GPUs in use send through (see [`ClusterFabric::rails`]).
     rails: std::sync::OnceLock<Vec<usize>>,
+    /// Each GPU's nearest NICs (see [`ClusterFabric::nearest_nics`]).
+    nearest: std::sync::OnceLock<Vec<Vec<usize>>>,
 }
 
 /// The most ranks a fabric takes: 16384 nodes of 8 GPUs. At that size a
@@ -722,6 +724,7 @@ impl ClusterFabric {
             trunks: Vec::new(),
             rings: std::sync::OnceLock::new(),
             rails: std::sync::OnceLock::new(),
+            nearest: std::sync::OnceLock::new(),
             machine: machine.clone(),
         };
         let add = |f: &mut ClusterFabric, role: Role, cap: f64, lat_us: f64| -> u32 {
@@ -1689,18 +1692,44 @@ impl ClusterFabric {
         }
     }
 
-    /// The NICs nearest local GPU `g` ([`NodeModel::gpu_nics`]: by NCCL's
-    /// path types, `ncclTopoGetLocal`): every NIC of the node counts, in use
-    /// by a collective's rails or not, as NCCL trims only GPUs from its
-    /// topology. Empty where no NIC is in its host (a Grace rack's other
-    /// trays).
+    /// The NICs nearest local GPU `g` by NCCL's path types
+    /// (`ncclTopoGetLocalNet`): its own ([`NodeModel::gpu_nics`]) where they
+    /// are `PATH_PXB` or nearer; else those its NVLink peers in use have so
+    /// near (`PATH_PXN`: it reaches them through the peer, nearer than
+    /// through its CPU), where it has a direct NVLink (or the NVSwitch) to
+    /// one; else its own (its CPU's, `PATH_PHB`, or its host's, `PATH_SYS`).
+    /// Every NIC of the node counts, in use by a collective's rails or not,
+    /// as NCCL trims only GPUs from its topology. Empty where no NIC is in
+    /// its host (a Grace rack's other trays).
     pub(crate) fn nearest_nics(&self, g: usize) -> Vec<usize> {
-        self.machine.node.gpu_nics[g].clone()
+        self.nearest.get_or_init(|| self.find_nearest_nics())[g].clone()
+    }
+
+    fn find_nearest_nics(&self) -> Vec<Vec<usize>> {
+        let nm = &self.machine.node;
+        (0..nm.gpus)
+            .map(|g| {
+                if nm.gpu_nics_near[g] {
+                    return nm.gpu_nics[g].clone();
+                }
+                let mut pxn: Vec<usize> = (0..self.rpn)
+                    .filter(|&h| h != g && nm.gpu_nics_near[h] && self.nvlink_count(g, h) > 0)
+                    .flat_map(|h| nm.gpu_nics[h].iter().copied())
+                    .collect();
+                pxn.sort_unstable();
+                pxn.dedup();
+                if pxn.is_empty() {
+                    nm.gpu_nics[g].clone()
+                } else {
+                    pxn
+                }
+            })
+            .collect()
     }
 
     /// NIC `k` is one of local GPU `g`'s nearest.
     fn nic_near(&self, k: usize, g: usize) -> bool {
-        self.machine.node.gpu_nics[g].contains(&k)
+        self.nearest.get_or_init(|| self.find_nearest_nics())[g].contains(&k)
     }
 
     /// The GPU local GPU `a` relays NIC `k`'s traffic through over NVLink
@@ -1711,7 +1740,7 @@ impl ClusterFabric {
     /// (`direct`: a direct link or the NVSwitch, NCCL's `PATH_NVL`).
     fn pxn_relay(&self, a: usize, k: usize, direct: bool) -> Option<usize> {
         let nm = &self.machine.node;
-        let local = |g: usize| g < self.rpn && nm.gpu_nics_near[g] && self.nic_near(k, g);
+        let local = |g: usize| g < self.rpn && nm.gpu_nics_near[g] && nm.gpu_nics[g].contains(&k);
         let home = self.nic_gpu(k);
         let g = if local(home) {
             home
