@@ -691,11 +691,11 @@ fn names_pcie_card(system: &str) -> bool {
         }
     }
     let words: Vec<String> = w.iter().map(|(x, _)| x.clone()).collect();
-    // The GPU the text is about ([`first_gpu`]), wherever it is named.
-    let subject = words.iter().find(|x| gpu_word(x)).map(|x| model_word(x));
+    // The GPU the text is about, wherever it is named.
+    let subject = first_gpu(system);
     words.iter().enumerate().any(|(i, x)| {
         let x = model_word(x);
-        if Some(x) != subject {
+        if Some(x) != subject.as_deref() {
             return false;
         }
         if CARD_GPU_WORDS.contains(&x) {

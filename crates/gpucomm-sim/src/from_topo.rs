@@ -52,6 +52,25 @@ struct Placement {
     switches: Vec<Option<usize>>,
     /// The CPU its path reaches.
     cpus: Vec<Option<NodeIx>>,
+    /// Its host.
+    hosts: Vec<Option<NodeIx>>,
+}
+
+impl Placement {
+    /// Devices `d` and `i` hang from one PCIe switch (`PATH_PIX`).
+    fn same_switch(&self, d: usize, i: usize) -> bool {
+        self.switches[d].is_some() && self.switches[d] == self.switches[i]
+    }
+
+    /// Devices `d` and `i` sit under one PCIe switch tree.
+    fn same_tree(&self, d: usize, i: usize) -> bool {
+        self.sites[d].shares_tree(&self.sites[i])
+    }
+
+    /// Devices `d` and `i` reach one CPU.
+    fn same_cpu(&self, d: usize, i: usize) -> bool {
+        self.cpus[d].is_some() && self.cpus[d] == self.cpus[i]
+    }
 }
 
 fn pcie_placement(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx], sockets: usize) -> Placement {
@@ -132,36 +151,32 @@ fn pcie_placement(topo: &Topology, gpus: &[NodeIx], nics: &[NodeIx], sockets: us
         sites,
         switches,
         cpus,
+        hosts: devices.iter().map(|&d| topo.node(d).host).collect(),
     }
 }
 
-/// For each NIC of `place` (after the `gpus` GPUs), the GPU next to it
+/// For each NIC of `place` (after its `n` GPUs), the GPU next to it
 /// ([`NodeModel::nic_gpus`]), the NICs of a group spread evenly over its
 /// GPUs in order (the `j`-th of `n` NICs on the `j * m / n`-th of `m`
 /// GPUs): the GPUs under its own PCIe switch, else under its switch tree,
 /// else those on its CPU's own ports (a Grace's on NVLink-C2C), else any
 /// on its CPU, else its host's, else all (NIC `k` of `nics` on GPU `k *
 /// gpus / nics`).
-fn nic_gpus(topo: &Topology, place: &Placement, gpus: &[NodeIx], nics: &[NodeIx]) -> Vec<usize> {
-    let n = gpus.len();
-    let host = |i: usize| {
-        let d = if i < n { gpus[i] } else { nics[i - n] };
-        topo.node(d).host
-    };
-    // Devices `0..n + nics` that share with device `i` what `same` compares.
+fn nic_gpus(place: &Placement, n: usize) -> Vec<usize> {
+    let devices = place.sites.len();
+    // Devices that share with device `i` what `same` compares.
     let group = |i: usize, same: &dyn Fn(usize, usize) -> bool| -> Vec<usize> {
-        (0..n + nics.len()).filter(|&d| same(d, i)).collect()
+        (0..devices).filter(|&d| same(d, i)).collect()
     };
-    let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
-    let switch = |d: usize, i: usize| both(place.switches[d], place.switches[i]);
-    let tree = |d: usize, i: usize| both(place.sites[d].tree, place.sites[i].tree);
-    let cpu = |d: usize, i: usize| place.cpus[d].is_some() && place.cpus[d] == place.cpus[i];
+    let switch = |d: usize, i: usize| place.same_switch(d, i);
+    let tree = |d: usize, i: usize| place.same_tree(d, i);
+    let cpu = |d: usize, i: usize| place.same_cpu(d, i);
     let rooted = |d: usize, i: usize| cpu(d, i) && place.sites[d].tree.is_none();
-    let in_host = |d: usize, i: usize| host(d) == host(i);
+    let in_host = |d: usize, i: usize| place.hosts[d] == place.hosts[i];
     let everywhere = |_: usize, _: usize| true;
     let ways: [&dyn Fn(usize, usize) -> bool; 6] =
         [&switch, &tree, &rooted, &cpu, &in_host, &everywhere];
-    (n..n + nics.len())
+    (n..devices)
         .map(|i| {
             ways.iter()
                 .find_map(|same| {
@@ -189,24 +204,22 @@ fn gpu_nics(
     gpus: usize,
     nic_gpus: &[usize],
     c2c: bool,
-    hosts: &[Option<NodeIx>],
 ) -> (Vec<Vec<usize>>, Vec<bool>) {
-    let both = |x: Option<usize>, y: Option<usize>| x.is_some() && x == y;
     let class = |g: usize, k: usize| {
         let i = gpus + k;
-        let same_cpu = place.cpus[g].is_some() && place.cpus[g] == place.cpus[i];
+        let same_cpu = place.same_cpu(g, i);
         let beside = c2c
             && nic_gpus[k] == g
             && same_cpu
             && place.sites[g].tree.is_none()
             && place.sites[i].tree.is_none();
-        if both(place.switches[g], place.switches[i]) || beside {
+        if place.same_switch(g, i) || beside {
             Some(0)
-        } else if both(place.sites[g].tree, place.sites[i].tree) {
+        } else if place.same_tree(g, i) {
             Some(1)
         } else if same_cpu {
             Some(2)
-        } else if hosts[g] == hosts[i] {
+        } else if place.hosts[g] == place.hosts[i] {
             Some(3)
         } else {
             None
@@ -472,14 +485,8 @@ impl Machine {
                 topo.node(nics[k]).id
             )));
         }
-        let nic_gpus = nic_gpus(topo, &place, &gpus, &nics);
-        let device_hosts: Vec<Option<NodeIx>> = gpus
-            .iter()
-            .chain(&nics)
-            .map(|&d| topo.node(d).host)
-            .collect();
-        let (gpu_nics, gpu_nics_near) =
-            gpu_nics(&place, gpus.len(), &nic_gpus, c2c.is_some(), &device_hosts);
+        let nic_gpus = nic_gpus(&place, gpus.len());
+        let (gpu_nics, gpu_nics_near) = gpu_nics(&place, gpus.len(), &nic_gpus, c2c.is_some());
         let (g, k) = (gpus.len(), nics.len());
         let node = NodeModel {
             arch,
@@ -1066,20 +1073,25 @@ mod tests {
         assert_eq!((m.node.arch, m.node.hbm_gbps), (GpuArch::Ampere, 1000.0));
     }
 
+    /// `preset` with each PCIe link `a = dev`, `b = from` of `moves`
+    /// (`(dev, from, to)`) hung on `to` instead.
+    fn relinked(preset: &str, moves: &[(&str, &str, &str)]) -> Topology {
+        let t = gpucomm_topo::preset(preset).unwrap();
+        let mut text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
+        for (dev, from, to) in moves {
+            let link = format!("a = \"{dev}\"\nb = \"{from}\"");
+            assert!(text.contains(&link), "{preset} has no link {dev}-{from}");
+            text = text.replace(&link, &format!("a = \"{dev}\"\nb = \"{to}\""));
+        }
+        gpucomm_topo::format::parse(&text, gpucomm_topo::format::Format::Toml, preset).unwrap()
+    }
+
     /// A GPU's PCIe switch tree is the topology's: a switch hung under
     /// another (cascaded) is one tree with it, which NCCL's `PATH_PXB`
     /// spans, so its ring needs no host memory there.
     #[test]
     fn cascaded_pcie_switches_are_one_tree() {
-        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
-        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
-        let cascaded = text.replace(
-            "a = \"pcisw1\"\nb = \"cpu0\"",
-            "a = \"pcisw1\"\nb = \"pcisw0\"",
-        );
-        assert_ne!(cascaded, text);
-        let t = gpucomm_topo::format::parse(&cascaded, gpucomm_topo::format::Format::Toml, "c")
-            .unwrap();
+        let t = relinked("pcie-8gpu", &[("pcisw1", "cpu0", "pcisw0")]);
         let mut m = Machine::from_topology(&t).unwrap();
         let trees: Vec<_> = m.node.gpu_sites.iter().map(|s| s.tree).collect();
         assert_eq!(trees.len(), 8);
@@ -1101,19 +1113,16 @@ mod tests {
     #[test]
     fn routes_follow_an_uneven_pcie_tree() {
         use crate::fabric::Fabric;
-        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
-        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
         // GPUs 0 and 1 on CPU 0's root ports (their switch keeps NIC 0);
         // GPUs 2 and 3's switch under CPU 1.
-        let uneven = text
-            .replace("a = \"gpu0\"\nb = \"pcisw0\"", "a = \"gpu0\"\nb = \"cpu0\"")
-            .replace("a = \"gpu1\"\nb = \"pcisw0\"", "a = \"gpu1\"\nb = \"cpu0\"")
-            .replace(
-                "a = \"pcisw1\"\nb = \"cpu0\"",
-                "a = \"pcisw1\"\nb = \"cpu1\"",
-            );
-        let t =
-            gpucomm_topo::format::parse(&uneven, gpucomm_topo::format::Format::Toml, "u").unwrap();
+        let t = relinked(
+            "pcie-8gpu",
+            &[
+                ("gpu0", "pcisw0", "cpu0"),
+                ("gpu1", "pcisw0", "cpu0"),
+                ("pcisw1", "cpu0", "cpu1"),
+            ],
+        );
         let m = Machine::from_topology(&t).unwrap();
         let trees: Vec<_> = m.node.gpu_sites.iter().map(|s| s.tree).collect();
         assert_eq!(trees[..2], [None, None]);
@@ -1227,15 +1236,7 @@ mod tests {
         // NIC 0 beside GPUs 2 and 3, two GPUs in use: no NIC sits next to
         // them, and they take the nearest there are (it divided by no
         // rails and panicked).
-        let t = gpucomm_topo::preset("pcie-8gpu").unwrap();
-        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
-        let moved = text.replace(
-            "a = \"nic0\"\nb = \"pcisw0\"",
-            "a = \"nic0\"\nb = \"pcisw1\"",
-        );
-        assert_ne!(moved, text);
-        let t =
-            gpucomm_topo::format::parse(&moved, gpucomm_topo::format::Format::Toml, "m").unwrap();
+        let t = relinked("pcie-8gpu", &[("nic0", "pcisw0", "pcisw1")]);
         let mut m = Machine::from_topology(&t).unwrap();
         m.use_gpus(2).unwrap();
         // The NICs nearest them: on their CPU, under the next switch.
@@ -1255,8 +1256,7 @@ mod tests {
         assert!(p.iter().all(|l| !l.contains("nvswitch")), "{p:?}");
         // A NIC on nothing but a GPU reaches no CPU: refused (it was put
         // on CPU 0's port).
-        let odd = text.replace("a = \"nic0\"\nb = \"pcisw0\"", "a = \"nic0\"\nb = \"gpu0\"");
-        let t = gpucomm_topo::format::parse(&odd, gpucomm_topo::format::Format::Toml, "o").unwrap();
+        let t = relinked("pcie-8gpu", &[("nic0", "pcisw0", "gpu0")]);
         let e = Machine::from_topology(&t).unwrap_err().to_string();
         assert!(e.contains("NIC nic0 reaches no CPU"), "{e}");
         // PXN through a GPU in use next to the receiver's NIC: on 3 GPUs of
@@ -1282,18 +1282,22 @@ mod tests {
         // peers in use through them (PATH_PXN, nearer than its CPU's); with
         // those peers out of use, its CPU's (PATH_PHB). DGX H100 with NICs
         // 0-3 moved to CPU 0's ports.
-        let t = gpucomm_topo::preset("dgx-h100").unwrap();
-        let text = gpucomm_topo::format::to_string(&t, gpucomm_topo::format::Format::Toml);
-        let mut half = text.clone();
-        for k in 0..4 {
-            let from = format!("a = \"nic{k}\"\nb = \"pcisw{k}\"");
-            assert!(half.contains(&from), "{from}");
-            half = half.replace(&from, &format!("a = \"nic{k}\"\nb = \"cpu0\""));
-        }
-        let t =
-            gpucomm_topo::format::parse(&half, gpucomm_topo::format::Format::Toml, "h").unwrap();
+        let t = relinked(
+            "dgx-h100",
+            &[
+                ("nic0", "pcisw0", "cpu0"),
+                ("nic1", "pcisw1", "cpu0"),
+                ("nic2", "pcisw2", "cpu0"),
+                ("nic3", "pcisw3", "cpu0"),
+            ],
+        );
         let mut m = Machine::from_topology(&t).unwrap();
-        let nearest = |m: &Machine| m.fabric(crate::Engine::Nccl, 2).unwrap().nearest_nics(0);
+        let nearest = |m: &Machine| {
+            m.fabric(crate::Engine::Nccl, 2)
+                .unwrap()
+                .nearest_nics(0)
+                .to_vec()
+        };
         assert_eq!(nearest(&m), [4, 5, 6, 7]);
         m.use_gpus(4).unwrap();
         assert_eq!(nearest(&m), [0, 1, 2, 3]);

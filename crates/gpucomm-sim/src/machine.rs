@@ -61,6 +61,14 @@ pub struct PcieSite {
     pub socket: usize,
 }
 
+impl PcieSite {
+    /// Both sit under one PCIe switch tree (NCCL's `PATH_PIX` or
+    /// `PATH_PXB` apart).
+    pub fn shares_tree(&self, other: &PcieSite) -> bool {
+        self.tree.is_some() && self.tree == other.tree
+    }
+}
+
 /// One node's hardware.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeModel {
@@ -1004,8 +1012,8 @@ impl ClusterFabric {
     /// Whether GPUs `a` and `b` of a node sit under one PCIe switch tree
     /// (NCCL's `PATH_PIX` or `PATH_PXB`, [`NodeModel::gpu_sites`]).
     fn same_switch_tree(&self, a: usize, b: usize) -> bool {
-        let t = self.switch_of_gpu(a);
-        t.is_some() && t == self.switch_of_gpu(b)
+        let sites = &self.machine.node.gpu_sites;
+        sites[a].shares_tree(&sites[b])
     }
 
     /// Whether NCCL joins local GPUs `a` and `b` peer to peer
@@ -1421,8 +1429,8 @@ impl ClusterFabric {
 
     /// GPU `g` and NIC `k` sit under one PCIe switch tree.
     fn shares_switch_with_nic(&self, g: usize, k: usize) -> bool {
-        let t = self.switch_of_gpu(g);
-        t.is_some() && t == self.machine.node.nic_sites[k].tree
+        let nm = &self.machine.node;
+        nm.gpu_sites[g].shares_tree(&nm.nic_sites[k])
     }
 
     /// PCIe links from GPU `a` to NIC `k` (node-local ids, not the NIC's
@@ -1701,8 +1709,8 @@ impl ClusterFabric {
     /// Every NIC of the node counts, in use by a collective's rails or not,
     /// as NCCL trims only GPUs from its topology. Empty where no NIC is in
     /// its host (a Grace rack's other trays).
-    pub(crate) fn nearest_nics(&self, g: usize) -> Vec<usize> {
-        self.nearest.get_or_init(|| self.find_nearest_nics())[g].clone()
+    pub(crate) fn nearest_nics(&self, g: usize) -> &[usize] {
+        &self.nearest.get_or_init(|| self.find_nearest_nics())[g]
     }
 
     fn find_nearest_nics(&self) -> Vec<Vec<usize>> {
@@ -1729,7 +1737,7 @@ impl ClusterFabric {
 
     /// NIC `k` is one of local GPU `g`'s nearest.
     fn nic_near(&self, k: usize, g: usize) -> bool {
-        self.nearest.get_or_init(|| self.find_nearest_nics())[g].contains(&k)
+        self.nearest_nics(g).contains(&k)
     }
 
     /// The GPU local GPU `a` relays NIC `k`'s traffic through over NVLink
